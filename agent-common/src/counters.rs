@@ -1,0 +1,21 @@
+//! Indices into the per-CPU `COUNTERS` array map.
+//!
+//! The kernel side bumps one slot per outcome; user space sums the per-CPU values. Counters are
+//! how "no event" outcomes stay observable (a connect that matched nothing) and how ring-buffer
+//! overflow is reported instead of being lost silently.
+
+/// Every `connect()` the programs saw (IPv4 and IPv6 together).
+pub const CONNECTS: u32 = 0;
+/// Connects that matched no rule: allowed, no event.
+pub const UNMATCHED: u32 = 1;
+/// Connects that matched a FLAG rule.
+pub const FLAGGED: u32 = 2;
+/// Connects that matched a DENY rule (refused with EPERM).
+pub const DENIED: u32 = 3;
+/// Events that did not fit into the ring buffer.
+pub const RING_DROPS: u32 = 4;
+/// Number of slots in the `COUNTERS` map.
+pub const COUNT: u32 = 5;
+
+/// Map name of the per-CPU counter array.
+pub const MAP_NAME: &str = "COUNTERS";

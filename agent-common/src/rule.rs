@@ -1,0 +1,63 @@
+//! Keys and values of the endpoint rule maps.
+//!
+//! Both `connect4` and `connect6` look addresses up in one key space: IPv4 addresses are stored
+//! in their IPv4-mapped IPv6 form (`::ffff:a.b.c.d`), so one rule covers an address whatever
+//! socket family a process uses to reach it.
+
+/// Let the connection through and emit an event.
+pub const ACTION_FLAG: u8 = 1;
+/// Refuse the connection with EPERM and emit an event.
+pub const ACTION_DENY: u8 = 2;
+
+/// Key of the exact-match `ENDPOINTS` hash map.
+///
+/// `port` is in host byte order; a rule with port 0 matches any port (the programs look up the
+/// exact port first, then port 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EndpointKey {
+    /// IPv6 address, or IPv4-mapped IPv6 for IPv4, network byte order.
+    pub addr: [u8; 16],
+    /// Destination port in host byte order, 0 = any.
+    pub port: u16,
+    /// Explicit padding so both sides hash the same bytes.
+    pub _pad: [u8; 2],
+}
+
+/// Data of a `CIDR_RULES` LPM-trie key (the trie adds the prefix length in front).
+///
+/// The address bytes come first so the longest-prefix match works on the address; the port
+/// follows and is only ever matched exactly (prefix lengths are at most 128 bits).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CidrKey {
+    /// IPv6 or IPv4-mapped address, network byte order.
+    pub addr: [u8; 16],
+}
+
+/// Value of both rule maps: what to do and for which registered server.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointRule {
+    /// Index of the server in the daemon's server table (stable for the daemon's life).
+    pub server_index: u32,
+    /// Port the CIDR rule is limited to (host order, 0 = any). Unused for exact rules.
+    pub port: u16,
+    /// [`ACTION_FLAG`] or [`ACTION_DENY`].
+    pub action: u8,
+    /// Explicit padding.
+    pub _pad: u8,
+}
+
+/// Map name of the exact-match rule map.
+pub const ENDPOINTS_MAP: &str = "ENDPOINTS";
+/// Map name of the CIDR rule LPM trie.
+pub const CIDR_MAP: &str = "CIDR_RULES";
+/// Capacity of each rule map.
+pub const MAX_RULES: u32 = 4096;
+
+const _: () = assert!(core::mem::size_of::<EndpointKey>() == 20);
+const _: () = assert!(core::mem::align_of::<EndpointKey>() == 2);
+const _: () = assert!(core::mem::size_of::<CidrKey>() == 16);
+const _: () = assert!(core::mem::size_of::<EndpointRule>() == 8);
+const _: () = assert!(core::mem::align_of::<EndpointRule>() == 4);

@@ -1,0 +1,166 @@
+//! toolwall's kernel side: `cgroup/connect4` and `cgroup/connect6` on an agent's session cgroup.
+//!
+//! Every `connect()` (TCP or UDP) from a task in the cgroup is looked up in the rule maps, which
+//! the daemon keeps in sync with the MCP server registry. A DENY rule makes `connect()` fail with
+//! EPERM; a FLAG rule lets it through; both send a [`ConnectEvent`] to user space. A connect that
+//! matches nothing only bumps a per-CPU counter. IPv4 destinations are looked up in their
+//! IPv4-mapped IPv6 form, so a rule covers an address whichever socket family reaches it.
+#![no_std]
+#![no_main]
+
+use agent_common::{
+    connect::{
+        ConnectEvent, COMM_LEN, FAMILY_INET, FAMILY_INET6, RING_BYTES, VERDICT_DENIED, VERDICT_FLAGGED,
+    },
+    counters,
+    rule::{CidrKey, EndpointKey, EndpointRule, ACTION_DENY, MAX_RULES},
+};
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
+        bpf_get_socket_cookie, bpf_ktime_get_ns,
+    },
+    macros::{cgroup_sock_addr, map},
+    maps::{lpm_trie::Key, HashMap, LpmTrie, PerCpuArray, RingBuf},
+    programs::SockAddrContext,
+};
+use aya_log_ebpf::debug;
+
+/// `connect()` proceeds.
+const ALLOW: i32 = 1;
+/// `connect()` fails with EPERM.
+const REFUSE: i32 = 0;
+
+#[map(name = "ENDPOINTS")]
+static ENDPOINTS: HashMap<EndpointKey, EndpointRule> = HashMap::with_max_entries(MAX_RULES, 0);
+
+// BPF_F_NO_PREALLOC (1) is mandatory for LPM tries.
+#[map(name = "CIDR_RULES")]
+static CIDR_RULES: LpmTrie<CidrKey, EndpointRule> = LpmTrie::with_max_entries(MAX_RULES, 1);
+
+#[map(name = "COUNTERS")]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);
+
+#[map(name = "EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
+
+#[cgroup_sock_addr(connect4)]
+pub fn connect4(ctx: SockAddrContext) -> i32 {
+    // SAFETY: the kernel hands connect4 a valid bpf_sock_addr; user_ip4 is a 4-byte ctx field.
+    let ip4 = unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).user_ip4) };
+    let mut addr = [0u8; 16];
+    addr[10] = 0xff;
+    addr[11] = 0xff;
+    addr[12..16].copy_from_slice(&ip4.to_ne_bytes());
+    verdict(&ctx, addr, FAMILY_INET)
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn connect6(ctx: SockAddrContext) -> i32 {
+    let mut addr = [0u8; 16];
+    // SAFETY: user_ip6 is four 4-byte ctx fields; the verifier only allows word-sized loads, so
+    // each word is read on its own (volatile keeps the compiler from merging them).
+    unsafe {
+        let sa = ctx.sock_addr;
+        addr[0..4].copy_from_slice(&core::ptr::read_volatile(&(*sa).user_ip6[0]).to_ne_bytes());
+        addr[4..8].copy_from_slice(&core::ptr::read_volatile(&(*sa).user_ip6[1]).to_ne_bytes());
+        addr[8..12].copy_from_slice(&core::ptr::read_volatile(&(*sa).user_ip6[2]).to_ne_bytes());
+        addr[12..16].copy_from_slice(&core::ptr::read_volatile(&(*sa).user_ip6[3]).to_ne_bytes());
+    }
+    verdict(&ctx, addr, FAMILY_INET6)
+}
+
+/// Looks the destination up and decides; shared by both programs so they cannot drift apart.
+#[inline(always)]
+fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16) -> i32 {
+    bump(counters::CONNECTS);
+    // SAFETY: user_port is a 4-byte ctx field holding the port in network order.
+    let raw_port = unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).user_port) };
+    let port = u16::from_be(raw_port as u16);
+
+    let Some(rule) = lookup(addr, port) else {
+        bump(counters::UNMATCHED);
+        return ALLOW;
+    };
+    let deny = rule.action == ACTION_DENY;
+    bump(if deny { counters::DENIED } else { counters::FLAGGED });
+    emit(ctx, &rule, addr, port, family, deny);
+    if deny {
+        debug!(ctx, "toolwall: connect to port {} denied", port);
+    }
+    // A verdict carried through a stack slot across helper calls loses its [0, 1] range for the
+    // verifier; black_box + a fresh comparison gives it back.
+    if core::hint::black_box(deny) {
+        REFUSE
+    } else {
+        ALLOW
+    }
+}
+
+/// Exact (address, port), then (address, any port), then the longest CIDR prefix.
+#[inline(always)]
+fn lookup(addr: [u8; 16], port: u16) -> Option<EndpointRule> {
+    let mut key = EndpointKey { addr, port, _pad: [0; 2] };
+    // SAFETY: map values are plain Copy data; the reference does not outlive this call.
+    if let Some(rule) = unsafe { ENDPOINTS.get(&key) } {
+        return Some(*rule);
+    }
+    key.port = 0;
+    if let Some(rule) = unsafe { ENDPOINTS.get(&key) } {
+        return Some(*rule);
+    }
+    let cidr = Key::new(128, CidrKey { addr });
+    match CIDR_RULES.get(&cidr) {
+        Some(rule) if rule.port == 0 || rule.port == port => Some(*rule),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn emit(ctx: &SockAddrContext, rule: &EndpointRule, addr: [u8; 16], port: u16, family: u16, deny: bool) {
+    let Some(mut entry) = EVENTS.reserve::<ConnectEvent>(0) else {
+        bump(counters::RING_DROPS);
+        return;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
+    // SAFETY: the helpers below are valid in cgroup_sock_addr programs.
+    let (cookie, protocol) = unsafe {
+        (bpf_get_socket_cookie(ctx.sock_addr as *mut _), core::ptr::read_volatile(&(*ctx.sock_addr).protocol))
+    };
+    entry.write(ConnectEvent {
+        ktime_ns: unsafe { bpf_ktime_get_ns() },
+        cookie,
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        uid: bpf_get_current_uid_gid() as u32,
+        server_index: rule.server_index,
+        addr,
+        port,
+        family,
+        protocol: protocol as u8,
+        verdict: if deny { VERDICT_DENIED } else { VERDICT_FLAGGED },
+        _pad: [0; 6],
+        comm,
+    });
+    entry.submit(0);
+}
+
+#[inline(always)]
+fn bump(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

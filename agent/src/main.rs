@@ -1,0 +1,8 @@
+//! The `toolwall` binary: parses the command line and hands over to the library.
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = toolwall::cli::Cli::parse();
+    toolwall::cli::main(cli)
+}

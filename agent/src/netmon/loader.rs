@@ -1,0 +1,170 @@
+//! Loading the embedded object, attaching it to cgroups, and reading its counters.
+
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+};
+
+use agent_common::counters;
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::PerCpuArray,
+    programs::{CgroupAttachMode, CgroupSockAddr, cgroup_sock_addr::CgroupSockAddrLink},
+};
+use thiserror::Error;
+
+/// The kernel programs, as built by `agent/build.rs` (empty when built without the toolchain).
+pub fn ebpf_object() -> &'static [u8] {
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/toolwall.bpf.o"))
+}
+
+/// Why the kernel layer could not start; each variant says what to do about it.
+#[derive(Debug, Error)]
+pub enum NetmonError {
+    /// The binary was built without the eBPF toolchain.
+    #[error("this toolwall was built without its eBPF programs ({0}); run `cargo xtask setup` and rebuild")]
+    NotBuilt(&'static str),
+    /// Loading needs CAP_BPF/CAP_SYS_ADMIN.
+    #[error("loading eBPF programs needs root (CAP_BPF and CAP_NET_ADMIN); run the daemon as root")]
+    NotRoot,
+    /// The kernel refused the object (verifier, missing BPF support).
+    #[error("the kernel refused toolwall's eBPF object: {0}")]
+    Load(#[from] aya::EbpfError),
+    /// A program could not be loaded or attached.
+    #[error("{what}: {source}")]
+    Program {
+        /// Which program and what step.
+        what: String,
+        /// aya's error.
+        source: aya::programs::ProgramError,
+    },
+    /// A map was missing or could not be read or written.
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        /// The map's name.
+        name: &'static str,
+        /// aya's error.
+        source: aya::maps::MapError,
+    },
+    /// The object lacks a map or program the daemon expects (stale build).
+    #[error("the eBPF object has no {0}; rebuild toolwall")]
+    Missing(&'static str),
+    /// The cgroup directory could not be opened.
+    #[error("open cgroup {path}: {source}")]
+    Cgroup {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// The two programs and what they attach as.
+const PROGRAMS: [&str; 2] = ["connect4", "connect6"];
+
+/// Sums of the per-CPU counters (see `agent_common::counters`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Every connect seen.
+    pub connects: u64,
+    /// Connects that matched no rule.
+    pub unmatched: u64,
+    /// Connects that matched a FLAG rule.
+    pub flagged: u64,
+    /// Connects refused by a DENY rule.
+    pub denied: u64,
+    /// Events lost because the ring buffer was full.
+    pub ring_drops: u64,
+}
+
+/// The loaded programs and the links that keep them attached.
+///
+/// Links are bpf_links owned by this process: they detach when it is dropped or the process
+/// dies, crash included, so no program is ever left behind on a cgroup.
+pub struct KernelMonitor {
+    ebpf: Ebpf,
+    links: Vec<(PathBuf, CgroupSockAddrLink)>,
+}
+
+impl KernelMonitor {
+    /// Loads and verifies both programs; `kernel_log` enables aya-log debug output from them.
+    pub fn load(kernel_log: bool) -> Result<Self, NetmonError> {
+        let object = ebpf_object();
+        if object.is_empty() {
+            return Err(NetmonError::NotBuilt(
+                option_env!("TOOLWALL_EBPF_MISSING").unwrap_or("no eBPF object embedded"),
+            ));
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(NetmonError::NotRoot);
+        }
+        // Off unless asked for: the kernel side checks this level before formatting anything.
+        let level: u8 = if kernel_log { aya_log::Level::Debug as u8 } else { 0 };
+        let mut ebpf = EbpfLoader::new().override_global(aya_log::LEVEL, &level, true).load(object)?;
+        for name in PROGRAMS {
+            let program: &mut CgroupSockAddr = ebpf
+                .program_mut(name)
+                .ok_or(NetmonError::Missing("connect program"))?
+                .try_into()
+                .map_err(|source| NetmonError::Program { what: format!("{name}: wrong type"), source })?;
+            program
+                .load()
+                .map_err(|source| NetmonError::Program { what: format!("verify {name}"), source })?;
+        }
+        Ok(Self { ebpf, links: Vec::new() })
+    }
+
+    /// Attaches both programs to a cgroup v2 directory through bpf_links (which coexist with any
+    /// other programs there; link_create takes no ALLOW_MULTI flag, hence `Single`).
+    pub fn attach(&mut self, cgroup: &Path) -> Result<(), NetmonError> {
+        let dir = File::open(cgroup)
+            .map_err(|source| NetmonError::Cgroup { path: cgroup.to_path_buf(), source })?;
+        for name in PROGRAMS {
+            let program: &mut CgroupSockAddr = self
+                .ebpf
+                .program_mut(name)
+                .ok_or(NetmonError::Missing("connect program"))?
+                .try_into()
+                .map_err(|source| NetmonError::Program { what: format!("{name}: wrong type"), source })?;
+            let what = || format!("attach {name} to {}", cgroup.display());
+            let id = program
+                .attach(&dir, CgroupAttachMode::Single)
+                .map_err(|source| NetmonError::Program { what: what(), source })?;
+            let link =
+                program.take_link(id).map_err(|source| NetmonError::Program { what: what(), source })?;
+            self.links.push((cgroup.to_path_buf(), link));
+        }
+        Ok(())
+    }
+
+    /// Detaches both programs from a cgroup (no-op if they were not attached there).
+    pub fn detach(&mut self, cgroup: &Path) {
+        self.links.retain(|(path, _)| path != cgroup);
+    }
+
+    /// The cgroups the programs are attached to.
+    pub fn attached(&self) -> impl Iterator<Item = &Path> {
+        self.links.iter().map(|(p, _)| p.as_path()).step_by(PROGRAMS.len())
+    }
+
+    /// Reads and sums the per-CPU counters.
+    pub fn counters(&self) -> Result<Counters, NetmonError> {
+        let map = self.ebpf.map(counters::MAP_NAME).ok_or(NetmonError::Missing("COUNTERS map"))?;
+        let array = PerCpuArray::<_, u64>::try_from(map)
+            .map_err(|source| NetmonError::Map { name: counters::MAP_NAME, source })?;
+        let sum = |index: u32| -> Result<u64, NetmonError> {
+            let values = array
+                .get(&index, 0)
+                .map_err(|source| NetmonError::Map { name: counters::MAP_NAME, source })?;
+            Ok(values.iter().sum())
+        };
+        Ok(Counters {
+            connects: sum(counters::CONNECTS)?,
+            unmatched: sum(counters::UNMATCHED)?,
+            flagged: sum(counters::FLAGGED)?,
+            denied: sum(counters::DENIED)?,
+            ring_drops: sum(counters::RING_DROPS)?,
+        })
+    }
+}

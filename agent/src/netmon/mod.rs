@@ -1,0 +1,10 @@
+//! Kernel network monitor: loads toolwall's `cgroup/connect4` + `connect6` programs, attaches
+//! them to session cgroups, keeps their rule maps in sync and reads their events.
+//!
+//! The object is embedded at build time (see `agent/build.rs`); a build made without the BPF
+//! toolchain embeds an empty object, and [`KernelMonitor::load`] says so instead of failing
+//! obscurely.
+
+mod loader;
+
+pub use loader::{Counters, KernelMonitor, NetmonError, ebpf_object};

@@ -42,7 +42,9 @@ fn main() {
         _ => None,
     };
     if let Some(why) = missing {
-        println!("cargo:warning=building toolwall without its eBPF programs: {why}; run `cargo xtask setup`");
+        println!(
+            "cargo:warning=building toolwall without its eBPF programs: {why}; run `cargo xtask setup`"
+        );
         std::fs::write(&object, b"").expect("write stub eBPF object");
         println!("cargo:rustc-env=TOOLWALL_EBPF_MISSING={why}");
         return;
@@ -56,7 +58,13 @@ fn main() {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&ebpf_dir)
-        .args(["build", "--release", "--locked", "--target", "bpfel-unknown-none"])
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            "bpfel-unknown-none",
+        ])
         .arg("--target-dir")
         .arg(&target_dir)
         // Whatever the outer build was told about compilers and flags is for the host, not BPF.
@@ -72,7 +80,10 @@ fn main() {
         .env("RUSTFLAGS", "-C debuginfo=2 -C link-arg=--btf")
         .env("PATH", path_with(linker.parent().unwrap_or(Path::new("/"))));
     let status = cmd.status().expect("run cargo for agent-ebpf");
-    assert!(status.success(), "building agent-ebpf failed ({status}); see the errors above");
+    assert!(
+        status.success(),
+        "building agent-ebpf failed ({status}); see the errors above"
+    );
 
     let built = target_dir.join("bpfel-unknown-none/release/toolwall");
     std::fs::copy(&built, &object)

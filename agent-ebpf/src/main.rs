@@ -10,15 +10,16 @@
 
 use agent_common::{
     connect::{
-        ConnectEvent, COMM_LEN, FAMILY_INET, FAMILY_INET6, RING_BYTES, VERDICT_DENIED, VERDICT_FLAGGED,
+        ConnectEvent, COMM_LEN, FAMILY_INET, FAMILY_INET6, RING_BYTES, VERDICT_DENIED,
+        VERDICT_FLAGGED,
     },
     counters,
     rule::{CidrKey, EndpointKey, EndpointRule, ACTION_DENY, MAX_RULES},
 };
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
-        bpf_get_socket_cookie, bpf_ktime_get_ns,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_uid_gid, bpf_get_socket_cookie, bpf_ktime_get_ns,
     },
     macros::{cgroup_sock_addr, map},
     maps::{lpm_trie::Key, HashMap, LpmTrie, PerCpuArray, RingBuf},
@@ -83,7 +84,11 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16) -> i32 {
         return ALLOW;
     };
     let deny = rule.action == ACTION_DENY;
-    bump(if deny { counters::DENIED } else { counters::FLAGGED });
+    bump(if deny {
+        counters::DENIED
+    } else {
+        counters::FLAGGED
+    });
     emit(ctx, &rule, addr, port, family, deny);
     if deny {
         debug!(ctx, "toolwall: connect to port {} denied", port);
@@ -100,7 +105,11 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16) -> i32 {
 /// Exact (address, port), then (address, any port), then the longest CIDR prefix.
 #[inline(always)]
 fn lookup(addr: [u8; 16], port: u16) -> Option<EndpointRule> {
-    let mut key = EndpointKey { addr, port, _pad: [0; 2] };
+    let mut key = EndpointKey {
+        addr,
+        port,
+        _pad: [0; 2],
+    };
     // SAFETY: map values are plain Copy data; the reference does not outlive this call.
     if let Some(rule) = unsafe { ENDPOINTS.get(&key) } {
         return Some(*rule);
@@ -117,7 +126,14 @@ fn lookup(addr: [u8; 16], port: u16) -> Option<EndpointRule> {
 }
 
 #[inline(always)]
-fn emit(ctx: &SockAddrContext, rule: &EndpointRule, addr: [u8; 16], port: u16, family: u16, deny: bool) {
+fn emit(
+    ctx: &SockAddrContext,
+    rule: &EndpointRule,
+    addr: [u8; 16],
+    port: u16,
+    family: u16,
+    deny: bool,
+) {
     let Some(mut entry) = EVENTS.reserve::<ConnectEvent>(0) else {
         bump(counters::RING_DROPS);
         return;
@@ -126,7 +142,10 @@ fn emit(ctx: &SockAddrContext, rule: &EndpointRule, addr: [u8; 16], port: u16, f
     let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
     // SAFETY: the helpers below are valid in cgroup_sock_addr programs.
     let (cookie, protocol) = unsafe {
-        (bpf_get_socket_cookie(ctx.sock_addr as *mut _), core::ptr::read_volatile(&(*ctx.sock_addr).protocol))
+        (
+            bpf_get_socket_cookie(ctx.sock_addr as *mut _),
+            core::ptr::read_volatile(&(*ctx.sock_addr).protocol),
+        )
     };
     entry.write(ConnectEvent {
         ktime_ns: unsafe { bpf_ktime_get_ns() },
@@ -140,7 +159,11 @@ fn emit(ctx: &SockAddrContext, rule: &EndpointRule, addr: [u8; 16], port: u16, f
         port,
         family,
         protocol: protocol as u8,
-        verdict: if deny { VERDICT_DENIED } else { VERDICT_FLAGGED },
+        verdict: if deny {
+            VERDICT_DENIED
+        } else {
+            VERDICT_FLAGGED
+        },
         _pad: [0; 6],
         comm,
     });

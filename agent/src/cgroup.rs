@@ -31,12 +31,18 @@ pub enum CgroupError {
         source: io::Error,
     },
     /// A session name that would escape the toolwall directory.
-    #[error("invalid session name {0:?}: use letters, digits, '-', '_' and '.', at most 64 characters")]
+    #[error(
+        "invalid session name {0:?}: use letters, digits, '-', '_' and '.', at most 64 characters"
+    )]
     BadSessionName(String),
 }
 
 fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> CgroupError + 'p {
-    move |source| CgroupError::Io { action, path: path.to_path_buf(), source }
+    move |source| CgroupError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// The mount point of the cgroup v2 hierarchy (`/sys/fs/cgroup` on unified hosts,
@@ -73,7 +79,9 @@ fn unescape_mountinfo(s: &str) -> String {
     while i < bytes.len() {
         if bytes[i] == b'\\'
             && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b))
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
         {
             let v = u32::from(bytes[i + 1] - b'0') * 64
                 + u32::from(bytes[i + 2] - b'0') * 8
@@ -134,7 +142,10 @@ impl SessionCgroup {
         let procs = self.path.join("cgroup.procs");
         // Opened before the fork (O_CLOEXEC by default in std), so the child only has to write:
         // allocation-free, async-signal-safe.
-        let file = fs::OpenOptions::new().write(true).open(&procs).map_err(io_err("open", &procs))?;
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(&procs)
+            .map_err(io_err("open", &procs))?;
         let fd = file.as_raw_fd();
         // SAFETY: the closure only calls write(2), which is async-signal-safe.
         unsafe {
@@ -177,8 +188,14 @@ fn validate_session_name(name: &str) -> Result<(), CgroupError> {
         && name.len() <= 64
         && name != "."
         && name != ".."
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok { Ok(()) } else { Err(CgroupError::BadSessionName(name.to_owned())) }
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CgroupError::BadSessionName(name.to_owned()))
+    }
 }
 
 #[cfg(test)]
@@ -188,11 +205,17 @@ mod tests {
     #[test]
     fn finds_cgroup2_on_hybrid_and_unified_hosts() {
         let hybrid = "35 25 0:30 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate";
-        assert_eq!(parse_mountinfo_cgroup2(hybrid), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            parse_mountinfo_cgroup2(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
         let v1 = "36 25 0:31 / /sys/fs/cgroup/cpu rw,nosuid shared:11 - cgroup cgroup rw,cpu";
         assert_eq!(parse_mountinfo_cgroup2(v1), None);
         let escaped = "35 25 0:30 / /mnt/my\\040cg rw - cgroup2 none rw";
-        assert_eq!(parse_mountinfo_cgroup2(escaped), Some(PathBuf::from("/mnt/my cg")));
+        assert_eq!(
+            parse_mountinfo_cgroup2(escaped),
+            Some(PathBuf::from("/mnt/my cg"))
+        );
     }
 
     #[test]

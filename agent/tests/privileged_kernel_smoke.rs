@@ -12,7 +12,9 @@ use toolwall::{cgroup::SessionCgroup, netmon::KernelMonitor};
 fn run_in(cgroup: &SessionCgroup, script: &str) {
     let mut cmd = Command::new("bash");
     cmd.args(["-c", script]);
-    let _procs = cgroup.enter_on_spawn(&mut cmd).expect("prepare cgroup entry");
+    let _procs = cgroup
+        .enter_on_spawn(&mut cmd)
+        .expect("prepare cgroup entry");
     let status = cmd.status().expect("spawn bash");
     assert!(status.success(), "{script:?} failed: {status}");
 }
@@ -20,7 +22,8 @@ fn run_in(cgroup: &SessionCgroup, script: &str) {
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_connect_counter_counts_connects_from_inside_the_cgroup_only() {
-    let cgroup = SessionCgroup::create(&format!("smoke-{}", std::process::id())).expect("create cgroup");
+    let cgroup =
+        SessionCgroup::create(&format!("smoke-{}", std::process::id())).expect("create cgroup");
     let mut monitor = KernelMonitor::load(false).expect("load eBPF programs");
     monitor.attach(cgroup.path()).expect("attach to cgroup");
     println!(
@@ -31,7 +34,10 @@ fn privileged_connect_counter_counts_connects_from_inside_the_cgroup_only() {
 
     let v4 = TcpListener::bind("127.0.0.1:0").unwrap();
     let v6 = TcpListener::bind("[::1]:0").unwrap();
-    let (p4, p6) = (v4.local_addr().unwrap().port(), v6.local_addr().unwrap().port());
+    let (p4, p6) = (
+        v4.local_addr().unwrap().port(),
+        v6.local_addr().unwrap().port(),
+    );
     let before = monitor.counters().unwrap();
 
     // Three IPv4 connects and one IPv6 connect, by a process inside the cgroup.
@@ -43,14 +49,29 @@ fn privileged_connect_counter_counts_connects_from_inside_the_cgroup_only() {
     );
     let inside = monitor.counters().unwrap();
     println!("counters read back after 4 connects inside: {inside:?}");
-    assert_eq!(inside.connects - before.connects, 4, "every connect from inside counted");
-    assert_eq!(inside.unmatched - before.unmatched, 4, "no rule loaded: all unmatched");
+    assert_eq!(
+        inside.connects - before.connects,
+        4,
+        "every connect from inside counted"
+    );
+    assert_eq!(
+        inside.unmatched - before.unmatched,
+        4,
+        "no rule loaded: all unmatched"
+    );
     assert_eq!(inside.denied + inside.flagged, 0);
 
     // A connect from this (outside) process is not seen.
     std::net::TcpStream::connect(("127.0.0.1", p4)).unwrap();
-    assert_eq!(monitor.counters().unwrap(), inside, "a process outside the cgroup is not counted");
+    assert_eq!(
+        monitor.counters().unwrap(),
+        inside,
+        "a process outside the cgroup is not counted"
+    );
 
     drop(monitor);
-    assert!(cgroup.remove_if_empty().unwrap(), "cgroup removed once empty");
+    assert!(
+        cgroup.remove_if_empty().unwrap(),
+        "cgroup removed once empty"
+    );
 }

@@ -22,7 +22,9 @@ pub fn ebpf_object() -> &'static [u8] {
 #[derive(Debug, Error)]
 pub enum NetmonError {
     /// The binary was built without the eBPF toolchain.
-    #[error("this toolwall was built without its eBPF programs ({0}); run `cargo xtask setup` and rebuild")]
+    #[error(
+        "this toolwall was built without its eBPF programs ({0}); run `cargo xtask setup` and rebuild"
+    )]
     NotBuilt(&'static str),
     /// Loading needs CAP_BPF/CAP_SYS_ADMIN.
     #[error("loading eBPF programs needs root (CAP_BPF and CAP_NET_ADMIN); run the daemon as root")]
@@ -100,39 +102,64 @@ impl KernelMonitor {
             return Err(NetmonError::NotRoot);
         }
         // Off unless asked for: the kernel side checks this level before formatting anything.
-        let level: u8 = if kernel_log { aya_log::Level::Debug as u8 } else { 0 };
-        let mut ebpf = EbpfLoader::new().override_global(aya_log::LEVEL, &level, true).load(object)?;
+        let level: u8 = if kernel_log {
+            aya_log::Level::Debug as u8
+        } else {
+            0
+        };
+        let mut ebpf = EbpfLoader::new()
+            .override_global(aya_log::LEVEL, &level, true)
+            .load(object)?;
         for name in PROGRAMS {
             let program: &mut CgroupSockAddr = ebpf
                 .program_mut(name)
                 .ok_or(NetmonError::Missing("connect program"))?
                 .try_into()
-                .map_err(|source| NetmonError::Program { what: format!("{name}: wrong type"), source })?;
-            program
-                .load()
-                .map_err(|source| NetmonError::Program { what: format!("verify {name}"), source })?;
+                .map_err(|source| NetmonError::Program {
+                    what: format!("{name}: wrong type"),
+                    source,
+                })?;
+            program.load().map_err(|source| NetmonError::Program {
+                what: format!("verify {name}"),
+                source,
+            })?;
         }
-        Ok(Self { ebpf, links: Vec::new() })
+        Ok(Self {
+            ebpf,
+            links: Vec::new(),
+        })
     }
 
     /// Attaches both programs to a cgroup v2 directory through bpf_links (which coexist with any
     /// other programs there; link_create takes no ALLOW_MULTI flag, hence `Single`).
     pub fn attach(&mut self, cgroup: &Path) -> Result<(), NetmonError> {
-        let dir = File::open(cgroup)
-            .map_err(|source| NetmonError::Cgroup { path: cgroup.to_path_buf(), source })?;
+        let dir = File::open(cgroup).map_err(|source| NetmonError::Cgroup {
+            path: cgroup.to_path_buf(),
+            source,
+        })?;
         for name in PROGRAMS {
             let program: &mut CgroupSockAddr = self
                 .ebpf
                 .program_mut(name)
                 .ok_or(NetmonError::Missing("connect program"))?
                 .try_into()
-                .map_err(|source| NetmonError::Program { what: format!("{name}: wrong type"), source })?;
+                .map_err(|source| NetmonError::Program {
+                    what: format!("{name}: wrong type"),
+                    source,
+                })?;
             let what = || format!("attach {name} to {}", cgroup.display());
             let id = program
                 .attach(&dir, CgroupAttachMode::Single)
-                .map_err(|source| NetmonError::Program { what: what(), source })?;
-            let link =
-                program.take_link(id).map_err(|source| NetmonError::Program { what: what(), source })?;
+                .map_err(|source| NetmonError::Program {
+                    what: what(),
+                    source,
+                })?;
+            let link = program
+                .take_link(id)
+                .map_err(|source| NetmonError::Program {
+                    what: what(),
+                    source,
+                })?;
             self.links.push((cgroup.to_path_buf(), link));
         }
         Ok(())
@@ -145,18 +172,27 @@ impl KernelMonitor {
 
     /// The cgroups the programs are attached to.
     pub fn attached(&self) -> impl Iterator<Item = &Path> {
-        self.links.iter().map(|(p, _)| p.as_path()).step_by(PROGRAMS.len())
+        self.links
+            .iter()
+            .map(|(p, _)| p.as_path())
+            .step_by(PROGRAMS.len())
     }
 
     /// Reads and sums the per-CPU counters.
     pub fn counters(&self) -> Result<Counters, NetmonError> {
-        let map = self.ebpf.map(counters::MAP_NAME).ok_or(NetmonError::Missing("COUNTERS map"))?;
-        let array = PerCpuArray::<_, u64>::try_from(map)
-            .map_err(|source| NetmonError::Map { name: counters::MAP_NAME, source })?;
+        let map = self
+            .ebpf
+            .map(counters::MAP_NAME)
+            .ok_or(NetmonError::Missing("COUNTERS map"))?;
+        let array = PerCpuArray::<_, u64>::try_from(map).map_err(|source| NetmonError::Map {
+            name: counters::MAP_NAME,
+            source,
+        })?;
         let sum = |index: u32| -> Result<u64, NetmonError> {
-            let values = array
-                .get(&index, 0)
-                .map_err(|source| NetmonError::Map { name: counters::MAP_NAME, source })?;
+            let values = array.get(&index, 0).map_err(|source| NetmonError::Map {
+                name: counters::MAP_NAME,
+                source,
+            })?;
             Ok(values.iter().sum())
         };
         Ok(Counters {

@@ -7,4 +7,6 @@
 pub mod cgroup;
 pub mod cli;
 pub mod daemon;
+pub mod decision;
+pub mod events;
 pub mod netmon;

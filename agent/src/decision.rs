@@ -1,0 +1,99 @@
+//! The contract between the enforcement layers and the policy engine.
+//!
+//! The LLM interceptor, the stdio shim and the MCP filter proxy all ask the same question —
+//! "may this tool be called / shown?" — through [`Gate`]; `policy::Policy` answers it with the
+//! registry, the configured rules, version pinning and rate limits. Keeping the question this
+//! narrow lets each layer be tested with a tiny gate, and the engine without any layer.
+
+use serde::{Deserialize, Serialize};
+
+/// What happens to a tool call or a listed tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Let it through (and record it).
+    Allow,
+    /// Stop it: strip it from the LLM response, refuse the `tools/call`, hide it from `tools/list`.
+    Block,
+}
+
+impl Action {
+    /// `"allow"` or `"block"`, as stored in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Block => "block",
+        }
+    }
+}
+
+/// The registry's view of the tool a decision was about, when it is a known MCP tool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolIdentity {
+    /// Server id as declared in the config (or given to the shim).
+    pub server_id: String,
+    /// `stdio`, `http` or `sse`.
+    pub server_type: String,
+    /// `host:port` for network servers, empty for stdio.
+    pub server_addr: String,
+    /// The tool's own name on its server (`get-sum`, not `mcp__everything__get-sum`).
+    pub tool: String,
+    /// SHA-256 (hex) of the canonical JSON of the tool definition; empty if never listed.
+    pub tool_hash: String,
+}
+
+/// The answer to one question, with a reason a person can read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Allow or block.
+    pub action: Action,
+    /// Why, in words (e.g. `tool denied by rule deny[0] "^delete_"`); empty for a plain allow.
+    pub reason: String,
+    /// The registered tool, or `None` when the name is not a known MCP tool. An allowed call
+    /// with no identity is "not MCP" (a native tool of the agent): layers record nothing for it.
+    pub tool: Option<ToolIdentity>,
+}
+
+impl Decision {
+    /// A plain allow of a tool that is not a known MCP tool.
+    pub fn not_mcp() -> Self {
+        Decision {
+            action: Action::Allow,
+            reason: String::new(),
+            tool: None,
+        }
+    }
+
+    /// Whether the call must be stopped.
+    pub fn is_blocked(&self) -> bool {
+        self.action == Action::Block
+    }
+}
+
+/// A tool call as a layer sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct CallQuery<'a> {
+    /// The server, when the layer knows it (the shim and the filter proxy do; the LLM layer
+    /// does not and passes `None`).
+    pub server_id: Option<&'a str>,
+    /// The name as the caller wrote it: `get-sum`, `mcp__everything__get-sum`, or Codex's
+    /// `get_sum` with a namespace.
+    pub name: &'a str,
+    /// Codex's namespace for a function (`mcp__everything`), if any.
+    pub namespace: Option<&'a str>,
+}
+
+/// The policy engine as the layers see it. Implementations are shared across tasks and threads.
+pub trait Gate: Send + Sync {
+    /// A tool call about to happen. An allow spends the server's rate-limit budget.
+    fn check_call(&self, call: &CallQuery<'_>) -> Decision;
+
+    /// A tool definition (`tools/list` entry, as JSON) that `server_id` offers: registers it
+    /// (hash, version pinning) and says whether clients may see it.
+    fn check_listed(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tool: &serde_json::Value,
+    ) -> Decision;
+}

@@ -1,0 +1,188 @@
+//! The event schema (version 1): seed 001's three call events plus the registry's two.
+//!
+//! Every event is one JSON object with a `type` tag; the store keeps it whole and copies the
+//! fields that queries filter on into typed columns.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::decision::Action;
+
+/// Version of this schema, stored with every row.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One recorded fact.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// The LLM interceptor found a tool call in a model response.
+    McpToolCallIntercepted(ToolCallIntercepted),
+    /// A shim or filter proxy saw a `tools/call` on its way to a server.
+    McpToolCalled(ToolCalled),
+    /// The kernel saw a connection from a session to a registered MCP server address.
+    McpNetworkConnection(NetworkConnection),
+    /// A server listed a tool (`tools/list`).
+    McpToolSeen(ToolSeen),
+    /// A listed tool's definition hash differs from the pinned one (rug pull) or it is new
+    /// after the server's set was pinned.
+    McpToolChanged(ToolChanged),
+}
+
+impl Event {
+    /// The `type` tag as stored.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::McpToolCallIntercepted(_) => "mcp_tool_call_intercepted",
+            Event::McpToolCalled(_) => "mcp_tool_called",
+            Event::McpNetworkConnection(_) => "mcp_network_connection",
+            Event::McpToolSeen(_) => "mcp_tool_seen",
+            Event::McpToolChanged(_) => "mcp_tool_changed",
+        }
+    }
+
+    /// Every event kind, for `--type` validation.
+    pub const KINDS: [&'static str; 5] = [
+        "mcp_tool_call_intercepted",
+        "mcp_tool_called",
+        "mcp_network_connection",
+        "mcp_tool_seen",
+        "mcp_tool_changed",
+    ];
+}
+
+/// Seed 001's `mcp_tool_call_intercepted`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallIntercepted {
+    /// When the call was seen.
+    pub timestamp: DateTime<Utc>,
+    /// The agent session.
+    pub session_id: String,
+    /// The proxy's id of the HTTP exchange.
+    pub request_id: String,
+    /// `anthropic`, `openai-chat` or `openai-responses`.
+    pub dialect: String,
+    /// The name the model used.
+    pub tool_name: String,
+    /// `toolu_...`, `call_...`, `fc_...`.
+    pub tool_call_id: String,
+    /// Arguments, when they were complete (streamed arguments of a blocked call are never
+    /// assembled).
+    pub input: Option<Value>,
+    /// Registry match.
+    pub server_id: String,
+    /// `stdio`, `http`, `sse`, or empty when unknown.
+    pub server_type: String,
+    /// `host:port` for network servers.
+    pub server_addr: String,
+    /// Definition hash at decision time.
+    pub tool_hash: String,
+    /// The decision.
+    pub action: Action,
+    /// Why.
+    pub reason: String,
+}
+
+/// Seed 001's `mcp_tool_called`, recorded by the shim and the filter proxy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCalled {
+    /// When the request passed.
+    pub timestamp: DateTime<Utc>,
+    /// The agent session (from `TOOLWALL_SESSION`), or empty.
+    pub session_id: String,
+    /// The server the call was for.
+    pub server_id: String,
+    /// `stdio`, `http` or `sse`.
+    pub server_type: String,
+    /// The tool's name in the request.
+    pub tool_name: String,
+    /// The JSON-RPC id.
+    pub jsonrpc_id: Value,
+    /// The request's `arguments`.
+    pub input: Option<Value>,
+    /// Forwarded (`allow`) or refused as unknown tool (`block`).
+    pub action: Action,
+    /// Why.
+    pub reason: String,
+    /// `shim` or `mcp-proxy`.
+    pub layer: String,
+}
+
+/// Seed 001's `mcp_network_connection`, from the kernel's connect hooks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NetworkConnection {
+    /// When the event was read.
+    pub timestamp: DateTime<Utc>,
+    /// The session whose cgroup the process was in.
+    pub session_id: String,
+    /// `ip:port` (IPv6 in brackets).
+    pub remote_addr: String,
+    /// Server the address belongs to.
+    pub server_id: String,
+    /// `http`, `sse`, or `llm` for a provider endpoint.
+    pub server_type: String,
+    /// `allow` (flagged, let through) or `block` (denied with EPERM).
+    pub action: Action,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Real uid.
+    pub uid: u32,
+    /// Task comm.
+    pub comm: String,
+    /// `/proc/<pid>/exe`, when the process was still there.
+    pub exe: Option<String>,
+    /// `/proc/<pid>/cmdline`, space-joined, when still there.
+    pub cmdline: Option<String>,
+    /// Parent pid, when still there.
+    pub ppid: Option<u32>,
+    /// cgroup v2 id.
+    pub cgroup_id: u64,
+    /// Socket cookie.
+    pub socket_cookie: u64,
+    /// `tcp`, `udp` or the protocol number.
+    pub protocol: String,
+    /// `ipv4` or `ipv6`: the socket family the process used.
+    pub family: String,
+}
+
+/// A tool a server listed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSeen {
+    /// When it was listed.
+    pub timestamp: DateTime<Utc>,
+    /// The agent session, or empty (discovery by the daemon).
+    pub session_id: String,
+    /// The server.
+    pub server_id: String,
+    /// `stdio`, `http` or `sse`.
+    pub server_type: String,
+    /// The tool's name.
+    pub tool_name: String,
+    /// SHA-256 of its canonical definition.
+    pub tool_hash: String,
+    /// Shown to clients (`allow`) or hidden (`block`).
+    pub action: Action,
+    /// Why.
+    pub reason: String,
+}
+
+/// A definition that changed after it was pinned, or a tool that appeared after pinning.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolChanged {
+    /// When the change was noticed.
+    pub timestamp: DateTime<Utc>,
+    /// The agent session, or empty.
+    pub session_id: String,
+    /// The server.
+    pub server_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// The pinned hash (empty for a tool new since pinning).
+    pub old_hash: String,
+    /// The hash now.
+    pub new_hash: String,
+    /// `block` or `allow` (alert only), per `version_pinning.on_change`.
+    pub action: Action,
+}

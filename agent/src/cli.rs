@@ -1,7 +1,56 @@
-//! Command line.
-use clap::Parser;
-#[derive(Parser)]
-pub struct Cli {}
-pub fn main(_c: Cli) -> std::process::ExitCode {
-    std::process::ExitCode::SUCCESS
+//! The command line: one binary, one subcommand per job.
+//!
+//! Each subcommand's arguments are a `clap::Args` struct owned by the module that does the
+//! work; this file only names the subcommands and dispatches, so adding one is two lines.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// toolwall: decide which MCP tools AI agents may call, enforce it before they run, and record
+/// every call — at the LLM API, at the MCP server, and in the kernel.
+#[derive(Debug, Parser)]
+#[command(name = "toolwall", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter, e.g. `info`, `debug`, `toolwall=trace` (also from RUST_LOG).
+    #[arg(long, global = true, env = "TOOLWALL_LOG", default_value = "info")]
+    pub log: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: LLM interceptor, kernel monitor, event store, correlator and local API.
+    Run(crate::daemon::RunArgs),
+}
+
+/// Runs the parsed command line and turns its outcome into the process exit code.
+pub fn main(cli: Cli) -> ExitCode {
+    init_tracing(&cli.log);
+    let result = match cli.command {
+        Command::Run(args) => crate::daemon::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            // `{:#}` prints the whole context chain: what failed, then why.
+            eprintln!("toolwall: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr, so stdout stays clean for commands whose output is data (`--json`, the
+/// shim's JSON-RPC).
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -10,11 +10,16 @@ use std::path::{Path, PathBuf};
 
 /// The workspace root (the parent of this crate).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// The `toolwall` binary under test: `TOOLWALL_BIN`, else `target/debug/toolwall`.
@@ -22,18 +27,28 @@ pub fn toolwall_bin() -> PathBuf {
     let bin = std::env::var_os("TOOLWALL_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| target_dir().join("debug/toolwall"));
-    assert!(bin.exists(), "{} does not exist: run `cargo build -p agent` or `cargo xtask test`", bin.display());
+    assert!(
+        bin.exists(),
+        "{} does not exist: run `cargo build -p agent` or `cargo xtask test`",
+        bin.display()
+    );
     bin
 }
 
 /// Where xtask installs the real peers: `TOOLWALL_PEERS_DIR`, else `target/peers`.
 pub fn peers_dir() -> PathBuf {
-    std::env::var_os("TOOLWALL_PEERS_DIR").map(PathBuf::from).unwrap_or_else(|| target_dir().join("peers"))
+    std::env::var_os("TOOLWALL_PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("peers"))
 }
 
 fn peer(relative: &str) -> PathBuf {
     let path = peers_dir().join(relative);
-    assert!(path.exists(), "{} does not exist: run `cargo xtask peers` (or `cargo xtask test`)", path.display());
+    assert!(
+        path.exists(),
+        "{} does not exist: run `cargo xtask peers` (or `cargo xtask test`)",
+        path.display()
+    );
     path
 }
 

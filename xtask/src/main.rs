@@ -1,1 +1,76 @@
-fn main() {}
+//! `cargo xtask`: the project's developer tasks, so the README's commands are the whole set-up.
+//!
+//! - `setup`      install the eBPF toolchain (Debian packages + bpf-linker), only what is missing
+//! - `peers`      install the real test peers (Python SDKs in a venv, reference MCP servers)
+//! - `build-ebpf` build the kernel programs and say where the object is
+//! - `run`        setup, build, and start `toolwall run` in the foreground (embedded default)
+//! - `test`       setup, peers, and every check: fmt, clippy, unit, end-to-end, privileged
+//! - `bench`      the benchmarks, as ratios against a baseline measured in the same run
+
+mod peers;
+mod setup;
+mod step;
+mod test;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "toolwall's developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what the eBPF build needs (idempotent; Debian 12, root).
+    Setup,
+    /// Install the real peers the end-to-end tests drive, under target/peers.
+    Peers,
+    /// Build the eBPF programs (through agent/build.rs) and report the object.
+    BuildEbpf,
+    /// Set up, build and run the daemon in the foreground; extra args go to `toolwall run`.
+    Run {
+        /// Arguments for `toolwall run`, e.g. `-- --config my.yaml`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up and run every check (what CI runs).
+    Test,
+    /// Run the benchmarks.
+    Bench,
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().task {
+        Task::Setup => setup::setup(),
+        Task::Peers => peers::install(),
+        Task::BuildEbpf => setup::build_ebpf(),
+        Task::Run { args } => run(&args),
+        Task::Test => test::test(),
+        Task::Bench => test::bench(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xtask: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cargo xtask run`: the daemon replaces this process, so Ctrl-C and SIGTERM reach it directly.
+fn run(args: &[String]) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    setup::setup_if_possible()?;
+    step::cargo(&["build", "-p", "agent"])?;
+    let bin = step::workspace_root().join("target/debug/toolwall");
+    eprintln!("xtask: starting {} run {}", bin.display(), args.join(" "));
+    let error = std::process::Command::new(&bin)
+        .arg("run")
+        .args(args)
+        .exec();
+    Err(anyhow::anyhow!("exec {}: {error}", bin.display()))
+}

@@ -3,8 +3,10 @@
 //! Layers never touch the database: they hand events to an [`EventSink`] (a channel send, no
 //! I/O on the hot path) and one writer task batches them into SQLite.
 
+mod store;
 mod types;
 
+pub use store::{EventQuery, Store, StoreError, StoredEvent, spawn_writer};
 pub use types::*;
 
 use tokio::sync::mpsc;

@@ -1,0 +1,583 @@
+//! The SQLite event store: one database written by the daemon and any number of shims at once.
+//!
+//! WAL lets readers and one writer work side by side; a busy time-out plus a retry loop makes
+//! concurrent writers from several processes wait their turn instead of dropping events. Every
+//! event is kept whole as JSON, and the fields queries filter on are copied into typed, indexed
+//! columns.
+
+use std::{
+    path::{Path, PathBuf},
+    thread,
+    time::Duration,
+};
+
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value as SqlValue};
+use serde::Serialize;
+use thiserror::Error;
+use tokio::sync::{broadcast, mpsc};
+
+use super::{Event, SCHEMA_VERSION};
+
+/// Why the store failed; says which database.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The directory for the database could not be made.
+    #[error("create directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// SQLite failed.
+    #[error("event database {path}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer toolwall.
+    #[error(
+        "event database {path} has schema version {found}, newer than this toolwall's {supported}; upgrade toolwall"
+    )]
+    TooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Its version.
+        found: u32,
+        /// Ours.
+        supported: u32,
+    },
+    /// A stored row could not be decoded.
+    #[error("event database {path}: row {id} is not a valid event: {source}")]
+    Decode {
+        /// The database file.
+        path: PathBuf,
+        /// The row id.
+        id: i64,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+}
+
+/// An event as stored: with its row id (the order of the store) and receive time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StoredEvent {
+    /// Row id, increasing; `--follow` resumes after the last one seen.
+    pub id: i64,
+    /// The event.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// What to read back; every field narrows the result.
+#[derive(Clone, Debug, Default)]
+pub struct EventQuery {
+    /// Only these types (empty = all).
+    pub types: Vec<String>,
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only this server.
+    pub server: Option<String>,
+    /// Only this tool.
+    pub tool: Option<String>,
+    /// Only this action (`allow` / `block`).
+    pub action: Option<String>,
+    /// Only events at or after this time (unix ns).
+    pub since_ns: Option<i64>,
+    /// Only rows after this id.
+    pub after_id: Option<i64>,
+    /// At most this many rows (oldest first).
+    pub limit: Option<usize>,
+}
+
+/// Migrations, in order; `PRAGMA user_version` says how many have run.
+const MIGRATIONS: &[&str] = &["
+    CREATE TABLE events (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts_ns          INTEGER NOT NULL,
+        type           TEXT    NOT NULL,
+        session_id     TEXT    NOT NULL,
+        server_id      TEXT    NOT NULL,
+        tool_name      TEXT    NOT NULL,
+        action         TEXT    NOT NULL,
+        schema_version INTEGER NOT NULL,
+        body           TEXT    NOT NULL
+    );
+    CREATE INDEX events_ts ON events (ts_ns);
+    CREATE INDEX events_type_ts ON events (type, ts_ns);
+    CREATE INDEX events_session_ts ON events (session_id, ts_ns);
+    CREATE INDEX events_server_tool_ts ON events (server_id, tool_name, ts_ns);
+"];
+
+/// A connection to the event database.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let sql = |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(sql)?;
+        // Several processes write at once: wait for the lock rather than fail.
+        conn.busy_timeout(Duration::from_secs(10)).map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql)?;
+        let mut store = Self {
+            conn,
+            path: path.to_path_buf(),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sql_err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        // Take the write lock first so two processes opening a new file don't both migrate.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let version: u32 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(sql)?;
+        if version as usize > MIGRATIONS.len() {
+            return Err(StoreError::TooNew {
+                path: path.clone(),
+                found: version,
+                supported: MIGRATIONS.len() as u32,
+            });
+        }
+        for (i, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(migration).map_err(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as u32)
+                .map_err(sql)?;
+        }
+        tx.commit().map_err(sql)
+    }
+
+    /// Inserts a batch in one transaction; returns the row ids, in order.
+    pub fn insert(&mut self, events: &[Event]) -> Result<Vec<i64>, StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let mut stored = Vec::with_capacity(events.len());
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO events (ts_ns, type, session_id, server_id, tool_name, action, schema_version, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )
+                .map_err(sql)?;
+            for event in events {
+                let cols = Columns::of(event);
+                let body = serde_json::to_string(event).expect("events always serialize");
+                stmt.execute(params![
+                    cols.ts_ns,
+                    event.kind(),
+                    cols.session,
+                    cols.server,
+                    cols.tool,
+                    cols.action,
+                    SCHEMA_VERSION,
+                    body
+                ])
+                .map_err(sql)?;
+                stored.push(tx.last_insert_rowid());
+            }
+        }
+        tx.commit().map_err(sql)?;
+        Ok(stored)
+    }
+
+    /// Reads events back, oldest first.
+    pub fn query(&self, q: &EventQuery) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut sql = String::from("SELECT id, body FROM events WHERE 1=1");
+        let mut args: Vec<SqlValue> = Vec::new();
+        if !q.types.is_empty() {
+            sql += &format!(" AND type IN ({})", vec!["?"; q.types.len()].join(","));
+            args.extend(q.types.iter().cloned().map(SqlValue::Text));
+        }
+        for (column, value) in [
+            ("session_id", &q.session),
+            ("server_id", &q.server),
+            ("tool_name", &q.tool),
+            ("action", &q.action),
+        ] {
+            if let Some(v) = value {
+                sql += &format!(" AND {column} = ?");
+                args.push(SqlValue::Text(v.clone()));
+            }
+        }
+        if let Some(since) = q.since_ns {
+            sql += " AND ts_ns >= ?";
+            args.push(SqlValue::Integer(since));
+        }
+        if let Some(after) = q.after_id {
+            sql += " AND id > ?";
+            args.push(SqlValue::Integer(after));
+        }
+        sql += " ORDER BY id";
+        if let Some(limit) = q.limit {
+            sql += &format!(" LIMIT {limit}");
+        }
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sql_err())?;
+        let rows = stmt
+            .query_map(params_from_iter(args), |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(self.sql_err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, body) = row.map_err(self.sql_err())?;
+            let event = serde_json::from_str(&body).map_err(|source| StoreError::Decode {
+                path: self.path.clone(),
+                id,
+                source,
+            })?;
+            out.push(StoredEvent { id, event });
+        }
+        Ok(out)
+    }
+
+    /// Number of stored events.
+    pub fn count(&self) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .map_err(self.sql_err())?;
+        Ok(n as u64)
+    }
+
+    /// The highest row id, if any.
+    pub fn last_id(&self) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row("SELECT max(id) FROM events", [], |r| r.get(0))
+            .optional()
+            .map(Option::flatten)
+            .map_err(self.sql_err())
+    }
+}
+
+/// The typed columns of an event.
+struct Columns<'a> {
+    ts_ns: i64,
+    session: &'a str,
+    server: &'a str,
+    tool: &'a str,
+    action: &'static str,
+}
+
+impl<'a> Columns<'a> {
+    fn of(event: &'a Event) -> Self {
+        let (ts, session, server, tool, action) = match event {
+            Event::McpToolCallIntercepted(e) => (
+                e.timestamp,
+                &e.session_id,
+                &e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
+            Event::McpToolCalled(e) => (
+                e.timestamp,
+                &e.session_id,
+                &e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
+            Event::McpNetworkConnection(e) => (
+                e.timestamp,
+                &e.session_id,
+                &e.server_id,
+                &e.remote_addr,
+                e.action,
+            ),
+            Event::McpToolSeen(e) => (
+                e.timestamp,
+                &e.session_id,
+                &e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
+            Event::McpToolChanged(e) => (
+                e.timestamp,
+                &e.session_id,
+                &e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
+        };
+        Columns {
+            ts_ns: ts.timestamp_nanos_opt().unwrap_or(i64::MAX),
+            session,
+            server,
+            tool,
+            action: action.as_str(),
+        }
+    }
+}
+
+/// Largest batch written in one transaction.
+const MAX_BATCH: usize = 4096;
+
+/// Runs the single writer: drains the channel in batches until every sender is gone, then
+/// returns (so joining the thread after dropping the sinks means every event is on disk).
+///
+/// A failed write is retried (another process may hold the lock past the busy time-out); events
+/// are never dropped.
+pub fn spawn_writer(
+    mut store: Store,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    live: broadcast::Sender<StoredEvent>,
+) -> thread::JoinHandle<u64> {
+    thread::Builder::new()
+        .name("event-writer".into())
+        .spawn(move || {
+            let mut written = 0u64;
+            let mut batch = Vec::with_capacity(MAX_BATCH);
+            while let Some(first) = rx.blocking_recv() {
+                batch.push(first);
+                while batch.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(event) => batch.push(event),
+                        Err(_) => break,
+                    }
+                }
+                let ids = loop {
+                    match store.insert(&batch) {
+                        Ok(ids) => break ids,
+                        Err(error) => {
+                            tracing::warn!(%error, pending = batch.len(), "event write failed; retrying");
+                            thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                };
+                written += ids.len() as u64;
+                for (id, event) in ids.into_iter().zip(batch.drain(..)) {
+                    // No follower is fine; a lagging follower re-reads from the store.
+                    let _ = live.send(StoredEvent { id, event });
+                }
+            }
+            written
+        })
+        .expect("spawn the event writer thread")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decision::Action, events::ToolCalled};
+
+    fn called(session: &str, tool: &str, action: Action) -> Event {
+        Event::McpToolCalled(ToolCalled {
+            timestamp: chrono::Utc::now(),
+            session_id: session.into(),
+            server_id: "everything".into(),
+            server_type: "stdio".into(),
+            tool_name: tool.into(),
+            jsonrpc_id: serde_json::json!(1),
+            input: Some(serde_json::json!({"a": 1})),
+            action,
+            reason: String::new(),
+            layer: "shim".into(),
+        })
+    }
+
+    #[test]
+    fn roundtrip_and_filters() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("sub/events.db")).unwrap();
+        let events = vec![
+            called("s1", "echo", Action::Allow),
+            called("s2", "echo", Action::Block),
+            called("s1", "add", Action::Allow),
+        ];
+        let ids = store.insert(&events).unwrap();
+        assert_eq!(ids.len(), 3);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+
+        let all = store.query(&EventQuery::default()).unwrap();
+        assert_eq!(
+            all.iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
+            events
+        );
+        let s1 = store
+            .query(&EventQuery {
+                session: Some("s1".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(s1.len(), 2);
+        let blocked = store
+            .query(&EventQuery {
+                action: Some("block".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(blocked.len(), 1);
+        assert_eq!(blocked[0].id, ids[1]);
+        let after = store
+            .query(&EventQuery {
+                after_id: Some(ids[0]),
+                tool: Some("add".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(after.len(), 1);
+        let none = store
+            .query(&EventQuery {
+                types: vec!["mcp_tool_seen".into()],
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn reopening_keeps_events_and_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        Store::open(&path)
+            .unwrap()
+            .insert(&[called("s", "t", Action::Allow)])
+            .unwrap();
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.count().unwrap(), 1);
+        let version: u32 = store
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version as usize, MIGRATIONS.len());
+    }
+
+    #[test]
+    fn refuses_a_database_from_a_newer_toolwall() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        drop(Store::open(&path).unwrap());
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 99)
+            .unwrap();
+        let err = Store::open(&path)
+            .err()
+            .expect("newer schema refused")
+            .to_string();
+        assert!(
+            err.contains("schema version 99") && err.contains("upgrade toolwall"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn writer_flushes_everything_before_it_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        let (sink, rx) = crate::events::EventSink::channel();
+        let (live, mut follower) = broadcast::channel(16);
+        let writer = spawn_writer(Store::open(&path).unwrap(), rx, live);
+        for i in 0..10_000 {
+            sink.emit(called("s", &format!("t{i}"), Action::Allow));
+        }
+        drop(sink);
+        assert_eq!(writer.join().unwrap(), 10_000);
+        assert_eq!(Store::open(&path).unwrap().count().unwrap(), 10_000);
+        // The follower got the live stream; having fallen behind a 16-slot channel it is told
+        // exactly how many it missed (it can re-read them from the store), then gets the rest.
+        assert_eq!(
+            follower.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(10_000 - 16))
+        );
+        assert_eq!(follower.try_recv().unwrap().id, 10_000 - 16 + 1);
+    }
+
+    /// Child mode of [`several_processes_write_one_database_and_lose_nothing`].
+    const CHILD_ENV: &str = "TOOLWALL_STORE_TEST_CHILD_DB";
+    const PER_CHILD: usize = 2_000;
+
+    #[test]
+    fn several_processes_write_one_database_and_lose_nothing() {
+        if let Some(path) = std::env::var_os(CHILD_ENV) {
+            // Child: small batches, so the processes really interleave on the write lock.
+            let mut store = Store::open(Path::new(&path)).unwrap();
+            let events: Vec<_> = (0..PER_CHILD)
+                .map(|i| {
+                    called(
+                        &std::process::id().to_string(),
+                        &i.to_string(),
+                        Action::Allow,
+                    )
+                })
+                .collect();
+            for chunk in events.chunks(10) {
+                store.insert(chunk).unwrap();
+            }
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        drop(Store::open(&path).unwrap());
+        let exe = std::env::current_exe().unwrap();
+        let children: Vec<_> = (0..4)
+            .map(|_| {
+                std::process::Command::new(&exe)
+                    .args(["--exact", "events::store::tests::several_processes_write_one_database_and_lose_nothing"])
+                    .env(CHILD_ENV, &path)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut child in children {
+            assert!(child.wait().unwrap().success());
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(
+            store.count().unwrap(),
+            4 * PER_CHILD as u64,
+            "every event of every process stored"
+        );
+        let sessions: i64 = store
+            .conn
+            .query_row("SELECT count(DISTINCT session_id) FROM events", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(sessions, 4);
+    }
+}

@@ -1,0 +1,67 @@
+//! `cargo xtask peers`: the real programs the end-to-end tests talk to, from PyPI and npm,
+//! pinned in `xtask/peers/`, installed under `target/peers` (never system-wide).
+
+use std::{fs, path::Path, process::Command};
+
+use anyhow::Context;
+
+use crate::step::{self, timed};
+
+/// Installs (or confirms) the Python virtualenv and the npm packages.
+pub fn install() -> anyhow::Result<()> {
+    let root = step::workspace_root();
+    let pins = root.join("xtask/peers");
+    let dir = root.join("target/peers");
+    fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+
+    let requirements = pins.join("requirements.txt");
+    let venv = dir.join("venv");
+    if is_current(&requirements, &venv.join(".toolwall-installed"))? {
+        eprintln!("xtask: Python peers up to date ({})", venv.display());
+    } else {
+        timed(
+            "Python peers (anthropic, openai, mcp) into target/peers/venv",
+            || {
+                step::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+                step::run(
+                    Command::new(venv.join("bin/pip"))
+                        .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+                        .arg(&requirements),
+                )?;
+                mark_current(&requirements, &venv.join(".toolwall-installed"))
+            },
+        )?;
+    }
+
+    let package = pins.join("package.json");
+    let node = dir.join("node");
+    if is_current(&package, &node.join(".toolwall-installed"))? {
+        eprintln!("xtask: npm peers up to date ({})", node.display());
+    } else {
+        timed(
+            "npm peers (@modelcontextprotocol/server-everything) into target/peers/node",
+            || {
+                fs::create_dir_all(&node)?;
+                fs::copy(&package, node.join("package.json"))?;
+                step::run(
+                    Command::new("npm")
+                        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+                        .current_dir(&node),
+                )?;
+                mark_current(&package, &node.join(".toolwall-installed"))
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Whether `stamp` records exactly the current contents of `pins`.
+fn is_current(pins: &Path, stamp: &Path) -> anyhow::Result<bool> {
+    let want = fs::read(pins).with_context(|| format!("read {}", pins.display()))?;
+    Ok(fs::read(stamp).map(|have| have == want).unwrap_or(false))
+}
+
+fn mark_current(pins: &Path, stamp: &Path) -> anyhow::Result<()> {
+    fs::copy(pins, stamp).with_context(|| format!("write {}", stamp.display()))?;
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! `cargo xtask test` (every check, what CI runs) and `cargo xtask bench`.
+
+use std::process::Command;
+
+use crate::{
+    peers, setup,
+    step::{self, timed},
+};
+
+/// Environment the end-to-end tests read (see `tests/src/lib.rs`).
+fn e2e_env(cmd: &mut Command) -> &mut Command {
+    let root = step::workspace_root();
+    cmd.env("TOOLWALL_BIN", root.join("target/debug/toolwall"))
+        .env("TOOLWALL_PEERS_DIR", root.join("target/peers"))
+}
+
+/// Every check, in order of cost; stops at the first failure.
+pub fn test() -> anyhow::Result<()> {
+    setup::setup_if_possible()?;
+    peers::install()?;
+    timed("cargo fmt --check", || {
+        step::cargo(&["fmt", "--all", "--check"])?;
+        step::cargo(&["fmt", "--manifest-path", "agent-ebpf/Cargo.toml", "--check"])
+    })?;
+    timed(
+        "cargo clippy --workspace --all-targets -- -D warnings",
+        || {
+            step::cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ])
+        },
+    )?;
+    timed("cargo build -p agent (the binary under test)", || {
+        step::cargo(&["build", "-p", "agent"])
+    })?;
+    timed("unit and end-to-end tests", || {
+        step::run(e2e_env(Command::new(step::cargo_bin()).args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--no-fail-fast",
+        ])))
+    })?;
+    privileged()
+}
+
+/// Tests marked `#[ignore = "privileged: ..."]` need root and a BPF-capable kernel. As root they
+/// run with their output shown (the smoke test prints what it attached and read); otherwise
+/// they are listed as skipped, with the reason, and never counted as passed.
+fn privileged() -> anyhow::Result<()> {
+    if !step::is_root() {
+        eprintln!(
+            "xtask: SKIPPED privileged tests (not root: they load eBPF programs and create cgroups):"
+        );
+        step::run(e2e_env(Command::new(step::cargo_bin()).args([
+            "nextest",
+            "list",
+            "--workspace",
+            "--run-ignored",
+            "only",
+        ])))?;
+        return Ok(());
+    }
+    timed("privileged tests (root: real cgroups, real eBPF)", || {
+        step::run(e2e_env(Command::new(step::cargo_bin()).args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--run-ignored",
+            "only",
+            "--no-fail-fast",
+            "--success-output",
+            "immediate",
+            "--test-threads",
+            "1",
+        ])))
+    })
+}
+
+/// The benchmarks: each prints its baseline and its ratio to it, measured in the same run.
+pub fn bench() -> anyhow::Result<()> {
+    setup::setup_if_possible()?;
+    timed("cargo bench -p agent", || {
+        step::cargo(&["bench", "-p", "agent", "--bench", "toolwall"])
+    })
+}

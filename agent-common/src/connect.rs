@@ -15,7 +15,7 @@ pub const FAMILY_INET6: u16 = 10;
 
 /// One matched `connect()`, as seen in the kernel.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectEvent {
     /// `bpf_ktime_get_ns()` at the connect (monotonic, boot-relative).
     pub ktime_ns: u64,

@@ -26,14 +26,20 @@ pub struct EndpointKey {
 
 /// Data of a `CIDR_RULES` LPM-trie key (the trie adds the prefix length in front).
 ///
-/// The address bytes come first so the longest-prefix match works on the address; the port
-/// follows and is only ever matched exactly (prefix lengths are at most 128 bits).
+/// The port comes first and is always matched in full (a rule's prefix length is
+/// `16 + address prefix`), so several servers in one range on different ports each keep their
+/// own rule; port 0 is "any port", found by a second lookup.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CidrKey {
+    /// Destination port, network byte order (0 = any).
+    pub port: [u8; 2],
     /// IPv6 or IPv4-mapped address, network byte order.
     pub addr: [u8; 16],
 }
+
+/// Bits of [`CidrKey`] before the address: a trie prefix length is this plus the address prefix.
+pub const CIDR_PORT_BITS: u32 = 16;
 
 /// Value of both rule maps: what to do and for which registered server.
 #[repr(C)]
@@ -41,12 +47,10 @@ pub struct CidrKey {
 pub struct EndpointRule {
     /// Index of the server in the daemon's server table (stable for the daemon's life).
     pub server_index: u32,
-    /// Port the CIDR rule is limited to (host order, 0 = any). Unused for exact rules.
-    pub port: u16,
     /// [`ACTION_FLAG`] or [`ACTION_DENY`].
     pub action: u8,
     /// Explicit padding.
-    pub _pad: u8,
+    pub _pad: [u8; 3],
 }
 
 /// Map name of the exact-match rule map.
@@ -58,6 +62,6 @@ pub const MAX_RULES: u32 = 4096;
 
 const _: () = assert!(core::mem::size_of::<EndpointKey>() == 20);
 const _: () = assert!(core::mem::align_of::<EndpointKey>() == 2);
-const _: () = assert!(core::mem::size_of::<CidrKey>() == 16);
+const _: () = assert!(core::mem::size_of::<CidrKey>() == 18);
 const _: () = assert!(core::mem::size_of::<EndpointRule>() == 8);
 const _: () = assert!(core::mem::align_of::<EndpointRule>() == 4);

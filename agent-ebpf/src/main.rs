@@ -14,7 +14,7 @@ use agent_common::{
         VERDICT_FLAGGED,
     },
     counters,
-    rule::{CidrKey, EndpointKey, EndpointRule, ACTION_DENY, MAX_RULES},
+    rule::{CidrKey, EndpointKey, EndpointRule, ACTION_DENY, CIDR_PORT_BITS, MAX_RULES},
 };
 use aya_ebpf::{
     helpers::{
@@ -118,11 +118,11 @@ fn lookup(addr: [u8; 16], port: u16) -> Option<EndpointRule> {
     if let Some(rule) = unsafe { ENDPOINTS.get(&key) } {
         return Some(*rule);
     }
-    let cidr = Key::new(128, CidrKey { addr });
-    match CIDR_RULES.get(&cidr) {
-        Some(rule) if rule.port == 0 || rule.port == port => Some(*rule),
-        _ => None,
+    let full = CIDR_PORT_BITS + 128;
+    if let Some(rule) = CIDR_RULES.get(&Key::new(full, CidrKey { port: port.to_be_bytes(), addr })) {
+        return Some(*rule);
     }
+    CIDR_RULES.get(&Key::new(full, CidrKey { port: [0; 2], addr })).copied()
 }
 
 #[inline(always)]

@@ -5,13 +5,19 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use agent_common::counters;
+use agent_common::{
+    connect::EVENTS_MAP,
+    counters,
+    rule::{CIDR_MAP, CidrKey, ENDPOINTS_MAP, EndpointKey, EndpointRule},
+};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::PerCpuArray,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf, lpm_trie::{Key, LpmTrie}},
     programs::{CgroupAttachMode, CgroupSockAddr, cgroup_sock_addr::CgroupSockAddrLink},
 };
 use thiserror::Error;
+
+use super::rules::{MapContents, Rule};
 
 /// The kernel programs, as built by `agent/build.rs` (empty when built without the toolchain).
 pub fn ebpf_object() -> &'static [u8] {
@@ -176,6 +182,46 @@ impl KernelMonitor {
             .iter()
             .map(|(p, _)| p.as_path())
             .step_by(PROGRAMS.len())
+    }
+
+    /// Makes the rule maps hold exactly `rules` (after loopback widening): new entries are
+    /// written before stale ones are removed, so a rule being changed is never briefly absent.
+    /// Takes effect on the next connect; nothing is re-attached.
+    pub fn sync_rules(&mut self, rules: &[Rule]) -> Result<(), NetmonError> {
+        let want = MapContents::from_rules(rules);
+        let map_err = |name| move |source| NetmonError::Map { name, source };
+
+        let map = self.ebpf.map_mut(ENDPOINTS_MAP).ok_or(NetmonError::Missing("ENDPOINTS map"))?;
+        let mut exact = HashMap::<_, EndpointKey, EndpointRule>::try_from(map).map_err(map_err(ENDPOINTS_MAP))?;
+        for (key, value) in &want.exact {
+            exact.insert(key, value, 0).map_err(map_err(ENDPOINTS_MAP))?;
+        }
+        let stale: Vec<EndpointKey> =
+            exact.keys().filter_map(Result::ok).filter(|k| !want.exact.contains_key(k)).collect();
+        for key in stale {
+            exact.remove(&key).map_err(map_err(ENDPOINTS_MAP))?;
+        }
+
+        let map = self.ebpf.map_mut(CIDR_MAP).ok_or(NetmonError::Missing("CIDR_RULES map"))?;
+        let mut cidr = LpmTrie::<_, CidrKey, EndpointRule>::try_from(map).map_err(map_err(CIDR_MAP))?;
+        for ((bits, key), value) in &want.cidr {
+            cidr.insert(&Key::new(*bits, *key), value, 0).map_err(map_err(CIDR_MAP))?;
+        }
+        let stale: Vec<Key<CidrKey>> = cidr
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !want.cidr.contains_key(&(k.prefix_len(), k.data())))
+            .collect();
+        for key in stale {
+            cidr.remove(&key).map_err(map_err(CIDR_MAP))?;
+        }
+        Ok(())
+    }
+
+    /// Hands out the event ring buffer (once) for [`super::events::spawn_reader`].
+    pub fn take_event_ring(&mut self) -> Result<RingBuf<MapData>, NetmonError> {
+        let map = self.ebpf.take_map(EVENTS_MAP).ok_or(NetmonError::Missing("EVENTS ring buffer"))?;
+        RingBuf::try_from(map).map_err(|source| NetmonError::Map { name: EVENTS_MAP, source })
     }
 
     /// Reads and sums the per-CPU counters.

@@ -5,6 +5,9 @@
 //! toolchain embeds an empty object, and [`KernelMonitor::load`] says so instead of failing
 //! obscurely.
 
+pub mod events;
 mod loader;
+pub mod rules;
 
 pub use loader::{Counters, KernelMonitor, NetmonError, ebpf_object};
+pub use rules::{Rule, RuleAction};

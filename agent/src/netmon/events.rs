@@ -1,0 +1,115 @@
+//! Reading the kernel's connect events from the ring buffer.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use agent_common::connect::{COMM_LEN, ConnectEvent, VERDICT_DENIED};
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+
+/// A connect event decoded into user-space terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Connect {
+    /// The raw event.
+    pub raw: ConnectEvent,
+    /// Destination; an IPv4-mapped address is shown as IPv4.
+    pub dest: SocketAddr,
+    /// Whether the kernel refused the connect.
+    pub denied: bool,
+    /// The task's comm.
+    pub comm: String,
+}
+
+/// Decodes one ring-buffer record; `None` if it is not a whole event (never expected).
+pub fn decode(bytes: &[u8]) -> Option<Connect> {
+    if bytes.len() < size_of::<ConnectEvent>() {
+        return None;
+    }
+    // SAFETY: the length was checked; ConnectEvent is plain old data valid for any bytes, and
+    // read_unaligned does not need the ring's alignment.
+    let raw: ConnectEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let v6 = Ipv6Addr::from(raw.addr);
+    // An AF_INET6 socket to ::ffff:a.b.c.d talks IPv4: show it as what it reaches.
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    let comm_len = raw.comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+    Some(Connect {
+        dest: SocketAddr::new(ip, raw.port),
+        denied: raw.verdict == VERDICT_DENIED,
+        comm: String::from_utf8_lossy(&raw.comm[..comm_len]).into_owned(),
+        raw,
+    })
+}
+
+/// Waits for events and hands each to `on_event`, until the ring's fd fails (it does not while
+/// the monitor lives). Cancel the task to stop; then [`drain`] what is left.
+pub async fn read_events(ring: RingBuf<MapData>, mut on_event: impl FnMut(Connect)) -> std::io::Result<()> {
+    // SAFETY: the RingBuf owns its map fd, which stays open and the same for as long as the
+    // AsyncFd (which owns the RingBuf) lives.
+    let mut fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    loop {
+        let mut guard = fd.readable_mut().await?;
+        drain(guard.get_inner_mut(), &mut on_event);
+        guard.clear_ready();
+    }
+}
+
+/// Hands every event now in the ring to `on_event` without waiting.
+pub fn drain(ring: &mut RingBuf<MapData>, on_event: &mut impl FnMut(Connect)) {
+    while let Some(item) = ring.next() {
+        match decode(&item) {
+            Some(connect) => on_event(connect),
+            None => tracing::error!(len = item.len(), "short record in the connect event ring"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_common::connect::{FAMILY_INET, FAMILY_INET6, VERDICT_FLAGGED};
+
+    fn raw(addr: Ipv6Addr, family: u16, verdict: u8) -> ConnectEvent {
+        let mut comm = [0u8; COMM_LEN];
+        comm[..4].copy_from_slice(b"curl");
+        ConnectEvent {
+            ktime_ns: 1,
+            cookie: 2,
+            cgroup_id: 3,
+            pid: 100,
+            tid: 101,
+            uid: 0,
+            server_index: 0,
+            addr: addr.octets(),
+            port: 8080,
+            family,
+            protocol: 6,
+            verdict,
+            _pad: [0; 6],
+            comm,
+        }
+    }
+
+    fn bytes(ev: &ConnectEvent) -> Vec<u8> {
+        // SAFETY: ConnectEvent is repr(C) plain data with explicit padding.
+        unsafe { std::slice::from_raw_parts((ev as *const ConnectEvent).cast::<u8>(), size_of::<ConnectEvent>()) }.to_vec()
+    }
+
+    #[test]
+    fn decodes_mapped_ipv4_as_ipv4_and_keeps_ids() {
+        let ev = raw(std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped(), FAMILY_INET6, VERDICT_DENIED);
+        let c = decode(&bytes(&ev)).unwrap();
+        assert_eq!(c.dest, "127.0.0.1:8080".parse().unwrap());
+        assert!(c.denied);
+        assert_eq!(c.comm, "curl");
+        assert_eq!((c.raw.pid, c.raw.tid), (100, 101));
+    }
+
+    #[test]
+    fn decodes_ipv6_and_rejects_short_records() {
+        let ev = raw(Ipv6Addr::LOCALHOST, FAMILY_INET6, VERDICT_FLAGGED);
+        let c = decode(&bytes(&ev)).unwrap();
+        assert_eq!(c.dest, "[::1]:8080".parse().unwrap());
+        assert!(!c.denied);
+        assert!(decode(&bytes(&raw(Ipv6Addr::LOCALHOST, FAMILY_INET, 1))[..10]).is_none());
+    }
+}

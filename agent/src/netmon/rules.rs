@@ -1,0 +1,213 @@
+//! Endpoint rules as user space states them, and how they become map entries.
+//!
+//! One key space for both programs: IPv4 addresses are stored IPv4-mapped (`::ffff:a.b.c.d`).
+//! A rule on a loopback address is widened to every loopback address of the host (127.0.0.0/8,
+//! `::1` and their mapped forms), because a server listening on one of them can be reached
+//! through the others.
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
+
+use agent_common::rule::{ACTION_DENY, ACTION_FLAG, CIDR_PORT_BITS, CidrKey, EndpointKey, EndpointRule};
+
+/// What the kernel does on a match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RuleAction {
+    /// Let it through, emit an event.
+    Flag,
+    /// Refuse with EPERM, emit an event.
+    Deny,
+}
+
+impl RuleAction {
+    fn wire(self) -> u8 {
+        match self {
+            RuleAction::Flag => ACTION_FLAG,
+            RuleAction::Deny => ACTION_DENY,
+        }
+    }
+}
+
+/// One endpoint rule: an address or range, a port (0 = any), whose server, what to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rule {
+    /// The address (an IPv4 one is stored mapped).
+    pub addr: IpAddr,
+    /// Prefix length in the address's own family (32 / 128 for a single address).
+    pub prefix: u8,
+    /// Destination port, 0 = any.
+    pub port: u16,
+    /// Index into the daemon's server table (reported back in events).
+    pub server_index: u32,
+    /// Flag or deny.
+    pub action: RuleAction,
+}
+
+impl Rule {
+    /// A rule on one address.
+    pub fn exact(addr: IpAddr, port: u16, server_index: u32, action: RuleAction) -> Self {
+        let prefix = if addr.is_ipv4() { 32 } else { 128 };
+        Rule { addr, prefix, port, server_index, action }
+    }
+
+    /// The address in the shared key space and the prefix length over it.
+    fn mapped(&self) -> (Ipv6Addr, u32) {
+        match self.addr {
+            IpAddr::V4(v4) => (v4.to_ipv6_mapped(), 96 + u32::from(self.prefix.min(32))),
+            IpAddr::V6(v6) => (v6, u32::from(self.prefix.min(128))),
+        }
+    }
+}
+
+/// Whether an address is one of the host's loopback addresses, in any form.
+pub fn is_loopback(addr: IpAddr) -> bool {
+    match addr {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+    }
+}
+
+/// Widens loopback rules to all loopback addresses; other rules pass unchanged.
+pub fn widen_loopback(rules: &[Rule]) -> Vec<Rule> {
+    let mut out = Vec::with_capacity(rules.len());
+    for rule in rules {
+        if is_loopback(rule.addr) {
+            out.push(Rule { addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), prefix: 8, ..*rule });
+            out.push(Rule { addr: IpAddr::V6(Ipv6Addr::LOCALHOST), prefix: 128, ..*rule });
+        } else {
+            out.push(*rule);
+        }
+    }
+    out
+}
+
+/// The contents both maps should have for a rule set.
+#[derive(Debug, Default, PartialEq)]
+pub struct MapContents {
+    /// Single addresses, in the exact-match hash map.
+    pub exact: HashMap<EndpointKey, EndpointRule>,
+    /// Ranges, in the LPM trie: (prefix length in bits, key) → rule.
+    pub cidr: HashMap<(u32, CidrKey), EndpointRule>,
+}
+
+impl MapContents {
+    /// Lays rules out as map entries (after loopback widening). Two rules on one key: DENY wins,
+    /// so adding a server can never weaken another's deny.
+    pub fn from_rules(rules: &[Rule]) -> Self {
+        let mut out = MapContents::default();
+        for rule in widen_loopback(rules) {
+            let (addr, bits) = rule.mapped();
+            let value = EndpointRule { server_index: rule.server_index, action: rule.action.wire(), _pad: [0; 3] };
+            let keep_stronger = |old: &mut EndpointRule| {
+                if value.action == ACTION_DENY || old.action != ACTION_DENY {
+                    *old = value;
+                }
+            };
+            if bits == 128 {
+                let key = EndpointKey { addr: addr.octets(), port: rule.port, _pad: [0; 2] };
+                out.exact.entry(key).and_modify(keep_stronger).or_insert(value);
+            } else {
+                let masked = mask(addr, bits);
+                let key = CidrKey { port: rule.port.to_be_bytes(), addr: masked.octets() };
+                out.cidr.entry((CIDR_PORT_BITS + bits, key)).and_modify(keep_stronger).or_insert(value);
+            }
+        }
+        out
+    }
+
+    /// What the kernel would decide for a destination (the same lookup order as the programs);
+    /// used by tests and by `toolwall` to explain a rule set.
+    pub fn lookup(&self, addr: IpAddr, port: u16) -> Option<EndpointRule> {
+        let v6 = match addr {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        };
+        for p in [port, 0] {
+            if let Some(rule) = self.exact.get(&EndpointKey { addr: v6.octets(), port: p, _pad: [0; 2] }) {
+                return Some(*rule);
+            }
+        }
+        for p in [port, 0] {
+            let best = self
+                .cidr
+                .iter()
+                .filter(|((bits, key), _)| {
+                    key.port == p.to_be_bytes() && mask(v6, bits - CIDR_PORT_BITS).octets() == key.addr
+                })
+                .max_by_key(|((bits, _), _)| *bits);
+            if let Some((_, rule)) = best {
+                return Some(*rule);
+            }
+        }
+        None
+    }
+}
+
+fn mask(addr: Ipv6Addr, bits: u32) -> Ipv6Addr {
+    let v = u128::from(addr);
+    let m = if bits == 0 { 0 } else { u128::MAX << (128 - bits.min(128)) };
+    Ipv6Addr::from(v & m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn loopback_rule_covers_every_loopback_form() {
+        let maps = MapContents::from_rules(&[Rule::exact(ip("127.0.0.1"), 8080, 3, RuleAction::Deny)]);
+        for addr in ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "::ffff:127.9.9.9"] {
+            let rule = maps.lookup(ip(addr), 8080).unwrap_or_else(|| panic!("{addr} not covered"));
+            assert_eq!((rule.server_index, rule.action), (3, ACTION_DENY), "{addr}");
+        }
+        assert_eq!(maps.lookup(ip("127.0.0.1"), 8081), None, "other ports are not covered");
+        assert_eq!(maps.lookup(ip("10.0.0.1"), 8080), None);
+    }
+
+    #[test]
+    fn ipv4_rules_match_mapped_ipv6_destinations() {
+        let maps = MapContents::from_rules(&[Rule::exact(ip("192.0.2.7"), 443, 1, RuleAction::Flag)]);
+        assert!(maps.lookup(ip("192.0.2.7"), 443).is_some());
+        assert!(maps.lookup(ip("::ffff:192.0.2.7"), 443).is_some());
+        assert!(maps.lookup(ip("192.0.2.8"), 443).is_none());
+    }
+
+    #[test]
+    fn port_zero_means_any_port_and_exact_port_wins() {
+        let maps = MapContents::from_rules(&[
+            Rule::exact(ip("192.0.2.7"), 0, 1, RuleAction::Flag),
+            Rule::exact(ip("192.0.2.7"), 22, 2, RuleAction::Deny),
+        ]);
+        assert_eq!(maps.lookup(ip("192.0.2.7"), 9999).unwrap().server_index, 1);
+        assert_eq!(maps.lookup(ip("192.0.2.7"), 22).unwrap().server_index, 2);
+    }
+
+    #[test]
+    fn cidr_rules_match_inside_the_range_only_and_keep_ports_apart() {
+        let rules = [
+            Rule { addr: ip("198.51.100.0"), prefix: 24, port: 80, server_index: 1, action: RuleAction::Flag },
+            Rule { addr: ip("198.51.100.0"), prefix: 24, port: 81, server_index: 2, action: RuleAction::Deny },
+            Rule { addr: ip("2001:db8::"), prefix: 32, port: 0, server_index: 3, action: RuleAction::Deny },
+        ];
+        let maps = MapContents::from_rules(&rules);
+        assert_eq!(maps.lookup(ip("198.51.100.200"), 80).unwrap().server_index, 1);
+        assert_eq!(maps.lookup(ip("198.51.100.200"), 81).unwrap().server_index, 2);
+        assert_eq!(maps.lookup(ip("198.51.101.1"), 80), None);
+        assert_eq!(maps.lookup(ip("2001:db8:1::5"), 12), Some(EndpointRule { server_index: 3, action: ACTION_DENY, _pad: [0; 3] }));
+        assert_eq!(maps.lookup(ip("2001:db9::5"), 12), None);
+    }
+
+    #[test]
+    fn deny_wins_when_two_rules_share_a_key() {
+        for order in [[RuleAction::Deny, RuleAction::Flag], [RuleAction::Flag, RuleAction::Deny]] {
+            let rules: Vec<_> = order.iter().enumerate().map(|(i, a)| Rule::exact(ip("127.0.0.1"), 80, i as u32, *a)).collect();
+            assert_eq!(MapContents::from_rules(&rules).lookup(ip("127.0.0.1"), 80).unwrap().action, ACTION_DENY);
+        }
+    }
+}

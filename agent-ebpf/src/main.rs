@@ -94,8 +94,10 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16) -> i32 {
         debug!(ctx, "toolwall: connect to port {} denied", port);
     }
     // A verdict carried through a stack slot across helper calls loses its [0, 1] range for the
-    // verifier; black_box + a fresh comparison gives it back.
-    if core::hint::black_box(deny) {
+    // verifier (a black-boxed bool even becomes `r0 ^= 1`); comparing an opaque integer forces
+    // a real branch to the two constants.
+    let verdict: u32 = if deny { 2 } else { 1 };
+    if core::hint::black_box(verdict) == 2 {
         REFUSE
     } else {
         ALLOW
@@ -119,10 +121,18 @@ fn lookup(addr: [u8; 16], port: u16) -> Option<EndpointRule> {
         return Some(*rule);
     }
     let full = CIDR_PORT_BITS + 128;
-    if let Some(rule) = CIDR_RULES.get(&Key::new(full, CidrKey { port: port.to_be_bytes(), addr })) {
+    if let Some(rule) = CIDR_RULES.get(&Key::new(
+        full,
+        CidrKey {
+            port: port.to_be_bytes(),
+            addr,
+        },
+    )) {
         return Some(*rule);
     }
-    CIDR_RULES.get(&Key::new(full, CidrKey { port: [0; 2], addr })).copied()
+    CIDR_RULES
+        .get(&Key::new(full, CidrKey { port: [0; 2], addr }))
+        .copied()
 }
 
 #[inline(always)]

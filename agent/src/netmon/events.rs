@@ -41,7 +41,10 @@ pub fn decode(bytes: &[u8]) -> Option<Connect> {
 
 /// Waits for events and hands each to `on_event`, until the ring's fd fails (it does not while
 /// the monitor lives). Cancel the task to stop; then [`drain`] what is left.
-pub async fn read_events(ring: RingBuf<MapData>, mut on_event: impl FnMut(Connect)) -> std::io::Result<()> {
+pub async fn read_events(
+    ring: RingBuf<MapData>,
+    mut on_event: impl FnMut(Connect),
+) -> std::io::Result<()> {
     // SAFETY: the RingBuf owns its map fd, which stays open and the same for as long as the
     // AsyncFd (which owns the RingBuf) lives.
     let mut fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
@@ -91,12 +94,22 @@ mod tests {
 
     fn bytes(ev: &ConnectEvent) -> Vec<u8> {
         // SAFETY: ConnectEvent is repr(C) plain data with explicit padding.
-        unsafe { std::slice::from_raw_parts((ev as *const ConnectEvent).cast::<u8>(), size_of::<ConnectEvent>()) }.to_vec()
+        unsafe {
+            std::slice::from_raw_parts(
+                (ev as *const ConnectEvent).cast::<u8>(),
+                size_of::<ConnectEvent>(),
+            )
+        }
+        .to_vec()
     }
 
     #[test]
     fn decodes_mapped_ipv4_as_ipv4_and_keeps_ids() {
-        let ev = raw(std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped(), FAMILY_INET6, VERDICT_DENIED);
+        let ev = raw(
+            std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped(),
+            FAMILY_INET6,
+            VERDICT_DENIED,
+        );
         let c = decode(&bytes(&ev)).unwrap();
         assert_eq!(c.dest, "127.0.0.1:8080".parse().unwrap());
         assert!(c.denied);

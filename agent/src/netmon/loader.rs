@@ -12,7 +12,10 @@ use agent_common::{
 };
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf, lpm_trie::{Key, LpmTrie}},
+    maps::{
+        HashMap, MapData, PerCpuArray, RingBuf,
+        lpm_trie::{Key, LpmTrie},
+    },
     programs::{CgroupAttachMode, CgroupSockAddr, cgroup_sock_addr::CgroupSockAddrLink},
 };
 use thiserror::Error;
@@ -191,21 +194,35 @@ impl KernelMonitor {
         let want = MapContents::from_rules(rules);
         let map_err = |name| move |source| NetmonError::Map { name, source };
 
-        let map = self.ebpf.map_mut(ENDPOINTS_MAP).ok_or(NetmonError::Missing("ENDPOINTS map"))?;
-        let mut exact = HashMap::<_, EndpointKey, EndpointRule>::try_from(map).map_err(map_err(ENDPOINTS_MAP))?;
+        let map = self
+            .ebpf
+            .map_mut(ENDPOINTS_MAP)
+            .ok_or(NetmonError::Missing("ENDPOINTS map"))?;
+        let mut exact = HashMap::<_, EndpointKey, EndpointRule>::try_from(map)
+            .map_err(map_err(ENDPOINTS_MAP))?;
         for (key, value) in &want.exact {
-            exact.insert(key, value, 0).map_err(map_err(ENDPOINTS_MAP))?;
+            exact
+                .insert(key, value, 0)
+                .map_err(map_err(ENDPOINTS_MAP))?;
         }
-        let stale: Vec<EndpointKey> =
-            exact.keys().filter_map(Result::ok).filter(|k| !want.exact.contains_key(k)).collect();
+        let stale: Vec<EndpointKey> = exact
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !want.exact.contains_key(k))
+            .collect();
         for key in stale {
             exact.remove(&key).map_err(map_err(ENDPOINTS_MAP))?;
         }
 
-        let map = self.ebpf.map_mut(CIDR_MAP).ok_or(NetmonError::Missing("CIDR_RULES map"))?;
-        let mut cidr = LpmTrie::<_, CidrKey, EndpointRule>::try_from(map).map_err(map_err(CIDR_MAP))?;
+        let map = self
+            .ebpf
+            .map_mut(CIDR_MAP)
+            .ok_or(NetmonError::Missing("CIDR_RULES map"))?;
+        let mut cidr =
+            LpmTrie::<_, CidrKey, EndpointRule>::try_from(map).map_err(map_err(CIDR_MAP))?;
         for ((bits, key), value) in &want.cidr {
-            cidr.insert(&Key::new(*bits, *key), value, 0).map_err(map_err(CIDR_MAP))?;
+            cidr.insert(&Key::new(*bits, *key), value, 0)
+                .map_err(map_err(CIDR_MAP))?;
         }
         let stale: Vec<Key<CidrKey>> = cidr
             .keys()
@@ -220,8 +237,14 @@ impl KernelMonitor {
 
     /// Hands out the event ring buffer (once) for [`super::events::spawn_reader`].
     pub fn take_event_ring(&mut self) -> Result<RingBuf<MapData>, NetmonError> {
-        let map = self.ebpf.take_map(EVENTS_MAP).ok_or(NetmonError::Missing("EVENTS ring buffer"))?;
-        RingBuf::try_from(map).map_err(|source| NetmonError::Map { name: EVENTS_MAP, source })
+        let map = self
+            .ebpf
+            .take_map(EVENTS_MAP)
+            .ok_or(NetmonError::Missing("EVENTS ring buffer"))?;
+        RingBuf::try_from(map).map_err(|source| NetmonError::Map {
+            name: EVENTS_MAP,
+            source,
+        })
     }
 
     /// Reads and sums the per-CPU counters.

@@ -10,7 +10,9 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
-use agent_common::rule::{ACTION_DENY, ACTION_FLAG, CIDR_PORT_BITS, CidrKey, EndpointKey, EndpointRule};
+use agent_common::rule::{
+    ACTION_DENY, ACTION_FLAG, CIDR_PORT_BITS, CidrKey, EndpointKey, EndpointRule,
+};
 
 /// What the kernel does on a match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -49,7 +51,13 @@ impl Rule {
     /// A rule on one address.
     pub fn exact(addr: IpAddr, port: u16, server_index: u32, action: RuleAction) -> Self {
         let prefix = if addr.is_ipv4() { 32 } else { 128 };
-        Rule { addr, prefix, port, server_index, action }
+        Rule {
+            addr,
+            prefix,
+            port,
+            server_index,
+            action,
+        }
     }
 
     /// The address in the shared key space and the prefix length over it.
@@ -65,7 +73,9 @@ impl Rule {
 pub fn is_loopback(addr: IpAddr) -> bool {
     match addr {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 
@@ -74,8 +84,16 @@ pub fn widen_loopback(rules: &[Rule]) -> Vec<Rule> {
     let mut out = Vec::with_capacity(rules.len());
     for rule in rules {
         if is_loopback(rule.addr) {
-            out.push(Rule { addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), prefix: 8, ..*rule });
-            out.push(Rule { addr: IpAddr::V6(Ipv6Addr::LOCALHOST), prefix: 128, ..*rule });
+            out.push(Rule {
+                addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)),
+                prefix: 8,
+                ..*rule
+            });
+            out.push(Rule {
+                addr: IpAddr::V6(Ipv6Addr::LOCALHOST),
+                prefix: 128,
+                ..*rule
+            });
         } else {
             out.push(*rule);
         }
@@ -99,19 +117,36 @@ impl MapContents {
         let mut out = MapContents::default();
         for rule in widen_loopback(rules) {
             let (addr, bits) = rule.mapped();
-            let value = EndpointRule { server_index: rule.server_index, action: rule.action.wire(), _pad: [0; 3] };
+            let value = EndpointRule {
+                server_index: rule.server_index,
+                action: rule.action.wire(),
+                _pad: [0; 3],
+            };
             let keep_stronger = |old: &mut EndpointRule| {
                 if value.action == ACTION_DENY || old.action != ACTION_DENY {
                     *old = value;
                 }
             };
             if bits == 128 {
-                let key = EndpointKey { addr: addr.octets(), port: rule.port, _pad: [0; 2] };
-                out.exact.entry(key).and_modify(keep_stronger).or_insert(value);
+                let key = EndpointKey {
+                    addr: addr.octets(),
+                    port: rule.port,
+                    _pad: [0; 2],
+                };
+                out.exact
+                    .entry(key)
+                    .and_modify(keep_stronger)
+                    .or_insert(value);
             } else {
                 let masked = mask(addr, bits);
-                let key = CidrKey { port: rule.port.to_be_bytes(), addr: masked.octets() };
-                out.cidr.entry((CIDR_PORT_BITS + bits, key)).and_modify(keep_stronger).or_insert(value);
+                let key = CidrKey {
+                    port: rule.port.to_be_bytes(),
+                    addr: masked.octets(),
+                };
+                out.cidr
+                    .entry((CIDR_PORT_BITS + bits, key))
+                    .and_modify(keep_stronger)
+                    .or_insert(value);
             }
         }
         out
@@ -125,7 +160,11 @@ impl MapContents {
             IpAddr::V6(v6) => v6,
         };
         for p in [port, 0] {
-            if let Some(rule) = self.exact.get(&EndpointKey { addr: v6.octets(), port: p, _pad: [0; 2] }) {
+            if let Some(rule) = self.exact.get(&EndpointKey {
+                addr: v6.octets(),
+                port: p,
+                _pad: [0; 2],
+            }) {
                 return Some(*rule);
             }
         }
@@ -134,7 +173,8 @@ impl MapContents {
                 .cidr
                 .iter()
                 .filter(|((bits, key), _)| {
-                    key.port == p.to_be_bytes() && mask(v6, bits - CIDR_PORT_BITS).octets() == key.addr
+                    key.port == p.to_be_bytes()
+                        && mask(v6, bits - CIDR_PORT_BITS).octets() == key.addr
                 })
                 .max_by_key(|((bits, _), _)| *bits);
             if let Some((_, rule)) = best {
@@ -147,7 +187,11 @@ impl MapContents {
 
 fn mask(addr: Ipv6Addr, bits: u32) -> Ipv6Addr {
     let v = u128::from(addr);
-    let m = if bits == 0 { 0 } else { u128::MAX << (128 - bits.min(128)) };
+    let m = if bits == 0 {
+        0
+    } else {
+        u128::MAX << (128 - bits.min(128))
+    };
     Ipv6Addr::from(v & m)
 }
 
@@ -161,18 +205,32 @@ mod tests {
 
     #[test]
     fn loopback_rule_covers_every_loopback_form() {
-        let maps = MapContents::from_rules(&[Rule::exact(ip("127.0.0.1"), 8080, 3, RuleAction::Deny)]);
-        for addr in ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "::ffff:127.9.9.9"] {
-            let rule = maps.lookup(ip(addr), 8080).unwrap_or_else(|| panic!("{addr} not covered"));
+        let maps =
+            MapContents::from_rules(&[Rule::exact(ip("127.0.0.1"), 8080, 3, RuleAction::Deny)]);
+        for addr in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::ffff:127.9.9.9",
+        ] {
+            let rule = maps
+                .lookup(ip(addr), 8080)
+                .unwrap_or_else(|| panic!("{addr} not covered"));
             assert_eq!((rule.server_index, rule.action), (3, ACTION_DENY), "{addr}");
         }
-        assert_eq!(maps.lookup(ip("127.0.0.1"), 8081), None, "other ports are not covered");
+        assert_eq!(
+            maps.lookup(ip("127.0.0.1"), 8081),
+            None,
+            "other ports are not covered"
+        );
         assert_eq!(maps.lookup(ip("10.0.0.1"), 8080), None);
     }
 
     #[test]
     fn ipv4_rules_match_mapped_ipv6_destinations() {
-        let maps = MapContents::from_rules(&[Rule::exact(ip("192.0.2.7"), 443, 1, RuleAction::Flag)]);
+        let maps =
+            MapContents::from_rules(&[Rule::exact(ip("192.0.2.7"), 443, 1, RuleAction::Flag)]);
         assert!(maps.lookup(ip("192.0.2.7"), 443).is_some());
         assert!(maps.lookup(ip("::ffff:192.0.2.7"), 443).is_some());
         assert!(maps.lookup(ip("192.0.2.8"), 443).is_none());
@@ -191,23 +249,67 @@ mod tests {
     #[test]
     fn cidr_rules_match_inside_the_range_only_and_keep_ports_apart() {
         let rules = [
-            Rule { addr: ip("198.51.100.0"), prefix: 24, port: 80, server_index: 1, action: RuleAction::Flag },
-            Rule { addr: ip("198.51.100.0"), prefix: 24, port: 81, server_index: 2, action: RuleAction::Deny },
-            Rule { addr: ip("2001:db8::"), prefix: 32, port: 0, server_index: 3, action: RuleAction::Deny },
+            Rule {
+                addr: ip("198.51.100.0"),
+                prefix: 24,
+                port: 80,
+                server_index: 1,
+                action: RuleAction::Flag,
+            },
+            Rule {
+                addr: ip("198.51.100.0"),
+                prefix: 24,
+                port: 81,
+                server_index: 2,
+                action: RuleAction::Deny,
+            },
+            Rule {
+                addr: ip("2001:db8::"),
+                prefix: 32,
+                port: 0,
+                server_index: 3,
+                action: RuleAction::Deny,
+            },
         ];
         let maps = MapContents::from_rules(&rules);
-        assert_eq!(maps.lookup(ip("198.51.100.200"), 80).unwrap().server_index, 1);
-        assert_eq!(maps.lookup(ip("198.51.100.200"), 81).unwrap().server_index, 2);
+        assert_eq!(
+            maps.lookup(ip("198.51.100.200"), 80).unwrap().server_index,
+            1
+        );
+        assert_eq!(
+            maps.lookup(ip("198.51.100.200"), 81).unwrap().server_index,
+            2
+        );
         assert_eq!(maps.lookup(ip("198.51.101.1"), 80), None);
-        assert_eq!(maps.lookup(ip("2001:db8:1::5"), 12), Some(EndpointRule { server_index: 3, action: ACTION_DENY, _pad: [0; 3] }));
+        assert_eq!(
+            maps.lookup(ip("2001:db8:1::5"), 12),
+            Some(EndpointRule {
+                server_index: 3,
+                action: ACTION_DENY,
+                _pad: [0; 3]
+            })
+        );
         assert_eq!(maps.lookup(ip("2001:db9::5"), 12), None);
     }
 
     #[test]
     fn deny_wins_when_two_rules_share_a_key() {
-        for order in [[RuleAction::Deny, RuleAction::Flag], [RuleAction::Flag, RuleAction::Deny]] {
-            let rules: Vec<_> = order.iter().enumerate().map(|(i, a)| Rule::exact(ip("127.0.0.1"), 80, i as u32, *a)).collect();
-            assert_eq!(MapContents::from_rules(&rules).lookup(ip("127.0.0.1"), 80).unwrap().action, ACTION_DENY);
+        for order in [
+            [RuleAction::Deny, RuleAction::Flag],
+            [RuleAction::Flag, RuleAction::Deny],
+        ] {
+            let rules: Vec<_> = order
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Rule::exact(ip("127.0.0.1"), 80, i as u32, *a))
+                .collect();
+            assert_eq!(
+                MapContents::from_rules(&rules)
+                    .lookup(ip("127.0.0.1"), 80)
+                    .unwrap()
+                    .action,
+                ACTION_DENY
+            );
         }
     }
 }

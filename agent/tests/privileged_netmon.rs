@@ -115,7 +115,7 @@ impl Harness {
 impl Drop for Harness {
     fn drop(&mut self) {
         // Leave nothing behind: links go with the monitor, then the (empty) cgroup.
-        self.monitor.detach(&self.cgroup.path().to_path_buf());
+        self.monitor.detach(self.cgroup.path());
         let _ = self.cgroup.remove_if_empty();
     }
 }

@@ -8,6 +8,7 @@
 pub mod events;
 mod loader;
 pub mod rules;
+pub mod service;
 
 pub use loader::{Counters, KernelMonitor, NetmonError, ebpf_object};
 pub use rules::{Rule, RuleAction};

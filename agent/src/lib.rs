@@ -6,6 +6,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod correlate;
 pub mod daemon;
 pub mod decision;
 pub mod events;

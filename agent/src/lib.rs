@@ -6,7 +6,10 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod config;
 pub mod daemon;
 pub mod decision;
 pub mod events;
 pub mod netmon;
+pub mod policy;
+pub mod registry;

@@ -195,10 +195,8 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
                 ));
             }
             if let Some(hash) = rule.content_hash.as_mut() {
-                let hex = hash
-                    .strip_prefix("sha256:")
-                    .unwrap_or(hash)
-                    .to_ascii_lowercase();
+                let lower = hash.to_ascii_lowercase();
+                let hex = lower.strip_prefix("sha256:").unwrap_or(&lower).to_string();
                 if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
                     return Err(check.error(
                         format!("{key}.content_hash"),
@@ -335,7 +333,8 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
 
 /// `sha256:` + 64 hex digits, optionally in colon-separated pairs.
 fn valid_fingerprint(fp: &str) -> bool {
-    let Some(hex) = fp.strip_prefix("sha256:") else {
+    let lower = fp.to_ascii_lowercase();
+    let Some(hex) = lower.strip_prefix("sha256:") else {
         return false;
     };
     let digits: String = hex.chars().filter(|c| *c != ':').collect();

@@ -58,7 +58,7 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
         /// What to do.
-        hint: String,
+        hint: &'static str,
     },
 }
 

@@ -46,11 +46,20 @@ pub(crate) fn store_path_from(
 mod tests {
     use super::*;
 
+    /// (store.path, is root, $XDG_DATA_HOME, $HOME, expected).
+    type Case<'a> = (
+        Option<&'a Path>,
+        bool,
+        Option<PathBuf>,
+        Option<PathBuf>,
+        &'a str,
+    );
+
     #[test]
     fn store_path_precedence() {
         let xdg = Some(PathBuf::from("/x"));
         let home = Some(PathBuf::from("/h"));
-        let cases: [(Option<&Path>, bool, Option<PathBuf>, Option<PathBuf>, &str); 6] = [
+        let cases: [Case<'_>; 6] = [
             (
                 Some(Path::new("/c/db")),
                 true,

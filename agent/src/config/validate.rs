@@ -26,7 +26,7 @@ impl Check<'_> {
         key_path: String,
         line_of: (&str, &str, usize),
         message: impl Into<String>,
-        hint: impl Into<String>,
+        hint: &'static str,
     ) -> ConfigError {
         let (key, value, nth) = line_of;
         ConfigError::Invalid {
@@ -37,7 +37,7 @@ impl Check<'_> {
             },
             key: key_path,
             message: message.into(),
-            hint: hint.into(),
+            hint,
         }
     }
 }

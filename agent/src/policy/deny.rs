@@ -33,7 +33,7 @@ impl DenyList {
                     },
                     key: format!("{list}[{i}]"),
                     message: format!("{source:?}: {why}"),
-                    hint: "fix or remove the pattern; toolwall will not start with a deny rule it cannot apply".to_string(),
+                    hint: "fix or remove the pattern; toolwall will not start with a deny rule it cannot apply",
                 })?;
                 patterns.push((format!("{list}[{i}]"), regex));
             }
@@ -50,7 +50,7 @@ impl DenyList {
                 },
                 key: "deny".to_string(),
                 message: format!("the deny patterns together are too large: {e}"),
-                hint: "merge or simplify patterns".to_string(),
+                hint: "merge or simplify patterns",
             })?;
         Ok(DenyList { set, patterns })
     }

@@ -106,7 +106,7 @@ impl Policy {
                 },
                 key: format!("sandbox.mcp.name_patterns[{i}]"),
                 message: why,
-                hint: "write the form with placeholders, e.g. \"{server}.{tool}\"".to_string(),
+                hint: "write the form with placeholders, e.g. \"{server}.{tool}\"",
             })?;
         Ok(Policy {
             enforce: mcp.enforce_policy,

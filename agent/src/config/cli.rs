@@ -36,6 +36,10 @@ pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
         }
         ConfigCommand::Check { file } => {
             let config = Config::load(Some(&file))?;
+            // Compile the policy too (the deny patterns as one set, the name forms), so a
+            // file that passes here also starts.
+            let registry = crate::registry::Registry::in_memory()?;
+            crate::policy::Policy::new(&config, std::sync::Arc::new(registry), &[])?;
             print!("{}", describe(&config));
             println!("\n{}: valid", file.display());
             Ok(ExitCode::SUCCESS)
@@ -78,7 +82,7 @@ pub fn describe(config: &Config) -> String {
                 );
             }
             kind => {
-                let via_proxy = server.via_proxy.unwrap_or(config.netmon.deny_direct);
+                let via_proxy = config.must_use_proxy(server);
                 let _ = writeln!(
                     out,
                     "  {} {kind}: {} ({}){}{}",
@@ -111,6 +115,10 @@ pub fn describe(config: &Config) -> String {
     for (i, rule) in mcp.denied_servers.iter().enumerate() {
         let _ = writeln!(out, "  denied_servers[{i}]: {:?}", rule.id);
     }
+    let _ = writeln!(
+        out,
+        "  (the most specific matching rule decides; a tie goes to the deny rule)"
+    );
 
     let _ = writeln!(
         out,
@@ -239,7 +247,7 @@ pub fn describe(config: &Config) -> String {
 
 fn list_policy(policy: ListPolicy, what: &str) -> String {
     match policy {
-        ListPolicy::Allowlist => format!("allowlist (only allowed {what} pass; denied ones never)"),
+        ListPolicy::Allowlist => format!("allowlist (only {what} matching an allow rule pass)"),
         ListPolicy::Denylist | ListPolicy::None => {
             format!("{} (all {what} pass unless denied)", policy.as_str())
         }

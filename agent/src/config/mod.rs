@@ -66,6 +66,13 @@ impl Config {
         default_store_path(self.store.path.as_deref())
     }
 
+    /// Whether direct connections from the session to `server` must be denied (it is to be
+    /// reached through `toolwall mcp-proxy`): its `via_proxy`, else `netmon.deny_direct`.
+    pub fn must_use_proxy(&self, server: &ServerDecl) -> bool {
+        server.server_type != ServerType::Stdio
+            && server.via_proxy.unwrap_or(self.netmon.deny_direct)
+    }
+
     /// The declared server with this id.
     pub fn server(&self, id: &str) -> Option<&ServerDecl> {
         self.sandbox.mcp.servers.iter().find(|s| s.id == id)

@@ -133,12 +133,21 @@ fn seed_example_parses() {
     assert_eq!(config.proxy.mode, ProxyMode::McpOnly);
     assert_eq!(config.store_path(), std::path::PathBuf::from("/tmp/tw.db"));
     assert!(config.netmon.deny_direct);
-    assert!(!config.must_use_proxy(&mcp.servers[0]), "stdio is never proxied");
-    assert!(config.must_use_proxy(&mcp.servers[1]), "netmon.deny_direct default");
+    assert!(
+        !config.must_use_proxy(&mcp.servers[0]),
+        "stdio is never proxied"
+    );
+    assert!(
+        config.must_use_proxy(&mcp.servers[1]),
+        "netmon.deny_direct default"
+    );
     let mut relaxed = config.clone();
     relaxed.netmon.deny_direct = false;
     assert!(!relaxed.must_use_proxy(&relaxed.sandbox.mcp.servers[1]));
-    assert!(relaxed.must_use_proxy(&relaxed.sandbox.mcp.servers[2]), "via_proxy overrides");
+    assert!(
+        relaxed.must_use_proxy(&relaxed.sandbox.mcp.servers[2]),
+        "via_proxy overrides"
+    );
     assert_eq!(config.interceptor.on_malformed, OnMalformed::FailOpen);
 
     let described = describe(&config);

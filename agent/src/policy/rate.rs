@@ -97,7 +97,7 @@ pub struct RateLimiter {
     enabled: bool,
     default: Budget,
     per_server: HashMap<String, Budget>,
-    buckets: RwLock<HashMap<String, Arc<Mutex<Bucket>>>>,
+    buckets: RwLock<HashMap<String, Mutex<Bucket>>>,
     overflow: Mutex<Bucket>,
     clock: Arc<dyn Clock>,
 }
@@ -151,17 +151,17 @@ impl RateLimiter {
             return None;
         }
         let now = self.clock.now();
-        let bucket = self
-            .buckets
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(server_id)
-            .cloned();
-        let allowed = match bucket {
-            Some(bucket) => bucket
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(now),
+        let allowed = {
+            let buckets = self.buckets.read().unwrap_or_else(PoisonError::into_inner);
+            buckets.get(server_id).map(|bucket| {
+                bucket
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(now)
+            })
+        };
+        let allowed = match allowed {
+            Some(allowed) => allowed,
             None => {
                 let mut buckets = self.buckets.write().unwrap_or_else(PoisonError::into_inner);
                 if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(server_id) {
@@ -172,15 +172,16 @@ impl RateLimiter {
                         .take(now)
                 } else {
                     let budget = self.budget(server_id);
-                    let bucket = buckets.entry(server_id.to_string()).or_insert_with(|| {
-                        Arc::new(Mutex::new(Bucket {
-                            budget,
-                            tokens: f64::from(budget.burst),
-                            last: now,
-                        }))
-                    });
-                    bucket
-                        .lock()
+                    buckets
+                        .entry(server_id.to_string())
+                        .or_insert_with(|| {
+                            Mutex::new(Bucket {
+                                budget,
+                                tokens: f64::from(budget.burst),
+                                last: now,
+                            })
+                        })
+                        .get_mut()
                         .unwrap_or_else(PoisonError::into_inner)
                         .take(now)
                 }

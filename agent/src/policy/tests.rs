@@ -586,7 +586,7 @@ fn cached_verdicts_follow_definition_changes() {
 
 #[test]
 fn bench_runs_and_reports_a_duration() {
-    let per_decision = bench_decisions(1000, 3000);
+    let per_decision = bench_decisions(1000, 20_000);
     let per_evaluation = bench_rule_evaluation(1000, 300);
     eprintln!(
         "check_call with 1000 rules: {per_decision:?} per decision; uncached rule evaluation: {per_evaluation:?}"

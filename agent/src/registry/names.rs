@@ -92,8 +92,14 @@ impl NamePattern {
                 try_split(None, middle)
             };
         };
-        for (at, _) in middle.match_indices(separator) {
-            let (server, tool) = (&middle[..at], &middle[at + separator.len()..]);
+        // A plain byte scan: names are short, and `match_indices` sets up a substring searcher
+        // per call that costs more than the scan itself.
+        let (bytes, sep) = (middle.as_bytes(), separator.as_bytes());
+        for at in 0..bytes.len().saturating_sub(sep.len() - 1) {
+            if !bytes[at..].starts_with(sep) || !middle.is_char_boundary(at) {
+                continue;
+            }
+            let (server, tool) = (&middle[..at], &middle[at + sep.len()..]);
             if server.is_empty() || tool.is_empty() {
                 continue;
             }

@@ -375,25 +375,12 @@ impl Policy {
         if !(self.pinning.enabled && self.pinning.auto_trust_first) {
             return;
         }
-        if self.registry.is_sealed(server_id) {
-            return;
-        }
-        let result = if whole_listing {
-            self.registry.seal_server(server_id).map(drop)
-        } else {
-            entries.iter().flatten().try_for_each(|entry| {
-                match self
-                    .registry
-                    .pin_state(server_id, &entry.tool, &entry.tool_hash)
-                {
-                    PinState::Unpinned { .. } => {
-                        self.registry.pin(server_id, &entry.tool, &entry.tool_hash)
-                    }
-                    PinState::Match | PinState::Changed { .. } => Ok(()),
-                }
-            })
-        };
-        if let Err(error) = result {
+        let tools: Vec<(&str, &str)> = entries
+            .iter()
+            .flatten()
+            .map(|e| (e.tool.as_str(), e.tool_hash.as_str()))
+            .collect();
+        if let Err(error) = self.registry.trust_first(server_id, &tools, whole_listing) {
             tracing::error!(server_id, %error, "cannot persist pins");
         }
     }

@@ -595,3 +595,38 @@ fn bench_runs_and_reports_a_duration() {
     // Generous bound that holds for unoptimized test builds; the release goal is < 1 µs.
     assert!(per_decision < Duration::from_millis(1), "{per_decision:?}");
 }
+
+#[test]
+fn first_use_trust_cannot_be_overwritten_by_another_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("events.db");
+    let config = Config::parse(
+        &format!("{SERVERS}    version_pinning: {{enabled: true}}\n"),
+        "test.yaml",
+    )
+    .expect("config");
+    // Two processes (say the daemon and a shim) opened the database before anything was pinned.
+    let daemon =
+        Policy::new(&config, Arc::new(Registry::open(&db).expect("open")), &[]).expect("policy");
+    let shim =
+        Policy::new(&config, Arc::new(Registry::open(&db).expect("open")), &[]).expect("policy");
+    daemon.check_listed_all("filesystem", "stdio", &[tool("read_file", "Reads")]);
+    // The shim's memory knows nothing of that pin, yet it must not trust a changed definition
+    // or a new tool as "first".
+    let listed = shim.check_listed_all(
+        "filesystem",
+        "stdio",
+        &[
+            tool("read_file", "Reads, then uploads"),
+            tool("extra", "New"),
+        ],
+    );
+    assert_decision(&listed[0], Action::Block, "changed since it was pinned");
+    assert_decision(&listed[1], Action::Block, "drift");
+    let pins = shim.registry().pins();
+    assert_eq!(pins.len(), 1);
+    assert_eq!(
+        pins[0].tool_hash,
+        crate::registry::tool_hash(&tool("read_file", "Reads"))
+    );
+}

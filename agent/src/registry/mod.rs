@@ -441,6 +441,38 @@ impl Registry {
         Ok(pinned)
     }
 
+    /// Trust on first use, for version pinning with `auto_trust_first`: pins each of `tools`
+    /// (name, hash) that has no pin, and with `seal` (a whole listing) pins every registered
+    /// tool of the server and seals its set — unless it is already sealed, in which case
+    /// nothing new is trusted (a new tool is drift). Existing pins are never replaced, and the
+    /// database decides, so two processes trusting at once cannot overwrite each other's pins
+    /// with a later (possibly malicious) definition. Refreshes this server's pins from disk.
+    pub fn trust_first(
+        &self,
+        server_id: &str,
+        tools: &[(&str, &str)],
+        seal: bool,
+    ) -> Result<(), RegistryError> {
+        let mut db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
+        let (pins, sealed_at) = store::trust_first(&mut db, server_id, tools, seal, Utc::now())?;
+        let mut index = self.write_index();
+        let server = index.servers.entry(server_id.to_string()).or_default();
+        let newly_sealed = sealed_at.is_some() && server.sealed_at.is_none();
+        server.sealed_at = sealed_at;
+        server.pins = pins
+            .into_iter()
+            .map(|p| (p.tool_name, (p.tool_hash, p.pinned_at)))
+            .collect();
+        if newly_sealed {
+            tracing::info!(
+                server_id,
+                pins = server.pins.len(),
+                "server tool set sealed"
+            );
+        }
+        Ok(())
+    }
+
     /// Every registered tool, sorted by server then name.
     pub fn tools(&self) -> Vec<Arc<ToolEntry>> {
         let index = self.read_index();

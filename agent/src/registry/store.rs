@@ -198,6 +198,75 @@ pub(super) fn save_pins(
     Ok(())
 }
 
+/// Trust-on-first-use, safe against other processes doing the same: in one write
+/// transaction, unless the server is already sealed, pins each of `tools` (name, hash) that
+/// has no pin yet (an existing pin is never replaced here), and with `seal` also pins every
+/// stored tool of the server and seals it. Returns the server's pins and seal time as stored
+/// afterwards, so the caller's memory matches what every process sees.
+pub(super) fn trust_first(
+    conn: &mut Connection,
+    server_id: &str,
+    tools: &[(&str, &str)],
+    seal: bool,
+    now: DateTime<Utc>,
+) -> Result<(Vec<PinRow>, Option<DateTime<Utc>>), RegistryError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let sealed: Option<String> = tx
+        .query_row(
+            "SELECT pinned_at FROM mcp_pinned_servers WHERE server_id = ?1",
+            params![server_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    if sealed.is_none() {
+        let at = now.to_rfc3339();
+        {
+            let mut stmt = tx.prepare(
+                "INSERT OR IGNORE INTO mcp_tool_pins (server_id, tool_name, tool_hash, pinned_at)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for (tool, hash) in tools {
+                stmt.execute(params![server_id, tool, hash, at])?;
+            }
+        }
+        if seal {
+            tx.execute(
+                "INSERT OR IGNORE INTO mcp_tool_pins (server_id, tool_name, tool_hash, pinned_at)
+                 SELECT server_id, tool_name, tool_hash, ?2 FROM mcp_tools WHERE server_id = ?1",
+                params![server_id, at],
+            )?;
+            tx.execute(
+                "INSERT OR IGNORE INTO mcp_pinned_servers (server_id, pinned_at) VALUES (?1, ?2)",
+                params![server_id, at],
+            )?;
+        }
+    }
+    let pins = {
+        let mut stmt = tx.prepare(
+            "SELECT server_id, tool_name, tool_hash, pinned_at FROM mcp_tool_pins WHERE server_id = ?1",
+        )?;
+        stmt.query_map(params![server_id], |row| {
+            Ok(PinRow {
+                server_id: row.get(0)?,
+                tool_name: row.get(1)?,
+                tool_hash: row.get(2)?,
+                pinned_at: parse_time(&row.get::<_, String>(3)?),
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?
+    };
+    let sealed_at = tx
+        .query_row(
+            "SELECT pinned_at FROM mcp_pinned_servers WHERE server_id = ?1",
+            params![server_id],
+            |row| row.get::<_, String>(0),
+        )
+        .optional()?
+        .map(|t| parse_time(&t));
+    tx.commit()?;
+    Ok((pins, sealed_at))
+}
+
 /// The stored definition of one tool (for the CLI's detail view).
 pub(super) fn definition(
     conn: &Connection,

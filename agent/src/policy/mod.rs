@@ -18,6 +18,7 @@
 mod bench;
 mod deny;
 mod glob;
+mod listing_events;
 mod rate;
 mod rules;
 

@@ -630,3 +630,48 @@ fn first_use_trust_cannot_be_overwritten_by_another_process() {
         crate::registry::tool_hash(&tool("read_file", "Reads"))
     );
 }
+
+#[test]
+fn listing_events_record_seen_and_changed() {
+    use crate::events::Event;
+    let policy = policy(&format!(
+        "{SERVERS}    version_pinning: {{enabled: true}}\n"
+    ));
+    let first = policy.check_listed_all("filesystem", "stdio", &[tool("read_file", "Reads")]);
+    let events = policy.listing_events("s1", &first);
+    assert_eq!(events.len(), 1);
+    assert!(
+        matches!(&events[0], Event::McpToolSeen(seen) if seen.tool_name == "read_file" && seen.action == Action::Allow && seen.session_id == "s1")
+    );
+
+    let old_hash = crate::registry::tool_hash(&tool("read_file", "Reads"));
+    let changed = tool("read_file", "Reads v2");
+    let later = policy.check_listed_all(
+        "filesystem",
+        "stdio",
+        &[changed.clone(), tool("extra", "New")],
+    );
+    let events = policy.listing_events("s1", &later);
+    let kinds: Vec<_> = events.iter().map(Event::kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "mcp_tool_seen",
+            "mcp_tool_changed",
+            "mcp_tool_seen",
+            "mcp_tool_changed"
+        ]
+    );
+    match &events[1] {
+        Event::McpToolChanged(change) => {
+            assert_eq!(change.old_hash, old_hash);
+            assert_eq!(change.new_hash, crate::registry::tool_hash(&changed));
+            assert_eq!(change.action, Action::Block);
+        }
+        other => panic!("expected a change, got {other:?}"),
+    }
+    match &events[3] {
+        Event::McpToolChanged(change) => assert_eq!(change.old_hash, "", "drift has no old hash"),
+        other => panic!("expected drift, got {other:?}"),
+    }
+}

@@ -57,7 +57,8 @@ struct CachedVerdict {
 pub struct Policy {
     enforce: bool,
     fail_closed: bool,
-    declared: HashMap<String, String>,
+    /// Declared server id → (type, `host:port`).
+    declared: HashMap<String, (&'static str, String)>,
     servers: ServerRules,
     tools: ToolRules,
     deny: DenyList,
@@ -115,7 +116,7 @@ impl Policy {
             declared: mcp
                 .servers
                 .iter()
-                .map(|s| (s.id.clone(), s.addr()))
+                .map(|s| (s.id.clone(), (s.server_type.as_str(), s.addr())))
                 .collect(),
             servers: ServerRules::new(mcp.server_policy, &mcp.allowed_servers, &mcp.denied_servers),
             tools: ToolRules::new(mcp.tool_policy, &mcp.allowed_tools, &mcp.denied_tools),
@@ -239,10 +240,11 @@ impl Policy {
     /// A call of a tool that is surely MCP (the layer or the name said which server) but not
     /// registered: blocked under `fail_closed`, else checked like a tool with no definition.
     fn decide_unregistered(&self, server_id: &str, tool: &str, spend: bool) -> Decision {
+        let declared = self.declared.get(server_id);
         let identity = ToolIdentity {
             server_id: server_id.to_string(),
-            server_type: String::new(),
-            server_addr: self.declared.get(server_id).cloned().unwrap_or_default(),
+            server_type: declared.map(|d| d.0.to_string()).unwrap_or_default(),
+            server_addr: declared.map(|d| d.1.clone()).unwrap_or_default(),
             tool: tool.to_string(),
             tool_hash: String::new(),
         };
@@ -337,7 +339,11 @@ impl Policy {
         server_type: &str,
         tools: &[Value],
     ) -> Vec<Option<ToolEntry>> {
-        let addr = self.declared.get(server_id).cloned().unwrap_or_default();
+        let addr = self
+            .declared
+            .get(server_id)
+            .map(|d| d.1.clone())
+            .unwrap_or_default();
         if let Err(error) = self.registry.register(server_id, server_type, &addr, tools) {
             tracing::error!(server_id, %error, "cannot persist listed tools; deciding on them anyway");
         }

@@ -426,10 +426,18 @@ fn fail_closed_blocks_unknown_tools_and_undeclared_servers() {
     let open = policy(SERVERS);
     register_all(&open);
     assert_eq!(open.check_call(&call("Bash")), Decision::not_mcp());
-    assert_decision(
-        &open.check_call(&call("mcp__filesystem__unlisted")),
-        Action::Allow,
-        "",
+    let unlisted = open.check_call(&call("mcp__filesystem__unlisted"));
+    assert_decision(&unlisted, Action::Allow, "");
+    let identity = unlisted
+        .tool
+        .expect("surely MCP: the name says which server");
+    assert_eq!(
+        (identity.server_id.as_str(), identity.server_type.as_str()),
+        ("filesystem", "stdio")
+    );
+    assert_eq!(
+        (identity.tool.as_str(), identity.tool_hash.as_str()),
+        ("unlisted", "")
     );
 
     let closed = policy(&format!("{SERVERS}    fail_closed: true\n"));

@@ -96,4 +96,20 @@ pub trait Gate: Send + Sync {
         server_type: &str,
         tool: &serde_json::Value,
     ) -> Decision;
+
+    /// A whole `tools/list` result (one page) of `server_id`: like [`Gate::check_listed`] for
+    /// each tool, in order. A gate that pins versions treats it as the server's complete set on
+    /// first sight, so a tool appearing later is recognised as drift — prefer it whenever the
+    /// layer has the whole listing.
+    fn check_listed_all(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tools: &[serde_json::Value],
+    ) -> Vec<Decision> {
+        tools
+            .iter()
+            .map(|tool| self.check_listed(server_id, server_type, tool))
+            .collect()
+    }
 }

@@ -6,8 +6,11 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod config;
 pub mod correlate;
 pub mod daemon;
 pub mod decision;
 pub mod events;
 pub mod netmon;
+pub mod policy;
+pub mod registry;

@@ -1,0 +1,255 @@
+//! `toolwall config check FILE` and `toolwall config default`: let a person validate a file
+//! before deploying it, and see the policy as toolwall will apply it (defaults filled in).
+
+use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
+
+use clap::{Args, Subcommand};
+
+use super::{Config, DEFAULT_YAML, ListPolicy, OnChange};
+
+/// Arguments of `toolwall config`.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ConfigCommand,
+}
+
+/// `toolwall config` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a configuration file and print the effective policy (exit 1 if invalid).
+    Check {
+        /// The YAML file.
+        file: PathBuf,
+    },
+    /// Print the embedded default configuration (a starting point for your own file).
+    Default,
+}
+
+/// Runs `toolwall config …`.
+pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        ConfigCommand::Default => {
+            print!("{DEFAULT_YAML}");
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Check { file } => {
+            let config = Config::load(Some(&file))?;
+            // Compile the policy too (the deny patterns as one set, the name forms), so a
+            // file that passes here also starts.
+            let registry = crate::registry::Registry::in_memory()?;
+            crate::policy::Policy::new(&config, std::sync::Arc::new(registry), &[])?;
+            print!("{}", describe(&config));
+            println!("\n{}: valid", file.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The effective policy in words: what `config check` prints, and what the daemon logs at
+/// start-up, so a person can see what a file actually means (defaults included).
+pub fn describe(config: &Config) -> String {
+    let mcp = &config.sandbox.mcp;
+    let mut out = String::new();
+    // Writing to a String cannot fail; `let _` keeps that visible without unwraps.
+    let _ = writeln!(out, "configuration: {}", config.origin);
+    let _ = writeln!(
+        out,
+        "enforcement: {}; unknown tools and undeclared servers: {}",
+        if mcp.enforce_policy {
+            "on (blocks)"
+        } else {
+            "audit only (enforce_policy: false, nothing is blocked)"
+        },
+        if mcp.fail_closed {
+            "blocked (fail_closed)"
+        } else {
+            "allowed as non-MCP (fail_closed: false)"
+        },
+    );
+
+    let _ = writeln!(out, "\nservers ({}):", mcp.servers.len());
+    for server in &mcp.servers {
+        match server.server_type {
+            super::ServerType::Stdio => {
+                let _ = writeln!(
+                    out,
+                    "  {} stdio: {} {}",
+                    server.id,
+                    server.command.as_deref().unwrap_or_default(),
+                    server.args.join(" ")
+                );
+            }
+            kind => {
+                let via_proxy = config.must_use_proxy(server);
+                let _ = writeln!(
+                    out,
+                    "  {} {kind}: {} ({}){}{}",
+                    server.id,
+                    server.url.as_deref().unwrap_or_default(),
+                    server.addr(),
+                    server
+                        .tls_fingerprint
+                        .as_deref()
+                        .map(|fp| format!(", tls {fp}"))
+                        .unwrap_or_default(),
+                    if via_proxy {
+                        ", direct connections denied (via_proxy)"
+                    } else {
+                        ""
+                    },
+                );
+            }
+        }
+    }
+
+    let _ = writeln!(
+        out,
+        "\nserver policy: {}",
+        list_policy(mcp.server_policy, "servers")
+    );
+    for (i, rule) in mcp.allowed_servers.iter().enumerate() {
+        let _ = writeln!(out, "  allowed_servers[{i}]: {:?}", rule.id);
+    }
+    for (i, rule) in mcp.denied_servers.iter().enumerate() {
+        let _ = writeln!(out, "  denied_servers[{i}]: {:?}", rule.id);
+    }
+    let _ = writeln!(
+        out,
+        "  (the most specific matching rule decides; a tie goes to the deny rule)"
+    );
+
+    let _ = writeln!(
+        out,
+        "\ntool policy: {}",
+        list_policy(mcp.tool_policy, "tools")
+    );
+    for (list, rules) in [
+        ("allowed_tools", &mcp.allowed_tools),
+        ("denied_tools", &mcp.denied_tools),
+    ] {
+        for (i, rule) in rules.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  {list}[{i}]: server {:?}, tool {:?}{}",
+                rule.server,
+                rule.tool,
+                rule.content_hash
+                    .as_deref()
+                    .map(|h| format!(", only definition {h}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  (the most specific matching rule decides; a tie goes to the deny rule)"
+    );
+
+    let _ = writeln!(
+        out,
+        "\ndeny regexes on tool names ({}; a match always blocks):",
+        mcp.deny.len()
+    );
+    for (i, pattern) in mcp.deny.iter().enumerate() {
+        let _ = writeln!(out, "  deny[{i}]: {pattern:?}");
+    }
+    let _ = writeln!(
+        out,
+        "\nname forms: mcp__{{server}}__{{tool}} (Claude Code), Codex namespace mcp__{{server}}{}",
+        mcp.name_patterns
+            .iter()
+            .map(|p| format!(", {p}"))
+            .collect::<String>()
+    );
+
+    let pinning = &mcp.version_pinning;
+    if pinning.enabled {
+        let _ = writeln!(
+            out,
+            "\nversion pinning: on; first definition {}; a changed or new tool is {}",
+            if pinning.auto_trust_first {
+                "trusted and pinned"
+            } else {
+                "not trusted until pinned explicitly"
+            },
+            match pinning.on_change {
+                OnChange::Block => "blocked",
+                OnChange::Alert => "allowed with an alert",
+            }
+        );
+    } else {
+        let _ = writeln!(out, "\nversion pinning: off");
+    }
+
+    let limits = &mcp.rate_limits;
+    if limits.enabled {
+        let _ = writeln!(
+            out,
+            "\nrate limits: {} calls/min per server, burst {}",
+            limits.default_rpm, limits.default_burst
+        );
+        for (id, limit) in &limits.per_server {
+            let _ = writeln!(
+                out,
+                "  {id}: {} calls/min, burst {}",
+                limit.calls_per_minute,
+                limit.burst.unwrap_or(limits.default_burst)
+            );
+        }
+    } else {
+        let _ = writeln!(out, "\nrate limits: off");
+    }
+
+    let proxy = &config.proxy;
+    let _ = writeln!(
+        out,
+        "\nLLM proxy: {} on {} (anthropic {}, openai {})",
+        proxy.mode.as_str(),
+        proxy.listen,
+        proxy.providers.anthropic,
+        proxy.providers.openai
+    );
+    let _ = writeln!(
+        out,
+        "interceptor: malformed responses {}, stream buffer {} bytes",
+        config.interceptor.on_malformed.as_str(),
+        config.interceptor.max_stream_buffer_bytes
+    );
+    let _ = writeln!(
+        out,
+        "kernel layer: {}; deny direct MCP connections by default: {}; pin LLM egress: {}; re-resolve every {} s",
+        if config.netmon.enabled { "on" } else { "off" },
+        config.netmon.deny_direct,
+        config.netmon.pin_llm_egress,
+        config.netmon.resolve_interval_secs
+    );
+    let _ = writeln!(
+        out,
+        "api: {}{}",
+        config.api.listen,
+        config
+            .api
+            .socket
+            .as_ref()
+            .map(|s| format!(" and {}", s.display()))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "correlation window: {} ms",
+        config.correlator.window_ms
+    );
+    let _ = writeln!(out, "store: {}", config.store_path().display());
+    out
+}
+
+fn list_policy(policy: ListPolicy, what: &str) -> String {
+    match policy {
+        ListPolicy::Allowlist => format!("allowlist (only {what} matching an allow rule pass)"),
+        ListPolicy::Denylist | ListPolicy::None => {
+            format!("{} (all {what} pass unless denied)", policy.as_str())
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The YAML configuration: schema, embedded default, loading and validation.
+//!
+//! One file configures every layer. The policy section keeps the seed's `sandbox.mcp` layout
+//! so an existing file carries over; toolwall adds `deny:` (regexes on tool names) and
+//! `name_patterns:` under it, and the top-level `proxy:`, `store:`, `netmon:`, `api:`,
+//! `correlator:` and `interceptor:` sections. Unknown keys are errors (a typo in a deny rule
+//! must not disable it), and every error names the file, the line and the key.
+
+mod cli;
+mod deny_regex;
+mod error;
+mod paths;
+mod types;
+mod validate;
+
+use std::path::Path;
+
+pub use cli::{ConfigArgs, ConfigCommand, describe, run};
+pub use deny_regex::{
+    DENY_REGEX_DFA_SIZE_LIMIT, DENY_REGEX_MAX_LEN, DENY_REGEX_SIZE_LIMIT, compile_deny_regex,
+};
+pub use error::{ConfigError, Location};
+pub use paths::{ROOT_STORE_PATH, default_store_path};
+pub use types::*;
+
+/// The embedded default configuration, as YAML (`toolwall config default` prints it).
+pub const DEFAULT_YAML: &str = include_str!("default.yaml");
+
+/// How the embedded default is named in errors and in [`Config::origin`].
+pub const EMBEDDED_ORIGIN: &str = "<embedded default>";
+
+impl Config {
+    /// Reads and validates a configuration file, or the embedded default when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            None => Config::parse(DEFAULT_YAML, EMBEDDED_ORIGIN),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                Config::parse(&text, &path.display().to_string())
+            }
+        }
+    }
+
+    /// Parses and validates YAML text; `origin` names it in errors (usually the file path).
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        // An empty file (or only comments) is the default configuration, not an error.
+        let mut config = if text.lines().all(|l| {
+            let l = l.trim();
+            l.is_empty() || l.starts_with('#') || l == "---"
+        }) {
+            Config::default()
+        } else {
+            serde_yaml_ng::from_str::<Config>(text)
+                .map_err(|e| ConfigError::from_yaml(origin, &e))?
+        };
+        validate::validate(&mut config, origin, text)?;
+        config.origin = origin.to_string();
+        Ok(config)
+    }
+
+    /// The database path: `store.path`, or the per-user / system default.
+    pub fn store_path(&self) -> std::path::PathBuf {
+        default_store_path(self.store.path.as_deref())
+    }
+
+    /// Whether direct connections from the session to `server` must be denied (it is to be
+    /// reached through `toolwall mcp-proxy`): its `via_proxy`, else `netmon.deny_direct`.
+    pub fn must_use_proxy(&self, server: &ServerDecl) -> bool {
+        server.server_type != ServerType::Stdio
+            && server.via_proxy.unwrap_or(self.netmon.deny_direct)
+    }
+
+    /// The declared server with this id.
+    pub fn server(&self, id: &str) -> Option<&ServerDecl> {
+        self.sandbox.mcp.servers.iter().find(|s| s.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests;

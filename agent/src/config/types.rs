@@ -1,0 +1,550 @@
+//! The configuration schema: one struct per YAML section, with the defaults of every key.
+//!
+//! Every struct denies unknown fields: a misspelt key in a deny rule must stop start-up, not
+//! silently turn the rule off. Defaults live here (not in the embedded YAML only) so a file
+//! that leaves a section out gets the same behaviour as the embedded default.
+
+use std::{collections::BTreeMap, fmt, net::SocketAddr, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `sandbox:` — holds `mcp:`, the seed's policy section (kept so seed files carry over).
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+    /// `proxy:` — the LLM interceptor proxy.
+    #[serde(default)]
+    pub proxy: ProxyConfig,
+    /// `store:` — the event and registry database.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// `netmon:` — the kernel connect hooks.
+    #[serde(default)]
+    pub netmon: NetmonConfig,
+    /// `api:` — the local query API.
+    #[serde(default)]
+    pub api: ApiConfig,
+    /// `correlator:` — joining events of one call across layers.
+    #[serde(default)]
+    pub correlator: CorrelatorConfig,
+    /// `interceptor:` — how the LLM response interceptor treats what it cannot parse.
+    #[serde(default)]
+    pub interceptor: InterceptorConfig,
+    /// Where this configuration came from (a file path or the embedded default); not a key.
+    #[serde(skip)]
+    pub origin: String,
+}
+
+/// `sandbox:`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// `sandbox.mcp:` — the MCP policy.
+    #[serde(default)]
+    pub mcp: McpConfig,
+}
+
+/// `sandbox.mcp:` — servers, server and tool rules, pinning and rate limits.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// `false` is audit mode: every decision allows, with the reason it would have blocked.
+    #[serde(default = "yes")]
+    pub enforce_policy: bool,
+    /// Block tools that are not in the registry and servers that are not declared.
+    #[serde(default)]
+    pub fail_closed: bool,
+    /// Declared MCP servers.
+    #[serde(default)]
+    pub servers: Vec<ServerDecl>,
+    /// How `allowed_servers` is used.
+    #[serde(default)]
+    pub server_policy: ListPolicy,
+    /// Servers allowed (required under `server_policy: allowlist`).
+    #[serde(default)]
+    pub allowed_servers: Vec<ServerRule>,
+    /// Servers denied.
+    #[serde(default)]
+    pub denied_servers: Vec<ServerRule>,
+    /// How `allowed_tools` is used.
+    #[serde(default)]
+    pub tool_policy: ListPolicy,
+    /// Tools allowed (required under `tool_policy: allowlist`).
+    #[serde(default)]
+    pub allowed_tools: Vec<ToolRule>,
+    /// Tools denied.
+    #[serde(default)]
+    pub denied_tools: Vec<ToolRule>,
+    /// Regexes on tool names (seed 004's deny list): a match always blocks.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Extra agent-side name forms, e.g. `"{server}.{tool}"`; Claude Code's
+    /// `mcp__{server}__{tool}` is always understood.
+    #[serde(default)]
+    pub name_patterns: Vec<String>,
+    /// Rug-pull protection.
+    #[serde(default)]
+    pub version_pinning: VersionPinningConfig,
+    /// Per-server call budgets.
+    #[serde(default)]
+    pub rate_limits: RateLimitsConfig,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            enforce_policy: true,
+            fail_closed: false,
+            servers: Vec::new(),
+            server_policy: ListPolicy::None,
+            allowed_servers: Vec::new(),
+            denied_servers: Vec::new(),
+            tool_policy: ListPolicy::None,
+            allowed_tools: Vec::new(),
+            denied_tools: Vec::new(),
+            deny: Vec::new(),
+            name_patterns: Vec::new(),
+            version_pinning: VersionPinningConfig::default(),
+            rate_limits: RateLimitsConfig::default(),
+        }
+    }
+}
+
+/// One declared MCP server.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerDecl {
+    /// The id rules and agents refer to (Claude Code's `mcp__<id>__<tool>`).
+    pub id: String,
+    /// Transport.
+    #[serde(rename = "type")]
+    pub server_type: ServerType,
+    /// Program to start (stdio only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its arguments (stdio only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Endpoint (http and sse only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Expected TLS certificate fingerprint, `sha256:<hex>` (network only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_fingerprint: Option<String>,
+    /// Must this server be reached through `toolwall mcp-proxy`? Overrides `netmon.deny_direct`
+    /// (network only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_proxy: Option<bool>,
+}
+
+impl ServerDecl {
+    /// `host:port` of a network server's URL (default port from the scheme), empty for stdio
+    /// or an unparsable URL: the registry's `server_addr`.
+    pub fn addr(&self) -> String {
+        self.url.as_deref().map(url_host_port).unwrap_or_default()
+    }
+}
+
+/// `host:port` of an `http(s)://` URL, for matching connections to servers.
+pub(crate) fn url_host_port(url: &str) -> String {
+    let (default_port, rest) = if let Some(rest) = url.strip_prefix("https://") {
+        (443, rest)
+    } else if let Some(rest) = url.strip_prefix("http://") {
+        (80, rest)
+    } else {
+        return String::new();
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority.rsplit('@').next().unwrap_or_default();
+    if authority.is_empty() {
+        return String::new();
+    }
+    // `[v6]:port`, `[v6]`, `host:port`, `host`.
+    let has_port = match authority.rfind(':') {
+        Some(i) => !authority.starts_with('[') || authority[..i].ends_with(']'),
+        None => false,
+    };
+    if has_port {
+        authority.to_string()
+    } else {
+        format!("{authority}:{default_port}")
+    }
+}
+
+/// MCP transports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerType {
+    /// A child process speaking JSON-RPC on stdin/stdout.
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+    /// Legacy HTTP+SSE.
+    Sse,
+}
+
+impl ServerType {
+    /// `stdio`, `http` or `sse`, as in events and the registry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerType::Stdio => "stdio",
+            ServerType::Http => "http",
+            ServerType::Sse => "sse",
+        }
+    }
+}
+
+impl fmt::Display for ServerType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an allow list is used (`server_policy`, `tool_policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListPolicy {
+    /// Only what the allow list matches passes; deny rules still apply.
+    Allowlist,
+    /// Everything passes unless a deny rule matches.
+    Denylist,
+    /// Same as `denylist` (deny rules always apply, so a typo in the policy name cannot
+    /// switch them off).
+    #[default]
+    None,
+}
+
+impl ListPolicy {
+    /// The YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListPolicy::Allowlist => "allowlist",
+            ListPolicy::Denylist => "denylist",
+            ListPolicy::None => "none",
+        }
+    }
+}
+
+/// A server rule: an id or a glob (`*`, `?`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerRule {
+    /// Server id glob.
+    pub id: String,
+}
+
+/// A tool rule: server glob, tool glob and optionally the exact definition hash.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolRule {
+    /// Server id glob (`*` for any).
+    #[serde(default = "star")]
+    pub server: String,
+    /// Tool name glob.
+    pub tool: String,
+    /// SHA-256 hex of the tool definition; the rule only matches that exact definition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+}
+
+/// `version_pinning:`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VersionPinningConfig {
+    /// Check tool definitions against pinned hashes.
+    #[serde(default)]
+    pub enabled: bool,
+    /// What a changed definition (or a tool new since pinning) does.
+    #[serde(default)]
+    pub on_change: OnChange,
+    /// Pin the first definition seen; without it only explicitly trusted tools pass.
+    #[serde(default = "yes")]
+    pub auto_trust_first: bool,
+}
+
+impl Default for VersionPinningConfig {
+    fn default() -> Self {
+        VersionPinningConfig {
+            enabled: false,
+            on_change: OnChange::Block,
+            auto_trust_first: true,
+        }
+    }
+}
+
+/// `version_pinning.on_change`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnChange {
+    /// Block (and hide) the tool.
+    #[default]
+    Block,
+    /// Allow it, with a reason saying it changed (layers record a `mcp_tool_changed`).
+    Alert,
+}
+
+/// `rate_limits:`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitsConfig {
+    /// Apply the budgets.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Sustained calls per minute per server.
+    #[serde(default = "default_rpm")]
+    pub default_rpm: u32,
+    /// Calls a server may take at once before the per-minute rate applies.
+    #[serde(default = "default_burst")]
+    pub default_burst: u32,
+    /// Budgets of particular servers, by id.
+    #[serde(default)]
+    pub per_server: BTreeMap<String, ServerRateLimit>,
+}
+
+impl Default for RateLimitsConfig {
+    fn default() -> Self {
+        RateLimitsConfig {
+            enabled: false,
+            default_rpm: default_rpm(),
+            default_burst: default_burst(),
+            per_server: BTreeMap::new(),
+        }
+    }
+}
+
+/// `rate_limits.per_server.<id>:`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerRateLimit {
+    /// Sustained calls per minute.
+    pub calls_per_minute: u32,
+    /// Burst; `rate_limits.default_burst` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+}
+
+/// `proxy:` — the LLM interceptor proxy.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// What the proxy does.
+    #[serde(default)]
+    pub mode: ProxyMode,
+    /// Where agents send their LLM API traffic.
+    #[serde(default = "default_proxy_listen")]
+    pub listen: SocketAddr,
+    /// Upstream base URLs.
+    #[serde(default)]
+    pub providers: ProvidersConfig,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            mode: ProxyMode::Embedded,
+            listen: default_proxy_listen(),
+            providers: ProvidersConfig::default(),
+        }
+    }
+}
+
+/// `proxy.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProxyMode {
+    /// The daemon runs the proxy and enforces MCP policy in it.
+    #[default]
+    Embedded,
+    /// The proxy only captures and enforces MCP tool calls (the seed's mode without DLP).
+    McpOnly,
+    /// No LLM proxy: the shim, filter proxy and kernel layers still run.
+    Disabled,
+}
+
+impl ProxyMode {
+    /// The YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyMode::Embedded => "embedded",
+            ProxyMode::McpOnly => "mcp-only",
+            ProxyMode::Disabled => "disabled",
+        }
+    }
+}
+
+/// `proxy.providers:`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvidersConfig {
+    /// Anthropic API base URL.
+    #[serde(default = "default_anthropic")]
+    pub anthropic: String,
+    /// OpenAI API base URL.
+    #[serde(default = "default_openai")]
+    pub openai: String,
+}
+
+impl Default for ProvidersConfig {
+    fn default() -> Self {
+        ProvidersConfig {
+            anthropic: default_anthropic(),
+            openai: default_openai(),
+        }
+    }
+}
+
+/// `store:`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The SQLite database; see `config::default_store_path` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}
+
+/// `netmon:` — the eBPF connect hooks on the session cgroup.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetmonConfig {
+    /// Load the kernel layer (needs root and BPF; off or failing, the other layers still run).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Deny direct connections from the session to network MCP servers that must be reached
+    /// through `toolwall mcp-proxy` (per-server `via_proxy` overrides this default).
+    #[serde(default)]
+    pub deny_direct: bool,
+    /// Deny connections to the LLM providers except through the interceptor proxy.
+    #[serde(default)]
+    pub pin_llm_egress: bool,
+    /// How often server and provider host names are re-resolved into the kernel maps.
+    #[serde(default = "default_resolve_interval")]
+    pub resolve_interval_secs: u64,
+}
+
+impl Default for NetmonConfig {
+    fn default() -> Self {
+        NetmonConfig {
+            enabled: true,
+            deny_direct: false,
+            pin_llm_egress: false,
+            resolve_interval_secs: default_resolve_interval(),
+        }
+    }
+}
+
+/// `api:` — the local query API.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// TCP listen address.
+    #[serde(default = "default_api_listen")]
+    pub listen: SocketAddr,
+    /// Optional Unix socket path (permission-checked access instead of loopback TCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: default_api_listen(),
+            socket: None,
+        }
+    }
+}
+
+/// `correlator:`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorrelatorConfig {
+    /// How far apart (ms) events of different layers may be and still be one call.
+    #[serde(default = "default_window_ms")]
+    pub window_ms: u64,
+}
+
+impl Default for CorrelatorConfig {
+    fn default() -> Self {
+        CorrelatorConfig {
+            window_ms: default_window_ms(),
+        }
+    }
+}
+
+/// `interceptor:`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterceptorConfig {
+    /// What an LLM response the interceptor cannot parse does.
+    #[serde(default)]
+    pub on_malformed: OnMalformed,
+    /// Most bytes of one streamed tool call held back while it is being decided.
+    #[serde(default = "default_max_stream_buffer")]
+    pub max_stream_buffer_bytes: u64,
+}
+
+impl Default for InterceptorConfig {
+    fn default() -> Self {
+        InterceptorConfig {
+            on_malformed: OnMalformed::FailClosed,
+            max_stream_buffer_bytes: default_max_stream_buffer(),
+        }
+    }
+}
+
+/// `interceptor.on_malformed`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMalformed {
+    /// Pass it through unchanged (a tool call hidden in it is not enforced).
+    FailOpen,
+    /// Cut the response off with an error (nothing unparsed reaches the agent).
+    #[default]
+    FailClosed,
+}
+
+impl OnMalformed {
+    /// The YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnMalformed::FailOpen => "fail_open",
+            OnMalformed::FailClosed => "fail_closed",
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn star() -> String {
+    "*".to_string()
+}
+fn default_rpm() -> u32 {
+    60
+}
+fn default_burst() -> u32 {
+    10
+}
+fn default_proxy_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 18080))
+}
+fn default_api_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 18081))
+}
+fn default_anthropic() -> String {
+    "https://api.anthropic.com".to_string()
+}
+fn default_openai() -> String {
+    "https://api.openai.com".to_string()
+}
+fn default_resolve_interval() -> u64 {
+    60
+}
+fn default_window_ms() -> u64 {
+    2000
+}
+fn default_max_stream_buffer() -> u64 {
+    8 * 1024 * 1024
+}

@@ -1,0 +1,402 @@
+//! Checks that parse cannot do: fields that depend on each other, duplicates, patterns that
+//! must compile. Each failure points at the line of the offending value when it can be found
+//! in the source text (serde does not keep positions after parsing, so the line is found by
+//! looking for the key and value that were rejected).
+
+use std::collections::HashSet;
+
+use super::{
+    ConfigError, Location,
+    deny_regex::compile_deny_regex,
+    types::{Config, ListPolicy, ServerType},
+};
+use crate::registry::NamePattern;
+
+/// The accumulated context of one validation run.
+struct Check<'a> {
+    file: &'a str,
+    source: &'a str,
+}
+
+impl Check<'_> {
+    /// An error at the `nth` (0-based) line where `key: value` (or `- value` when `key` is
+    /// empty) appears, or at no particular line.
+    fn error(
+        &self,
+        key_path: String,
+        line_of: (&str, &str, usize),
+        message: impl Into<String>,
+        hint: &'static str,
+    ) -> ConfigError {
+        let (key, value, nth) = line_of;
+        ConfigError::Invalid {
+            location: Location {
+                file: self.file.to_string(),
+                line: find_line(self.source, key, value, nth),
+                column: None,
+            },
+            key: key_path,
+            message: message.into(),
+            hint,
+        }
+    }
+}
+
+/// Validates `config` (parsed from `source`, read from `file`) and normalizes what has a
+/// canonical form (content hashes to lowercase hex).
+pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<(), ConfigError> {
+    let check = Check { file, source };
+    let mcp = &mut config.sandbox.mcp;
+    let at = "sandbox.mcp";
+
+    let mut ids = HashSet::new();
+    let mut id_seen = std::collections::HashMap::<&str, usize>::new();
+    for (i, server) in mcp.servers.iter().enumerate() {
+        let key = format!("{at}.servers[{i}]");
+        let nth = *id_seen
+            .entry(server.id.as_str())
+            .and_modify(|n| *n += 1)
+            .or_insert(0);
+        let line_of = ("id", server.id.as_str(), nth);
+        if server.id.trim().is_empty()
+            || server.id.contains(['*', '?'])
+            || server.id != server.id.trim()
+        {
+            return Err(check.error(
+                format!("{key}.id"),
+                line_of,
+                format!(
+                    "server id {:?} is empty, has surrounding spaces or a glob character",
+                    server.id
+                ),
+                "give the server a plain name such as `filesystem` (rules use globs; ids do not)",
+            ));
+        }
+        if !ids.insert(server.id.as_str()) {
+            return Err(check.error(
+                format!("{key}.id"),
+                line_of,
+                format!("duplicate server id {:?}", server.id),
+                "each server needs its own id; rename or remove one of them",
+            ));
+        }
+        match server.server_type {
+            ServerType::Stdio => {
+                if server
+                    .command
+                    .as_deref()
+                    .is_none_or(|c| c.trim().is_empty())
+                {
+                    return Err(check.error(
+                        format!("{key}.command"),
+                        line_of,
+                        format!("stdio server {:?} has no `command`", server.id),
+                        "add `command:` (and `args:`) naming the program that runs the server",
+                    ));
+                }
+                for (field, present) in [
+                    ("url", server.url.is_some()),
+                    ("tls_fingerprint", server.tls_fingerprint.is_some()),
+                    ("via_proxy", server.via_proxy.is_some()),
+                ] {
+                    if present {
+                        return Err(check.error(
+                            format!("{key}.{field}"),
+                            line_of,
+                            format!("`{field}` does not apply to stdio server {:?}", server.id),
+                            "remove it, or set `type: http` / `type: sse` for a network server",
+                        ));
+                    }
+                }
+            }
+            ServerType::Http | ServerType::Sse => {
+                let url = server.url.as_deref().unwrap_or_default();
+                if url.is_empty() {
+                    return Err(check.error(
+                        format!("{key}.url"),
+                        line_of,
+                        format!("{} server {:?} has no `url`", server.server_type, server.id),
+                        "add `url: https://host:port/path` (the MCP endpoint)",
+                    ));
+                }
+                if server.addr().is_empty() {
+                    return Err(check.error(
+                        format!("{key}.url"),
+                        ("url", url, 0),
+                        format!("{url:?} is not an http:// or https:// URL with a host"),
+                        "write the full endpoint, e.g. `https://mcp.example.com/mcp`",
+                    ));
+                }
+                if server.command.is_some() || !server.args.is_empty() {
+                    return Err(check.error(
+                        format!("{key}.command"),
+                        line_of,
+                        format!(
+                            "`command`/`args` do not apply to {} server {:?}",
+                            server.server_type, server.id
+                        ),
+                        "remove them, or set `type: stdio` for a server toolwall starts",
+                    ));
+                }
+                if let Some(fp) = server.tls_fingerprint.as_deref()
+                    && !valid_fingerprint(fp)
+                {
+                    return Err(check.error(
+                        format!("{key}.tls_fingerprint"),
+                        ("tls_fingerprint", fp, 0),
+                        format!("{fp:?} is not `sha256:` followed by 64 hex digits"),
+                        "write the certificate's SHA-256 as `sha256:<hex>` (colons allowed)",
+                    ));
+                }
+            }
+        }
+    }
+
+    for (list, rules) in [
+        ("allowed_servers", &mcp.allowed_servers),
+        ("denied_servers", &mcp.denied_servers),
+    ] {
+        for (i, rule) in rules.iter().enumerate() {
+            if rule.id.trim().is_empty() {
+                return Err(check.error(
+                    format!("{at}.{list}[{i}].id"),
+                    ("id", "", 0),
+                    "empty server rule",
+                    "write a server id or a glob such as `*`",
+                ));
+            }
+        }
+    }
+    if mcp.server_policy == ListPolicy::Allowlist && mcp.allowed_servers.is_empty() {
+        tracing::warn!(
+            "{file}: server_policy is allowlist with no allowed_servers: every MCP server is blocked"
+        );
+    }
+    if mcp.tool_policy == ListPolicy::Allowlist && mcp.allowed_tools.is_empty() {
+        tracing::warn!(
+            "{file}: tool_policy is allowlist with no allowed_tools: every MCP tool is blocked"
+        );
+    }
+
+    for list in ["allowed_tools", "denied_tools"] {
+        let rules = if list == "allowed_tools" {
+            &mut mcp.allowed_tools
+        } else {
+            &mut mcp.denied_tools
+        };
+        for (i, rule) in rules.iter_mut().enumerate() {
+            let key = format!("{at}.{list}[{i}]");
+            if rule.tool.trim().is_empty() || rule.server.trim().is_empty() {
+                return Err(check.error(
+                    key,
+                    ("tool", rule.tool.as_str(), 0),
+                    "tool rule with an empty `server` or `tool`",
+                    "use `*` to mean any server or any tool",
+                ));
+            }
+            if let Some(hash) = rule.content_hash.as_mut() {
+                let lower = hash.to_ascii_lowercase();
+                let hex = lower.strip_prefix("sha256:").unwrap_or(&lower).to_string();
+                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(check.error(
+                        format!("{key}.content_hash"),
+                        ("content_hash", hash.as_str(), 0),
+                        format!("{hash:?} is not a SHA-256 hex digest"),
+                        "copy the tool_hash shown by `toolwall mcp tools` (64 hex digits)",
+                    ));
+                }
+                *hash = hex;
+            }
+        }
+    }
+
+    let mut deny_seen = std::collections::HashMap::<&str, usize>::new();
+    for (i, pattern) in mcp.deny.iter().enumerate() {
+        let nth = *deny_seen
+            .entry(pattern.as_str())
+            .and_modify(|n| *n += 1)
+            .or_insert(0);
+        if let Err(why) = compile_deny_regex(pattern) {
+            return Err(check.error(
+                format!("{at}.deny[{i}]"),
+                ("", pattern.as_str(), nth),
+                format!("{pattern:?}: {why}"),
+                "fix or remove the pattern; toolwall will not start with a deny rule it cannot apply",
+            ));
+        }
+    }
+
+    for (i, pattern) in mcp.name_patterns.iter().enumerate() {
+        if let Err(why) = NamePattern::parse(pattern) {
+            return Err(check.error(
+                format!("{at}.name_patterns[{i}]"),
+                ("", pattern.as_str(), 0),
+                format!("{pattern:?} {why}"),
+                "write the form with placeholders, e.g. \"{server}.{tool}\" or \"mcp_{server}_{tool}\"",
+            ));
+        }
+    }
+
+    let limits = &mcp.rate_limits;
+    if limits.default_rpm == 0 {
+        return Err(check.error(
+            format!("{at}.rate_limits.default_rpm"),
+            ("default_rpm", "0", 0),
+            "0 calls per minute",
+            "use at least 1, or block the servers or tools instead",
+        ));
+    }
+    if limits.default_burst == 0 {
+        return Err(check.error(
+            format!("{at}.rate_limits.default_burst"),
+            ("default_burst", "0", 0),
+            "a burst of 0 admits no call",
+            "use at least 1",
+        ));
+    }
+    for (id, limit) in &limits.per_server {
+        if limit.calls_per_minute == 0 || limit.burst == Some(0) {
+            return Err(check.error(
+                format!("{at}.rate_limits.per_server.{id}"),
+                (id.as_str(), "", 0),
+                "calls_per_minute and burst must be at least 1",
+                "raise them, or deny the server instead",
+            ));
+        }
+        if !ids.contains(id.as_str()) {
+            tracing::warn!(
+                "{file}: rate_limits.per_server.{id}: no server with that id is declared"
+            );
+        }
+    }
+
+    for (key, url) in [
+        (
+            "proxy.providers.anthropic",
+            &config.proxy.providers.anthropic,
+        ),
+        ("proxy.providers.openai", &config.proxy.providers.openai),
+    ] {
+        if super::types::url_host_port(url).is_empty() {
+            let leaf = key.rsplit('.').next().unwrap_or(key);
+            return Err(check.error(
+                key.to_string(),
+                (leaf, url.as_str(), 0),
+                format!("{url:?} is not an http:// or https:// URL with a host"),
+                "write the provider's base URL, e.g. https://api.anthropic.com",
+            ));
+        }
+    }
+    if config
+        .store
+        .path
+        .as_ref()
+        .is_some_and(|p| p.as_os_str().is_empty())
+    {
+        return Err(check.error(
+            "store.path".to_string(),
+            ("path", "", 0),
+            "empty path",
+            "remove the key to use the default location, or name a file",
+        ));
+    }
+    if config.netmon.resolve_interval_secs == 0 {
+        return Err(check.error(
+            "netmon.resolve_interval_secs".to_string(),
+            ("resolve_interval_secs", "0", 0),
+            "0 seconds",
+            "use at least 1 (60 is the default)",
+        ));
+    }
+    if !(1..=600_000).contains(&config.correlator.window_ms) {
+        return Err(check.error(
+            "correlator.window_ms".to_string(),
+            ("window_ms", &config.correlator.window_ms.to_string(), 0),
+            "must be between 1 and 600000 ms",
+            "2000 (the default) joins the layers' events of one call",
+        ));
+    }
+    if !(4096..=1 << 30).contains(&config.interceptor.max_stream_buffer_bytes) {
+        return Err(check.error(
+            "interceptor.max_stream_buffer_bytes".to_string(),
+            (
+                "max_stream_buffer_bytes",
+                &config.interceptor.max_stream_buffer_bytes.to_string(),
+                0,
+            ),
+            "must be between 4096 and 1073741824",
+            "8388608 (8 MiB, the default) holds any realistic tool call",
+        ));
+    }
+    Ok(())
+}
+
+/// `sha256:` + 64 hex digits, optionally in colon-separated pairs.
+fn valid_fingerprint(fp: &str) -> bool {
+    let lower = fp.to_ascii_lowercase();
+    let Some(hex) = lower.strip_prefix("sha256:") else {
+        return false;
+    };
+    let digits: String = hex.chars().filter(|c| *c != ':').collect();
+    digits.len() == 64 && digits.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The 1-based line of the `nth` (0-based) occurrence of `key: value` in `source` (list
+/// markers and quotes ignored; `key` empty means a bare list item `- value`, `value` empty
+/// means any value). Falls back to the first line containing `value`.
+pub(crate) fn find_line(source: &str, key: &str, value: &str, nth: usize) -> Option<usize> {
+    let mut seen = 0;
+    for (i, line) in source.lines().enumerate() {
+        let mut text = line.trim_start();
+        let mut was_item = false;
+        while let Some(rest) = text.strip_prefix("- ") {
+            text = rest.trim_start();
+            was_item = true;
+        }
+        let found = if key.is_empty() {
+            was_item && unquote(text) == value
+        } else {
+            match text.strip_prefix(key).map(str::trim_start) {
+                Some(rest) => match rest.strip_prefix(':') {
+                    Some(v) => value.is_empty() || unquote(v.trim()) == value,
+                    None => false,
+                },
+                None => false,
+            }
+        };
+        if found {
+            if seen == nth {
+                return Some(i + 1);
+            }
+            seen += 1;
+        }
+    }
+    if value.is_empty() {
+        return None;
+    }
+    source
+        .lines()
+        .position(|l| l.contains(value))
+        .map(|i| i + 1)
+}
+
+/// A scalar without its quotes or trailing comment.
+fn unquote(text: &str) -> String {
+    let text = text.trim();
+    for quote in ['"', '\''] {
+        if let Some(inner) = text.strip_prefix(quote)
+            && let Some(end) = inner.rfind(quote)
+        {
+            let inner = &inner[..end];
+            return if quote == '"' {
+                inner.replace("\\\\", "\\").replace("\\\"", "\"")
+            } else {
+                inner.replace("''", "'")
+            };
+        }
+    }
+    match text.find(" #") {
+        Some(at) => text[..at].trim_end().to_string(),
+        None => text.to_string(),
+    }
+}

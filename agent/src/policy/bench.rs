@@ -1,0 +1,141 @@
+//! Micro-benchmarks for `cargo xtask bench` (no `benches/` harness needed): how long one
+//! decision takes with many rules. Goal: under 1 µs per `check_call` with 1,000 rules.
+
+use std::{
+    hint::black_box,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use serde_json::json;
+
+use super::Policy;
+use crate::{
+    config::{Config, ServerDecl, ServerType, ToolRule},
+    decision::{CallQuery, Gate},
+    registry::Registry,
+};
+
+const SERVERS: usize = 20;
+const TOOLS_PER_SERVER: usize = 25;
+
+/// Builds a policy with `n_rules` rules (tool rules with globs, a tenth of them `deny:`
+/// regexes, at most 100), an in-memory registry of 20 servers × 25 tools, pinning and rate
+/// limits on (with a budget no call exhausts), then times `iterations` calls of
+/// [`Gate::check_call`] cycling through every name form (bare, `mcp__server__tool`, with the
+/// server given, Codex namespace). Returns the mean time of one decision, after one warm-up
+/// round (so it measures the steady state: each definition's rule outcome cached).
+pub fn bench_decisions(n_rules: usize, iterations: u64) -> Duration {
+    let (policy, tools) = setup(n_rules);
+    let claude_names: Vec<String> = tools
+        .iter()
+        .map(|(server, tool)| format!("mcp__{server}__{tool}"))
+        .collect();
+    let mut queries = Vec::with_capacity(tools.len() * 3);
+    for ((server, tool), claude) in tools.iter().zip(&claude_names) {
+        queries.push(CallQuery {
+            server_id: None,
+            name: tool,
+            namespace: None,
+        });
+        queries.push(CallQuery {
+            server_id: Some(server),
+            name: tool,
+            namespace: None,
+        });
+        queries.push(CallQuery {
+            server_id: None,
+            name: claude,
+            namespace: None,
+        });
+    }
+    for query in &queries {
+        black_box(policy.check_call(query));
+    }
+    let start = Instant::now();
+    for i in 0..iterations {
+        let query = &queries[(i as usize) % queries.len()];
+        black_box(policy.check_call(black_box(query)));
+    }
+    start.elapsed() / u32::try_from(iterations.max(1)).unwrap_or(u32::MAX)
+}
+
+/// Like [`bench_decisions`] but without the per-definition cache: the mean time to evaluate
+/// the server rules, deny regexes and tool rules for one (server, tool) — what the first
+/// call of each newly registered definition costs.
+pub fn bench_rule_evaluation(n_rules: usize, iterations: u64) -> Duration {
+    let (policy, tools) = setup(n_rules);
+    let start = Instant::now();
+    for i in 0..iterations {
+        let (server, tool) = &tools[(i as usize) % tools.len()];
+        black_box(policy.evaluate_static(black_box(server), black_box(tool), ""));
+    }
+    start.elapsed() / u32::try_from(iterations.max(1)).unwrap_or(u32::MAX)
+}
+
+/// The policy and every registered (server, tool).
+fn setup(n_rules: usize) -> (Policy, Vec<(String, String)>) {
+    let mut config = Config::default();
+    let mcp = &mut config.sandbox.mcp;
+    mcp.servers = (0..SERVERS)
+        .map(|s| ServerDecl {
+            id: format!("srv-{s}"),
+            server_type: ServerType::Http,
+            command: None,
+            args: Vec::new(),
+            url: Some(format!("http://127.0.0.1:{}/mcp", 9000 + s)),
+            tls_fingerprint: None,
+            via_proxy: None,
+        })
+        .collect();
+    let regexes = (n_rules / 10).min(100);
+    mcp.deny = (0..regexes).map(|i| format!("^forbidden_{i}_")).collect();
+    for i in 0..n_rules.saturating_sub(regexes) {
+        let rule = ToolRule {
+            server: if i % 3 == 0 {
+                "*".to_string()
+            } else {
+                format!("srv-{}", i % SERVERS)
+            },
+            tool: format!("denied_{i}_*"),
+            content_hash: None,
+        };
+        if i % 4 == 0 {
+            mcp.allowed_tools.push(rule);
+        } else {
+            mcp.denied_tools.push(rule);
+        }
+    }
+    mcp.version_pinning.enabled = true;
+    mcp.rate_limits.enabled = true;
+    mcp.rate_limits.default_rpm = u32::MAX;
+    mcp.rate_limits.default_burst = u32::MAX;
+
+    let registry = match Registry::in_memory() {
+        Ok(registry) => Arc::new(registry),
+        Err(error) => panic!("benchmark setup: in-memory registry: {error}"),
+    };
+    let policy = match Policy::new(&config, registry, &[]) {
+        Ok(policy) => policy,
+        Err(error) => panic!("benchmark setup: policy: {error}"),
+    };
+    let mut names = Vec::new();
+    for s in 0..SERVERS {
+        let server = format!("srv-{s}");
+        let tools: Vec<_> = (0..TOOLS_PER_SERVER)
+            .map(|t| {
+                // Tool names unique across servers, so bare names resolve.
+                json!({
+                    "name": format!("s{s}_tool_{t}"),
+                    "description": "benchmark tool",
+                    "inputSchema": {"type": "object"}
+                })
+            })
+            .collect();
+        black_box(policy.check_listed_all(&server, "http", &tools));
+        for t in 0..TOOLS_PER_SERVER {
+            names.push((server.clone(), format!("s{s}_tool_{t}")));
+        }
+    }
+    (policy, names)
+}

@@ -1,0 +1,448 @@
+//! The policy engine: answers [`Gate`] questions with the registry and the configured rules.
+//!
+//! Evaluation order (seed 001, "Policy Evaluation Order"), first block wins:
+//! 1. **identify** the tool in the registry (agent name forms resolved); unknown names are
+//!    blocked under `fail_closed`, otherwise they are not MCP ([`Decision::not_mcp`]);
+//! 2. **server**: undeclared servers under `fail_closed`, then `denied_servers` /
+//!    `allowed_servers` (see [`rules`] for how allow and deny rules combine);
+//! 3. **tool**: the `deny:` regexes (always block), then `denied_tools` / `allowed_tools` with
+//!    their optional `content_hash`;
+//! 4. **version pinning**: a changed definition, or a tool new since the server's set was
+//!    sealed, blocks or alerts per `on_change`;
+//! 5. **rate limit**: one token of the server's bucket, spent only if all of the above allow.
+//!
+//! Steps 2–3 depend only on (server, tool, definition hash) and the config, so their outcome
+//! is computed once per registered definition and cached: with any number of rules a
+//! repeated call costs a few hash lookups.
+
+mod bench;
+mod deny;
+mod glob;
+mod listing_events;
+mod rate;
+mod rules;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, PoisonError, RwLock},
+};
+
+use serde_json::Value;
+
+pub use bench::{bench_decisions, bench_rule_evaluation};
+pub use deny::DenyList;
+pub use glob::Glob;
+pub use rate::{Budget, Clock, ManualClock, MonotonicClock, RateLimiter};
+pub use rules::{ServerRules, ToolRules};
+
+use crate::{
+    config::{Config, ConfigError, Location, OnChange, VersionPinningConfig},
+    decision::{Action, CallQuery, Decision, Gate, ToolIdentity},
+    registry::{NamePatterns, PinState, Registry, Resolution, ToolEntry, tool_hash},
+};
+
+/// Most cached static verdicts; past it the cache is cleared (only reachable with a registry
+/// of that many definitions, which is a deployment to size for, not to fail on).
+const MAX_CACHED_VERDICTS: usize = 100_000;
+
+/// The outcome of the steps that depend only on the definition: `None` passes.
+#[derive(Clone, Debug)]
+struct CachedVerdict {
+    tool_hash: String,
+    block: Option<Arc<str>>,
+}
+
+/// The configured policy, shared by every layer (`Arc<Policy>` or `&dyn Gate`).
+#[derive(Debug)]
+pub struct Policy {
+    enforce: bool,
+    fail_closed: bool,
+    /// Declared server id → (type, `host:port`).
+    declared: HashMap<String, (&'static str, String)>,
+    servers: ServerRules,
+    tools: ToolRules,
+    deny: DenyList,
+    pinning: VersionPinningConfig,
+    limits: RateLimiter,
+    patterns: NamePatterns,
+    registry: Arc<Registry>,
+    /// server id → tool → verdict of steps 2–3.
+    verdicts: RwLock<HashMap<String, HashMap<String, CachedVerdict>>>,
+}
+
+impl Policy {
+    /// Compiles `config`'s policy over `registry`; `extra_deny` are the `--deny` regexes of
+    /// the shim or filter proxy command line. Fails on a pattern that cannot be applied.
+    pub fn new(
+        config: &Config,
+        registry: Arc<Registry>,
+        extra_deny: &[String],
+    ) -> Result<Policy, ConfigError> {
+        Policy::with_clock(
+            config,
+            registry,
+            extra_deny,
+            Arc::new(MonotonicClock::default()),
+        )
+    }
+
+    /// [`Policy::new`] with the rate limiter's clock given (tests move time by hand).
+    pub fn with_clock(
+        config: &Config,
+        registry: Arc<Registry>,
+        extra_deny: &[String],
+        clock: Arc<dyn Clock>,
+    ) -> Result<Policy, ConfigError> {
+        let mcp = &config.sandbox.mcp;
+        let origin = if config.origin.is_empty() {
+            "configuration"
+        } else {
+            config.origin.as_str()
+        };
+        let patterns =
+            NamePatterns::new(&mcp.name_patterns).map_err(|(i, why)| ConfigError::Invalid {
+                location: Location {
+                    file: origin.to_string(),
+                    line: None,
+                    column: None,
+                },
+                key: format!("sandbox.mcp.name_patterns[{i}]"),
+                message: why,
+                hint: "write the form with placeholders, e.g. \"{server}.{tool}\"",
+            })?;
+        Ok(Policy {
+            enforce: mcp.enforce_policy,
+            fail_closed: mcp.fail_closed,
+            declared: mcp
+                .servers
+                .iter()
+                .map(|s| (s.id.clone(), (s.server_type.as_str(), s.addr())))
+                .collect(),
+            servers: ServerRules::new(mcp.server_policy, &mcp.allowed_servers, &mcp.denied_servers),
+            tools: ToolRules::new(mcp.tool_policy, &mcp.allowed_tools, &mcp.denied_tools),
+            deny: DenyList::new(&mcp.deny, extra_deny, origin)?,
+            pinning: mcp.version_pinning.clone(),
+            limits: RateLimiter::new(&mcp.rate_limits, clock),
+            patterns,
+            registry,
+            verdicts: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// The registry this policy reads.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Steps 2–3 for a registered definition, from the cache when possible.
+    fn static_verdict(&self, entry: &ToolEntry) -> Option<Arc<str>> {
+        {
+            let cache = self.verdicts.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(hit) = cache
+                .get(entry.server_id.as_str())
+                .and_then(|tools| tools.get(entry.tool.as_str()))
+                .filter(|hit| hit.tool_hash == entry.tool_hash)
+            {
+                return hit.block.clone();
+            }
+        }
+        let block = self
+            .evaluate_static(&entry.server_id, &entry.tool, &entry.tool_hash)
+            .map(Arc::from);
+        let mut cache = self
+            .verdicts
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if cache.values().map(HashMap::len).sum::<usize>() >= MAX_CACHED_VERDICTS {
+            cache.clear();
+        }
+        cache.entry(entry.server_id.clone()).or_default().insert(
+            entry.tool.clone(),
+            CachedVerdict {
+                tool_hash: entry.tool_hash.clone(),
+                block: block.clone(),
+            },
+        );
+        block
+    }
+
+    /// Steps 2–3, uncached: server check, then tool check.
+    fn evaluate_static(&self, server_id: &str, tool: &str, hash: &str) -> Option<String> {
+        if self.fail_closed && !self.declared.contains_key(server_id) {
+            return Some(format!(
+                "server {server_id:?} is not declared in sandbox.mcp.servers (fail_closed)"
+            ));
+        }
+        self.servers
+            .check(server_id)
+            .or_else(|| self.deny.check(tool))
+            .or_else(|| self.tools.check(server_id, tool, hash))
+    }
+
+    /// Step 4: `Err(block reason)`, `Ok(Some(alert))` or `Ok(None)`.
+    fn pinning_verdict(
+        &self,
+        server_id: &str,
+        tool: &str,
+        hash: &str,
+    ) -> Result<Option<String>, String> {
+        if !self.pinning.enabled {
+            return Ok(None);
+        }
+        let problem = match self.registry.pin_state(server_id, tool, hash) {
+            PinState::Match => return Ok(None),
+            PinState::Unpinned {
+                server_sealed: false,
+            } if self.pinning.auto_trust_first => return Ok(None),
+            PinState::Changed { pinned_hash } => format!(
+                "tool {tool:?} of server {server_id:?} changed since it was pinned (pinned {}, now {}): possible rug pull",
+                short(&pinned_hash),
+                short(hash)
+            ),
+            PinState::Unpinned {
+                server_sealed: true,
+            } => format!(
+                "tool {tool:?} appeared on server {server_id:?} after its tool set was pinned (drift)"
+            ),
+            PinState::Unpinned {
+                server_sealed: false,
+            } => format!(
+                "tool {tool:?} of server {server_id:?} is not pinned and version_pinning.auto_trust_first is off"
+            ),
+        };
+        match self.pinning.on_change {
+            OnChange::Block => Err(format!("{problem} (version_pinning.on_change: block)")),
+            OnChange::Alert => Ok(Some(format!(
+                "alert: {problem} (version_pinning.on_change: alert)"
+            ))),
+        }
+    }
+
+    /// Steps 2–5 for a registered tool.
+    fn decide_entry(&self, entry: &ToolEntry, spend: bool) -> Decision {
+        if let Some(block) = self.static_verdict(entry) {
+            return self.finish(Action::Block, block.to_string(), Some(entry.identity()));
+        }
+        let alert = match self.pinning_verdict(&entry.server_id, &entry.tool, &entry.tool_hash) {
+            Err(block) => return self.finish(Action::Block, block, Some(entry.identity())),
+            Ok(alert) => alert,
+        };
+        if spend && let Some(block) = self.limits.try_acquire(&entry.server_id) {
+            return self.finish(Action::Block, block, Some(entry.identity()));
+        }
+        Decision {
+            action: Action::Allow,
+            reason: alert.unwrap_or_default(),
+            tool: Some(entry.identity()),
+        }
+    }
+
+    /// A call of a tool that is surely MCP (the layer or the name said which server) but not
+    /// registered: blocked under `fail_closed`, else checked like a tool with no definition.
+    fn decide_unregistered(&self, server_id: &str, tool: &str, spend: bool) -> Decision {
+        let declared = self.declared.get(server_id);
+        let identity = ToolIdentity {
+            server_id: server_id.to_string(),
+            server_type: declared.map(|d| d.0.to_string()).unwrap_or_default(),
+            server_addr: declared.map(|d| d.1.clone()).unwrap_or_default(),
+            tool: tool.to_string(),
+            tool_hash: String::new(),
+        };
+        if self.fail_closed {
+            return self.finish(
+                Action::Block,
+                format!("unknown tool {tool:?} of server {server_id:?}, fail closed"),
+                Some(identity),
+            );
+        }
+        if let Some(block) = self.evaluate_static(server_id, tool, "") {
+            return self.finish(Action::Block, block, Some(identity));
+        }
+        let alert = match self.pinning_verdict(server_id, tool, "") {
+            Err(block) => return self.finish(Action::Block, block, Some(identity)),
+            Ok(alert) => alert,
+        };
+        if spend && let Some(block) = self.limits.try_acquire(server_id) {
+            return self.finish(Action::Block, block, Some(identity));
+        }
+        Decision {
+            action: Action::Allow,
+            reason: alert.unwrap_or_default(),
+            tool: Some(identity),
+        }
+    }
+
+    /// A bare name several servers offer.
+    fn decide_ambiguous(&self, name: &str, candidates: &[Arc<ToolEntry>]) -> Decision {
+        let servers = candidates
+            .iter()
+            .map(|c| format!("{:?}", c.server_id))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let first = candidates.first().map(|c| c.identity());
+        if self.fail_closed {
+            return self.finish(
+                Action::Block,
+                format!("ambiguous tool name {name:?}: offered by servers {servers} (fail closed)"),
+                first,
+            );
+        }
+        // Not failing closed: the call must pass the policy of every server it could reach.
+        for candidate in candidates {
+            let decision = self.decide_entry(candidate, false);
+            if decision.is_blocked() {
+                return self.finish(
+                    Action::Block,
+                    format!(
+                        "ambiguous tool name {name:?} (servers {servers}); on {:?}: {}",
+                        candidate.server_id, decision.reason
+                    ),
+                    decision.tool,
+                );
+            }
+        }
+        let Some(first) = candidates.first() else {
+            return Decision::not_mcp();
+        };
+        let mut decision = self.decide_entry(first, true);
+        if !decision.is_blocked() {
+            decision.reason = format!(
+                "ambiguous tool name {name:?} (servers {servers}); allowed by every one{}{}",
+                if decision.reason.is_empty() { "" } else { "; " },
+                decision.reason
+            );
+        }
+        decision
+    }
+
+    /// Applies `enforce_policy: false` (audit mode): blocks become allows that say what they
+    /// would have blocked.
+    fn finish(&self, action: Action, reason: String, tool: Option<ToolIdentity>) -> Decision {
+        if action == Action::Block && !self.enforce {
+            return Decision {
+                action: Action::Allow,
+                reason: format!("not enforced (enforce_policy: false); would block: {reason}"),
+                tool,
+            };
+        }
+        Decision {
+            action,
+            reason,
+            tool,
+        }
+    }
+
+    /// Registers one listed tool and pins it on first sight when pinning trusts first hashes.
+    fn register_listed(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tools: &[Value],
+    ) -> Vec<Option<ToolEntry>> {
+        let addr = self
+            .declared
+            .get(server_id)
+            .map(|d| d.1.clone())
+            .unwrap_or_default();
+        if let Err(error) = self.registry.register(server_id, server_type, &addr, tools) {
+            tracing::error!(server_id, %error, "cannot persist listed tools; deciding on them anyway");
+        }
+        tools
+            .iter()
+            .map(|tool| {
+                let name = tool.get("name").and_then(Value::as_str)?;
+                let hash = tool_hash(tool);
+                Some(ToolEntry {
+                    tool: name.to_string(),
+                    server_id: server_id.to_string(),
+                    server_type: server_type.to_string(),
+                    server_addr: addr.clone(),
+                    tool_hash: hash,
+                    registered_at: chrono::Utc::now(),
+                })
+            })
+            .collect()
+    }
+
+    /// Decides visibility of a listed, registered definition (no rate limit spent).
+    fn decide_listed(&self, entry: Option<ToolEntry>) -> Decision {
+        match entry {
+            Some(entry) => self.decide_entry(&entry, false),
+            None => self.finish(
+                Action::Block,
+                "listed tool has no string \"name\"; hidden".to_string(),
+                None,
+            ),
+        }
+    }
+
+    /// Pins first-seen definitions when `auto_trust_first` (one tool: per tool, the server's
+    /// set stays open; a whole listing: every tool, and the set is sealed).
+    fn trust_first(&self, server_id: &str, entries: &[Option<ToolEntry>], whole_listing: bool) {
+        if !(self.pinning.enabled && self.pinning.auto_trust_first) {
+            return;
+        }
+        let tools: Vec<(&str, &str)> = entries
+            .iter()
+            .flatten()
+            .map(|e| (e.tool.as_str(), e.tool_hash.as_str()))
+            .collect();
+        if let Err(error) = self.registry.trust_first(server_id, &tools, whole_listing) {
+            tracing::error!(server_id, %error, "cannot persist pins");
+        }
+    }
+}
+
+impl Gate for Policy {
+    fn check_call(&self, call: &CallQuery<'_>) -> Decision {
+        match self.registry.resolve(call, &self.patterns) {
+            Resolution::Found(entry) => self.decide_entry(&entry, true),
+            Resolution::Ambiguous { name, candidates } => self.decide_ambiguous(&name, &candidates),
+            Resolution::UnknownOnServer { server_id, tool } => {
+                self.decide_unregistered(&server_id, &tool, true)
+            }
+            Resolution::Unknown if self.fail_closed => self.finish(
+                Action::Block,
+                format!("unknown tool {:?}, fail closed", call.name),
+                None,
+            ),
+            Resolution::Unknown => Decision::not_mcp(),
+        }
+    }
+
+    fn check_listed(&self, server_id: &str, server_type: &str, tool: &Value) -> Decision {
+        let entries = self.register_listed(server_id, server_type, std::slice::from_ref(tool));
+        self.trust_first(server_id, &entries, false);
+        entries
+            .into_iter()
+            .next()
+            .map(|entry| self.decide_listed(entry))
+            .unwrap_or_else(Decision::not_mcp)
+    }
+
+    fn check_listed_all(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tools: &[Value],
+    ) -> Vec<Decision> {
+        let entries = self.register_listed(server_id, server_type, tools);
+        self.trust_first(server_id, &entries, true);
+        entries
+            .into_iter()
+            .map(|entry| self.decide_listed(entry))
+            .collect()
+    }
+}
+
+/// The first 12 hex digits of a hash, enough for a person to tell two apart.
+fn short(hash: &str) -> &str {
+    if hash.is_empty() {
+        "none"
+    } else {
+        hash.get(..12).unwrap_or(hash)
+    }
+}
+
+#[cfg(test)]
+mod tests;

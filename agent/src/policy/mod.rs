@@ -134,6 +134,15 @@ impl Policy {
         &self.registry
     }
 
+    /// The server-level verdict alone (step 1): why `server_id` is blocked, or `None` if it is
+    /// allowed. The kernel layer uses it to DENY or FLAG connections to the server's addresses.
+    pub fn server_block_reason(&self, server_id: &str) -> Option<String> {
+        if !self.enforce {
+            return None;
+        }
+        self.servers.check(server_id)
+    }
+
     /// Steps 2–3 for a registered definition, from the cache when possible.
     fn static_verdict(&self, entry: &ToolEntry) -> Option<Arc<str>> {
         {

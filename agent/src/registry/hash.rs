@@ -42,7 +42,19 @@ pub fn tool_hash(tool: &Value) -> String {
         }
     }
     canonical.push('}');
-    let digest = Sha256::digest(canonical.as_bytes());
+    sha256_hex(&canonical)
+}
+
+/// SHA-256 (lowercase hex) of the canonical JSON of any value: the correlator's key for
+/// "the same arguments", whatever order each layer saw the keys in.
+pub fn value_hash(value: &Value) -> String {
+    let mut canonical = String::with_capacity(128);
+    write_canonical(&mut canonical, value);
+    sha256_hex(&canonical)
+}
+
+fn sha256_hex(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
     let mut hex = String::with_capacity(64);
     for byte in digest {
         let _ = write!(hex, "{byte:02x}");
@@ -92,6 +104,14 @@ fn write_string(out: &mut String, text: &str) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn value_hash_ignores_key_order_and_sees_values() {
+        let a: Value = serde_json::from_str(r#"{"b": [1, {"y": 2, "x": 1}], "a": "s"}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#).unwrap();
+        assert_eq!(value_hash(&a), value_hash(&b));
+        assert_ne!(value_hash(&a), value_hash(&json!({"a": "t", "b": [1, {"x": 1, "y": 2}]})));
+    }
 
     #[test]
     fn key_order_and_whitespace_do_not_matter() {

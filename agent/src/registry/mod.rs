@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::Connection;
 use serde_json::Value;
 
-pub use hash::{HASHED_FIELDS, tool_hash};
+pub use hash::{HASHED_FIELDS, tool_hash, value_hash};
 pub use names::{CLAUDE_CODE_PATTERN, CODEX_NAMESPACE_PREFIX, NamePattern, NamePatterns};
 
 use crate::decision::{CallQuery, ToolIdentity};

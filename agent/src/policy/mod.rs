@@ -318,6 +318,7 @@ impl Policy {
     /// Applies `enforce_policy: false` (audit mode): blocks become allows that say what they
     /// would have blocked.
     fn finish(&self, action: Action, reason: String, tool: Option<ToolIdentity>) -> Decision {
+        tracing::debug!(action = action.as_str(), %reason, enforced = self.enforce, "policy decision");
         if action == Action::Block && !self.enforce {
             return Decision {
                 action: Action::Allow,

@@ -15,6 +15,8 @@
 //! is computed once per registered definition and cached: with any number of rules a
 //! repeated call costs a few hash lookups.
 
+#![warn(missing_docs)]
+
 mod bench;
 mod deny;
 mod glob;

@@ -6,6 +6,8 @@
 //! `correlator:` and `interceptor:` sections. Unknown keys are errors (a typo in a deny rule
 //! must not disable it), and every error names the file, the line and the key.
 
+#![warn(missing_docs)]
+
 mod cli;
 mod deny_regex;
 mod error;

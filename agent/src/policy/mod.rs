@@ -15,6 +15,8 @@
 //! is computed once per registered definition and cached: with any number of rules a
 //! repeated call costs a few hash lookups.
 
+#![warn(missing_docs)]
+
 mod bench;
 mod deny;
 mod glob;
@@ -327,6 +329,7 @@ impl Policy {
     /// Applies `enforce_policy: false` (audit mode): blocks become allows that say what they
     /// would have blocked.
     fn finish(&self, action: Action, reason: String, tool: Option<ToolIdentity>) -> Decision {
+        tracing::debug!(action = action.as_str(), %reason, enforced = self.enforce, "policy decision");
         if action == Action::Block && !self.enforce {
             return Decision {
                 action: Action::Allow,

@@ -7,6 +7,8 @@
 //! allocation for a plain hit); writes go to SQLite first, then to the index, so what was
 //! registered or pinned survives a restart and is shared with other processes ([`Registry::reload`]).
 
+#![warn(missing_docs)]
+
 mod hash;
 mod index;
 mod names;

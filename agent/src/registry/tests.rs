@@ -222,6 +222,14 @@ fn registry_and_pins_survive_restart() {
         assert_eq!(registry.seal_server("web").expect("seal").len(), 2);
         registry.pin("other", "x", "abc").expect("pin");
     }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("nested/dir"))
+            .expect("created")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "database directory is owner-only");
+    }
     let registry = Registry::open(&db).expect("reopen");
     let entry = registry.get("web", "fetch").expect("persisted");
     assert_eq!(entry.server_type, "http");

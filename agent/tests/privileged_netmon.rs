@@ -64,9 +64,10 @@ struct Harness {
 
 impl Harness {
     fn new(name: &str) -> Self {
+        // Load first: a failure then leaves no cgroup behind.
+        let mut monitor = KernelMonitor::load(false).expect("load eBPF programs");
         let cgroup = SessionCgroup::create(&format!("{name}-{}", std::process::id()))
             .expect("create cgroup");
-        let mut monitor = KernelMonitor::load(false).expect("load eBPF programs");
         monitor.attach(cgroup.path()).expect("attach");
         let ring = monitor.take_event_ring().expect("event ring");
         Harness {

@@ -39,20 +39,30 @@ pub fn decode(bytes: &[u8]) -> Option<Connect> {
     })
 }
 
-/// Waits for events and hands each to `on_event`, until the ring's fd fails (it does not while
-/// the monitor lives). Cancel the task to stop; then [`drain`] what is left.
+/// Waits for events and hands each to `on_event` until `stop` resolves; then hands over what
+/// is still in the ring and returns, so stopping never loses a delivered event.
 pub async fn read_events(
     ring: RingBuf<MapData>,
     mut on_event: impl FnMut(Connect),
+    stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     // SAFETY: the RingBuf owns its map fd, which stays open and the same for as long as the
     // AsyncFd (which owns the RingBuf) lives.
     let mut fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| std::io::Error::other(e.to_string()))?;
+    tokio::pin!(stop);
     loop {
-        let mut guard = fd.readable_mut().await?;
-        drain(guard.get_inner_mut(), &mut on_event);
-        guard.clear_ready();
+        tokio::select! {
+            guard = fd.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), &mut on_event);
+                guard.clear_ready();
+            }
+            _ = &mut stop => {
+                drain(fd.get_mut(), &mut on_event);
+                return Ok(());
+            }
+        }
     }
 }
 

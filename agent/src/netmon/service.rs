@@ -73,6 +73,8 @@ pub struct NetmonService {
     monitor: Arc<Mutex<KernelMonitor>>,
     endpoints: Arc<RwLock<Vec<WatchedEndpoint>>>,
     sessions: Arc<RwLock<HashMap<u64, String>>>,
+    tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    stop: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl NetmonService {
@@ -86,23 +88,28 @@ impl NetmonService {
     ) -> Result<Self, NetmonError> {
         let ring = monitor.take_event_ring()?;
         monitor.sync_rules(&resolve_rules(&endpoints).await)?;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let service = NetmonService {
             monitor: Arc::new(Mutex::new(monitor)),
             endpoints: Arc::new(RwLock::new(endpoints)),
             sessions: Arc::new(RwLock::new(HashMap::new())),
+            tasks: Arc::new(Mutex::new(Vec::new())),
+            stop: Arc::new(stop),
         };
 
         let reader = service.clone();
-        tokio::spawn(async move {
-            let result =
-                events::read_events(ring, |connect| sink.emit(reader.to_event(&connect))).await;
-            if let Err(error) = result {
+        let read = tokio::spawn(async move {
+            let stop = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            let emit = |connect: events::Connect| sink.emit(reader.to_event(&connect));
+            if let Err(error) = events::read_events(ring, emit, stop).await {
                 tracing::error!(%error, "kernel event reader stopped; connections are still enforced but no longer recorded");
             }
         });
 
         let resync = service.clone();
-        tokio::spawn(async move {
+        let sync = tokio::spawn(async move {
             let mut tick = tokio::time::interval(resolve_every);
             tick.tick().await;
             loop {
@@ -112,7 +119,28 @@ impl NetmonService {
                 }
             }
         });
+        service
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend([read, sync]);
         Ok(service)
+    }
+
+    /// Stops the background tasks: the reader hands over what is left in the ring (and drops
+    /// its event sink), the re-resolver ends. The programs stay attached until the sessions are
+    /// closed or the last handle is dropped.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut tasks = tasks.into_iter();
+        if let Some(read) = tasks.next() {
+            let _ = read.await;
+        }
+        for task in tasks {
+            task.abort();
+            let _ = task.await;
+        }
     }
 
     /// Replaces the watched endpoints (registry or config changed); effective on the next connect.

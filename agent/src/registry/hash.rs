@@ -110,7 +110,10 @@ mod tests {
         let a: Value = serde_json::from_str(r#"{"b": [1, {"y": 2, "x": 1}], "a": "s"}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#).unwrap();
         assert_eq!(value_hash(&a), value_hash(&b));
-        assert_ne!(value_hash(&a), value_hash(&json!({"a": "t", "b": [1, {"x": 1, "y": 2}]})));
+        assert_ne!(
+            value_hash(&a),
+            value_hash(&json!({"a": "t", "b": [1, {"x": 1, "y": 2}]}))
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub enum RegistryError {
 }
 
 /// One registered tool.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ToolEntry {
     /// The tool's own name on its server (`get-sum`).
     pub tool: String,
@@ -149,7 +149,7 @@ pub enum PinState {
 }
 
 /// A server as the registry knows it (CLI listings).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServerInfo {
     /// The id.
     pub server_id: String,

@@ -1,0 +1,491 @@
+//! The daemon's local API: JSON over HTTP on loopback (also the web view) and the same routes
+//! on a Unix socket (for `toolwall exec`, the CLI views and the shims).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | the web view of correlated calls |
+//! | `GET /health` | layers on/off, kernel counters |
+//! | `GET /api/events?type=&session=&server=&tool=&action=&since=&after=&limit=` | stored events |
+//! | `GET /api/calls?session=&server=&tool=&action=&since=` | correlated call records |
+//! | `GET /api/tools`, `GET /api/servers` | the registry |
+//! | `GET /api/stream/events`, `GET /api/stream/calls` | live, as server-sent events |
+//! | `POST /api/events` | record events (JSON lines), e.g. from a shim |
+//! | `POST /api/check` | a policy decision (`{"server_id", "name", "namespace"}`) |
+//! | `POST /api/sessions` `{"name"}` / `DELETE /api/sessions/NAME` | open / close a session |
+//!
+//! Mutating routes refuse browser requests from other origins (`Origin` must be this API's own
+//! address), so a web page the user visits cannot drive the daemon.
+
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::{
+    net::{TcpListener, UnixListener},
+    sync::{broadcast, watch},
+    task::JoinSet,
+};
+
+use super::DaemonState;
+use crate::{
+    correlate::{CallRecord, Correlator},
+    decision::{CallQuery, Gate},
+    events::{Event, EventQuery, Store},
+    registry::value_hash,
+};
+
+/// Largest request body accepted (events are small; a batch of them stays well under this).
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// The running API.
+pub struct ApiHandle {
+    /// Where the HTTP side listens.
+    pub http_addr: SocketAddr,
+    /// The Unix socket.
+    pub socket: PathBuf,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl ApiHandle {
+    /// Stops accepting, gives open requests a moment, then ends every connection (live
+    /// streams included) and removes the socket.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let deadline = tokio::time::sleep(Duration::from_secs(2));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                next = self.tasks.join_next() => if next.is_none() { break },
+                _ = &mut deadline => { self.tasks.abort_all(); break }
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// The default socket: `api.socket`, else `/run/toolwall/api.sock` for root, else
+/// `$XDG_RUNTIME_DIR/toolwall.sock`, else `/tmp/toolwall-<uid>.sock`.
+pub fn socket_path(configured: Option<&Path>) -> PathBuf {
+    if let Some(path) = configured {
+        return path.to_path_buf();
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/toolwall/api.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) => PathBuf::from(dir).join("toolwall.sock"),
+        None => PathBuf::from(format!("/tmp/toolwall-{uid}.sock")),
+    }
+}
+
+/// Binds both listeners and serves until [`ApiHandle::stop`].
+pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
+    let listen = state.config.api.listen;
+    let tcp = TcpListener::bind(listen).await.with_context(|| {
+        format!("bind the API on {listen} (api.listen); is another toolwall running?")
+    })?;
+    let http_addr = tcp.local_addr()?;
+    let socket = socket_path(state.config.api.socket.as_deref());
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    // A socket file left by a daemon that died: nothing listens on it, so replace it.
+    if socket.exists() && std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        let _ = std::fs::remove_file(&socket);
+    }
+    let unix = UnixListener::bind(&socket).with_context(|| {
+        format!(
+            "bind the API socket {} (api.socket); is another toolwall running?",
+            socket.display()
+        )
+    })?;
+
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let origin = format!("http://{http_addr}");
+    {
+        let (state, mut stopped, origin) = (state.clone(), stopped.clone(), origin.clone());
+        tasks.spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = tcp.accept() => match accepted {
+                        Ok((stream, _)) => { conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone())); }
+                        Err(error) => tracing::warn!(%error, "API accept failed"),
+                    },
+                    _ = stopped.changed() => break,
+                }
+            }
+            // Wait until every connection task is really gone: each holds the daemon state (and
+            // its event sink), which must be released before the store can flush and close.
+            conns.abort_all();
+            while conns.join_next().await.is_some() {}
+        });
+    }
+    {
+        let mut stopped = stopped;
+        tasks.spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = unix.accept() => match accepted {
+                        Ok((stream, _)) => { conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone())); }
+                        Err(error) => tracing::warn!(%error, "API socket accept failed"),
+                    },
+                    _ = stopped.changed() => break,
+                }
+            }
+            // Wait until every connection task is really gone: each holds the daemon state (and
+            // its event sink), which must be released before the store can flush and close.
+            conns.abort_all();
+            while conns.join_next().await.is_some() {}
+        });
+    }
+    Ok(ApiHandle {
+        http_addr,
+        socket,
+        stop,
+        tasks,
+    })
+}
+
+async fn serve_conn<I>(io: TokioIo<I>, state: Arc<DaemonState>, origin: String)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let (state, origin) = (state.clone(), origin.clone());
+        async move { Ok::<_, Infallible>(route(req, &state, &origin).await) }
+    });
+    if let Err(error) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, service)
+        .await
+    {
+        tracing::debug!(%error, "API connection ended with an error");
+    }
+}
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Full::new(body.into()).boxed())
+        .expect("static response parts are valid")
+}
+
+fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    match serde_json::to_vec(value) {
+        Ok(body) => full(status, "application/json", body),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("serialize response: {e}"),
+        ),
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response<Body> {
+    json_response(status, &json!({ "error": message }))
+}
+
+async fn route(req: Request<Incoming>, state: &Arc<DaemonState>, origin: &str) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let method = req.method().clone();
+    let mutating = method != Method::GET && method != Method::HEAD;
+    if mutating
+        && req
+            .headers()
+            .get(header::ORIGIN)
+            .is_some_and(|from| from.as_bytes() != origin.as_bytes())
+    {
+        return error(StatusCode::FORBIDDEN, "cross-origin requests may only read");
+    }
+    let result = match (&method, path.as_str()) {
+        (&Method::GET, "/") => Ok(full(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            super::web::PAGE,
+        )),
+        (&Method::GET, "/health") => Ok(health(state)),
+        (&Method::GET, "/api/events") => events(state, &query).await,
+        (&Method::GET, "/api/calls") => calls(state, &query).await,
+        (&Method::GET, "/api/tools") => Ok(tools(state)),
+        (&Method::GET, "/api/servers") => Ok(json_response(
+            StatusCode::OK,
+            &state.policy.registry().servers(),
+        )),
+        (&Method::GET, "/api/stream/events") => Ok(stream(state.live_events.subscribe())),
+        (&Method::GET, "/api/stream/calls") => Ok(stream(state.live_calls.subscribe())),
+        (&Method::POST, "/api/events") => post_events(state, req).await,
+        (&Method::POST, "/api/check") => check(state, req).await,
+        (&Method::POST, "/api/sessions") => open_session(state, req).await,
+        (&Method::DELETE, p) if p.starts_with("/api/sessions/") => {
+            close_session(state, &p["/api/sessions/".len()..])
+        }
+        _ => Ok(error(
+            StatusCode::NOT_FOUND,
+            &format!("no route {method} {path}"),
+        )),
+    };
+    result.unwrap_or_else(|e| error(StatusCode::BAD_REQUEST, &format!("{e:#}")))
+}
+
+fn tools(state: &DaemonState) -> Response<Body> {
+    let tools: Vec<_> = state
+        .policy
+        .registry()
+        .tools()
+        .iter()
+        .map(|t| (**t).clone())
+        .collect();
+    json_response(StatusCode::OK, &tools)
+}
+
+fn health(state: &DaemonState) -> Response<Body> {
+    let counters = state.netmon.as_ref().and_then(|n| n.counters().ok());
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "status": "ok",
+            "layers": state.layers,
+            "database": state.db_path,
+            "sessions": state.session_names(),
+            "kernel_counters": counters.map(|c| json!({
+                "connects": c.connects, "unmatched": c.unmatched, "flagged": c.flagged,
+                "denied": c.denied, "ring_drops": c.ring_drops,
+            })),
+        }),
+    )
+}
+
+/// Filters shared by `/api/events` and `/api/calls`.
+pub fn parse_query(query: &str) -> anyhow::Result<EventQuery> {
+    let mut q = EventQuery::default();
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let value = value.into_owned();
+        match key.as_ref() {
+            "type" => {
+                anyhow::ensure!(
+                    Event::KINDS.contains(&value.as_str()),
+                    "unknown event type {value:?}; one of {}",
+                    Event::KINDS.join(", ")
+                );
+                q.types.push(value)
+            }
+            "session" => q.session = Some(value),
+            "server" => q.server = Some(value),
+            "tool" => q.tool = Some(value),
+            "action" => {
+                anyhow::ensure!(
+                    value == "allow" || value == "block",
+                    "action is allow or block, not {value:?}"
+                );
+                q.action = Some(value)
+            }
+            "since" => q.since_ns = Some(value.parse().context("since: unix time in nanoseconds")?),
+            "after" => q.after_id = Some(value.parse().context("after: an event id")?),
+            "limit" => q.limit = Some(value.parse().context("limit: a count")?),
+            other => anyhow::bail!("unknown query parameter {other:?}"),
+        }
+    }
+    Ok(q)
+}
+
+async fn read_store<T: Send + 'static>(
+    state: &DaemonState,
+    f: impl FnOnce(&Store) -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let path = state.db_path.clone();
+    tokio::task::spawn_blocking(move || f(&Store::open(&path)?))
+        .await
+        .context("store reader task")?
+}
+
+async fn events(state: &DaemonState, query: &str) -> anyhow::Result<Response<Body>> {
+    let q = parse_query(query)?;
+    let events = read_store(state, move |s| Ok(s.query(&q)?)).await?;
+    Ok(json_response(StatusCode::OK, &events))
+}
+
+/// Correlated records over the stored events that match the filters.
+pub fn correlate_stored(
+    store: &Store,
+    q: &EventQuery,
+    window: Duration,
+) -> anyhow::Result<Vec<CallRecord>> {
+    // Correlate over all call events in the time range and filter the records after: a filter
+    // on one side's fields must not cut the other side of a join away.
+    let events = store.query(&EventQuery {
+        types: vec![
+            "mcp_tool_call_intercepted".into(),
+            "mcp_tool_called".into(),
+            "mcp_network_connection".into(),
+        ],
+        since_ns: q.since_ns,
+        ..Default::default()
+    })?;
+    let records = Correlator::batch(window, value_hash, &events);
+    Ok(records
+        .into_iter()
+        .filter(|r| q.session.as_ref().is_none_or(|s| &r.session_id == s))
+        .filter(|r| q.server.as_ref().is_none_or(|s| &r.server_id == s))
+        .filter(|r| q.tool.as_ref().is_none_or(|t| &r.tool == t))
+        .filter(|r| q.action.as_ref().is_none_or(|a| r.action.as_str() == a))
+        .collect())
+}
+
+async fn calls(state: &DaemonState, query: &str) -> anyhow::Result<Response<Body>> {
+    let q = parse_query(query)?;
+    let window = Duration::from_millis(state.config.correlator.window_ms);
+    let records = read_store(state, move |s| correlate_stored(s, &q, window)).await?;
+    Ok(json_response(StatusCode::OK, &records))
+}
+
+/// A live stream as server-sent events; a follower that falls behind is told how many it
+/// missed (an `event: lagged`), never silently skipped.
+fn stream<T: Serialize + Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> Response<Body> {
+    let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+        let chunk = match rx.recv().await {
+            Ok(item) => format!(
+                "data: {}\n\n",
+                serde_json::to_string(&item).unwrap_or_default()
+            ),
+            Err(broadcast::error::RecvError::Lagged(n)) => format!("event: lagged\ndata: {n}\n\n"),
+            Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        Some((Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))), rx))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(BodyExt::boxed(StreamBody::new(frames)))
+        .expect("static response parts are valid")
+}
+
+async fn body(req: Request<Incoming>) -> anyhow::Result<Bytes> {
+    Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| anyhow::anyhow!("read request body: {e}"))
+}
+
+async fn post_events(
+    state: &DaemonState,
+    req: Request<Incoming>,
+) -> anyhow::Result<Response<Body>> {
+    let body = body(req).await?;
+    // Parse everything first: a batch with a bad line is refused whole, not half-recorded.
+    let mut events = Vec::new();
+    for (i, line) in body
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .filter(|(_, l)| !l.trim_ascii().is_empty())
+    {
+        let event: Event = serde_json::from_slice(line)
+            .with_context(|| format!("line {}: not an event", i + 1))?;
+        events.push(event);
+    }
+    let n = events.len();
+    for event in events {
+        state.sink.emit(event);
+    }
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        &json!({ "accepted": n }),
+    ))
+}
+
+#[derive(Deserialize)]
+struct CheckRequest {
+    server_id: Option<String>,
+    name: String,
+    namespace: Option<String>,
+}
+
+async fn check(state: &DaemonState, req: Request<Incoming>) -> anyhow::Result<Response<Body>> {
+    let r: CheckRequest = serde_json::from_slice(&body(req).await?)
+        .context("expected {\"name\", \"server_id\"?, \"namespace\"?}")?;
+    let decision = state.policy.check_call(&CallQuery {
+        server_id: r.server_id.as_deref(),
+        name: &r.name,
+        namespace: r.namespace.as_deref(),
+    });
+    Ok(json_response(StatusCode::OK, &decision))
+}
+
+#[derive(Deserialize)]
+struct SessionRequest {
+    name: String,
+}
+
+async fn open_session(
+    state: &DaemonState,
+    req: Request<Incoming>,
+) -> anyhow::Result<Response<Body>> {
+    let r: SessionRequest =
+        serde_json::from_slice(&body(req).await?).context("expected {\"name\": \"...\"}")?;
+    let cgroup = state.open_session(&r.name)?;
+    let kernel = state.layers.iter().find(|l| l.name == "kernel");
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "session": r.name,
+            "cgroup": cgroup,
+            "kernel": kernel.map(|k| if k.on { "on".to_string() } else { format!("off: {}", k.detail) }),
+            "proxy": proxy_base(state),
+            "database": state.db_path,
+        }),
+    ))
+}
+
+/// The LLM proxy's base URL, when that layer runs.
+fn proxy_base(state: &DaemonState) -> Option<String> {
+    state
+        .layers
+        .iter()
+        .find(|l| l.name == "llm-proxy" && l.on)
+        .map(|_| format!("http://{}", state.config.proxy.listen))
+}
+
+fn close_session(state: &DaemonState, name: &str) -> anyhow::Result<Response<Body>> {
+    let existed = state.close_session(name)?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "session": name, "closed": existed }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parameters_are_validated() {
+        let q = parse_query("type=mcp_tool_called&session=s%201&action=block&after=5&limit=10")
+            .unwrap();
+        assert_eq!(q.types, ["mcp_tool_called"]);
+        assert_eq!(q.session.as_deref(), Some("s 1"));
+        assert_eq!((q.after_id, q.limit), (Some(5), Some(10)));
+        for bad in ["type=nope", "action=maybe", "after=x", "colour=red"] {
+            assert!(parse_query(bad).is_err(), "{bad} accepted");
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! `toolwall run`: the daemon that hosts every layer.
+//!
+//! Start-up follows seed 001's order — config → registry (discovery of network servers) →
+//! policy → event store → LLM proxy → kernel monitor → correlator → local API — and says on one
+//! line per layer whether it is on, and why not when it is off. SIGINT/SIGTERM stop taking
+//! work, flush every pending event to disk, detach the kernel programs and exit 0.
+
+pub mod api;
+mod state;
+mod web;
+
+use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use clap::Args;
+use tokio::sync::broadcast;
+
+pub use state::{DaemonState, LayerStatus};
+
+use crate::{
+    config::{Config, ServerType},
+    correlate::Correlator,
+    events::{EventSink, Store, spawn_writer},
+    netmon::{
+        KernelMonitor, RuleAction,
+        service::{NetmonService, WatchedEndpoint},
+    },
+    policy::Policy,
+    registry::{Registry, value_hash},
+};
+
+/// Arguments of `toolwall run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// YAML configuration; without it the embedded default is used (see `toolwall config default`).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Print aya-log debug output from the kernel programs.
+    #[arg(long)]
+    pub kernel_log: bool,
+}
+
+/// Starts the daemon and runs it until SIGINT or SIGTERM.
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // 1. config
+    let config = Config::load(args.config.as_deref())?;
+    let db_path = config.store_path();
+    tracing::info!(config = %config.origin, "configuration loaded");
+
+    // 2. registry (persistent; discovery of declared network servers happens below, once the
+    //    event store can record what it finds)
+    let registry = Arc::new(
+        Registry::open(&db_path)
+            .with_context(|| format!("open the tool registry in {}", db_path.display()))?,
+    );
+
+    // 3. policy
+    let policy = Arc::new(Policy::new(&config, registry.clone(), &[])?);
+
+    // 4. event store: one writer thread, a live broadcast for followers
+    let store = Store::open(&db_path)?;
+    let (sink, rx) = EventSink::channel();
+    let (live_events, _) = broadcast::channel(4096);
+    let writer = spawn_writer(store, rx, live_events.clone());
+
+    let mut layers = Vec::new();
+
+    // 5. LLM proxy
+    layers.push(LayerStatus::off(
+        "llm-proxy",
+        "the LLM interceptor is not part of this build yet",
+    ));
+
+    // 6. kernel monitor
+    let netmon = match start_netmon(&config, &policy, &sink, args.kernel_log).await {
+        Ok(service) => {
+            layers.push(LayerStatus::on(
+                "kernel",
+                "cgroup/connect4 + connect6 ready; attached to each session's cgroup by `toolwall exec`",
+            ));
+            Some(service)
+        }
+        Err(why) => {
+            layers.push(LayerStatus::off("kernel", &why));
+            None
+        }
+    };
+
+    // 7. correlator: joins live events into call records, streamed to followers
+    let (live_calls, _) = broadcast::channel(1024);
+    let window = Duration::from_millis(config.correlator.window_ms);
+    tokio::spawn(correlate_live(
+        live_events.subscribe(),
+        live_calls.clone(),
+        window,
+    ));
+    layers.push(LayerStatus::on(
+        "correlator",
+        &format!("window {} ms", config.correlator.window_ms),
+    ));
+
+    // 8. local API (HTTP on loopback + Unix socket) and web view
+    let state = Arc::new(DaemonState::new(
+        config,
+        db_path.clone(),
+        policy,
+        sink,
+        live_events,
+        live_calls,
+        netmon,
+        layers,
+    ));
+    let api = api::start(state.clone()).await?;
+
+    for layer in &state.layers {
+        if layer.on {
+            tracing::info!("layer {}: on — {}", layer.name, layer.detail);
+        } else {
+            tracing::warn!("layer {}: OFF — {}", layer.name, layer.detail);
+        }
+    }
+    println!("toolwall running");
+    println!("  API and web view  http://{}/", api.http_addr);
+    println!("  API socket        {}", api.socket.display());
+    println!("  event database    {}", db_path.display());
+    println!("  stop with Ctrl-C or SIGTERM");
+
+    wait_for_shutdown().await?;
+
+    // Stop taking work, then flush: the API goes first so nothing new arrives, sessions are
+    // closed (programs detached), and the writer drains every queued event before it returns.
+    api.stop().await;
+    let pending_sessions = state.close_all_sessions();
+    if let Some(netmon) = &state.netmon {
+        netmon.shutdown().await;
+    }
+    let holders = Arc::strong_count(&state);
+    if holders > 1 {
+        tracing::error!(
+            holders,
+            "the daemon state is still shared at shutdown; events may be lost"
+        );
+    }
+    drop(state);
+    let join = tokio::task::spawn_blocking(move || writer.join());
+    let written = tokio::time::timeout(Duration::from_secs(30), join)
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the event writer did not finish within 30 s; recent events may not be stored"
+            )
+        })?
+        .context("join the event writer")?
+        .map_err(|_| anyhow::anyhow!("the event writer panicked; some events may not be stored"))?;
+    tracing::info!(
+        events_written = written,
+        sessions_closed = pending_sessions,
+        "stopped cleanly"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads and starts the kernel layer, or says why it is off.
+async fn start_netmon(
+    config: &Config,
+    policy: &Policy,
+    sink: &EventSink,
+    kernel_log: bool,
+) -> Result<NetmonService, String> {
+    if !config.netmon.enabled {
+        return Err("disabled in the configuration (netmon.enabled: false)".into());
+    }
+    let monitor = KernelMonitor::load(kernel_log).map_err(|e| e.to_string())?;
+    let endpoints = watched_endpoints(config, policy);
+    let every = Duration::from_secs(config.netmon.resolve_interval_secs.max(1));
+    NetmonService::start(monitor, endpoints, sink.clone(), every)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Which addresses the kernel watches: every network MCP server (DENY when the server is
+/// denied by policy or must be reached through `toolwall mcp-proxy`, else FLAG), and with
+/// `netmon.pin_llm_egress` the LLM providers' API hosts (DENY: the session must use the proxy).
+pub fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoint> {
+    let mut out = Vec::new();
+    for server in &config.sandbox.mcp.servers {
+        if server.server_type == ServerType::Stdio {
+            continue;
+        }
+        let Some((host, port)) = split_host_port(&server.addr()) else {
+            continue;
+        };
+        let deny =
+            policy.server_block_reason(&server.id).is_some() || config.must_use_proxy(server);
+        out.push(WatchedEndpoint {
+            id: server.id.clone(),
+            kind: server.server_type.as_str().to_owned(),
+            host,
+            port,
+            action: if deny {
+                RuleAction::Deny
+            } else {
+                RuleAction::Flag
+            },
+        });
+    }
+    if config.netmon.pin_llm_egress {
+        for (name, url) in [
+            ("anthropic", &config.proxy.providers.anthropic),
+            ("openai", &config.proxy.providers.openai),
+        ] {
+            if let Some((host, port)) = split_host_port(&crate::config::url_host_port(url)) {
+                out.push(WatchedEndpoint {
+                    id: format!("llm:{name}"),
+                    kind: "llm".into(),
+                    host,
+                    port,
+                    action: RuleAction::Deny,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn split_host_port(addr: &str) -> Option<(String, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+}
+
+/// Feeds the live event stream through the correlator and publishes finished records.
+async fn correlate_live(
+    mut events: broadcast::Receiver<crate::events::StoredEvent>,
+    calls: broadcast::Sender<crate::correlate::CallRecord>,
+    window: Duration,
+) {
+    let mut correlator = Correlator::new(window, value_hash);
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            received = events.recv() => match received {
+                Ok(event) => {
+                    for record in correlator.push(&event) {
+                        let _ = calls.send(record);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(missed = n, "live correlator fell behind; `toolwall mcp calls` (from the store) stays complete");
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+            _ = tick.tick() => {
+                for record in correlator.expire(chrono::Utc::now()) {
+                    let _ = calls.send(record);
+                }
+            }
+        }
+    }
+    for record in correlator.flush() {
+        let _ = calls.send(record);
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn wait_for_shutdown() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! What the daemon's API handlers share.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::{
+    cgroup::SessionCgroup,
+    config::Config,
+    correlate::CallRecord,
+    events::{EventSink, StoredEvent},
+    netmon::service::NetmonService,
+    policy::Policy,
+};
+
+/// One layer's state as reported at start-up and by `/health`.
+#[derive(Clone, Debug, Serialize)]
+pub struct LayerStatus {
+    /// `llm-proxy`, `kernel`, `correlator`, ...
+    pub name: &'static str,
+    /// Whether it runs.
+    pub on: bool,
+    /// Where it listens / what it does, or why it is off and how to turn it on.
+    pub detail: String,
+}
+
+impl LayerStatus {
+    /// A running layer.
+    pub fn on(name: &'static str, detail: &str) -> Self {
+        LayerStatus {
+            name,
+            on: true,
+            detail: detail.to_owned(),
+        }
+    }
+
+    /// A layer that is off, with the reason.
+    pub fn off(name: &'static str, why: &str) -> Self {
+        LayerStatus {
+            name,
+            on: false,
+            detail: why.to_owned(),
+        }
+    }
+}
+
+/// The daemon's shared state.
+pub struct DaemonState {
+    /// The effective configuration.
+    pub config: Config,
+    /// The event database (also the registry's).
+    pub db_path: PathBuf,
+    /// The policy engine (registry inside).
+    pub policy: Arc<Policy>,
+    /// Where events go.
+    pub sink: EventSink,
+    /// Stored events, live.
+    pub live_events: broadcast::Sender<StoredEvent>,
+    /// Correlated call records, live.
+    pub live_calls: broadcast::Sender<CallRecord>,
+    /// The kernel layer, when on.
+    pub netmon: Option<NetmonService>,
+    /// Start-up report of every layer.
+    pub layers: Vec<LayerStatus>,
+    /// Open sessions by name.
+    sessions: Mutex<HashMap<String, SessionCgroup>>,
+}
+
+impl DaemonState {
+    /// Bundles what the API needs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Config,
+        db_path: PathBuf,
+        policy: Arc<Policy>,
+        sink: EventSink,
+        live_events: broadcast::Sender<StoredEvent>,
+        live_calls: broadcast::Sender<CallRecord>,
+        netmon: Option<NetmonService>,
+        layers: Vec<LayerStatus>,
+    ) -> Self {
+        DaemonState {
+            config,
+            db_path,
+            policy,
+            sink,
+            live_events,
+            live_calls,
+            netmon,
+            layers,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Opens a session: its cgroup, with the kernel programs attached when the kernel layer is
+    /// on. Returns the cgroup directory, or `None` when the kernel layer is off (the session
+    /// then runs unwatched by the kernel, and says so).
+    pub fn open_session(&self, name: &str) -> anyhow::Result<Option<PathBuf>> {
+        let Some(netmon) = &self.netmon else {
+            return Ok(None);
+        };
+        let cgroup = netmon.open_session(name)?;
+        let path = cgroup.path().to_path_buf();
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), cgroup);
+        Ok(Some(path))
+    }
+
+    /// Closes a session: detaches and removes its cgroup if empty. Returns whether it existed.
+    pub fn close_session(&self, name: &str) -> anyhow::Result<bool> {
+        let cgroup = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        match (cgroup, &self.netmon) {
+            (Some(cgroup), Some(netmon)) => {
+                netmon.close_session(&cgroup)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Names of the open sessions.
+    pub fn session_names(&self) -> Vec<String> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Closes every session (shutdown); returns how many there were.
+    pub fn close_all_sessions(&self) -> usize {
+        let names = self.session_names();
+        for name in &names {
+            if let Err(error) = self.close_session(name) {
+                tracing::warn!(session = %name, %error, "closing session at shutdown");
+            }
+        }
+        names.len()
+    }
+}

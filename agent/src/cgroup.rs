@@ -116,6 +116,13 @@ impl SessionCgroup {
         Ok(Self { path })
     }
 
+    /// An existing cgroup directory (one the daemon made for a session).
+    pub fn at(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+        }
+    }
+
     /// The cgroup directory (what the kernel programs attach to).
     pub fn path(&self) -> &Path {
         &self.path

@@ -27,17 +27,32 @@ pub enum Command {
     Run(crate::daemon::RunArgs),
     /// Validate a configuration file, or print the embedded default.
     Config(crate::config::ConfigArgs),
+    /// Run an agent inside a watched session (its own cgroup, LLM traffic through the proxy).
+    Exec(crate::exec::ExecArgs),
+    /// Show what the layers recorded: correlated calls, events, registered tools and servers.
+    Mcp(crate::views::McpArgs),
 }
 
 /// Runs the parsed command line and turns its outcome into the process exit code.
 pub fn main(cli: Cli) -> ExitCode {
     init_tracing(&cli.log);
     let result = match cli.command {
+        Command::Exec(args) => crate::exec::run(args),
+        Command::Mcp(args) => crate::views::run(args),
         Command::Run(args) => crate::daemon::run(args),
         Command::Config(args) => crate::config::run(args),
     };
     match result {
         Ok(code) => code,
+        // A reader that went away (`toolwall mcp events --json | head`) is not an error.
+        Err(error)
+            if error.chain().any(|e| {
+                e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(error) => {
             // `{:#}` prints the whole context chain: what failed, then why.
             eprintln!("toolwall: error: {error:#}");

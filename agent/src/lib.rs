@@ -6,11 +6,14 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod correlate;
 pub mod daemon;
 pub mod decision;
 pub mod events;
+pub mod exec;
 pub mod netmon;
 pub mod policy;
 pub mod registry;
+pub mod views;

@@ -62,7 +62,7 @@ pub enum StoreError {
 }
 
 /// An event as stored: with its row id (the order of the store) and receive time.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct StoredEvent {
     /// Row id, increasing; `--follow` resumes after the last one seen.
     pub id: i64,

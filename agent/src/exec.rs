@@ -1,0 +1,208 @@
+//! `toolwall exec`: runs an agent inside a watched session.
+//!
+//! Asks the running daemon for a session (a cgroup with the kernel programs attached), starts
+//! the command inside that cgroup from its first instruction, points its LLM SDKs at the proxy
+//! (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`; Codex CLI ignores the latter and gets
+//! `-c openai_base_url=...`), exports the session id for shims it starts, and passes its exit
+//! code through. The session's cgroup is removed afterwards.
+
+use std::{ffi::OsString, path::PathBuf, process::ExitCode};
+
+use anyhow::Context;
+use clap::Args;
+use http::Method;
+use serde::Deserialize;
+
+use crate::{cgroup::SessionCgroup, client::ApiClient, config::Config};
+
+/// Arguments of `toolwall exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Session name (letters, digits, `-_.`); default `s-<time>-<pid>`.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Configuration naming the daemon's socket (`api.socket`); default: the embedded one.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// The agent and its arguments, e.g. `-- claude -p "..."`.
+    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Deserialize)]
+struct SessionReply {
+    cgroup: Option<PathBuf>,
+    kernel: Option<String>,
+    proxy: Option<String>,
+}
+
+/// Runs the command in a new session; returns its exit code (128 + signal if it was killed).
+pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let config = Config::load(args.config.as_deref())?;
+    let socket = crate::daemon::api::socket_path(config.api.socket.as_deref());
+    let session = args.session.unwrap_or_else(|| {
+        format!(
+            "s-{}-{}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S"),
+            std::process::id()
+        )
+    });
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    runtime.block_on(async move {
+        let api = ApiClient::connect(&socket).await?;
+        let body = serde_json::to_vec(&serde_json::json!({ "name": session }))?;
+        let reply: SessionReply = serde_json::from_slice(&api.call(Method::POST, "/api/sessions", body).await?)
+            .context("parse the daemon's session reply")?;
+
+        let mut cmd = build_command(&args.command, &session, &socket, reply.proxy.as_deref());
+        match &reply.proxy {
+            Some(proxy) => eprintln!("toolwall: session {session}: LLM traffic through {proxy}"),
+            None => eprintln!("toolwall: WARNING: session {session}: the daemon's LLM proxy is off; LLM calls go directly to the providers, unseen"),
+        }
+        let _cgroup_procs = match &reply.cgroup {
+            Some(path) => {
+                eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
+                Some(SessionCgroup::at(path).enter_on_spawn(&mut cmd)?)
+            }
+            None => {
+                eprintln!(
+                    "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
+                    reply.kernel.as_deref().unwrap_or("off")
+                );
+                None
+            }
+        };
+        let status = run_child(cmd).await;
+        let closed = api.call(Method::DELETE, &format!("/api/sessions/{session}"), Vec::new()).await;
+        if let Err(error) = closed {
+            eprintln!("toolwall: closing session {session}: {error:#}");
+        }
+        let status = status?;
+        Ok(exit_code(status))
+    })
+}
+
+/// The command with the session's environment; Codex also gets its base URL as an option.
+fn build_command(
+    command: &[OsString],
+    session: &str,
+    socket: &std::path::Path,
+    proxy: Option<&str>,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(&command[0]);
+    let mut args: Vec<OsString> = command[1..].to_vec();
+    cmd.env("TOOLWALL_SESSION", session)
+        .env("TOOLWALL_API_SOCKET", socket);
+    if let Some(proxy) = proxy {
+        cmd.env("ANTHROPIC_BASE_URL", proxy)
+            .env("OPENAI_BASE_URL", format!("{proxy}/v1"));
+        let program = std::path::Path::new(&command[0])
+            .file_name()
+            .unwrap_or_default();
+        if program == "codex" {
+            // Codex CLI reads its base URL from config.toml or -c, not from OPENAI_BASE_URL.
+            args.splice(
+                0..0,
+                [
+                    OsString::from("-c"),
+                    OsString::from(format!("openai_base_url=\"{proxy}/v1\"")),
+                ],
+            );
+        }
+    }
+    cmd.args(args);
+    cmd
+}
+
+/// Runs the child, forwarding SIGTERM and SIGHUP to it (SIGINT from a terminal reaches it on
+/// its own, as it shares our process group).
+async fn run_child(cmd: std::process::Command) -> anyhow::Result<std::process::ExitStatus> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let program = cmd.get_program().to_owned();
+    let mut child = tokio::process::Command::from(cmd)
+        .spawn()
+        .with_context(|| format!("start {}", program.to_string_lossy()))?;
+    let pid = child.id().map(|p| p as i32);
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    loop {
+        let forward = tokio::select! {
+            status = child.wait() => return Ok(status?),
+            _ = term.recv() => libc::SIGTERM,
+            _ = hup.recv() => libc::SIGHUP,
+            _ = int.recv() => continue,
+        };
+        if let Some(pid) = pid {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid, forward) };
+        }
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code as u8),
+        (None, Some(signal)) => ExitCode::from(128u8.wrapping_add(signal as u8)),
+        _ => ExitCode::FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args_of(cmd: &std::process::Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn codex_gets_its_base_url_as_an_option_others_through_the_environment() {
+        let sock = std::path::Path::new("/run/toolwall/api.sock");
+        let codex = build_command(
+            &["/usr/bin/codex".into(), "exec".into(), "hi".into()],
+            "s1",
+            sock,
+            Some("http://127.0.0.1:18080"),
+        );
+        assert_eq!(
+            args_of(&codex),
+            [
+                "-c",
+                "openai_base_url=\"http://127.0.0.1:18080/v1\"",
+                "exec",
+                "hi"
+            ]
+        );
+        let claude = build_command(
+            &["claude".into(), "-p".into(), "x".into()],
+            "s1",
+            sock,
+            Some("http://127.0.0.1:18080"),
+        );
+        assert_eq!(args_of(&claude), ["-p", "x"]);
+        let envs: Vec<_> = claude
+            .get_envs()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.map(|v| v.to_string_lossy().into_owned()),
+                )
+            })
+            .collect();
+        assert!(envs.contains(&(
+            "ANTHROPIC_BASE_URL".into(),
+            Some("http://127.0.0.1:18080".into())
+        )));
+        assert!(envs.contains(&(
+            "OPENAI_BASE_URL".into(),
+            Some("http://127.0.0.1:18080/v1".into())
+        )));
+        assert!(envs.contains(&("TOOLWALL_SESSION".into(), Some("s1".into()))));
+        let no_proxy = build_command(&["codex".into()], "s1", sock, None);
+        assert!(args_of(&no_proxy).is_empty());
+    }
+}

@@ -1,0 +1,600 @@
+//! `toolwall mcp ...`: what the layers recorded, as tables for people or JSON lines for tools.
+//!
+//! Reads the running daemon's API; with `--db` (or when no daemon answers, said on stderr)
+//! reads the database directly, correlating the stored events with the same code the daemon
+//! uses.
+
+use std::{
+    io::{IsTerminal, Write},
+    path::PathBuf,
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::{
+    client::ApiClient,
+    config::Config,
+    correlate::{CallRecord, Correlator},
+    events::{Event, EventQuery, Store, StoredEvent},
+    registry::{Registry, ServerInfo, ToolEntry, value_hash},
+};
+
+/// Arguments of `toolwall mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(subcommand)]
+    view: View,
+}
+
+#[derive(Debug, Subcommand)]
+enum View {
+    /// Correlated tool calls: one row per call, joined across the LLM, MCP and kernel layers.
+    Calls {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        filters: Filters,
+    },
+    /// Raw events, oldest first.
+    Events {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        filters: Filters,
+        /// Only events of this type (repeatable): mcp_tool_call_intercepted, mcp_tool_called,
+        /// mcp_network_connection, mcp_tool_seen, mcp_tool_changed.
+        #[arg(long = "type", value_name = "TYPE")]
+        types: Vec<String>,
+    },
+    /// Tools in the registry.
+    Tools {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Servers in the registry.
+    Servers {
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Common {
+    /// Read this database directly instead of asking the daemon.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Configuration (for the daemon's socket and the default database).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// JSON lines instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Keep printing new rows as they come (Ctrl-C to stop).
+    #[arg(long, short)]
+    follow: bool,
+}
+
+#[derive(Debug, Args)]
+struct Filters {
+    /// Only this session.
+    #[arg(long)]
+    session: Option<String>,
+    /// Only this server.
+    #[arg(long)]
+    server: Option<String>,
+    /// Only this tool.
+    #[arg(long)]
+    tool: Option<String>,
+    /// Only calls with this decision.
+    #[arg(long, value_parser = ["allow", "block"])]
+    action: Option<String>,
+    /// Only since this time: RFC 3339 (`2026-11-22T10:00:00Z`) or an age (`90s`, `10m`, `2h`, `1d`).
+    #[arg(long)]
+    since: Option<String>,
+}
+
+impl Filters {
+    fn query(&self) -> anyhow::Result<EventQuery> {
+        Ok(EventQuery {
+            session: self.session.clone(),
+            server: self.server.clone(),
+            tool: self.tool.clone(),
+            action: self.action.clone(),
+            since_ns: self.since.as_deref().map(parse_since).transpose()?,
+            ..Default::default()
+        })
+    }
+}
+
+/// `--since`: RFC 3339, or an age back from now.
+fn parse_since(text: &str) -> anyhow::Result<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return t
+            .timestamp_nanos_opt()
+            .context("--since: time out of range");
+    }
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: i64 = number
+        .parse()
+        .with_context(|| format!("--since {text:?}: RFC 3339 time or an age like 10m"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => anyhow::bail!("--since {text:?}: the unit is s, m, h or d"),
+    };
+    let now = chrono::Utc::now()
+        .timestamp_nanos_opt()
+        .context("clock out of range")?;
+    Ok(now - secs * 1_000_000_000)
+}
+
+/// Where rows come from.
+enum Source {
+    Daemon(ApiClient),
+    Db { path: PathBuf, window: Duration },
+}
+
+async fn source(common: &Common) -> anyhow::Result<Source> {
+    let config = Config::load(common.config.as_deref())?;
+    let window = Duration::from_millis(config.correlator.window_ms);
+    if let Some(path) = &common.db {
+        anyhow::ensure!(path.exists(), "no database at {}", path.display());
+        return Ok(Source::Db {
+            path: path.clone(),
+            window,
+        });
+    }
+    let socket = crate::daemon::api::socket_path(config.api.socket.as_deref());
+    match ApiClient::connect(&socket).await {
+        Ok(client) => Ok(Source::Daemon(client)),
+        Err(_) => {
+            let path = config.store_path();
+            eprintln!(
+                "toolwall: no daemon on {}; reading {} directly",
+                socket.display(),
+                path.display()
+            );
+            anyhow::ensure!(
+                path.exists(),
+                "no database at {} either; pass --db PATH",
+                path.display()
+            );
+            Ok(Source::Db { path, window })
+        }
+    }
+}
+
+/// Runs a view.
+pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    runtime.block_on(async move {
+        match args.view {
+            View::Calls { common, filters } => calls(&common, &filters).await,
+            View::Events {
+                common,
+                filters,
+                types,
+            } => events(&common, &filters, types).await,
+            View::Tools { common } => tools(&common).await,
+            View::Servers { common } => servers(&common).await,
+        }
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn query_string(q: &EventQuery) -> String {
+    let mut s = form_urlencoded::Serializer::new(String::new());
+    for t in &q.types {
+        s.append_pair("type", t);
+    }
+    for (k, v) in [
+        ("session", &q.session),
+        ("server", &q.server),
+        ("tool", &q.tool),
+        ("action", &q.action),
+    ] {
+        if let Some(v) = v {
+            s.append_pair(k, v);
+        }
+    }
+    if let Some(since) = q.since_ns {
+        s.append_pair("since", &since.to_string());
+    }
+    s.finish()
+}
+
+fn record_matches(r: &CallRecord, q: &EventQuery) -> bool {
+    q.session.as_ref().is_none_or(|s| &r.session_id == s)
+        && q.server.as_ref().is_none_or(|s| &r.server_id == s)
+        && q.tool.as_ref().is_none_or(|t| &r.tool == t)
+        && q.action.as_ref().is_none_or(|a| r.action.as_str() == a)
+}
+
+async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
+    let q = filters.query()?;
+    let mut out = Output::new(common.json, &CALL_COLUMNS);
+    match source(common).await? {
+        Source::Daemon(api) => {
+            let records: Vec<CallRecord> = api
+                .get_json(&format!("/api/calls?{}", query_string(&q)))
+                .await?;
+            records.iter().try_for_each(|r| out.row(r, call_cells(r)))?;
+            out.flush()?;
+            if common.follow {
+                api.follow("/api/stream/calls", |data| {
+                    let r: CallRecord = serde_json::from_str(data)?;
+                    if record_matches(&r, &q) {
+                        out.row(&r, call_cells(&r))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .await?;
+            }
+        }
+        Source::Db { path, window } => {
+            let store = Store::open(&path)?;
+            let records = crate::daemon::api::correlate_stored(&store, &q, window)?;
+            records.iter().try_for_each(|r| out.row(r, call_cells(r)))?;
+            out.flush()?;
+            if common.follow {
+                // New events only, through a live correlator of our own.
+                let mut last = store.last_id()?.unwrap_or(0);
+                let mut correlator = Correlator::new(window, value_hash);
+                loop {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let new = store.query(&EventQuery {
+                        after_id: Some(last),
+                        ..Default::default()
+                    })?;
+                    for e in &new {
+                        last = e.id;
+                        for r in correlator.push(e) {
+                            if record_matches(&r, &q) {
+                                out.row(&r, call_cells(&r))?;
+                            }
+                        }
+                    }
+                    for r in correlator.expire(chrono::Utc::now()) {
+                        if record_matches(&r, &q) {
+                            out.row(&r, call_cells(&r))?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out.flush()
+}
+
+async fn events(common: &Common, filters: &Filters, types: Vec<String>) -> anyhow::Result<()> {
+    for t in &types {
+        anyhow::ensure!(
+            Event::KINDS.contains(&t.as_str()),
+            "unknown --type {t:?}; one of {}",
+            Event::KINDS.join(", ")
+        );
+    }
+    let q = EventQuery {
+        types,
+        ..filters.query()?
+    };
+    let mut out = Output::new(common.json, &EVENT_COLUMNS);
+    let mut last = 0;
+    let source = source(common).await?;
+    let first: Vec<StoredEvent> = match &source {
+        Source::Daemon(api) => {
+            api.get_json(&format!("/api/events?{}", query_string(&q)))
+                .await?
+        }
+        Source::Db { path, .. } => Store::open(path)?.query(&q)?,
+    };
+    for e in &first {
+        last = e.id;
+        out.row(e, event_cells(e))?;
+    }
+    out.flush()?;
+    if !common.follow {
+        return Ok(());
+    }
+    match source {
+        Source::Daemon(api) => {
+            api.follow("/api/stream/events", |data| {
+                let e: StoredEvent = serde_json::from_str(data)?;
+                if e.id > last && event_matches(&e, &q) {
+                    out.row(&e, event_cells(&e))
+                } else {
+                    Ok(())
+                }
+            })
+            .await
+        }
+        Source::Db { path, .. } => {
+            let store = Store::open(&path)?;
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                for e in store.query(&EventQuery {
+                    after_id: Some(last),
+                    ..q.clone()
+                })? {
+                    last = e.id;
+                    out.row(&e, event_cells(&e))?;
+                }
+            }
+        }
+    }
+}
+
+fn event_matches(e: &StoredEvent, q: &EventQuery) -> bool {
+    let (session, server, tool, action) = event_keys(&e.event);
+    (q.types.is_empty() || q.types.iter().any(|t| t == e.event.kind()))
+        && q.session.as_deref().is_none_or(|s| s == session)
+        && q.server.as_deref().is_none_or(|s| s == server)
+        && q.tool.as_deref().is_none_or(|t| t == tool)
+        && q.action.as_deref().is_none_or(|a| a == action)
+}
+
+fn event_keys(e: &Event) -> (&str, &str, &str, &'static str) {
+    match e {
+        Event::McpToolCallIntercepted(e) => {
+            (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str())
+        }
+        Event::McpToolCalled(e) => (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str()),
+        Event::McpNetworkConnection(e) => (
+            &e.session_id,
+            &e.server_id,
+            &e.remote_addr,
+            e.action.as_str(),
+        ),
+        Event::McpToolSeen(e) => (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str()),
+        Event::McpToolChanged(e) => (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str()),
+    }
+}
+
+async fn tools(common: &Common) -> anyhow::Result<()> {
+    let tools: Vec<ToolEntry> = match source(common).await? {
+        Source::Daemon(api) => api.get_json("/api/tools").await?,
+        Source::Db { path, .. } => Registry::open(&path)?
+            .tools()
+            .iter()
+            .map(|t| (**t).clone())
+            .collect(),
+    };
+    let mut out = Output::new(
+        common.json,
+        &["SERVER", "TOOL", "TYPE", "ADDRESS", "HASH", "REGISTERED"],
+    );
+    for t in &tools {
+        let cells = vec![
+            t.server_id.clone(),
+            t.tool.clone(),
+            t.server_type.clone(),
+            t.server_addr.clone(),
+            t.tool_hash.chars().take(12).collect(),
+            t.registered_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+        ];
+        out.row(t, cells)?;
+    }
+    out.flush()
+}
+
+async fn servers(common: &Common) -> anyhow::Result<()> {
+    let servers: Vec<ServerInfo> = match source(common).await? {
+        Source::Daemon(api) => api.get_json("/api/servers").await?,
+        Source::Db { path, .. } => Registry::open(&path)?.servers(),
+    };
+    let mut out = Output::new(
+        common.json,
+        &["SERVER", "TYPE", "ADDRESS", "TOOLS", "PINNED SET"],
+    );
+    for s in &servers {
+        let sealed = s
+            .sealed_at
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+            .unwrap_or_else(|| "-".into());
+        out.row(
+            s,
+            vec![
+                s.server_id.clone(),
+                s.server_type.clone(),
+                s.server_addr.clone(),
+                s.tool_count.to_string(),
+                sealed,
+            ],
+        )?;
+    }
+    out.flush()
+}
+
+const CALL_COLUMNS: [&str; 10] = [
+    "TIME",
+    "SESSION",
+    "SERVER",
+    "TOOL",
+    "DECISION",
+    "LLM",
+    "EXECUTED",
+    "CONNECTION",
+    "LLM→EXEC",
+    "REASON",
+];
+
+fn call_cells(r: &CallRecord) -> Vec<String> {
+    let seen = |s: &Option<crate::correlate::Sighting>| match s {
+        None => "-".to_string(),
+        Some(s) if s.action == crate::decision::Action::Block => format!("blocked ({})", s.layer),
+        Some(s) => s.layer.clone(),
+    };
+    vec![
+        r.first_seen().format("%H:%M:%S%.3f").to_string(),
+        r.session_id.clone(),
+        r.server_id.clone(),
+        if r.tool.is_empty() {
+            "(connection)".into()
+        } else {
+            r.tool.clone()
+        },
+        r.action.as_str().into(),
+        seen(&r.intercept),
+        seen(&r.execution),
+        seen(&r.connection),
+        r.intercept_to_execution_ms()
+            .map(|ms| format!("{ms:.0} ms"))
+            .unwrap_or_default(),
+        r.reason.clone(),
+    ]
+}
+
+const EVENT_COLUMNS: [&str; 7] = [
+    "ID",
+    "TIME",
+    "TYPE",
+    "SESSION",
+    "SERVER",
+    "TOOL/ADDRESS",
+    "ACTION",
+];
+
+fn event_cells(e: &StoredEvent) -> Vec<String> {
+    let (session, server, tool, action) = event_keys(&e.event);
+    let time = match &e.event {
+        Event::McpToolCallIntercepted(e) => e.timestamp,
+        Event::McpToolCalled(e) => e.timestamp,
+        Event::McpNetworkConnection(e) => e.timestamp,
+        Event::McpToolSeen(e) => e.timestamp,
+        Event::McpToolChanged(e) => e.timestamp,
+    };
+    vec![
+        e.id.to_string(),
+        time.format("%H:%M:%S%.3f").to_string(),
+        e.event.kind().into(),
+        session.into(),
+        server.into(),
+        tool.into(),
+        action.into(),
+    ]
+}
+
+/// Rows as JSON lines, or as an aligned table (buffered until [`Output::flush`] so columns can
+/// be sized; in `--follow` mode each later row is printed as it comes, in the same widths).
+struct Output {
+    json: bool,
+    header: Vec<String>,
+    pending: Vec<Vec<String>>,
+    widths: Option<Vec<usize>>,
+    terminal: bool,
+}
+
+/// Longest cell shown on a terminal before it is cut (with `…`).
+const MAX_CELL: usize = 60;
+
+impl Output {
+    fn new(json: bool, header: &[&str]) -> Self {
+        Output {
+            json,
+            header: header.iter().map(|h| h.to_string()).collect(),
+            pending: Vec::new(),
+            widths: None,
+            terminal: std::io::stdout().is_terminal(),
+        }
+    }
+
+    fn row<T: Serialize>(&mut self, value: &T, cells: Vec<String>) -> anyhow::Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        if self.json {
+            serde_json::to_writer(&mut stdout, value)?;
+            writeln!(stdout)?;
+            return Ok(stdout.flush()?);
+        }
+        let cells = cells.into_iter().map(|c| self.cut(c)).collect();
+        match &self.widths {
+            None => self.pending.push(cells),
+            Some(widths) => {
+                writeln!(stdout, "{}", line(&cells, widths))?;
+                stdout.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn cut(&self, cell: String) -> String {
+        if self.terminal && cell.chars().count() > MAX_CELL {
+            cell.chars().take(MAX_CELL - 1).chain(['…']).collect()
+        } else {
+            cell
+        }
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        if self.json || self.widths.is_some() {
+            return Ok(());
+        }
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.pending {
+            for (w, c) in widths.iter_mut().zip(row) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{}", line(&self.header, &widths))?;
+        for row in self.pending.drain(..) {
+            writeln!(stdout, "{}", line(&row, &widths))?;
+        }
+        stdout.flush()?;
+        self.widths = Some(widths);
+        Ok(())
+    }
+}
+
+fn line(cells: &[String], widths: &[usize]) -> String {
+    let mut out = String::new();
+    for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+        if i + 1 == cells.len() {
+            out.push_str(cell);
+        } else {
+            out.push_str(cell);
+            out.extend(std::iter::repeat_n(
+                ' ',
+                w.saturating_sub(cell.chars().count()) + 2,
+            ));
+        }
+    }
+    out.trim_end().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_accepts_times_and_ages_and_explains_mistakes() {
+        let t = parse_since("2026-11-22T10:00:00Z").unwrap();
+        assert_eq!(t, 1_795_341_600 * 1_000_000_000);
+        let now = chrono::Utc::now().timestamp_nanos_opt().unwrap();
+        let ten_min = parse_since("10m").unwrap();
+        assert!((now - ten_min - 600_000_000_000).abs() < 5_000_000_000);
+        assert!(
+            parse_since("10 minutes")
+                .unwrap_err()
+                .to_string()
+                .contains("unit is s, m, h or d")
+        );
+        assert!(parse_since("yesterday").is_err());
+    }
+
+    #[test]
+    fn table_lines_are_aligned() {
+        let widths = [5, 3];
+        assert_eq!(line(&["ab".into(), "c".into()], &widths), "ab     c");
+        assert_eq!(line(&["abcde".into(), "".into()], &widths), "abcde");
+    }
+}

@@ -67,3 +67,127 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// A `toolwall run` daemon on private ports, socket and database (in a temp directory),
+/// killed when dropped.
+pub struct Daemon {
+    /// The process.
+    pub child: std::process::Child,
+    /// Its API's HTTP address (`127.0.0.1:PORT`).
+    pub api: String,
+    /// Its API socket.
+    pub socket: PathBuf,
+    /// Its event database.
+    pub db: PathBuf,
+    /// The configuration file it runs with.
+    pub config: PathBuf,
+    /// Everything it wrote to stdout and stderr so far, once stopped.
+    pub dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts a daemon whose configuration is `extra` YAML plus private `api`, `store` and
+    /// `proxy.listen` settings; waits until it prints its API address.
+    pub fn start(extra: &str) -> Daemon {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("api.sock");
+        let db = dir.path().join("events.db");
+        let config = dir.path().join("toolwall.yaml");
+        let yaml = format!(
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\n{extra}",
+            socket.display(),
+            db.display()
+        );
+        std::fs::write(&config, yaml).expect("write config");
+        let mut child = std::process::Command::new(toolwall_bin())
+            .args(["run", "--config"])
+            .arg(&config)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).expect("stderr file"))
+            .spawn()
+            .expect("start toolwall run");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let api = loop {
+            let Some(Ok(line)) = lines.next() else {
+                let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
+                panic!("toolwall run ended before it printed its API address:\n{err}");
+            };
+            if let Some(rest) = line.trim().strip_prefix("API and web view") {
+                break rest
+                    .trim()
+                    .trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .to_string();
+            }
+        };
+        // Keep draining stdout so the daemon never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Daemon {
+            child,
+            api,
+            socket,
+            db,
+            config,
+            dir,
+        }
+    }
+
+    /// What the daemon wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits; returns the exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().expect("wait for toolwall run")
+    }
+
+    /// `toolwall ARGS...` with this daemon's configuration appended.
+    pub fn toolwall(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(toolwall_bin())
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .output()
+            .expect("run toolwall")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request over a Unix socket (`Connection: close`); returns status and body.
+pub fn http_unix(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: toolwall\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}

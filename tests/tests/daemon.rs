@@ -1,0 +1,209 @@
+//! `toolwall run`, `toolwall exec` and the views, driven through the real binary.
+
+use std::process::Command;
+
+use toolwall_tests::{Daemon, http_unix, is_root, toolwall_bin};
+
+fn event_line(i: usize) -> String {
+    serde_json::json!({
+        "type": "mcp_tool_called",
+        "timestamp": "2026-11-22T10:00:00Z",
+        "session_id": "load",
+        "server_id": "srv",
+        "server_type": "stdio",
+        "tool_name": format!("t{i}"),
+        "jsonrpc_id": i,
+        "input": {"i": i},
+        "action": "allow",
+        "reason": "",
+        "layer": "shim"
+    })
+    .to_string()
+}
+
+#[test]
+fn daemon_reports_every_layer_serves_health_and_stops_cleanly() {
+    let mut daemon = Daemon::start("");
+    let (status, body) = http_unix(&daemon.socket, "GET", "/health", "").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let layers: Vec<&str> = health["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    for layer in ["kernel", "correlator"] {
+        assert!(layers.contains(&layer), "{layer} missing from {layers:?}");
+    }
+    // The web view is served on the loopback HTTP address.
+    let page = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import urllib.request;print(urllib.request.urlopen('http://{}/').read().decode())",
+                daemon.api
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&page.stdout).contains("<title>toolwall"),
+        "web view served"
+    );
+    let status = daemon.stop();
+    assert!(
+        status.success(),
+        "exit {status}; stderr:\n{}",
+        daemon.stderr()
+    );
+    assert!(daemon.stderr().contains("stopped cleanly"));
+    assert!(!daemon.socket.exists(), "socket removed");
+}
+
+#[test]
+fn cross_origin_writes_are_refused() {
+    let daemon = Daemon::start("");
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import urllib.request,urllib.error\nreq=urllib.request.Request('http://{}/api/sessions',data=b'{{\"name\":\"x\"}}',headers={{'Origin':'http://evil.example'}})\ntry:\n  urllib.request.urlopen(req)\nexcept urllib.error.HTTPError as e: print(e.code)",
+                daemon.api
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "403");
+}
+
+#[test]
+fn exec_without_a_daemon_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        format!("api:\n  socket: {}/none.sock\n", dir.path().display()),
+    )
+    .unwrap();
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--config"])
+        .arg(&config)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no toolwall daemon is listening") && err.contains("toolwall run"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shutdown_under_load_loses_no_acknowledged_event() {
+    let mut daemon = Daemon::start("");
+    let socket = daemon.socket.clone();
+    // Four writers post batches of 50 events as fast as they can; each counts what the daemon
+    // acknowledged (202). SIGTERM lands in the middle.
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut acknowledged = 0usize;
+                for batch in 0.. {
+                    let body: Vec<String> = (0..50)
+                        .map(|i| event_line(w * 1_000_000 + batch * 50 + i))
+                        .collect();
+                    match http_unix(&socket, "POST", "/api/events", &body.join("\n")) {
+                        Ok((202, _)) => acknowledged += 50,
+                        _ => break,
+                    }
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let status = daemon.stop();
+    assert!(
+        status.success(),
+        "exit {status}; stderr:\n{}",
+        daemon.stderr()
+    );
+    let acknowledged: usize = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    let out = Command::new(toolwall_bin())
+        .args(["mcp", "events", "--json", "--db"])
+        .arg(&daemon.db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored = String::from_utf8_lossy(&out.stdout).lines().count();
+    println!("shutdown under load: {acknowledged} events acknowledged, {stored} stored");
+    assert!(acknowledged > 0, "the load ran");
+    assert!(
+        stored >= acknowledged,
+        "every acknowledged event is stored ({stored} < {acknowledged})"
+    );
+}
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
+    assert!(is_root());
+    let allowed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = allowed.local_addr().unwrap().port();
+    let mut daemon = Daemon::start(&format!(
+        "sandbox:\n  mcp:\n    servers:\n      - id: netsrv\n        type: http\n        url: http://127.0.0.1:{port}/mcp\n      - id: forbidden\n        type: http\n        url: http://localhost:9/mcp\n    denied_servers:\n      - id: forbidden\n"
+    ));
+    let client = format!(
+        "import os, socket\nsocket.create_connection(('127.0.0.1', {port})).close()\ntry:\n    socket.create_connection(('::1', 9))\n    print('forbidden: connected')\nexcept PermissionError:\n    print('forbidden: EPERM')\nprint('session', os.environ['TOOLWALL_SESSION'])\nraise SystemExit(7)\n"
+    );
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--session", "e2e", "--config"])
+        .arg(&daemon.config)
+        .args(["--", "python3", "-c", &client])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "exit code passed through; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("forbidden: EPERM"), "{stdout}");
+    assert!(stdout.contains("session e2e"), "{stdout}");
+    let cgroup = toolwall::cgroup::cgroup2_mount()
+        .unwrap()
+        .join("toolwall/e2e");
+    assert!(
+        !cgroup.exists(),
+        "session cgroup {} removed",
+        cgroup.display()
+    );
+
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let calls = daemon.toolwall(&["mcp", "calls", "--json", "--session", "e2e"]);
+    let calls = String::from_utf8_lossy(&calls.stdout).to_string();
+    let records: Vec<serde_json::Value> = calls
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    println!("{records:#?}");
+    assert_eq!(records.len(), 2, "{calls}");
+    let by_server = |id: &str| {
+        records
+            .iter()
+            .find(|r| r["server_id"] == id)
+            .unwrap_or_else(|| panic!("no {id} record"))
+    };
+    assert_eq!(by_server("netsrv")["action"], "allow");
+    assert_eq!(by_server("forbidden")["action"], "block");
+    assert_eq!(by_server("forbidden")["connection"]["layer"], "kernel");
+    assert!(daemon.stop().success());
+}

@@ -27,6 +27,9 @@ fn main() {
     if wanted("store") {
         bench_store();
     }
+    if wanted("policy") {
+        bench_policy();
+    }
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -174,5 +177,25 @@ fn bench_store() {
     println!(
         "   batched writer             {batched:>10.0} events/s  {:.1}x  (goal: > 50,000)",
         batched / single
+    );
+}
+
+/// ns per policy decision with 1,000 rules, against the same decision with no rules.
+/// Goal (issue 4): under 1 µs per decision.
+fn bench_policy() {
+    println!("== policy: ns per check_call (name forms mixed: bare, by server, mcp__server__tool)");
+    let iterations = 200_000;
+    let _warm = toolwall::policy::bench_decisions(0, iterations / 10);
+    let empty = toolwall::policy::bench_decisions(0, iterations).as_nanos() as f64;
+    let full = toolwall::policy::bench_decisions(1000, iterations).as_nanos() as f64;
+    let cold = toolwall::policy::bench_rule_evaluation(1000, 2_000).as_nanos() as f64;
+    println!("   no rules                   {empty:>8.0} ns  1.00x");
+    println!(
+        "   1,000 rules                {full:>8.0} ns  {:.2}x  (goal: < 1000 ns)",
+        full / empty
+    );
+    println!(
+        "   1,000 rules, uncached      {cold:>8.0} ns  {:.2}x  (first call after a definition changes)",
+        cold / empty
     );
 }

@@ -91,6 +91,24 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
 
+    // Shims in other processes register the tools of stdio servers in the shared database;
+    // reload so the LLM layer and the API see them.
+    {
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                let registry = registry.clone();
+                match tokio::task::spawn_blocking(move || registry.reload()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::warn!(%error, "reloading the registry failed"),
+                    Err(error) => tracing::warn!(%error, "registry reload task failed"),
+                }
+            }
+        });
+    }
+
     // 7. correlator: joins live events into call records, streamed to followers
     let (live_calls, _) = broadcast::channel(1024);
     let window = Duration::from_millis(config.correlator.window_ms);

@@ -7,8 +7,35 @@ use anyhow::Context;
 
 use crate::step::{self, timed};
 
-/// Installs (or confirms) the Python virtualenv and the npm packages.
+/// Debian packages the end-to-end tests use: a browser for the web view test.
+const DEBIAN_PACKAGES: &[&str] = &["chromium"];
+
+/// Installs (or confirms) the Python virtualenv, the npm packages and the Debian packages.
 pub fn install() -> anyhow::Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !crate::setup::package_installed(p))
+        .collect();
+    if !missing.is_empty() {
+        if step::is_root() {
+            timed(&format!("apt-get install {}", missing.join(" ")), || {
+                step::run(Command::new("apt-get").args(["update", "-qq"]))?;
+                step::run(
+                    Command::new("apt-get")
+                        .args(["install", "-y", "-qq", "--no-install-recommends"])
+                        .args(&missing)
+                        .env("DEBIAN_FRONTEND", "noninteractive"),
+                )
+            })?;
+        } else {
+            eprintln!(
+                "xtask: WARNING: {} missing (needs root to install: apt-get install {}); the tests that need it are skipped",
+                missing.join(" "),
+                missing.join(" ")
+            );
+        }
+    }
     let root = step::workspace_root();
     let pins = root.join("xtask/peers");
     let dir = root.join("target/peers");

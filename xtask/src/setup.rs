@@ -65,7 +65,8 @@ fn survey() -> Missing {
     }
 }
 
-fn package_installed(name: &str) -> bool {
+/// Whether a Debian package is installed.
+pub fn package_installed(name: &str) -> bool {
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", name])
         .output()

@@ -157,7 +157,11 @@ impl Correlator {
         let mut done = Vec::new();
         match &stored.event {
             Event::McpToolCallIntercepted(e) => {
-                let tool = server_tool(&e.tool_name, &e.server_id);
+                let tool = if e.server_tool.is_empty() {
+                    server_tool(&e.tool_name, &e.server_id)
+                } else {
+                    e.server_tool.clone()
+                };
                 let sighting = Sighting {
                     event_id: stored.id,
                     at: e.timestamp,
@@ -410,6 +414,7 @@ mod tests {
                 request_id: format!("r{id}"),
                 dialect: "anthropic".into(),
                 tool_name: format!("mcp__srv__{tool}"),
+                server_tool: String::new(),
                 tool_call_id: format!("toolu_{id}"),
                 input: Some(args),
                 server_id: "srv".into(),

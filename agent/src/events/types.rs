@@ -64,6 +64,10 @@ pub struct ToolCallIntercepted {
     pub dialect: String,
     /// The name the model used.
     pub tool_name: String,
+    /// The tool's own name on its server, as the registry resolved it (`get-sum` for Codex's
+    /// `get_sum` in namespace `mcp__everything`); empty when unresolved.
+    #[serde(default)]
+    pub server_tool: String,
     /// `toolu_...`, `call_...`, `fc_...`.
     pub tool_call_id: String,
     /// Arguments, when they were complete (streamed arguments of a blocked call are never

@@ -253,6 +253,8 @@ pub struct StreamInterceptor {
     machine: AnyMachine,
     cx: Cx,
     closed: bool,
+    /// The last event's output ended with a CR (so a split-off LF completes it).
+    last_ended_cr: bool,
 }
 
 impl StreamInterceptor {
@@ -281,6 +283,7 @@ impl StreamInterceptor {
                 records: Vec::new(),
             },
             closed: false,
+            last_ended_cr: false,
         }
     }
 
@@ -293,9 +296,19 @@ impl StreamInterceptor {
         loop {
             match self.decoder.next_event() {
                 Ok(Some(raw)) => {
+                    if self.decoder.is_crlf_tail() {
+                        if self.last_ended_cr {
+                            out.extend_from_slice(&raw);
+                        }
+                        self.last_ended_cr = false;
+                        continue;
+                    }
+                    let before = out.len();
                     if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &raw, out) {
                         return self.close(out, &fatal.0);
                     }
+                    // Verbatim output ends as the input did; our own events end in LF.
+                    self.last_ended_cr = out.len() > before && out.last() == Some(&b'\r');
                 }
                 Ok(None) => return Flow::Continue,
                 Err(e) => return self.close(out, &e.to_string()),

@@ -41,6 +41,8 @@ pub struct SseDecoder {
     /// The last line end seen was a CR at the very end of the input so far: an LF next is its
     /// second half, not a line of its own.
     after_cr: bool,
+    /// The event last returned is the LF completing the previous event's final CRLF.
+    crlf_tail: bool,
     limit: usize,
 }
 
@@ -52,6 +54,7 @@ impl SseDecoder {
             scanned: 0,
             line_start: 0,
             after_cr: false,
+            crlf_tail: false,
             limit,
         }
     }
@@ -63,7 +66,9 @@ impl SseDecoder {
 
     /// The next complete event (its raw bytes, up to and including the blank line that ends it),
     /// `Ok(None)` when more input is needed, or an error when the pending event is over the limit.
+    /// A lone `\n` completing a CRLF split across reads comes out as its own "event" (no fields).
     pub fn next_event(&mut self) -> Result<Option<Bytes>, SseError> {
+        self.crlf_tail = false;
         loop {
             if self.after_cr {
                 let Some(&b) = self.buf.get(self.scanned) else {
@@ -71,6 +76,12 @@ impl SseDecoder {
                 };
                 self.after_cr = false;
                 if b == b'\n' {
+                    if self.scanned == 0 {
+                        // The LF half of the CRLF that ended the event just dispatched: hand it
+                        // out on its own so it is forwarded even if the next event is rewritten.
+                        self.crlf_tail = true;
+                        return Ok(Some(self.buf.split_to(1).freeze()));
+                    }
                     self.scanned += 1;
                     self.line_start = self.scanned;
                 }
@@ -116,6 +127,12 @@ impl SseDecoder {
         self.line_start = 0;
         self.after_cr = false;
         self.buf.split().freeze()
+    }
+
+    /// Whether the event last returned is only the LF completing the CRLF that ended the one
+    /// before (forward it only if that event was forwarded verbatim).
+    pub fn is_crlf_tail(&self) -> bool {
+        self.crlf_tail
     }
 
     /// Bytes held for an incomplete event.
@@ -301,6 +318,7 @@ mod tests {
                 all.push(
                     events
                         .iter()
+                        .filter(|e| e.as_slice() != b"\n")
                         .map(|e| SseEvent::new(e).data().map(|d| d.to_vec()))
                         .collect(),
                 );
@@ -340,8 +358,10 @@ mod tests {
         assert!(rest.is_empty());
         // Blank line ended by a CR at the end of a read; the LF that follows belongs to it.
         let (events, _) = decode_all(&[b"data: a\r\n\r", b"\ndata: b\r\n\r\n"]);
-        assert_eq!(events.len(), 2);
-        assert_eq!(SseEvent::new(&events[1]).data().as_deref(), Some(&b"b"[..]));
+        assert_eq!(events.len(), 3);
+        assert_eq!(events[1], b"\n");
+        assert_eq!(SseEvent::new(&events[1]).data(), None);
+        assert_eq!(SseEvent::new(&events[2]).data().as_deref(), Some(&b"b"[..]));
     }
 
     #[test]

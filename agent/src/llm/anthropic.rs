@@ -260,4 +260,4 @@ fn rewrite_stop_reason(body: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -531,4 +531,4 @@ fn apply_edit(choice: &RawValue, edit: ChoiceEdit) -> Result<Box<RawValue>, Fata
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

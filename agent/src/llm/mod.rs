@@ -368,4 +368,6 @@ fn mentions(data: &[u8], keys: &[&memchr::memmem::Finder<'static>]) -> bool {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 pub(crate) mod testing;

@@ -597,4 +597,4 @@ fn write_message_done(out: &mut BytesMut, seq: &str, index: u64, id: &str, text:
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -99,7 +99,7 @@ pub fn tool_heavy_stream(target_bytes: usize) -> Vec<u8> {
     );
     let mut index = 0u64;
     while s.len() < target_bytes {
-        let name = if index % 2 == 0 {
+        let name = if index.is_multiple_of(2) {
             "mcp__fs__read_blocked"
         } else {
             "mcp__fs__read"
@@ -199,5 +199,14 @@ mod tests {
         let out = String::from_utf8_lossy(&out);
         assert!(!out.contains("\"name\":\"mcp__fs__read_blocked\""));
         assert!(out.contains("\"name\":\"mcp__fs__read\""));
+    }
+
+    /// `cargo test --release -p agent --lib llm::bench -- --ignored --nocapture` prints the
+    /// numbers (a debug build's are meaningless, hence ignored by default).
+    #[test]
+    #[ignore = "timing; run in release"]
+    fn print_bench() {
+        let report = bench_interceptor(4 << 20, 20);
+        println!("{report}");
     }
 }

@@ -123,7 +123,9 @@ fn chat(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
         };
         let mut message = RawObject::from_raw(message_raw)?;
         let calls: Vec<&RawValue> = match message.parsed("tool_calls") {
-            Some(tc) => serde_json::from_str::<Option<Vec<&RawValue>>>(tc.get())?.unwrap_or_default(),
+            Some(tc) => {
+                serde_json::from_str::<Option<Vec<&RawValue>>>(tc.get())?.unwrap_or_default()
+            }
             None => Vec::new(),
         };
         let mut kept: Vec<&RawValue> = Vec::with_capacity(calls.len());
@@ -131,7 +133,10 @@ fn chat(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
         for raw in &calls {
             let call: CallView<'_> = serde_json::from_str(raw.get())?;
             let (name, args) = match &call.function {
-                Some(f) => (f.name.as_deref().unwrap_or_default(), f.arguments.as_deref()),
+                Some(f) => (
+                    f.name.as_deref().unwrap_or_default(),
+                    f.arguments.as_deref(),
+                ),
                 None => ("", None),
             };
             let id = call.id.as_deref().unwrap_or_default().to_owned();

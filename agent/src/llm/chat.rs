@@ -270,12 +270,7 @@ impl Chat {
                         if allowed {
                             if was_held {
                                 synthetic.push(synthetic_chunk(
-                                    top,
-                                    choice,
-                                    call.index,
-                                    &held_id,
-                                    &held_name,
-                                    &held_args,
+                                    top, choice, call.index, &held_id, &held_name, &held_args,
                                 ));
                             }
                             let c = self.call_mut(choice, call.index);

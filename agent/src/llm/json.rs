@@ -40,10 +40,13 @@ impl<'a> RawObject<'a> {
     /// The value of `key` as parsed (not one set since), borrowed for the input's lifetime so
     /// the object can be edited while it is in use.
     pub fn parsed(&self, key: &str) -> Option<&'a RawValue> {
-        self.entries.iter().find(|(k, _)| k == key).and_then(|(_, v)| match v {
-            Cow::Borrowed(b) => Some(*b),
-            Cow::Owned(_) => None,
-        })
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| match v {
+                Cow::Borrowed(b) => Some(*b),
+                Cow::Owned(_) => None,
+            })
     }
 
     /// The value of `key` as a string, if it is one.
@@ -155,7 +158,10 @@ mod tests {
     fn untouched_values_stay_verbatim_and_order_is_kept() {
         let text = r#"{"z":1.50,"a":{"b" : [1, 2]},"s":"\u00e9"}"#;
         let mut obj = RawObject::parse(text).expect("object");
-        assert_eq!(obj.to_json(), r#"{"z":1.50,"a":{"b" : [1, 2]},"s":"\u00e9"}"#);
+        assert_eq!(
+            obj.to_json(),
+            r#"{"z":1.50,"a":{"b" : [1, 2]},"s":"\u00e9"}"#
+        );
         obj.set("z", raw_str("x"));
         obj.remove("a");
         obj.set("n", raw_null());

@@ -117,13 +117,16 @@ pub struct Record {
 impl Record {
     /// The event to store.
     pub fn into_event(self, now: DateTime<Utc>, session_id: &str, request_id: &str) -> Event {
-        let tool = self.decision.tool.unwrap_or_else(|| crate::decision::ToolIdentity {
-            server_id: String::new(),
-            server_type: String::new(),
-            server_addr: String::new(),
-            tool: String::new(),
-            tool_hash: String::new(),
-        });
+        let tool = self
+            .decision
+            .tool
+            .unwrap_or_else(|| crate::decision::ToolIdentity {
+                server_id: String::new(),
+                server_type: String::new(),
+                server_addr: String::new(),
+                tool: String::new(),
+                tool_hash: String::new(),
+            });
         Event::McpToolCallIntercepted(ToolCallIntercepted {
             timestamp: now,
             session_id: session_id.to_owned(),

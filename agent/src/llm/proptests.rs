@@ -71,7 +71,10 @@ fn called_names(v: &Value) -> Vec<String> {
     }
     if v["item"]["type"] == "function_call" {
         let ns = v["item"]["namespace"].as_str().unwrap_or_default();
-        names.push(format!("{ns}__{}", v["item"]["name"].as_str().unwrap_or_default()));
+        names.push(format!(
+            "{ns}__{}",
+            v["item"]["name"].as_str().unwrap_or_default()
+        ));
     }
     names
 }

@@ -300,10 +300,7 @@ async fn handle(
     inner: Arc<Inner>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    let request_id = format!(
-        "llm-{}",
-        inner.next_request.fetch_add(1, Ordering::Relaxed)
-    );
+    let request_id = format!("llm-{}", inner.next_request.fetch_add(1, Ordering::Relaxed));
     let path_and_query = req
         .uri()
         .path_and_query()
@@ -332,9 +329,10 @@ async fn handle(
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::HOST);
     if dialect.is_some() {
-        parts
-            .headers
-            .insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        parts.headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
     }
     let method = parts.method.clone();
     parts.uri = uri;
@@ -353,14 +351,23 @@ async fn handle(
     let (mut parts, body) = upstream_resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let Some(dialect) = dialect else {
-        return Ok(Response::from_parts(parts, body.map_err(BoxError::from).boxed_unsync()));
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(BoxError::from).boxed_unsync(),
+        ));
     };
     if !parts.status.is_success() {
         tracing::warn!(%request_id, status = %parts.status, "upstream error status (passed through)");
-        return Ok(Response::from_parts(parts, body.map_err(BoxError::from).boxed_unsync()));
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(BoxError::from).boxed_unsync(),
+        ));
     }
     if method == hyper::Method::HEAD {
-        return Ok(Response::from_parts(parts, body.map_err(BoxError::from).boxed_unsync()));
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(BoxError::from).boxed_unsync(),
+        ));
     }
     let encoding = match Encoding::of(&parts.headers) {
         Ok(e) => e,

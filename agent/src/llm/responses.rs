@@ -170,7 +170,9 @@ impl Machine for Responses {
                         }
                         *bytes += raw.len();
                         if *bytes > max {
-                            return Err(Fatal::new("custom tool call larger than the buffer limit"));
+                            return Err(Fatal::new(
+                                "custom tool call larger than the buffer limit",
+                            ));
                         }
                         events.push(raw.clone());
                         Ok(())
@@ -425,7 +427,8 @@ impl Responses {
             let id = item.as_ref().and_then(|it| it.id.as_deref());
             let blocked = self.items.iter().find(|e| {
                 matches!(e.state, ItemState::Blocked { .. })
-                    && (id == Some(e.item_id.as_str()) || (id.is_none() && e.output_index == i as u64))
+                    && (id == Some(e.item_id.as_str())
+                        || (id.is_none() && e.output_index == i as u64))
             });
             if let Some(Entry {
                 state: ItemState::Blocked { message_id, text },
@@ -573,7 +576,11 @@ fn write_message_open(out: &mut BytesMut, seq: &str, index: u64, id: &str, text:
     let part_added = format!(
         r#"{{"type":"response.content_part.added","sequence_number":{seq},"item_id":{qid},"output_index":{index},"content_index":0,"part":{{"type":"output_text","text":"","annotations":[]}}}}"#
     );
-    write_event(out, Some("response.content_part.added"), part_added.as_bytes());
+    write_event(
+        out,
+        Some("response.content_part.added"),
+        part_added.as_bytes(),
+    );
     let delta = format!(
         r#"{{"type":"response.output_text.delta","sequence_number":{seq},"item_id":{qid},"output_index":{index},"content_index":0,"delta":{qtext},"logprobs":[]}}"#
     );
@@ -585,7 +592,11 @@ fn write_message_open(out: &mut BytesMut, seq: &str, index: u64, id: &str, text:
     let part_done = format!(
         r#"{{"type":"response.content_part.done","sequence_number":{seq},"item_id":{qid},"output_index":{index},"content_index":0,"part":{{"type":"output_text","text":{qtext},"annotations":[]}}}}"#
     );
-    write_event(out, Some("response.content_part.done"), part_done.as_bytes());
+    write_event(
+        out,
+        Some("response.content_part.done"),
+        part_done.as_bytes(),
+    );
 }
 
 fn write_message_done(out: &mut BytesMut, seq: &str, index: u64, id: &str, text: &str) {

@@ -95,7 +95,11 @@ impl SseDecoder {
             let end = if self.buf[i] == b'\n' {
                 i + 1
             } else if i + 1 < self.buf.len() {
-                if self.buf[i + 1] == b'\n' { i + 2 } else { i + 1 }
+                if self.buf[i + 1] == b'\n' {
+                    i + 2
+                } else {
+                    i + 1
+                }
             } else {
                 // A CR at the end of what we have: the line has ended, but an LF may follow.
                 self.after_cr = true;
@@ -354,7 +358,10 @@ mod tests {
         // "data: a\r" | "\ndata: b\n\n": one event with two data lines, not an event "a".
         let (events, rest) = decode_all(&[b"data: a\r", b"\ndata: b\n\n"]);
         assert_eq!(events.len(), 1);
-        assert_eq!(SseEvent::new(&events[0]).data().as_deref(), Some(&b"a\nb"[..]));
+        assert_eq!(
+            SseEvent::new(&events[0]).data().as_deref(),
+            Some(&b"a\nb"[..])
+        );
         assert!(rest.is_empty());
         // Blank line ended by a CR at the end of a read; the LF that follows belongs to it.
         let (events, _) = decode_all(&[b"data: a\r\n\r", b"\ndata: b\r\n\r\n"]);

@@ -34,7 +34,11 @@ pub(crate) fn stream(tools: &[&str]) -> Vec<u8> {
             format!(r#"{{"type":"content_block_stop","index":{index}}}"#),
         ));
     }
-    let stop = if tools.is_empty() { "end_turn" } else { "tool_use" };
+    let stop = if tools.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
     ev.push(("message_delta".into(), format!(r#"{{"type":"message_delta","delta":{{"stop_reason":"{stop}","stop_sequence":null}},"usage":{{"output_tokens":42}}}}"#)));
     ev.push(("message_stop".into(), r#"{"type":"message_stop"}"#.into()));
     let refs: Vec<(&str, &str)> = ev.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
@@ -143,7 +147,11 @@ fn state_table() {
         for (i, tool) in case.tools.iter().enumerate() {
             let secret = format!("SECRET_{}", i + 1);
             if case.blocked.contains(tool) {
-                assert!(!text.contains(&secret), "{}: blocked args leaked", case.name);
+                assert!(
+                    !text.contains(&secret),
+                    "{}: blocked args leaked",
+                    case.name
+                );
                 assert!(
                     text.contains(&format!(
                         "[toolwall] Tool '{tool}' blocked by policy: denied by test"
@@ -153,19 +161,25 @@ fn state_table() {
                 );
                 // Replacement block is a text block at the same index, opened and closed once.
                 let index = i as u64 + 1;
-                let at_index: Vec<&serde_json::Value> = values
-                    .iter()
-                    .filter(|v| v["index"] == index)
-                    .collect();
+                let at_index: Vec<&serde_json::Value> =
+                    values.iter().filter(|v| v["index"] == index).collect();
                 assert_eq!(at_index.len(), 3, "{}", case.name);
                 assert_eq!(at_index[0]["content_block"]["type"], "text");
                 assert_eq!(at_index[2]["type"], "content_block_stop");
             } else {
-                assert!(text.contains(&secret), "{}: allowed args missing", case.name);
+                assert!(
+                    text.contains(&secret),
+                    "{}: allowed args missing",
+                    case.name
+                );
             }
         }
         if case.blocked.is_empty() || case.want_records.iter().all(|r| r.1 == Action::Allow) {
-            assert_eq!(out, input, "{}: nothing blocked must be byte-identical", case.name);
+            assert_eq!(
+                out, input,
+                "{}: nothing blocked must be byte-identical",
+                case.name
+            );
         }
     }
 }
@@ -240,10 +254,18 @@ fn oversized_event_ends_the_stream_cleanly() {
     );
     let at = input.len() - 100;
     input.splice(at..at, huge.bytes());
-    let (out, _, closed) = run_chunks(Dialect::Anthropic, &["mcp__fs__delete"], &input.chunks(512).collect::<Vec<_>>(), 4096);
+    let (out, _, closed) = run_chunks(
+        Dialect::Anthropic,
+        &["mcp__fs__delete"],
+        &input.chunks(512).collect::<Vec<_>>(),
+        4096,
+    );
     assert!(closed);
     let values = data_values(&out);
-    assert_eq!(values.last().map(|v| v["type"].clone()), Some("error".into()));
+    assert_eq!(
+        values.last().map(|v| v["type"].clone()),
+        Some("error".into())
+    );
     assert!(!String::from_utf8_lossy(&out).contains("SSSS"));
 }
 

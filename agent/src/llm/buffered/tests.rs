@@ -5,10 +5,18 @@ use crate::decision::Action;
 use crate::llm::testing::gate;
 use crate::llm::{Dialect, OnMalformed};
 
-fn rewrite(dialect: Dialect, blocked: &[&'static str], body: &str) -> (String, Vec<(String, Action)>) {
-    let (new, records) =
-        rewrite_buffered(dialect, body.as_bytes(), gate(blocked), OnMalformed::FailClosed)
-            .expect("inspectable");
+fn rewrite(
+    dialect: Dialect,
+    blocked: &[&'static str],
+    body: &str,
+) -> (String, Vec<(String, Action)>) {
+    let (new, records) = rewrite_buffered(
+        dialect,
+        body.as_bytes(),
+        gate(blocked),
+        OnMalformed::FailClosed,
+    )
+    .expect("inspectable");
     let out = new.map_or_else(|| body.to_owned(), |b| String::from_utf8(b).expect("utf-8"));
     (
         out,
@@ -43,12 +51,21 @@ fn anthropic() {
         ]
     );
     // All blocked: end_turn.
-    let (out, _) = rewrite(Dialect::Anthropic, &["mcp__fs__delete", "mcp__fs__read"], ANTHROPIC);
+    let (out, _) = rewrite(
+        Dialect::Anthropic,
+        &["mcp__fs__delete", "mcp__fs__read"],
+        ANTHROPIC,
+    );
     let v: Value = serde_json::from_str(&out).expect("valid JSON");
     assert_eq!(v["stop_reason"], "end_turn");
     // Nothing blocked: the original bytes.
-    let (new, _) = rewrite_buffered(Dialect::Anthropic, ANTHROPIC.as_bytes(), gate(&[]), OnMalformed::FailClosed)
-        .expect("ok");
+    let (new, _) = rewrite_buffered(
+        Dialect::Anthropic,
+        ANTHROPIC.as_bytes(),
+        gate(&[]),
+        OnMalformed::FailClosed,
+    )
+    .expect("ok");
     assert!(new.is_none());
     // A forced call that says end_turn is still looked at.
     let forced = ANTHROPIC.replace(r#""stop_reason":"tool_use""#, r#""stop_reason":"end_turn""#);
@@ -63,7 +80,12 @@ fn chat() {
     let (out, records) = rewrite(Dialect::OpenAiChat, &["mcp__fs__delete"], CHAT);
     let v: Value = serde_json::from_str(&out).expect("valid JSON");
     assert!(!out.contains("SECRET"));
-    assert_eq!(v["choices"][0]["message"]["tool_calls"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(
         v["choices"][0]["message"]["content"],
@@ -71,14 +93,21 @@ fn chat() {
     );
     assert_eq!(records.len(), 2);
 
-    let (out, _) = rewrite(Dialect::OpenAiChat, &["mcp__fs__delete", "mcp__fs__read"], CHAT);
+    let (out, _) = rewrite(
+        Dialect::OpenAiChat,
+        &["mcp__fs__delete", "mcp__fs__read"],
+        CHAT,
+    );
     let v: Value = serde_json::from_str(&out).expect("valid JSON");
     assert!(v["choices"][0]["message"].get("tool_calls").is_none());
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert_eq!(v["usage"]["total_tokens"], 9);
 
     // finish_reason "stop" with a forced call: still inspected.
-    let forced = CHAT.replace(r#""finish_reason":"tool_calls""#, r#""finish_reason":"stop""#);
+    let forced = CHAT.replace(
+        r#""finish_reason":"tool_calls""#,
+        r#""finish_reason":"stop""#,
+    );
     let (out, _) = rewrite(Dialect::OpenAiChat, &["mcp__fs__delete"], &forced);
     assert!(!out.contains("SECRET"));
 }
@@ -87,7 +116,11 @@ const RESPONSES: &str = r#"{"id":"resp_1","object":"response","status":"complete
 
 #[test]
 fn responses() {
-    let (out, records) = rewrite(Dialect::OpenAiResponses, &["mcp__everything__get_sum"], RESPONSES);
+    let (out, records) = rewrite(
+        Dialect::OpenAiResponses,
+        &["mcp__everything__get_sum"],
+        RESPONSES,
+    );
     let v: Value = serde_json::from_str(&out).expect("valid JSON");
     assert!(!out.contains("SECRET\\\""), "function arguments leaked");
     assert_eq!(v["output"][0]["type"], "message");
@@ -99,7 +132,11 @@ fn responses() {
     assert!(records.contains(&("mcp__everything__get_sum".to_owned(), Action::Block)));
     assert!(records.contains(&("mcp__everything__echo".to_owned(), Action::Allow)));
 
-    let (out, _) = rewrite(Dialect::OpenAiResponses, &["mcp__everything__echo"], RESPONSES);
+    let (out, _) = rewrite(
+        Dialect::OpenAiResponses,
+        &["mcp__everything__echo"],
+        RESPONSES,
+    );
     let v: Value = serde_json::from_str(&out).expect("valid JSON");
     assert_eq!(v["output"][0]["type"], "function_call");
     assert_eq!(v["output"][1]["type"], "message");

@@ -1,10 +1,22 @@
 use serde_json::{Value, json};
 
+/// Per choice: content, (tool name, arguments) in index order, finish reason.
+type Assembled = Vec<(String, Vec<(String, String)>, Option<String>)>;
+/// A case's expectation: content, calls, finish reason.
+type Want = Vec<(
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    &'static str,
+)>;
+/// Calls by tool index while assembling.
+type Slots = Vec<(String, Vec<(u64, String, String)>, Option<String>)>;
+
 use crate::decision::Action;
 use crate::llm::Dialect;
 use crate::llm::testing::{assert_split_invariant, data_values, run, run_chunks};
 
-const HEAD: &str = r#""id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o""#;
+const HEAD: &str =
+    r#""id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o""#;
 
 /// One chunk per `choices` JSON.
 pub(crate) fn chunks(choices: &[&str]) -> Vec<u8> {
@@ -32,11 +44,12 @@ fn finish(choice: u64, reason: &str) -> String {
     format!(r#"{{"index":{choice},"delta":{{}},"finish_reason":"{reason}"}}"#)
 }
 
-const ROLE: &str = r#"{"index":0,"delta":{"role":"assistant","content":null},"finish_reason":null}"#;
+const ROLE: &str =
+    r#"{"index":0,"delta":{"role":"assistant","content":null},"finish_reason":null}"#;
 
 /// What an SDK would assemble per choice: (content, tool name → arguments, finish reason).
-fn assemble(values: &[Value]) -> Vec<(String, Vec<(String, String)>, Option<String>)> {
-    let mut out: Vec<(String, Vec<(u64, String, String)>, Option<String>)> = Vec::new();
+fn assemble(values: &[Value]) -> Assembled {
+    let mut out: Slots = Vec::new();
     for v in values {
         assert!(v.get("error").is_none(), "unexpected error chunk {v}");
         for c in v["choices"].as_array().expect("choices") {
@@ -80,7 +93,7 @@ fn state_table() {
         name: &'static str,
         choices: Vec<String>,
         blocked: &'static [&'static str],
-        want: Vec<(&'static str, Vec<(&'static str, &'static str)>, &'static str)>,
+        want: Want,
         identical: bool,
         records: Vec<(&'static str, Action)>,
     }
@@ -248,20 +261,26 @@ fn state_table() {
         let input = chunks(&refs);
         let out = assert_split_invariant(Dialect::OpenAiChat, case.blocked, &input);
         let got = assemble(&data_values(&out));
-        let want: Vec<(String, Vec<(String, String)>, Option<String>)> = case
+        let want: Assembled = case
             .want
             .iter()
             .map(|(c, t, f)| {
                 (
                     (*c).to_owned(),
-                    t.iter().map(|(n, a)| ((*n).to_owned(), (*a).to_owned())).collect(),
+                    t.iter()
+                        .map(|(n, a)| ((*n).to_owned(), (*a).to_owned()))
+                        .collect(),
                     Some((*f).to_owned()),
                 )
             })
             .collect();
         assert_eq!(got, want, "{}", case.name);
         let text = String::from_utf8_lossy(&out);
-        assert!(!text.contains("SECRET"), "{}: blocked arguments leaked", case.name);
+        assert!(
+            !text.contains("SECRET"),
+            "{}: blocked arguments leaked",
+            case.name
+        );
         if case.identical {
             assert_eq!(out, input, "{}: must be byte-identical", case.name);
         }
@@ -294,7 +313,12 @@ fn name_growing_into_a_blocked_one_after_decision_fails_closed() {
         r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"mcp__fs__del","arguments":""}}]},"finish_reason":null}"#,
         r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"ete","arguments":"{}"}}]},"finish_reason":null}"#,
     ]);
-    let (out, _, closed) = run_chunks(Dialect::OpenAiChat, &["mcp__fs__delete"], &[&input], 1 << 20);
+    let (out, _, closed) = run_chunks(
+        Dialect::OpenAiChat,
+        &["mcp__fs__delete"],
+        &[&input],
+        1 << 20,
+    );
     assert!(closed);
     let values = data_values(&out);
     assert!(values.last().is_some_and(|v| v.get("error").is_some()));

@@ -54,7 +54,8 @@ async fn fake_upstream(steps: Vec<Step>) -> (SocketAddr, oneshot::Receiver<Strin
             .lines()
             .find_map(|l| {
                 let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse().ok())?
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
             })
             .unwrap_or(0);
         while req.len() < head_end + len {
@@ -96,7 +97,11 @@ fn sse_head(extra: &str) -> Vec<u8> {
 async fn start_proxy(
     upstream: SocketAddr,
     blocked: &[&'static str],
-) -> (SocketAddr, mpsc::UnboundedReceiver<Event>, oneshot::Sender<()>) {
+) -> (
+    SocketAddr,
+    mpsc::UnboundedReceiver<Event>,
+    oneshot::Sender<()>,
+) {
     let settings = LlmProxySettings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         anthropic_upstream: format!("http://{upstream}"),
@@ -158,20 +163,36 @@ async fn streamed_anthropic_blocking_end_to_end() {
     assert_eq!(resp.status(), StatusCode::OK);
     let body = resp.into_body().collect().await.expect("body").to_bytes();
     let text = String::from_utf8_lossy(&body);
-    assert!(!text.contains("SECRET_2"), "blocked arguments reached the client");
+    assert!(
+        !text.contains("SECRET_2"),
+        "blocked arguments reached the client"
+    );
     assert!(text.contains("SECRET_1"), "allowed arguments missing");
     assert!(text.contains("[toolwall] Tool 'mcp__fs__delete' blocked by policy"));
     // 17 events, the blocked block's 5 replaced by 3.
     assert_eq!(data_values(&body).len(), 15);
 
     let head = head.await.expect("upstream saw the request");
-    assert!(head.starts_with("POST /v1/messages?beta=true HTTP/1.1"), "{head}");
-    assert!(head.to_ascii_lowercase().contains("accept-encoding: identity"), "{head}");
+    assert!(
+        head.starts_with("POST /v1/messages?beta=true HTTP/1.1"),
+        "{head}"
+    );
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("accept-encoding: identity"),
+        "{head}"
+    );
     assert!(head.contains("sk-test"), "auth header must pass: {head}");
 
     let got = intercepted(&mut events);
-    assert!(got.contains(&("mcp__fs__delete".into(), "block".into(), "s1".into())), "{got:?}");
-    assert!(got.contains(&("mcp__fs__read".into(), "allow".into(), "s1".into())), "{got:?}");
+    assert!(
+        got.contains(&("mcp__fs__delete".into(), "block".into(), "s1".into())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&("mcp__fs__read".into(), "allow".into(), "s1".into())),
+        "{got:?}"
+    );
 }
 
 #[tokio::test]
@@ -294,7 +315,11 @@ async fn passthrough_error_status_and_websocket_refusal() {
         .expect("request");
     let resp = client().request(req).await.expect("response");
     assert_eq!(resp.status(), StatusCode::OK);
-    assert!(head.await.expect("forwarded").starts_with("HEAD / HTTP/1.1"));
+    assert!(
+        head.await
+            .expect("forwarded")
+            .starts_with("HEAD / HTTP/1.1")
+    );
 
     // A WebSocket upgrade is refused without touching upstream.
     let req = Request::get(format!("http://{proxy}/v1/responses"))

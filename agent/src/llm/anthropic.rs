@@ -171,7 +171,7 @@ impl Anthropic {
         env: &Envelope<'_>,
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
-        let (Some(index), Some(block)) = (env.index, env.content_block) else {
+        let Some(block) = env.content_block else {
             out.extend_from_slice(raw);
             return Ok(());
         };
@@ -187,6 +187,10 @@ impl Anthropic {
             out.extend_from_slice(raw);
             return Ok(());
         }
+        // Without an index we could not suppress its deltas: refuse rather than guess.
+        let index = env
+            .index
+            .ok_or_else(|| Fatal::new("tool call block without an index"))?;
         let name = block.name.as_deref().unwrap_or_default();
         let id = block.id.as_deref().unwrap_or_default();
         self.tool_uses += 1;

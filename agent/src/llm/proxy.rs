@@ -569,6 +569,9 @@ impl Exchange {
                 "toolwall: response too large to inspect",
             ));
         }
+        if body.is_empty() {
+            return Ok(Bytes::new());
+        }
         match rewrite_buffered(
             self.dialect,
             &body,

@@ -277,3 +277,11 @@ fn unterminated_last_event_is_inspected() {
     assert!(!text.contains("\"tool_use\""));
     assert!(text.contains("blocked by policy"));
 }
+
+#[test]
+fn tool_use_without_index_fails_closed() {
+    let input = b"data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"mcp__x__y\",\"input\":{}}}\n\n";
+    let (out, _, closed) = run_chunks(Dialect::Anthropic, &[], &[input], 1 << 20);
+    assert!(closed);
+    assert!(!String::from_utf8_lossy(&out).contains("tool_use"));
+}

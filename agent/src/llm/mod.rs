@@ -36,7 +36,7 @@ use serde_json::Value;
 use crate::decision::{CallQuery, Decision, Gate};
 use crate::events::{Event, ToolCallIntercepted};
 
-pub use bench::{BenchReport, bench_interceptor};
+pub use bench::{BenchReport, LatencyReport, bench_interceptor, bench_proxy_latency};
 pub use buffered::rewrite_buffered;
 pub use proxy::{LlmProxy, LlmProxySettings, serve};
 pub use sse::{SseDecoder, SseError, SseEvent};

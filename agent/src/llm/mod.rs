@@ -63,20 +63,23 @@ impl Dialect {
     }
 
     /// The dialect whose responses must be inspected for a request path (query string allowed);
-    /// `None` for every other path (passed through untouched).
+    /// `None` for every other path (passed through untouched). Matched on the path's end so a
+    /// base URL with or without `/v1`, or with a deployment prefix (Azure's
+    /// `/openai/deployments/{d}/chat/completions`), is still inspected.
     pub fn from_path(path_and_query: &str) -> Option<Dialect> {
         let path = path_and_query
             .split_once('?')
             .map_or(path_and_query, |(p, _)| p);
         let path = path.trim_end_matches('/');
-        match path {
-            "/v1/messages" => Some(Dialect::Anthropic),
-            "/v1/chat/completions" => Some(Dialect::OpenAiChat),
-            "/v1/responses" => Some(Dialect::OpenAiResponses),
-            // Stored objects fetched again (`GET /v1/responses/{id}`) carry the same calls.
-            _ if path.starts_with("/v1/responses/") => Some(Dialect::OpenAiResponses),
-            _ if path.starts_with("/v1/chat/completions/") => Some(Dialect::OpenAiChat),
-            _ => None,
+        if path.ends_with("/v1/messages") || path == "/messages" {
+            Some(Dialect::Anthropic)
+        } else if path.ends_with("/chat/completions") || path.contains("/chat/completions/") {
+            // Stored completions fetched again carry the same calls.
+            Some(Dialect::OpenAiChat)
+        } else if path.ends_with("/responses") || path.contains("/responses/") {
+            Some(Dialect::OpenAiResponses)
+        } else {
+            None
         }
     }
 }
@@ -353,6 +356,28 @@ impl StreamInterceptor {
     /// Takes the decisions made so far (to emit them as soon as they are made).
     pub fn drain_records(&mut self) -> std::vec::Drain<'_, Record> {
         self.cx.records.drain(..)
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn dialect_by_path() {
+    let cases = [
+        ("/v1/messages?beta=true", Some(Dialect::Anthropic)),
+        ("/v1/messages/count_tokens", None),
+        ("/v1/chat/completions", Some(Dialect::OpenAiChat)),
+        ("/chat/completions", Some(Dialect::OpenAiChat)),
+        (
+            "/openai/deployments/gpt/chat/completions?api-version=1",
+            Some(Dialect::OpenAiChat),
+        ),
+        ("/v1/responses", Some(Dialect::OpenAiResponses)),
+        ("/v1/responses/resp_1", Some(Dialect::OpenAiResponses)),
+        ("/", None),
+        ("/v1/models", None),
+    ];
+    for (path, want) in cases {
+        assert_eq!(Dialect::from_path(path), want, "{path}");
     }
 }
 

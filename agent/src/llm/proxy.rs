@@ -3,8 +3,8 @@
 //! Use: [`LlmProxy::bind`] (learn the address with [`LlmProxy::local_addr`], port 0 in tests),
 //! then [`LlmProxy::run`] until a shutdown future resolves; or [`serve`] for both at once.
 //!
-//! Routing: `/v1/messages` (Anthropic), `/v1/chat/completions` and `/v1/responses` (OpenAI),
-//! query strings allowed, are inspected; a request with an `anthropic-version` or `x-api-key`
+//! Routing ([`Dialect::from_path`]): `/v1/messages` (Anthropic), `.../chat/completions` and
+//! `.../responses` (OpenAI), query strings allowed, are inspected; a request with an `anthropic-version` or `x-api-key`
 //! header, or a path outside `/v1/`, goes to the Anthropic upstream (Claude Code's `HEAD /`),
 //! every other `/v1/...` path to the OpenAI one; those pass through untouched. An upstream is a
 //! base URL such as `https://api.anthropic.com` (an optional path prefix is kept): the client's

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 
 use super::anthropic::Block;
-use super::chat::CallView;
+use super::chat::{CallView, FunctionView};
 use super::json::{RawObject, quote, raw_array, raw_from_json, raw_str};
 use super::responses::{Item, judge_item, message_item};
 use super::{Cx, Dialect, OnMalformed, Record, blocked_message};
@@ -130,6 +130,24 @@ fn chat(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
         };
         let mut kept: Vec<&RawValue> = Vec::with_capacity(calls.len());
         let mut messages = String::new();
+        // The deprecated single `function_call`.
+        let mut legacy_blocked = false;
+        if let Some(fc) = message.parsed("function_call") {
+            let f: Option<FunctionView<'_>> = serde_json::from_str(fc.get())?;
+            if let Some(f) = f {
+                let name = f.name.as_deref().unwrap_or_default();
+                let input = f
+                    .arguments
+                    .as_deref()
+                    .and_then(|a| serde_json::from_str(a).ok());
+                let decision = cx.check(name, None);
+                if decision.is_blocked() {
+                    messages.push_str(&blocked_message(name, &decision.reason));
+                    legacy_blocked = true;
+                }
+                cx.record(name.to_owned(), String::new(), input, decision);
+            }
+        }
         for raw in &calls {
             let call: CallView<'_> = serde_json::from_str(raw.get())?;
             let (name, args) = match &call.function {
@@ -158,7 +176,15 @@ fn chat(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
         content.push_str(&messages);
         message.set("content", raw_str(&content));
         let all_blocked = kept.is_empty();
-        if all_blocked {
+        if legacy_blocked {
+            message.remove("function_call");
+            if choice.get_str("finish_reason").as_deref() == Some("function_call") {
+                choice.set("finish_reason", raw_str("stop"));
+            }
+        }
+        if calls.is_empty() {
+            // Only the legacy call was there.
+        } else if all_blocked {
             message.remove("tool_calls");
         } else {
             let arr = raw_array(kept);
@@ -166,7 +192,10 @@ fn chat(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
         }
         let message = message.to_raw();
         choice.set("message", message);
-        if all_blocked && choice.get_str("finish_reason").as_deref() == Some("tool_calls") {
+        if !calls.is_empty()
+            && all_blocked
+            && choice.get_str("finish_reason").as_deref() == Some("tool_calls")
+        {
             choice.set("finish_reason", raw_str("stop"));
         }
         new_choices.push(choice.to_raw());

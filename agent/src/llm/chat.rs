@@ -42,6 +42,9 @@ struct ChoiceView<'a> {
 struct DeltaView<'a> {
     #[serde(default, borrow)]
     tool_calls: Option<Vec<&'a RawValue>>,
+    /// The deprecated single `function_call` (the `functions` request parameter).
+    #[serde(default, borrow)]
+    function_call: Option<FunctionView<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -88,6 +91,8 @@ pub(crate) struct Chat {
     calls: Vec<Call>,
     /// Top-level fields (id, model, ...) to build synthetic chunks with.
     template: Option<String>,
+    /// Name of a legacy `function_call`, as assembled so far.
+    legacy_name: String,
 }
 
 /// What one chunk's choice needs changed.
@@ -229,7 +234,19 @@ impl Chat {
         let mut changed = false;
         let entries: Vec<&RawValue> = match view.delta {
             Some(d) => match serde_json::from_str::<DeltaView<'_>>(d.get()) {
-                Ok(dv) => dv.tool_calls.unwrap_or_default(),
+                Ok(dv) => {
+                    if let Some(name) = dv.function_call.as_ref().and_then(|f| f.name.as_deref()) {
+                        self.legacy_name.push_str(name);
+                        let decision = cx.check(&self.legacy_name, None);
+                        if decision.is_blocked() {
+                            // Rare legacy form: no replacement protocol, so end the stream.
+                            let name = self.legacy_name.clone();
+                            cx.record(name.clone(), String::new(), None, decision);
+                            return Err(Fatal::new(format!("blocked function_call '{name}'")));
+                        }
+                    }
+                    dv.tool_calls.unwrap_or_default()
+                }
                 Err(e) => {
                     cx.malformed(&e, true)?;
                     Vec::new()

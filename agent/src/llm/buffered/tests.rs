@@ -144,6 +144,19 @@ fn responses() {
 }
 
 #[test]
+fn chat_legacy_function_call() {
+    let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":null,"function_call":{"name":"mcp__fs__delete","arguments":"{\"SECRET\":1}"}},"finish_reason":"function_call"}]}"#;
+    let (out, records) = rewrite(Dialect::OpenAiChat, &["mcp__fs__delete"], body);
+    let v: Value = serde_json::from_str(&out).expect("valid JSON");
+    assert!(!out.contains("SECRET"));
+    assert!(v["choices"][0]["message"].get("function_call").is_none());
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(records, vec![("mcp__fs__delete".to_owned(), Action::Block)]);
+    let (out, _) = rewrite(Dialect::OpenAiChat, &[], body);
+    assert_eq!(out, body);
+}
+
+#[test]
 fn malformed_bodies() {
     let bad = br#"{"content":[{"type":"tool_use","name":"x""#;
     assert!(rewrite_buffered(Dialect::Anthropic, bad, gate(&[]), OnMalformed::FailClosed).is_err());

@@ -338,3 +338,23 @@ fn held_name_at_end_of_stream_is_decided() {
     assert!(got[0].1.is_empty());
     assert!(got[0].0.contains("blocked by policy"));
 }
+
+#[test]
+fn legacy_function_call_blocked_ends_the_stream() {
+    let input = chunks(&[
+        r#"{"index":0,"delta":{"role":"assistant","content":null,"function_call":{"name":"mcp__fs__delete","arguments":""}},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"function_call":{"arguments":"{\"SECRET\":1}"}},"finish_reason":null}"#,
+    ]);
+    let (out, records, closed) = run_chunks(
+        Dialect::OpenAiChat,
+        &["mcp__fs__delete"],
+        &[&input],
+        1 << 20,
+    );
+    assert!(closed);
+    assert!(!String::from_utf8_lossy(&out).contains("SECRET"));
+    assert!(!String::from_utf8_lossy(&out).contains("\"function_call\""));
+    assert_eq!(records.len(), 1);
+    let (out, _) = run(Dialect::OpenAiChat, &[], &input);
+    assert_eq!(out, input);
+}

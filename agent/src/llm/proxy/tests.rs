@@ -361,3 +361,52 @@ async fn upstream_drop_mid_stream_does_not_hang_or_panic() {
     let _ = outcome;
     assert!(!String::from_utf8_lossy(&got).contains("SECRET"));
 }
+
+#[tokio::test]
+async fn every_content_coding_is_decoded_before_inspection() {
+    use async_compression::tokio::bufread::{BrotliEncoder, GzipEncoder, ZlibEncoder, ZstdEncoder};
+    let body = r#"{"id":"msg_1","content":[{"type":"tool_use","id":"t","name":"mcp__fs__delete","input":{"SECRET":1}}],"stop_reason":"tool_use"}"#;
+    for coding in ["gzip", "deflate", "br", "zstd"] {
+        let mut enc = Vec::new();
+        let src = body.as_bytes();
+        match coding {
+            "gzip" => GzipEncoder::new(src).read_to_end(&mut enc).await,
+            "deflate" => ZlibEncoder::new(src).read_to_end(&mut enc).await,
+            "br" => BrotliEncoder::new(src).read_to_end(&mut enc).await,
+            _ => ZstdEncoder::new(src).read_to_end(&mut enc).await,
+        }
+        .expect("encode");
+        let mut resp = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: {coding}\r\ncontent-length: {}\r\n\r\n",
+            enc.len()
+        )
+        .into_bytes();
+        resp.extend_from_slice(&enc);
+        let (upstream, _head) = fake_upstream(vec![Step::Send(resp)]).await;
+        let (proxy, _events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+        let resp = client()
+            .request(post(proxy, "/v1/messages", "{}"))
+            .await
+            .expect("response");
+        assert!(resp.headers().get("content-encoding").is_none(), "{coding}");
+        let out = resp.into_body().collect().await.expect("body").to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("identity JSON");
+        assert_eq!(v["content"][0]["type"], "text", "{coding}");
+        assert!(
+            !String::from_utf8_lossy(&out).contains("SECRET"),
+            "{coding}"
+        );
+    }
+    // An encoding we cannot undo is refused, never passed uninspected.
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: compress\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (upstream, _head) = fake_upstream(vec![Step::Send(resp.into_bytes())]).await;
+    let (proxy, _events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+}

@@ -410,3 +410,57 @@ async fn every_content_coding_is_decoded_before_inspection() {
         .expect("response");
     assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
 }
+
+#[tokio::test]
+async fn block_event_recorded_mid_stream_and_client_disconnect_is_survived() {
+    let stream = anthropic_stream(&["mcp__fs__delete"]);
+    // Up to and including the blocked tool_use start, then upstream pauses.
+    let start = memchr::memmem::find(&stream, b"\"tool_use\"").expect("tool_use");
+    let cut = start + memchr::memmem::find(&stream[start..], b"\n\n").expect("end") + 2;
+    let (go_tx, go_rx) = oneshot::channel();
+    let steps = vec![
+        Step::Send(sse_head("")),
+        Step::Send(chunk(&stream[..cut])),
+        Step::Wait(go_rx),
+        Step::Send(chunk(&stream[cut..])),
+        Step::Send(b"0\r\n\r\n".to_vec()),
+    ];
+    let (upstream, _head) = fake_upstream(steps).await;
+    let (proxy, mut events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("blocked by policy") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("replacement arrives while upstream is paused")
+            .expect("frame")
+            .expect("ok");
+        got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]));
+    }
+    // The decision is in the store already, before the stream is over.
+    let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+        .await
+        .expect("event emitted mid-stream")
+        .expect("event");
+    match ev {
+        Event::McpToolCallIntercepted(e) => {
+            assert_eq!(e.tool_name, "mcp__fs__delete");
+            assert_eq!(e.input, None);
+        }
+        other => panic!("unexpected event {other:?}"),
+    }
+    // The client goes away; upstream then sends the rest into a closed response.
+    drop(body);
+    let _ = go_tx.send(());
+    // The proxy keeps serving.
+    let resp = client()
+        .request(post(proxy, "/v1/models", ""))
+        .await
+        .expect("first proxy still answers");
+    // Its upstream served its one connection: a 502, not a hang or a crash.
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+}

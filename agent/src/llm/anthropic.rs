@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_str};
 use super::sse::{SseEvent, write_event, write_with_data};
-use super::{Cx, Fatal, Machine, blocked_message, mentions, trim_ws};
+use super::{Cx, Fatal, Machine, blocked_message, mentions, push_capped, trim_ws};
 use crate::decision::Decision;
 
 static TOOL_USE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"tool_use\""));
@@ -124,7 +124,7 @@ impl Machine for Anthropic {
                     && let Ok(d) = serde_json::from_str::<InputDelta<'_>>(delta.get())
                     && let Some(part) = d.partial_json
                 {
-                    t.input.push_str(&part);
+                    push_capped(&mut t.input, &part);
                 }
                 out.extend_from_slice(raw);
             }

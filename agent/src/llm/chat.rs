@@ -21,7 +21,7 @@ use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_array, raw_from_json, raw_str};
 use super::sse::{SseEvent, write_event, write_with_data};
-use super::{Cx, Fatal, Machine, blocked_message, mentions, trim_ws};
+use super::{Cx, Fatal, Machine, blocked_message, mentions, push_capped, trim_ws};
 use crate::decision::Decision;
 
 static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"tool_calls\""));
@@ -292,8 +292,8 @@ impl Chat {
                             }
                             let c = self.call_mut(choice, call.index);
                             if c.decision.is_some() {
-                                c.args.push_str(&held_args);
-                                c.args.push_str(args_part.unwrap_or_default());
+                                push_capped(&mut c.args, &held_args);
+                                push_capped(&mut c.args, args_part.unwrap_or_default());
                             }
                             edit.keep.push(pos);
                         } else {
@@ -303,6 +303,8 @@ impl Chat {
                     } else {
                         // Hold this entry back.
                         let c = self.call_mut(choice, call.index);
+                        // Held arguments are re-emitted verbatim: never capped (no `arguments`
+                        // key reached here, so this stays empty in practice).
                         c.args = held_args;
                         c.args.push_str(args_part.unwrap_or_default());
                         if self.template.is_none() {
@@ -323,7 +325,7 @@ impl Chat {
                         }
                     }
                     if c.decision.is_some() {
-                        c.args.push_str(args_part.unwrap_or_default());
+                        push_capped(&mut c.args, args_part.unwrap_or_default());
                     }
                     edit.keep.push(pos);
                 }

@@ -197,6 +197,22 @@ impl Cx {
     }
 }
 
+/// Most bytes of an allowed call's arguments assembled to record them; past it the event is
+/// recorded without `input` (the call itself still passes untouched).
+pub(crate) const RECORD_INPUT_CAP: usize = 1 << 20;
+
+/// Appends an argument fragment to be recorded, within [`RECORD_INPUT_CAP`]; a buffer that
+/// would overflow is poisoned (set to a non-JSON marker) so no truncated input is recorded.
+pub(crate) fn push_capped(buf: &mut String, part: &str) {
+    if buf.len() + part.len() > RECORD_INPUT_CAP {
+        buf.clear();
+        buf.push_str("\0(too large)");
+        buf.shrink_to_fit();
+    } else if !buf.starts_with('\0') {
+        buf.push_str(part);
+    }
+}
+
 /// A condition under which the stream must end (fail closed), with why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fatal(String);

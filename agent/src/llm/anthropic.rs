@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_str};
-use super::sse::{SseEvent, write_event, write_with_data};
+use super::sse::{write_event, write_with_data};
 use super::{Cx, Fatal, Machine, blocked_message, mentions, push_capped, trim_ws};
 use crate::decision::Decision;
 
@@ -80,9 +80,14 @@ pub(crate) struct Anthropic {
 }
 
 impl Machine for Anthropic {
-    fn on_event(&mut self, cx: &mut Cx, raw: &Bytes, out: &mut BytesMut) -> Result<(), Fatal> {
-        let event = SseEvent::new(raw);
-        let Some(data) = event.data() else {
+    fn on_event(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        data: Option<Cow<'_, [u8]>>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let Some(data) = data else {
             out.extend_from_slice(raw);
             return Ok(());
         };

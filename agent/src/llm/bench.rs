@@ -1,9 +1,9 @@
 //! Interceptor throughput, for `cargo xtask bench`.
 //!
-//! Measured on the 2-core dev machine (release, 4 MB streams): text-heavy 1.4 GB/s, tool-heavy
-//! 0.3 GB/s, against an in-cache `memcpy` "plain copy" of ~40-60 GB/s (ratios 0.03 / 0.005;
-//! the SSE framing alone runs at ~3.8 GB/s); through the proxy on loopback, +22 µs per event
-//! at p50 (direct 36 µs, proxied 58 µs).
+//! Measured on the shared 2-core dev machine (release, 4 MB streams): text-heavy 2.0 GB/s,
+//! tool-heavy 0.3 GB/s, against an in-cache `memcpy` "plain copy" of ~33-43 GB/s (ratios 0.05
+//! and 0.01; the SSE framing alone runs at ~3.8 GB/s); through the proxy on loopback, +15 µs per
+//! event at p50 (direct 20 µs, proxied 34 µs; p99 69 / 123 µs).
 //!
 //! Lives in the library so the bench measures the same code the proxy runs, with no I/O: a
 //! synthetic Anthropic stream is fed in 16 KiB reads (a typical TLS record batch) through the

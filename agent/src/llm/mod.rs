@@ -26,6 +26,7 @@ pub mod proxy;
 mod responses;
 pub mod sse;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -39,7 +40,7 @@ use crate::events::{Event, ToolCallIntercepted};
 pub use bench::{BenchReport, LatencyReport, bench_interceptor, bench_proxy_latency};
 pub use buffered::rewrite_buffered;
 pub use proxy::{LlmProxy, LlmProxySettings, serve};
-pub use sse::{SseDecoder, SseError, SseEvent};
+pub use sse::{DataHint, SseDecoder, SseError, SseEvent};
 
 /// Which API a response speaks; chosen from the request path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -235,7 +236,13 @@ pub fn blocked_message(name: &str, reason: &str) -> String {
 /// A dialect's streaming state machine: one complete SSE event in, output written.
 pub(crate) trait Machine {
     /// Handles one event (raw bytes, line ends included).
-    fn on_event(&mut self, cx: &mut Cx, raw: &Bytes, out: &mut BytesMut) -> Result<(), Fatal>;
+    fn on_event(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        data: Option<Cow<'_, [u8]>>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal>;
     /// The stream ended (cleanly or not): release or drop what is held, record what is open.
     fn on_end(&mut self, cx: &mut Cx, out: &mut BytesMut);
     /// Writes a terminal error event the dialect's SDKs understand.
@@ -326,7 +333,8 @@ impl StreamInterceptor {
                         continue;
                     }
                     let before = out.len();
-                    if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &raw, out) {
+                    let data = self.decoder.last_data().data(&raw);
+                    if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &raw, data, out) {
                         return self.close(out, &fatal.0);
                     }
                     // Verbatim output ends as the input did; our own events end in LF.
@@ -347,7 +355,8 @@ impl StreamInterceptor {
         let rest = self.decoder.finish();
         if !rest.is_empty() {
             tracing::debug!(bytes = rest.len(), "stream ended inside an event");
-            if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &rest, out) {
+            let data = SseEvent::new(&rest).data();
+            if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &rest, data, out) {
                 self.close(out, &fatal.0);
                 return;
             }

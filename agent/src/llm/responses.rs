@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_array, raw_from_json};
-use super::sse::{SseEvent, write_event, write_with_data};
+use super::sse::{write_event, write_with_data};
 use super::{Cx, Fatal, Machine, blocked_message, mentions, trim_ws};
 use crate::decision::Decision;
 
@@ -118,9 +118,14 @@ impl Responses {
 }
 
 impl Machine for Responses {
-    fn on_event(&mut self, cx: &mut Cx, raw: &Bytes, out: &mut BytesMut) -> Result<(), Fatal> {
-        let event = SseEvent::new(raw);
-        let Some(data) = event.data() else {
+    fn on_event(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        data: Option<Cow<'_, [u8]>>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let Some(data) = data else {
             out.extend_from_slice(raw);
             return Ok(());
         };

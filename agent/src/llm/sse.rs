@@ -43,6 +43,10 @@ pub struct SseDecoder {
     after_cr: bool,
     /// The event last returned is the LF completing the previous event's final CRLF.
     crlf_tail: bool,
+    /// Data lines seen in the event being scanned.
+    data: DataHint,
+    /// Data lines of the event last returned.
+    last_data: DataHint,
     limit: usize,
 }
 
@@ -55,6 +59,8 @@ impl SseDecoder {
             line_start: 0,
             after_cr: false,
             crlf_tail: false,
+            data: DataHint::None,
+            last_data: DataHint::None,
             limit,
         }
     }
@@ -80,6 +86,7 @@ impl SseDecoder {
                         // The LF half of the CRLF that ended the event just dispatched: hand it
                         // out on its own so it is forwarded even if the next event is rewritten.
                         self.crlf_tail = true;
+                        self.last_data = DataHint::None;
                         return Ok(Some(self.buf.split_to(1).freeze()));
                     }
                     self.scanned += 1;
@@ -105,15 +112,41 @@ impl SseDecoder {
                 self.after_cr = true;
                 i + 1
             };
+            if !blank {
+                self.note_line(self.line_start, i);
+            }
             self.scanned = end;
             self.line_start = end;
             if blank {
+                self.last_data = std::mem::take(&mut self.data);
                 let raw = self.buf.split_to(end).freeze();
                 self.scanned = 0;
                 self.line_start = 0;
                 return Ok(Some(raw));
             }
         }
+    }
+
+    /// Notes where a `data:` line's value is, so the common one-line event needs no second
+    /// pass to find its data.
+    fn note_line(&mut self, start: usize, end: usize) {
+        let line = &self.buf[start..end];
+        if !line.starts_with(b"data") || (line.len() > 4 && line[4] != b':') {
+            return;
+        }
+        let mut from = start + line.len().min(5);
+        if self.buf.get(from) == Some(&b' ') && from < end {
+            from += 1;
+        }
+        self.data = match self.data {
+            DataHint::None => DataHint::Single(from..end),
+            _ => DataHint::Multi,
+        };
+    }
+
+    /// Where the data of the event last returned is (valid for that event's bytes).
+    pub fn last_data(&self) -> &DataHint {
+        &self.last_data
     }
 
     fn incomplete(&self) -> Result<Option<Bytes>, SseError> {
@@ -127,6 +160,8 @@ impl SseDecoder {
     /// Takes whatever is buffered at end of input: an event that was never terminated by a blank
     /// line (empty if the stream ended cleanly).
     pub fn finish(&mut self) -> Bytes {
+        self.data = DataHint::None;
+        self.last_data = DataHint::Multi;
         self.scanned = 0;
         self.line_start = 0;
         self.after_cr = false;
@@ -142,6 +177,29 @@ impl SseDecoder {
     /// Bytes held for an incomplete event.
     pub fn buffered(&self) -> usize {
         self.buf.len()
+    }
+}
+
+/// Where an event's data is, as found while framing it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum DataHint {
+    /// No `data:` line.
+    #[default]
+    None,
+    /// Exactly one `data:` line; its value is this range of the event's bytes.
+    Single(std::ops::Range<usize>),
+    /// Several `data:` lines (or unknown): join them with [`SseEvent::data`].
+    Multi,
+}
+
+impl DataHint {
+    /// The data of `raw` (the event this hint is for).
+    pub fn data<'a>(&self, raw: &'a [u8]) -> Option<Cow<'a, [u8]>> {
+        match self {
+            DataHint::None => None,
+            DataHint::Single(r) => raw.get(r.clone()).map(Cow::Borrowed),
+            DataHint::Multi => SseEvent::new(raw).data(),
+        }
     }
 }
 
@@ -312,6 +370,16 @@ mod tests {
         (events, d.finish().to_vec())
     }
 
+    fn assert_hints_agree(chunks: &[&[u8]]) {
+        let mut d = SseDecoder::new(1 << 20);
+        for c in chunks {
+            d.feed(c);
+            while let Some(ev) = d.next_event().expect("within limit") {
+                assert_eq!(d.last_data().data(&ev), SseEvent::new(&ev).data());
+            }
+        }
+    }
+
     /// Data of every event, for every split of `input` into two and three reads.
     fn data_at_every_split(input: &[u8]) -> Vec<Vec<Option<Vec<u8>>>> {
         let mut all = Vec::new();
@@ -319,6 +387,7 @@ mod tests {
             for j in i..=input.len() {
                 let (events, rest) = decode_all(&[&input[..i], &input[i..j], &input[j..]]);
                 assert_eq!(events.concat(), input[..input.len() - rest.len()].to_vec());
+                assert_hints_agree(&[&input[..i], &input[i..j], &input[j..]]);
                 all.push(
                     events
                         .iter()

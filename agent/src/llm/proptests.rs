@@ -183,4 +183,26 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn corrupted_streams_never_panic(
+        dialect in 0u8..3,
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..16),
+        cuts in proptest::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let (dialect, mut input) = match dialect {
+            0 => (Dialect::Anthropic, super::anthropic::tests::stream(&["mcp__fs__delete", "mcp__fs__read"])),
+            1 => (Dialect::OpenAiChat, super::chat::tests::chunks(&[
+                r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"mcp__fs__delete","arguments":""}}]},"finish_reason":null}"#,
+                r#"{"index":0,"delta":{},"finish_reason":"tool_calls"}"#,
+            ])),
+            _ => (Dialect::OpenAiResponses, super::responses::tests::function_stream("mcp__fs", "delete")),
+        };
+        for (at, byte) in flips {
+            let len = input.len();
+            input[at % len] = byte;
+        }
+        // Any outcome but a panic is acceptable for garbage; run it at every chunking.
+        let _ = run_split(dialect, &["mcp__fs__delete"], &input, &cuts);
+    }
 }

@@ -49,9 +49,9 @@ struct Envelope<'a> {
     #[serde(default, borrow)]
     sequence_number: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    delta: Option<Cow<'a, str>>,
+    delta: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    input: Option<Cow<'a, str>>,
+    input: Option<&'a RawValue>,
 }
 
 /// An output item as far as we care.
@@ -169,9 +169,9 @@ impl Machine for Responses {
                         bytes,
                     }) => {
                         if env.ty == "response.custom_tool_call_input.delta" {
-                            input.push_str(env.delta.as_deref().unwrap_or_default());
-                        } else if let Some(full) = env.input.as_deref() {
-                            full.clone_into(input);
+                            input.push_str(&raw_string(env.delta));
+                        } else if env.input.is_some() {
+                            *input = raw_string(env.input);
                         }
                         *bytes += raw.len();
                         if *bytes > max {
@@ -466,6 +466,13 @@ impl Responses {
         write_with_data(out, raw, top.to_json().as_bytes());
         Ok(())
     }
+}
+
+/// A raw value that should be a string, as one ("" otherwise). Envelope fields stay raw so
+/// an event type we do not know, with an object where we expect text, is not "malformed".
+fn raw_string(v: Option<&RawValue>) -> String {
+    v.and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+        .unwrap_or_default()
 }
 
 /// The name to show and record: Codex's `namespace` + `name` as `mcp__server__tool`.

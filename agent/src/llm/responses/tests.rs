@@ -295,3 +295,21 @@ fn mcp_reference_scan() {
         assert_eq!(mcp_references(code), *want, "{code}");
     }
 }
+
+#[test]
+fn unknown_event_shapes_after_a_tool_item_pass() {
+    let mut input = function_stream("mcp__everything", "get_sum");
+    let extra = sse(&[(
+        "response.future_thing.delta",
+        r#"{"type":"response.future_thing.delta","sequence_number":13,"output_index":5,"delta":{"function_call":"x"},"input":[1]}"#,
+    )]);
+    input.extend_from_slice(&extra);
+    let (out, _, closed) = crate::llm::testing::run_chunks(
+        Dialect::OpenAiResponses,
+        &["mcp__everything__get_sum"],
+        &[&input],
+        1 << 20,
+    );
+    assert!(!closed);
+    assert!(out.ends_with(&extra));
+}

@@ -94,7 +94,9 @@ fn build_command(
     cmd.env("TOOLWALL_SESSION", session)
         .env("TOOLWALL_API_SOCKET", socket);
     if let Some(proxy) = proxy {
-        cmd.env("ANTHROPIC_BASE_URL", proxy)
+        // The session rides in the path, so the shared proxy tags this agent's calls with it.
+        let proxy = format!("{proxy}/s/{session}");
+        cmd.env("ANTHROPIC_BASE_URL", &proxy)
             .env("OPENAI_BASE_URL", format!("{proxy}/v1"));
         let program = std::path::Path::new(&command[0])
             .file_name()
@@ -172,7 +174,7 @@ mod tests {
             args_of(&codex),
             [
                 "-c",
-                "openai_base_url=\"http://127.0.0.1:18080/v1\"",
+                "openai_base_url=\"http://127.0.0.1:18080/s/s1/v1\"",
                 "exec",
                 "hi"
             ]
@@ -195,11 +197,11 @@ mod tests {
             .collect();
         assert!(envs.contains(&(
             "ANTHROPIC_BASE_URL".into(),
-            Some("http://127.0.0.1:18080".into())
+            Some("http://127.0.0.1:18080/s/s1".into())
         )));
         assert!(envs.contains(&(
             "OPENAI_BASE_URL".into(),
-            Some("http://127.0.0.1:18080/v1".into())
+            Some("http://127.0.0.1:18080/s/s1/v1".into())
         )));
         assert!(envs.contains(&("TOOLWALL_SESSION".into(), Some("s1".into()))));
         let no_proxy = build_command(&["codex".into()], "s1", sock, None);

@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod decision;
 pub mod events;
 pub mod exec;
+pub mod llm;
 pub mod netmon;
 pub mod policy;
 pub mod registry;

@@ -75,6 +75,8 @@ pub struct Daemon {
     pub child: std::process::Child,
     /// Its API's HTTP address (`127.0.0.1:PORT`).
     pub api: String,
+    /// Its LLM proxy's base URL (`http://127.0.0.1:PORT`), when on.
+    pub proxy: Option<String>,
     /// Its API socket.
     pub socket: PathBuf,
     /// Its event database.
@@ -86,16 +88,22 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts a daemon whose configuration is `extra` YAML plus private `api`, `store` and
-    /// `proxy.listen` settings; waits until it prints its API address.
+    /// Starts a daemon whose configuration is `extra` YAML plus private `api` and `store`
+    /// settings (and `proxy.listen: 127.0.0.1:0` unless `extra` has a `proxy:` section, which
+    /// should then listen on port 0 too); waits until it prints its addresses.
     pub fn start(extra: &str) -> Daemon {
         use std::io::BufRead;
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("api.sock");
         let db = dir.path().join("events.db");
         let config = dir.path().join("toolwall.yaml");
+        let proxy = if extra.contains("proxy:") {
+            ""
+        } else {
+            "proxy:\n  listen: 127.0.0.1:0\n"
+        };
         let yaml = format!(
-            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\n{extra}",
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\n{proxy}{extra}",
             socket.display(),
             db.display()
         );
@@ -109,11 +117,19 @@ impl Daemon {
             .expect("start toolwall run");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = std::io::BufReader::new(stdout).lines();
+        let mut proxy_url = None;
         let api = loop {
             let Some(Ok(line)) = lines.next() else {
                 let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
                 panic!("toolwall run ended before it printed its API address:\n{err}");
             };
+            if let Some(rest) = line.trim().strip_prefix("LLM proxy") {
+                proxy_url = rest
+                    .split_whitespace()
+                    .next()
+                    .filter(|u| u.starts_with("http://"))
+                    .map(str::to_owned);
+            }
             if let Some(rest) = line.trim().strip_prefix("API and web view") {
                 break rest
                     .trim()
@@ -127,6 +143,7 @@ impl Daemon {
         Daemon {
             child,
             api,
+            proxy: proxy_url,
             socket,
             db,
             config,

@@ -458,11 +458,7 @@ async fn open_session(
 
 /// The LLM proxy's base URL, when that layer runs.
 fn proxy_base(state: &DaemonState) -> Option<String> {
-    state
-        .layers
-        .iter()
-        .find(|l| l.name == "llm-proxy" && l.on)
-        .map(|_| format!("http://{}", state.config.proxy.listen))
+    state.proxy_addr.map(|addr| format!("http://{addr}"))
 }
 
 fn close_session(state: &DaemonState, name: &str) -> anyhow::Result<Response<Body>> {

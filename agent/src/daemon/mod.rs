@@ -18,9 +18,10 @@ use tokio::sync::broadcast;
 pub use state::{DaemonState, LayerStatus};
 
 use crate::{
-    config::{Config, ServerType},
+    config::{Config, ProxyMode, ServerType},
     correlate::Correlator,
     events::{EventSink, Store, spawn_writer},
+    llm::{LlmProxy, LlmProxySettings},
     netmon::{
         KernelMonitor, RuleAction,
         service::{NetmonService, WatchedEndpoint},
@@ -71,10 +72,29 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut layers = Vec::new();
 
     // 5. LLM proxy
-    layers.push(LayerStatus::off(
-        "llm-proxy",
-        "the LLM interceptor is not part of this build yet",
-    ));
+    let (stop_proxy, proxy_stopped) = tokio::sync::watch::channel(false);
+    let proxy_task = match start_proxy(&config, &policy, &sink, proxy_stopped).await? {
+        Some((addr, task)) => {
+            layers.push(LayerStatus::on(
+                "llm-proxy",
+                &format!(
+                    "http://{addr} → anthropic {} / openai {} (mode {}; point agents at it with ANTHROPIC_BASE_URL / OPENAI_BASE_URL, or use `toolwall exec`)",
+                    config.proxy.providers.anthropic,
+                    config.proxy.providers.openai,
+                    config.proxy.mode.as_str()
+                ),
+            ));
+            Some((addr, task))
+        }
+        None => {
+            layers.push(LayerStatus::off(
+                "llm-proxy",
+                "disabled in the configuration (proxy.mode: disabled)",
+            ));
+            None
+        }
+    };
+    let proxy_addr = proxy_task.as_ref().map(|(addr, _)| *addr);
 
     // 6. kernel monitor
     let netmon = match start_netmon(&config, &policy, &sink, args.kernel_log).await {
@@ -131,6 +151,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         live_events,
         live_calls,
         netmon,
+        proxy_addr,
         layers,
     ));
     let api = api::start(state.clone()).await?;
@@ -143,6 +164,12 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     println!("toolwall running");
+    match proxy_addr {
+        Some(addr) => println!(
+            "  LLM proxy         http://{addr}  (ANTHROPIC_BASE_URL=http://{addr}, OPENAI_BASE_URL=http://{addr}/v1)"
+        ),
+        None => println!("  LLM proxy         off (proxy.mode: disabled)"),
+    }
     println!("  API and web view  http://{}/", api.http_addr);
     println!("  API socket        {}", api.socket.display());
     println!("  event database    {}", db_path.display());
@@ -153,6 +180,14 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Stop taking work, then flush: the API goes first so nothing new arrives, sessions are
     // closed (programs detached), and the writer drains every queued event before it returns.
     api.stop().await;
+    let _ = stop_proxy.send(true);
+    if let Some((_, task)) = proxy_task {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "the LLM proxy failed while stopping"),
+            Err(error) => tracing::error!(%error, "the LLM proxy task failed"),
+        }
+    }
     let pending_sessions = state.close_all_sessions();
     if let Some(netmon) = &state.netmon {
         netmon.shutdown().await;
@@ -181,6 +216,49 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         "stopped cleanly"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Binds the LLM proxy (a bind failure stops start-up: the user asked for it) and runs it until
+/// `stopped` turns true; `None` when `proxy.mode` is `disabled`.
+async fn start_proxy(
+    config: &Config,
+    policy: &Arc<Policy>,
+    sink: &EventSink,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<
+    Option<(
+        std::net::SocketAddr,
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+    )>,
+> {
+    if config.proxy.mode == ProxyMode::Disabled {
+        return Ok(None);
+    }
+    let settings = LlmProxySettings {
+        listen: config.proxy.listen,
+        anthropic_upstream: config.proxy.providers.anthropic.clone(),
+        openai_upstream: config.proxy.providers.openai.clone(),
+        on_malformed: match config.interceptor.on_malformed {
+            crate::config::OnMalformed::FailOpen => crate::llm::OnMalformed::FailOpen,
+            crate::config::OnMalformed::FailClosed => crate::llm::OnMalformed::FailClosed,
+        },
+        max_stream_buffer: usize::try_from(config.interceptor.max_stream_buffer_bytes)
+            .unwrap_or(usize::MAX),
+        session_id: String::new(),
+    };
+    let proxy = LlmProxy::bind(settings, policy.clone(), sink.clone())
+        .await
+        .with_context(|| {
+            format!(
+                "start the LLM proxy on {} (proxy.listen)",
+                config.proxy.listen
+            )
+        })?;
+    let addr = proxy.local_addr()?;
+    let task = tokio::spawn(proxy.run(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+    Ok(Some((addr, task)))
 }
 
 /// Loads and starts the kernel layer, or says why it is off.

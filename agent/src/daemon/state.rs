@@ -65,6 +65,8 @@ pub struct DaemonState {
     pub live_calls: broadcast::Sender<CallRecord>,
     /// The kernel layer, when on.
     pub netmon: Option<NetmonService>,
+    /// Where the LLM proxy listens, when on.
+    pub proxy_addr: Option<std::net::SocketAddr>,
     /// Start-up report of every layer.
     pub layers: Vec<LayerStatus>,
     /// Open sessions by name.
@@ -82,6 +84,7 @@ impl DaemonState {
         live_events: broadcast::Sender<StoredEvent>,
         live_calls: broadcast::Sender<CallRecord>,
         netmon: Option<NetmonService>,
+        proxy_addr: Option<std::net::SocketAddr>,
         layers: Vec<LayerStatus>,
     ) -> Self {
         DaemonState {
@@ -92,6 +95,7 @@ impl DaemonState {
             live_events,
             live_calls,
             netmon,
+            proxy_addr,
             layers,
             sessions: Mutex::new(HashMap::new()),
         }

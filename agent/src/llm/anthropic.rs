@@ -1,0 +1,272 @@
+//! Anthropic Messages streaming (seed 000's state table).
+//!
+//! | event | action |
+//! |---|---|
+//! | `content_block_start`, `tool_use` | ask the gate; blocked: a text block (start, delta, stop) at the same index replaces it; allowed MCP: follow its input |
+//! | `content_block_delta` / `_stop` | suppressed for a blocked index |
+//! | `message_delta` | `stop_reason` `tool_use` → `end_turn` when every tool call was blocked |
+//! | anything else | passed through |
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use bytes::{Bytes, BytesMut};
+use memchr::memmem::Finder;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::json::{RawObject, quote, raw_str};
+use super::sse::{write_event, write_with_data};
+use super::{Cx, Fatal, Machine, blocked_message, mentions, push_capped, trim_ws};
+use crate::decision::Decision;
+
+static TOOL_USE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"tool_use\""));
+static CONTENT_BLOCK: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("content_block"));
+static MESSAGE_DELTA: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new("\"message_delta\""));
+static MESSAGE_START: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new("\"message_start\""));
+
+/// The envelope fields every Anthropic stream event may carry.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Cow<'a, str>,
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    content_block: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    delta: Option<&'a RawValue>,
+}
+
+/// A content block as far as we care.
+#[derive(Deserialize)]
+pub(crate) struct Block<'a> {
+    #[serde(rename = "type", borrow)]
+    pub ty: Cow<'a, str>,
+    #[serde(default, borrow)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub input: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct InputDelta<'a> {
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
+}
+
+/// An allowed MCP tool block whose input we assemble to record it.
+struct Tracked {
+    index: u64,
+    id: String,
+    name: String,
+    input: String,
+    start_input: Option<String>,
+    decision: Decision,
+}
+
+/// Streaming state of one Anthropic message.
+#[derive(Default)]
+pub(crate) struct Anthropic {
+    /// Indices of blocked blocks in this message (deltas/stops for them are dropped).
+    blocked: Vec<u64>,
+    tracked: Vec<Tracked>,
+    tool_uses: u32,
+    blocked_count: u32,
+}
+
+impl Machine for Anthropic {
+    fn on_event(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        data: Option<Cow<'_, [u8]>>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let Some(data) = data else {
+            out.extend_from_slice(raw);
+            return Ok(());
+        };
+        let body = trim_ws(&data);
+        // Hot path: text deltas while no blocked or followed block exists.
+        if self.blocked.is_empty()
+            && self.tracked.is_empty()
+            && (body.starts_with(br#"{"type":"content_block_delta""#)
+                || !mentions(
+                    body,
+                    &[&TOOL_USE, &CONTENT_BLOCK, &MESSAGE_DELTA, &MESSAGE_START],
+                ))
+        {
+            out.extend_from_slice(raw);
+            return Ok(());
+        }
+        let env: Envelope<'_> = match serde_json::from_slice(body) {
+            Ok(env) => env,
+            Err(e) => {
+                cx.malformed(&e, mentions(body, &[&TOOL_USE, &CONTENT_BLOCK]))?;
+                out.extend_from_slice(raw);
+                return Ok(());
+            }
+        };
+        match env.ty.as_ref() {
+            "message_start" => {
+                self.finish_tracked(cx);
+                *self = Anthropic::default();
+                out.extend_from_slice(raw);
+            }
+            "content_block_start" => self.on_block_start(cx, raw, &env, out)?,
+            "content_block_delta" => {
+                let index = env.index.unwrap_or(u64::MAX);
+                if self.blocked.contains(&index) {
+                    return Ok(());
+                }
+                if let Some(t) = self.tracked.iter_mut().find(|t| t.index == index)
+                    && let Some(delta) = env.delta
+                    && let Ok(d) = serde_json::from_str::<InputDelta<'_>>(delta.get())
+                    && let Some(part) = d.partial_json
+                {
+                    push_capped(&mut t.input, &part);
+                }
+                out.extend_from_slice(raw);
+            }
+            "content_block_stop" => {
+                let index = env.index.unwrap_or(u64::MAX);
+                if self.blocked.contains(&index) {
+                    return Ok(());
+                }
+                if let Some(pos) = self.tracked.iter().position(|t| t.index == index) {
+                    let t = self.tracked.swap_remove(pos);
+                    record_tracked(cx, t);
+                }
+                out.extend_from_slice(raw);
+            }
+            "message_delta" if self.tool_uses > 0 && self.blocked_count == self.tool_uses => {
+                match rewrite_stop_reason(body) {
+                    Some(new) => write_with_data(out, raw, new.as_bytes()),
+                    None => out.extend_from_slice(raw),
+                }
+            }
+            _ => out.extend_from_slice(raw),
+        }
+        Ok(())
+    }
+
+    fn on_end(&mut self, cx: &mut Cx, _out: &mut BytesMut) {
+        self.finish_tracked(cx);
+    }
+
+    fn write_error(&self, out: &mut BytesMut, message: &str) {
+        let data = format!(
+            r#"{{"type":"error","error":{{"type":"api_error","message":{}}}}}"#,
+            quote(message)
+        );
+        write_event(out, Some("error"), data.as_bytes());
+    }
+}
+
+impl Anthropic {
+    fn on_block_start(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        env: &Envelope<'_>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let Some(block) = env.content_block else {
+            out.extend_from_slice(raw);
+            return Ok(());
+        };
+        let block: Block<'_> = match serde_json::from_str(block.get()) {
+            Ok(b) => b,
+            Err(e) => {
+                cx.malformed(&e, true)?;
+                out.extend_from_slice(raw);
+                return Ok(());
+            }
+        };
+        if block.ty != "tool_use" {
+            out.extend_from_slice(raw);
+            return Ok(());
+        }
+        // Without an index we could not suppress its deltas: refuse rather than guess.
+        let index = env
+            .index
+            .ok_or_else(|| Fatal::new("tool call block without an index"))?;
+        let name = block.name.as_deref().unwrap_or_default();
+        let id = block.id.as_deref().unwrap_or_default();
+        self.tool_uses += 1;
+        let decision = cx.check(name, None);
+        if decision.is_blocked() {
+            self.blocked_count += 1;
+            self.blocked.push(index);
+            write_text_block(out, index, &blocked_message(name, &decision.reason));
+            cx.record(name.to_owned(), id.to_owned(), None, decision);
+        } else {
+            if decision.tool.is_some() {
+                self.tracked.push(Tracked {
+                    index,
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    input: String::new(),
+                    start_input: block.input.map(|i| i.get().to_owned()),
+                    decision,
+                });
+            }
+            out.extend_from_slice(raw);
+        }
+        Ok(())
+    }
+
+    fn finish_tracked(&mut self, cx: &mut Cx) {
+        for t in self.tracked.drain(..) {
+            record_tracked(cx, t);
+        }
+    }
+}
+
+fn record_tracked(cx: &mut Cx, t: Tracked) {
+    let text = if t.input.is_empty() {
+        t.start_input.unwrap_or_default()
+    } else {
+        t.input
+    };
+    let input = serde_json::from_str(&text).ok();
+    cx.record(t.name, t.id, input, t.decision);
+}
+
+/// The three events of a replacement text block at `index`.
+pub(crate) fn write_text_block(out: &mut BytesMut, index: u64, text: &str) {
+    let start = format!(
+        r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"text","text":""}}}}"#
+    );
+    write_event(out, Some("content_block_start"), start.as_bytes());
+    let delta = format!(
+        r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"text_delta","text":{}}}}}"#,
+        quote(text)
+    );
+    write_event(out, Some("content_block_delta"), delta.as_bytes());
+    let stop = format!(r#"{{"type":"content_block_stop","index":{index}}}"#);
+    write_event(out, Some("content_block_stop"), stop.as_bytes());
+}
+
+/// `message_delta` data with `delta.stop_reason` `tool_use` turned into `end_turn`; `None` when
+/// there is nothing to change.
+fn rewrite_stop_reason(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut top = RawObject::parse(text).ok()?;
+    let mut delta = RawObject::from_raw(top.get("delta")?).ok()?;
+    if delta.get_str("stop_reason").as_deref() != Some("tool_use") {
+        return None;
+    }
+    delta.set("stop_reason", raw_str("end_turn"));
+    let delta = delta.to_raw();
+    top.set("delta", delta);
+    Some(top.to_json())
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,287 @@
+use crate::decision::Action;
+use crate::llm::Dialect;
+use crate::llm::testing::{assert_split_invariant, data_values, run, run_chunks, sse};
+
+const START: &str = r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}"#;
+
+/// A message with a text block then tool_use blocks at indices 1.. with the given names.
+pub(crate) fn stream(tools: &[&str]) -> Vec<u8> {
+    let mut ev: Vec<(String, String)> = vec![
+        ("message_start".into(), START.into()),
+        (
+            "content_block_start".into(),
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
+                .into(),
+        ),
+        (
+            "content_block_delta".into(),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Let me check."}}"#.into(),
+        ),
+        ("ping".into(), r#"{"type": "ping"}"#.into()),
+        (
+            "content_block_stop".into(),
+            r#"{"type":"content_block_stop","index":0}"#.into(),
+        ),
+    ];
+    for (i, name) in tools.iter().enumerate() {
+        let index = i + 1;
+        ev.push(("content_block_start".into(), format!(r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"tool_use","id":"toolu_{index}","name":"{name}","input":{{}}}}}}"#)));
+        ev.push(("content_block_delta".into(), format!(r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"input_json_delta","partial_json":""}}}}"#)));
+        ev.push(("content_block_delta".into(), format!(r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"input_json_delta","partial_json":"{{\"a\": \"SECRET_{index}"}}}}"#)));
+        ev.push(("content_block_delta".into(), format!(r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"input_json_delta","partial_json":"\"}}"}}}}"#)));
+        ev.push((
+            "content_block_stop".into(),
+            format!(r#"{{"type":"content_block_stop","index":{index}}}"#),
+        ));
+    }
+    let stop = if tools.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    ev.push(("message_delta".into(), format!(r#"{{"type":"message_delta","delta":{{"stop_reason":"{stop}","stop_sequence":null}},"usage":{{"output_tokens":42}}}}"#)));
+    ev.push(("message_stop".into(), r#"{"type":"message_stop"}"#.into()));
+    let refs: Vec<(&str, &str)> = ev.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    sse(&refs)
+}
+
+fn stop_reason(values: &[serde_json::Value]) -> Option<String> {
+    values
+        .iter()
+        .find(|v| v["type"] == "message_delta")
+        .and_then(|v| v["delta"]["stop_reason"].as_str().map(str::to_owned))
+}
+
+fn tool_names(values: &[serde_json::Value]) -> Vec<String> {
+    values
+        .iter()
+        .filter(|v| v["type"] == "content_block_start" && v["content_block"]["type"] == "tool_use")
+        .filter_map(|v| v["content_block"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn state_table() {
+    struct Case {
+        name: &'static str,
+        tools: &'static [&'static str],
+        blocked: &'static [&'static str],
+        want_tools: &'static [&'static str],
+        want_stop: &'static str,
+        want_records: &'static [(&'static str, Action)],
+    }
+    let cases = [
+        Case {
+            name: "single blocked",
+            tools: &["mcp__fs__delete"],
+            blocked: &["mcp__fs__delete"],
+            want_tools: &[],
+            want_stop: "end_turn",
+            want_records: &[("mcp__fs__delete", Action::Block)],
+        },
+        Case {
+            name: "single allowed",
+            tools: &["mcp__fs__read"],
+            blocked: &["mcp__fs__delete"],
+            want_tools: &["mcp__fs__read"],
+            want_stop: "tool_use",
+            want_records: &[("mcp__fs__read", Action::Allow)],
+        },
+        Case {
+            name: "partial",
+            tools: &["mcp__fs__read", "mcp__fs__delete"],
+            blocked: &["mcp__fs__delete"],
+            want_tools: &["mcp__fs__read"],
+            want_stop: "tool_use",
+            want_records: &[
+                ("mcp__fs__read", Action::Allow),
+                ("mcp__fs__delete", Action::Block),
+            ],
+        },
+        Case {
+            name: "all blocked",
+            tools: &["mcp__fs__delete", "mcp__everything__get-sum"],
+            blocked: &["mcp__fs__delete", "mcp__everything__get-sum"],
+            want_tools: &[],
+            want_stop: "end_turn",
+            want_records: &[
+                ("mcp__fs__delete", Action::Block),
+                ("mcp__everything__get-sum", Action::Block),
+            ],
+        },
+        Case {
+            name: "native tool, not recorded",
+            tools: &["Bash"],
+            blocked: &[],
+            want_tools: &["Bash"],
+            want_stop: "tool_use",
+            want_records: &[],
+        },
+        Case {
+            name: "blocked MCP and allowed native keeps tool_use",
+            tools: &["Bash", "mcp__fs__delete"],
+            blocked: &["mcp__fs__delete"],
+            want_tools: &["Bash"],
+            want_stop: "tool_use",
+            want_records: &[("mcp__fs__delete", Action::Block)],
+        },
+    ];
+    for case in cases {
+        let input = stream(case.tools);
+        let out = assert_split_invariant(Dialect::Anthropic, case.blocked, &input);
+        let (_, records) = run(Dialect::Anthropic, case.blocked, &input);
+        let values = data_values(&out);
+        assert_eq!(tool_names(&values), case.want_tools, "{}", case.name);
+        assert_eq!(
+            stop_reason(&values).as_deref(),
+            Some(case.want_stop),
+            "{}",
+            case.name
+        );
+        let got: Vec<(&str, Action)> = records
+            .iter()
+            .map(|r| (r.tool_name.as_str(), r.decision.action))
+            .collect();
+        assert_eq!(got, case.want_records, "{}", case.name);
+        let text = String::from_utf8_lossy(&out);
+        for (i, tool) in case.tools.iter().enumerate() {
+            let secret = format!("SECRET_{}", i + 1);
+            if case.blocked.contains(tool) {
+                assert!(
+                    !text.contains(&secret),
+                    "{}: blocked args leaked",
+                    case.name
+                );
+                assert!(
+                    text.contains(&format!(
+                        "[toolwall] Tool '{tool}' blocked by policy: denied by test"
+                    )),
+                    "{}",
+                    case.name
+                );
+                // Replacement block is a text block at the same index, opened and closed once.
+                let index = i as u64 + 1;
+                let at_index: Vec<&serde_json::Value> =
+                    values.iter().filter(|v| v["index"] == index).collect();
+                assert_eq!(at_index.len(), 3, "{}", case.name);
+                assert_eq!(at_index[0]["content_block"]["type"], "text");
+                assert_eq!(at_index[2]["type"], "content_block_stop");
+            } else {
+                assert!(
+                    text.contains(&secret),
+                    "{}: allowed args missing",
+                    case.name
+                );
+            }
+        }
+        if case.blocked.is_empty() || case.want_records.iter().all(|r| r.1 == Action::Allow) {
+            assert_eq!(
+                out, input,
+                "{}: nothing blocked must be byte-identical",
+                case.name
+            );
+        }
+    }
+}
+
+#[test]
+fn allowed_mcp_call_is_recorded_with_its_input() {
+    let (_, records) = run(Dialect::Anthropic, &[], &stream(&["mcp__fs__read"]));
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].tool_call_id, "toolu_1");
+    assert_eq!(records[0].input, Some(serde_json::json!({"a": "SECRET_1"})));
+}
+
+#[test]
+fn crlf_and_cr_streams_are_inspected_too() {
+    let input = stream(&["mcp__fs__delete"]);
+    for ending in ["\r\n", "\r"] {
+        let converted = String::from_utf8_lossy(&input).replace('\n', ending);
+        let out = assert_split_invariant(
+            Dialect::Anthropic,
+            &["mcp__fs__delete"],
+            converted.as_bytes(),
+        );
+        let text = String::from_utf8_lossy(&out);
+        assert!(!text.contains("SECRET_1"));
+        assert!(!text.contains(r#""name":"mcp__fs__delete""#));
+        assert_eq!(stop_reason(&data_values(&out)).as_deref(), Some("end_turn"));
+    }
+}
+
+#[test]
+fn data_without_space_and_multiline_data() {
+    let input = b"event: content_block_start\ndata:{\"type\":\"content_block_start\",\"index\":0,\ndata:\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"mcp__x__y\",\"input\":{}}}\n\nevent: content_block_delta\ndata:{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"SECRET\"}}\n\n";
+    let out = assert_split_invariant(Dialect::Anthropic, &["mcp__x__y"], input);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("SECRET"));
+    assert!(!text.contains("\"tool_use\""));
+    assert!(text.contains("blocked by policy"));
+}
+
+#[test]
+fn malformed_tool_event_fails_closed_other_malformed_passes() {
+    let bad_tool = b"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"name\":\"mcp__x__y\"\n\n";
+    let (out, _, closed) = run_chunks(Dialect::Anthropic, &[], &[bad_tool], 1 << 20);
+    assert!(closed);
+    let values = data_values(&out);
+    assert_eq!(values.len(), 1);
+    assert_eq!(values[0]["type"], "error");
+
+    let bad_text = b"event: message_start\ndata: {\"type\":\"message_start\",\n\n";
+    let (out, _, closed) = run_chunks(Dialect::Anthropic, &[], &[bad_text], 1 << 20);
+    assert!(!closed);
+    assert_eq!(out, bad_text);
+
+    let mut open = crate::llm::StreamInterceptor::new(
+        Dialect::Anthropic,
+        crate::llm::testing::gate(&[]),
+        crate::llm::OnMalformed::FailOpen,
+        1 << 20,
+    );
+    let mut out = bytes::BytesMut::new();
+    assert_eq!(open.feed(bad_tool, &mut out), crate::llm::Flow::Continue);
+    assert_eq!(&out[..], bad_tool);
+}
+
+#[test]
+fn oversized_event_ends_the_stream_cleanly() {
+    let mut input = stream(&["mcp__fs__delete"]);
+    // A huge delta inside the blocked block.
+    let huge = format!(
+        "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}}}\n\n",
+        "S".repeat(10_000)
+    );
+    let at = input.len() - 100;
+    input.splice(at..at, huge.bytes());
+    let (out, _, closed) = run_chunks(
+        Dialect::Anthropic,
+        &["mcp__fs__delete"],
+        &input.chunks(512).collect::<Vec<_>>(),
+        4096,
+    );
+    assert!(closed);
+    let values = data_values(&out);
+    assert_eq!(
+        values.last().map(|v| v["type"].clone()),
+        Some("error".into())
+    );
+    assert!(!String::from_utf8_lossy(&out).contains("SSSS"));
+}
+
+#[test]
+fn unterminated_last_event_is_inspected() {
+    let input = b"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"mcp__x__y\",\"input\":{}}}";
+    let (out, _) = run(Dialect::Anthropic, &["mcp__x__y"], input);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("\"tool_use\""));
+    assert!(text.contains("blocked by policy"));
+}
+
+#[test]
+fn tool_use_without_index_fails_closed() {
+    let input = b"data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"mcp__x__y\",\"input\":{}}}\n\n";
+    let (out, _, closed) = run_chunks(Dialect::Anthropic, &[], &[input], 1 << 20);
+    assert!(closed);
+    assert!(!String::from_utf8_lossy(&out).contains("tool_use"));
+}

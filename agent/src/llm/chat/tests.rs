@@ -1,0 +1,360 @@
+use serde_json::{Value, json};
+
+/// Per choice: content, (tool name, arguments) in index order, finish reason.
+type Assembled = Vec<(String, Vec<(String, String)>, Option<String>)>;
+/// A case's expectation: content, calls, finish reason.
+type Want = Vec<(
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    &'static str,
+)>;
+/// Calls by tool index while assembling.
+type Slots = Vec<(String, Vec<(u64, String, String)>, Option<String>)>;
+
+use crate::decision::Action;
+use crate::llm::Dialect;
+use crate::llm::testing::{assert_split_invariant, data_values, run, run_chunks};
+
+const HEAD: &str =
+    r#""id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o""#;
+
+/// One chunk per `choices` JSON.
+pub(crate) fn chunks(choices: &[&str]) -> Vec<u8> {
+    let mut out = String::new();
+    for c in choices {
+        out.push_str(&format!("data: {{{HEAD},\"choices\":[{c}]}}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out.into_bytes()
+}
+
+fn first(name: &str, index: u64, choice: u64) -> String {
+    format!(
+        r#"{{"index":{choice},"delta":{{"tool_calls":[{{"index":{index},"id":"call_{index}","type":"function","function":{{"name":"{name}","arguments":""}}}}]}},"finish_reason":null}}"#
+    )
+}
+
+fn args(index: u64, choice: u64, text: &str) -> String {
+    format!(
+        r#"{{"index":{choice},"delta":{{"tool_calls":[{{"index":{index},"function":{{"arguments":"{text}"}}}}]}},"finish_reason":null}}"#
+    )
+}
+
+fn finish(choice: u64, reason: &str) -> String {
+    format!(r#"{{"index":{choice},"delta":{{}},"finish_reason":"{reason}"}}"#)
+}
+
+const ROLE: &str =
+    r#"{"index":0,"delta":{"role":"assistant","content":null},"finish_reason":null}"#;
+
+/// What an SDK would assemble per choice: (content, tool name → arguments, finish reason).
+fn assemble(values: &[Value]) -> Assembled {
+    let mut out: Slots = Vec::new();
+    for v in values {
+        assert!(v.get("error").is_none(), "unexpected error chunk {v}");
+        for c in v["choices"].as_array().expect("choices") {
+            let ci = c["index"].as_u64().expect("index") as usize;
+            while out.len() <= ci {
+                out.push((String::new(), Vec::new(), None));
+            }
+            let slot = &mut out[ci];
+            if let Some(t) = c["delta"]["content"].as_str() {
+                slot.0.push_str(t);
+            }
+            for tc in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                let ti = tc["index"].as_u64().expect("tool index");
+                let pos = match slot.1.iter().position(|t| t.0 == ti) {
+                    Some(p) => p,
+                    None => {
+                        slot.1.push((ti, String::new(), String::new()));
+                        slot.1.len() - 1
+                    }
+                };
+                if let Some(n) = tc["function"]["name"].as_str() {
+                    slot.1[pos].1.push_str(n);
+                }
+                if let Some(a) = tc["function"]["arguments"].as_str() {
+                    slot.1[pos].2.push_str(a);
+                }
+            }
+            if let Some(f) = c["finish_reason"].as_str() {
+                slot.2 = Some(f.to_owned());
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(c, t, f)| (c, t.into_iter().map(|(_, n, a)| (n, a)).collect(), f))
+        .collect()
+}
+
+#[test]
+fn state_table() {
+    struct Case {
+        name: &'static str,
+        choices: Vec<String>,
+        blocked: &'static [&'static str],
+        want: Want,
+        identical: bool,
+        records: Vec<(&'static str, Action)>,
+    }
+    let cases = vec![
+        Case {
+            name: "single blocked",
+            choices: vec![
+                ROLE.into(),
+                first("mcp__fs__delete", 0, 0),
+                args(0, 0, "{\\\"p\\\":\\\"SECRET\\\"}"),
+                finish(0, "tool_calls"),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![(
+                "[toolwall] Tool 'mcp__fs__delete' blocked by policy: denied by test",
+                vec![],
+                "stop",
+            )],
+            identical: false,
+            records: vec![("mcp__fs__delete", Action::Block)],
+        },
+        Case {
+            name: "single allowed, byte-identical",
+            choices: vec![
+                ROLE.into(),
+                first("mcp__fs__read", 0, 0),
+                args(0, 0, "{\\\"p\\\":\\\"x\\\"}"),
+                finish(0, "tool_calls"),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![("", vec![("mcp__fs__read", r#"{"p":"x"}"#)], "tool_calls")],
+            identical: true,
+            records: vec![("mcp__fs__read", Action::Allow)],
+        },
+        Case {
+            name: "partial, interleaved parallel indices",
+            choices: vec![
+                ROLE.into(),
+                first("mcp__fs__read", 0, 0),
+                first("mcp__fs__delete", 1, 0),
+                args(1, 0, "{\\\"SECRET\\\":1"),
+                args(0, 0, "{\\\"a\\\":"),
+                args(1, 0, "}"),
+                args(0, 0, "1}"),
+                finish(0, "tool_calls"),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![(
+                "[toolwall] Tool 'mcp__fs__delete' blocked by policy: denied by test",
+                vec![("mcp__fs__read", r#"{"a":1}"#)],
+                "tool_calls",
+            )],
+            identical: false,
+            records: vec![
+                ("mcp__fs__delete", Action::Block),
+                ("mcp__fs__read", Action::Allow),
+            ],
+        },
+        Case {
+            name: "name split over chunks, blocked",
+            choices: vec![
+                ROLE.into(),
+                r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_0","type":"function","function":{"name":"mcp__fs__"}}]},"finish_reason":null}"#.into(),
+                r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"delete"}}]},"finish_reason":null}"#.into(),
+                args(0, 0, "{\\\"SECRET\\\":1}"),
+                finish(0, "tool_calls"),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![(
+                "[toolwall] Tool 'mcp__fs__delete' blocked by policy: denied by test",
+                vec![],
+                "stop",
+            )],
+            identical: false,
+            records: vec![("mcp__fs__delete", Action::Block)],
+        },
+        Case {
+            name: "name split over chunks, allowed, re-emitted",
+            choices: vec![
+                ROLE.into(),
+                r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_0","type":"function","function":{"name":"mcp__fs__"}}]},"finish_reason":null}"#.into(),
+                r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"read"}}]},"finish_reason":null}"#.into(),
+                args(0, 0, "{}"),
+                finish(0, "tool_calls"),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![("", vec![("mcp__fs__read", "{}")], "tool_calls")],
+            identical: false,
+            records: vec![("mcp__fs__read", Action::Allow)],
+        },
+        Case {
+            name: "name in the same chunk as finish_reason",
+            choices: vec![
+                ROLE.into(),
+                r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_0","type":"function","function":{"name":"mcp__fs__delete"}}]},"finish_reason":"tool_calls"}"#.into(),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![(
+                "[toolwall] Tool 'mcp__fs__delete' blocked by policy: denied by test",
+                vec![],
+                "stop",
+            )],
+            identical: false,
+            records: vec![("mcp__fs__delete", Action::Block)],
+        },
+        Case {
+            name: "forced call with finish_reason stop is still looked at",
+            choices: vec![
+                ROLE.into(),
+                first("mcp__fs__delete", 0, 0),
+                args(0, 0, "{\\\"SECRET\\\":1}"),
+                finish(0, "stop"),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![(
+                "[toolwall] Tool 'mcp__fs__delete' blocked by policy: denied by test",
+                vec![],
+                "stop",
+            )],
+            identical: false,
+            records: vec![("mcp__fs__delete", Action::Block)],
+        },
+        Case {
+            name: "several choices",
+            choices: vec![
+                format!(
+                    "{},{}",
+                    first("mcp__fs__delete", 0, 0),
+                    first("mcp__fs__read", 0, 1)
+                ),
+                format!("{},{}", args(0, 0, "{\\\"SECRET\\\":1}"), args(0, 1, "{}")),
+                format!("{},{}", finish(0, "tool_calls"), finish(1, "tool_calls")),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![
+                (
+                    "[toolwall] Tool 'mcp__fs__delete' blocked by policy: denied by test",
+                    vec![],
+                    "stop",
+                ),
+                ("", vec![("mcp__fs__read", "{}")], "tool_calls"),
+            ],
+            identical: false,
+            records: vec![
+                ("mcp__fs__delete", Action::Block),
+                ("mcp__fs__read", Action::Allow),
+            ],
+        },
+        Case {
+            name: "text only",
+            choices: vec![
+                ROLE.into(),
+                r#"{"index":0,"delta":{"content":"hello \"tool_calls\""},"finish_reason":null}"#
+                    .into(),
+                finish(0, "stop"),
+            ],
+            blocked: &["mcp__fs__delete"],
+            want: vec![("hello \"tool_calls\"", vec![], "stop")],
+            identical: true,
+            records: vec![],
+        },
+    ];
+    for case in cases {
+        let refs: Vec<&str> = case.choices.iter().map(String::as_str).collect();
+        let input = chunks(&refs);
+        let out = assert_split_invariant(Dialect::OpenAiChat, case.blocked, &input);
+        let got = assemble(&data_values(&out));
+        let want: Assembled = case
+            .want
+            .iter()
+            .map(|(c, t, f)| {
+                (
+                    (*c).to_owned(),
+                    t.iter()
+                        .map(|(n, a)| ((*n).to_owned(), (*a).to_owned()))
+                        .collect(),
+                    Some((*f).to_owned()),
+                )
+            })
+            .collect();
+        assert_eq!(got, want, "{}", case.name);
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            !text.contains("SECRET"),
+            "{}: blocked arguments leaked",
+            case.name
+        );
+        if case.identical {
+            assert_eq!(out, input, "{}: must be byte-identical", case.name);
+        }
+        let (_, records) = run(Dialect::OpenAiChat, case.blocked, &input);
+        let got: Vec<(&str, Action)> = records
+            .iter()
+            .map(|r| (r.tool_name.as_str(), r.decision.action))
+            .collect();
+        assert_eq!(got, case.records, "{}", case.name);
+    }
+}
+
+#[test]
+fn allowed_call_recorded_with_arguments() {
+    let input = chunks(&[
+        &first("mcp__fs__read", 0, 0),
+        &args(0, 0, "{\\\"p\\\":"),
+        &args(0, 0, "2}"),
+        &finish(0, "tool_calls"),
+    ]);
+    let (_, records) = run(Dialect::OpenAiChat, &[], &input);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].input, Some(json!({"p": 2})));
+    assert_eq!(records[0].tool_call_id, "call_0");
+}
+
+#[test]
+fn name_growing_into_a_blocked_one_after_decision_fails_closed() {
+    let input = chunks(&[
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"mcp__fs__del","arguments":""}}]},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"ete","arguments":"{}"}}]},"finish_reason":null}"#,
+    ]);
+    let (out, _, closed) = run_chunks(
+        Dialect::OpenAiChat,
+        &["mcp__fs__delete"],
+        &[&input],
+        1 << 20,
+    );
+    assert!(closed);
+    let values = data_values(&out);
+    assert!(values.last().is_some_and(|v| v.get("error").is_some()));
+}
+
+#[test]
+fn held_name_at_end_of_stream_is_decided() {
+    let body = format!(
+        "data: {{{HEAD},\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":0,\"id\":\"c\",\"type\":\"function\",\"function\":{{\"name\":\"mcp__fs__read\"}}}}]}},\"finish_reason\":null}}]}}\n\n"
+    );
+    let (out, records) = run(Dialect::OpenAiChat, &[], body.as_bytes());
+    let got = assemble(&data_values(&out));
+    assert_eq!(got[0].1, vec![("mcp__fs__read".to_owned(), String::new())]);
+    assert_eq!(records.len(), 1);
+    let (out, _) = run(Dialect::OpenAiChat, &["mcp__fs__read"], body.as_bytes());
+    let got = assemble(&data_values(&out));
+    assert!(got[0].1.is_empty());
+    assert!(got[0].0.contains("blocked by policy"));
+}
+
+#[test]
+fn legacy_function_call_blocked_ends_the_stream() {
+    let input = chunks(&[
+        r#"{"index":0,"delta":{"role":"assistant","content":null,"function_call":{"name":"mcp__fs__delete","arguments":""}},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"function_call":{"arguments":"{\"SECRET\":1}"}},"finish_reason":null}"#,
+    ]);
+    let (out, records, closed) = run_chunks(
+        Dialect::OpenAiChat,
+        &["mcp__fs__delete"],
+        &[&input],
+        1 << 20,
+    );
+    assert!(closed);
+    assert!(!String::from_utf8_lossy(&out).contains("SECRET"));
+    assert!(!String::from_utf8_lossy(&out).contains("\"function_call\""));
+    assert_eq!(records.len(), 1);
+    let (out, _) = run(Dialect::OpenAiChat, &[], &input);
+    assert_eq!(out, input);
+}

@@ -1,0 +1,427 @@
+//! Layer 1: the LLM interceptor proxy.
+//!
+//! An agent points its SDK at [`proxy`] (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL`); every model
+//! response passes through a dialect interceptor that asks the [`Gate`] about each tool call the
+//! model makes and replaces the blocked ones with a text explanation, so the agent never sees a
+//! call it may not make, while the stream stays one its SDK accepts.
+//!
+//! The interceptors are sans-IO ([`StreamInterceptor::feed`] bytes in, bytes and [`Record`]s
+//! out; [`rewrite_buffered`] for whole bodies), so tests and fuzzers drive them directly, at any
+//! chunking; [`proxy`] is the HTTP shell around them.
+//!
+//! Trust assumptions (documented because they bound what "blocked" means):
+//! - The upstream's JSON encoder writes object keys literally (no `\u` escapes inside keys); the
+//!   memchr pre-filters look for keys such as `"tool_calls"`, and an event that passes them
+//!   untouched is one in which no such key exists. Model output can only appear inside JSON
+//!   strings, where a `"` is always escaped, so it cannot forge or hide a key.
+//! - Events are classified by their JSON `type` (what the SDKs dispatch on), not the SSE
+//!   `event:` line.
+
+mod anthropic;
+mod bench;
+mod buffered;
+mod chat;
+pub mod json;
+pub mod proxy;
+mod responses;
+pub mod sse;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::decision::{CallQuery, Decision, Gate};
+use crate::events::{Event, ToolCallIntercepted};
+
+pub use bench::{BenchReport, LatencyReport, bench_interceptor, bench_proxy_latency};
+pub use buffered::rewrite_buffered;
+pub use proxy::{LlmProxy, LlmProxySettings, serve};
+pub use sse::{DataHint, SseDecoder, SseError, SseEvent};
+
+/// Which API a response speaks; chosen from the request path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// Anthropic Messages (`/v1/messages`).
+    Anthropic,
+    /// OpenAI Chat Completions (`/v1/chat/completions`).
+    OpenAiChat,
+    /// OpenAI Responses (`/v1/responses`), as used by Codex.
+    OpenAiResponses,
+}
+
+impl Dialect {
+    /// The name stored in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Anthropic => "anthropic",
+            Dialect::OpenAiChat => "openai-chat",
+            Dialect::OpenAiResponses => "openai-responses",
+        }
+    }
+
+    /// The dialect whose responses must be inspected for a request path (query string allowed);
+    /// `None` for every other path (passed through untouched). Matched on the path's end so a
+    /// base URL with or without `/v1`, or with a deployment prefix (Azure's
+    /// `/openai/deployments/{d}/chat/completions`), is still inspected.
+    pub fn from_path(path_and_query: &str) -> Option<Dialect> {
+        let path = path_and_query
+            .split_once('?')
+            .map_or(path_and_query, |(p, _)| p);
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/v1/messages") || path == "/messages" {
+            Some(Dialect::Anthropic)
+        } else if path.ends_with("/chat/completions") || path.contains("/chat/completions/") {
+            // Stored completions fetched again carry the same calls.
+            Some(Dialect::OpenAiChat)
+        } else if path.ends_with("/responses") || path.contains("/responses/") {
+            Some(Dialect::OpenAiResponses)
+        } else {
+            None
+        }
+    }
+}
+
+/// What to do with an event whose JSON does not parse.
+///
+/// Such an event is as unreadable to the agent's SDK as to us, so the only risk of passing it is
+/// a parser differential (something our strict parser rejects but a lenient client accepts, e.g.
+/// a trailing comma or `NaN`): `FailOpen` accepts that risk for availability; `FailClosed` ends
+/// the stream (or refuses the body) instead, at the cost of breaking a turn on a provider bug.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMalformed {
+    /// Pass malformed events through unchanged (logged).
+    FailOpen,
+    /// End the stream cleanly when a malformed event mentions a tool; events that cannot be
+    /// about a tool (no tool key at all) still pass. The default.
+    #[default]
+    FailClosed,
+}
+
+/// One tool call the interceptor decided about: what becomes a `mcp_tool_call_intercepted`
+/// event once the caller adds the time and ids (the interceptors have no clock).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// Dialect of the response it was found in.
+    pub dialect: Dialect,
+    /// The name the model used (Codex's namespace joined: `mcp__srv__get_sum`).
+    pub tool_name: String,
+    /// The call id from the response.
+    pub tool_call_id: String,
+    /// Arguments, when complete (never assembled for a blocked streamed call).
+    pub input: Option<Value>,
+    /// The gate's answer.
+    pub decision: Decision,
+}
+
+impl Record {
+    /// The event to store.
+    pub fn into_event(self, now: DateTime<Utc>, session_id: &str, request_id: &str) -> Event {
+        let tool = self
+            .decision
+            .tool
+            .unwrap_or_else(|| crate::decision::ToolIdentity {
+                server_id: String::new(),
+                server_type: String::new(),
+                server_addr: String::new(),
+                tool: String::new(),
+                tool_hash: String::new(),
+            });
+        Event::McpToolCallIntercepted(ToolCallIntercepted {
+            timestamp: now,
+            session_id: session_id.to_owned(),
+            request_id: request_id.to_owned(),
+            dialect: self.dialect.as_str().to_owned(),
+            tool_name: self.tool_name,
+            server_tool: tool.tool,
+            tool_call_id: self.tool_call_id,
+            input: self.input,
+            server_id: tool.server_id,
+            server_type: tool.server_type,
+            server_addr: tool.server_addr,
+            tool_hash: tool.tool_hash,
+            action: self.decision.action,
+            reason: self.decision.reason,
+        })
+    }
+}
+
+/// What a stream interceptor needs from its owner, shared by the dialect machines.
+pub(crate) struct Cx {
+    gate: Arc<dyn Gate>,
+    dialect: Dialect,
+    on_malformed: OnMalformed,
+    records: Vec<Record>,
+}
+
+impl Cx {
+    fn check(&self, name: &str, namespace: Option<&str>) -> Decision {
+        self.gate.check_call(&CallQuery {
+            server_id: None,
+            name,
+            namespace,
+        })
+    }
+
+    /// Records a decision unless it is about a tool that is not MCP (allowed, no identity).
+    fn record(&mut self, name: String, id: String, input: Option<Value>, decision: Decision) {
+        if decision.tool.is_none() && !decision.is_blocked() {
+            return;
+        }
+        tracing::info!(
+            dialect = self.dialect.as_str(),
+            tool = %name,
+            action = decision.action.as_str(),
+            reason = %decision.reason,
+            "tool call intercepted"
+        );
+        self.records.push(Record {
+            dialect: self.dialect,
+            tool_name: name,
+            tool_call_id: id,
+            input,
+            decision,
+        });
+    }
+
+    /// Decides about an event that did not parse: `Ok` to pass it, `Err` to end the stream.
+    fn malformed(&self, err: &serde_json::Error, mentions_tool: bool) -> Result<(), Fatal> {
+        tracing::warn!(dialect = self.dialect.as_str(), error = %err, mentions_tool, "malformed JSON in SSE event");
+        if mentions_tool && self.on_malformed == OnMalformed::FailClosed {
+            Err(Fatal::new("malformed tool call event"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Most bytes of an allowed call's arguments assembled to record them; past it the event is
+/// recorded without `input` (the call itself still passes untouched).
+pub(crate) const RECORD_INPUT_CAP: usize = 1 << 20;
+
+/// Appends an argument fragment to be recorded, within [`RECORD_INPUT_CAP`]; a buffer that
+/// would overflow is poisoned (set to a non-JSON marker) so no truncated input is recorded.
+pub(crate) fn push_capped(buf: &mut String, part: &str) {
+    if buf.len() + part.len() > RECORD_INPUT_CAP {
+        buf.clear();
+        buf.push_str("\0(too large)");
+        buf.shrink_to_fit();
+    } else if !buf.starts_with('\0') {
+        buf.push_str(part);
+    }
+}
+
+/// A condition under which the stream must end (fail closed), with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fatal(String);
+
+impl Fatal {
+    fn new(why: impl Into<String>) -> Self {
+        Fatal(why.into())
+    }
+}
+
+/// The text that replaces a blocked call.
+pub fn blocked_message(name: &str, reason: &str) -> String {
+    if reason.is_empty() {
+        format!("[toolwall] Tool '{name}' blocked by policy")
+    } else {
+        format!("[toolwall] Tool '{name}' blocked by policy: {reason}")
+    }
+}
+
+/// A dialect's streaming state machine: one complete SSE event in, output written.
+pub(crate) trait Machine {
+    /// Handles one event (raw bytes, line ends included).
+    fn on_event(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        data: Option<Cow<'_, [u8]>>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal>;
+    /// The stream ended (cleanly or not): release or drop what is held, record what is open.
+    fn on_end(&mut self, cx: &mut Cx, out: &mut BytesMut);
+    /// Writes a terminal error event the dialect's SDKs understand.
+    fn write_error(&self, out: &mut BytesMut, message: &str);
+}
+
+enum AnyMachine {
+    Anthropic(anthropic::Anthropic),
+    Chat(chat::Chat),
+    Responses(responses::Responses),
+}
+
+impl AnyMachine {
+    fn get(&mut self) -> &mut dyn Machine {
+        match self {
+            AnyMachine::Anthropic(m) => m,
+            AnyMachine::Chat(m) => m,
+            AnyMachine::Responses(m) => m,
+        }
+    }
+}
+
+/// Whether the stream goes on after a [`StreamInterceptor::feed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep feeding.
+    Continue,
+    /// The interceptor ended the stream (fail closed); stop reading upstream and close the
+    /// response after writing the output.
+    Closed,
+}
+
+/// Inspects one streamed (SSE) response: feed upstream bytes in any chunking, write the output
+/// to the client as soon as `feed` returns. Events with nothing blocked leave byte-identical.
+pub struct StreamInterceptor {
+    decoder: SseDecoder,
+    machine: AnyMachine,
+    cx: Cx,
+    closed: bool,
+    /// The last event's output ended with a CR (so a split-off LF completes it).
+    last_ended_cr: bool,
+}
+
+impl StreamInterceptor {
+    /// An interceptor for one response; `max_buffer` bounds the memory held for one incomplete
+    /// event or one held-back tool call.
+    pub fn new(
+        dialect: Dialect,
+        gate: Arc<dyn Gate>,
+        on_malformed: OnMalformed,
+        max_buffer: usize,
+    ) -> Self {
+        let machine = match dialect {
+            Dialect::Anthropic => AnyMachine::Anthropic(anthropic::Anthropic::default()),
+            Dialect::OpenAiChat => AnyMachine::Chat(chat::Chat::default()),
+            Dialect::OpenAiResponses => {
+                AnyMachine::Responses(responses::Responses::new(max_buffer))
+            }
+        };
+        StreamInterceptor {
+            decoder: SseDecoder::new(max_buffer),
+            machine,
+            cx: Cx {
+                gate,
+                dialect,
+                on_malformed,
+                records: Vec::new(),
+            },
+            closed: false,
+            last_ended_cr: false,
+        }
+    }
+
+    /// Feeds bytes read from upstream; appends what the client must receive to `out`.
+    pub fn feed(&mut self, input: &[u8], out: &mut BytesMut) -> Flow {
+        if self.closed {
+            return Flow::Closed;
+        }
+        self.decoder.feed(input);
+        loop {
+            match self.decoder.next_event() {
+                Ok(Some(raw)) => {
+                    if self.decoder.is_crlf_tail() {
+                        if self.last_ended_cr {
+                            out.extend_from_slice(&raw);
+                        }
+                        self.last_ended_cr = false;
+                        continue;
+                    }
+                    let before = out.len();
+                    let data = self.decoder.last_data().data(&raw);
+                    if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &raw, data, out) {
+                        return self.close(out, &fatal.0);
+                    }
+                    // Verbatim output ends as the input did; our own events end in LF.
+                    self.last_ended_cr = out.len() > before && out.last() == Some(&b'\r');
+                }
+                Ok(None) => return Flow::Continue,
+                Err(e) => return self.close(out, &e.to_string()),
+            }
+        }
+    }
+
+    /// Upstream ended: inspects an unterminated last event like any other, then closes the
+    /// dialect state. Call once.
+    pub fn finish(&mut self, out: &mut BytesMut) {
+        if self.closed {
+            return;
+        }
+        let rest = self.decoder.finish();
+        if !rest.is_empty() {
+            tracing::debug!(bytes = rest.len(), "stream ended inside an event");
+            let data = SseEvent::new(&rest).data();
+            if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &rest, data, out) {
+                self.close(out, &fatal.0);
+                return;
+            }
+        }
+        self.machine.get().on_end(&mut self.cx, out);
+        self.closed = true;
+    }
+
+    fn close(&mut self, out: &mut BytesMut, why: &str) -> Flow {
+        tracing::warn!(
+            dialect = self.cx.dialect.as_str(),
+            why,
+            "ending the stream (fail closed)"
+        );
+        let machine = self.machine.get();
+        machine.write_error(out, &format!("[toolwall] response stopped: {why}"));
+        machine.on_end(&mut self.cx, &mut BytesMut::new());
+        self.closed = true;
+        Flow::Closed
+    }
+
+    /// Takes the decisions made so far (to emit them as soon as they are made).
+    pub fn drain_records(&mut self) -> std::vec::Drain<'_, Record> {
+        self.cx.records.drain(..)
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn dialect_by_path() {
+    let cases = [
+        ("/v1/messages?beta=true", Some(Dialect::Anthropic)),
+        ("/v1/messages/count_tokens", None),
+        ("/v1/chat/completions", Some(Dialect::OpenAiChat)),
+        ("/chat/completions", Some(Dialect::OpenAiChat)),
+        (
+            "/openai/deployments/gpt/chat/completions?api-version=1",
+            Some(Dialect::OpenAiChat),
+        ),
+        ("/v1/responses", Some(Dialect::OpenAiResponses)),
+        ("/v1/responses/resp_1", Some(Dialect::OpenAiResponses)),
+        ("/", None),
+        ("/v1/models", None),
+    ];
+    for (path, want) in cases {
+        assert_eq!(Dialect::from_path(path), want, "{path}");
+    }
+}
+
+/// Strips leading JSON whitespace.
+fn trim_ws(data: &[u8]) -> &[u8] {
+    let start = data
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+        .unwrap_or(data.len());
+    &data[start..]
+}
+
+/// Whether `data` contains any of `keys` (memchr's SIMD substring search).
+fn mentions(data: &[u8], keys: &[&memchr::memmem::Finder<'static>]) -> bool {
+    keys.iter().any(|k| k.find(data).is_some())
+}
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+pub(crate) mod testing;

@@ -1,0 +1,639 @@
+//! The HTTP shell around the interceptors: a hyper 1.x reverse proxy on loopback.
+//!
+//! Use: [`LlmProxy::bind`] (learn the address with [`LlmProxy::local_addr`], port 0 in tests),
+//! then [`LlmProxy::run`] until a shutdown future resolves; or [`serve`] for both at once.
+//!
+//! Routing ([`Dialect::from_path`]): `/v1/messages` (Anthropic), `.../chat/completions` and
+//! `.../responses` (OpenAI), query strings allowed, are inspected; a request with an `anthropic-version` or `x-api-key`
+//! header, or a path outside `/v1/`, goes to the Anthropic upstream (Claude Code's `HEAD /`),
+//! every other `/v1/...` path to the OpenAI one; those pass through untouched. An upstream is a
+//! base URL such as `https://api.anthropic.com` (an optional path prefix is kept): the client's
+//! path is appended as is, so clients use `ANTHROPIC_BASE_URL=http://127.0.0.1:18080` and
+//! `OPENAI_BASE_URL=http://127.0.0.1:18080/v1`.
+//!
+//! Inspected responses: a 2xx `text/event-stream` is fed through a [`StreamInterceptor`] chunk
+//! by chunk (each output chunk is written as soon as it is produced); any other 2xx body is read
+//! whole (up to the buffer limit) and rewritten. Upstream is asked for `identity`; a compressed
+//! answer (gzip, deflate, br, zstd) is decoded before inspection and sent on uncompressed; an
+//! unknown encoding is refused (502). Error statuses pass through, logged. WebSocket upgrades are
+//! refused with 426 (Codex then falls back to HTTP streaming), never tunnelled uninspected.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context as _;
+use async_compression::tokio::bufread::{BrotliDecoder, GzipDecoder, ZlibDecoder, ZstdDecoder};
+use bytes::{Bytes, BytesMut};
+use futures_util::TryStreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyDataStream, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::uri::{Authority, Scheme};
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::io::StreamReader;
+
+use super::{Dialect, Flow, OnMalformed, Record, StreamInterceptor, rewrite_buffered};
+use crate::decision::Gate;
+use crate::events::EventSink;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body type of every response the proxy writes.
+type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// How the proxy is set up (`proxy.*` in the config).
+#[derive(Clone, Debug)]
+pub struct LlmProxySettings {
+    /// Where to listen (loopback: the agent on this host is the only client).
+    pub listen: SocketAddr,
+    /// Anthropic base URL, e.g. `https://api.anthropic.com` (no `/v1`).
+    pub anthropic_upstream: String,
+    /// OpenAI base URL, e.g. `https://api.openai.com` (no `/v1`).
+    pub openai_upstream: String,
+    /// What a malformed event or body does.
+    pub on_malformed: OnMalformed,
+    /// Most bytes held for one response's incomplete event, held-back call, or whole buffered
+    /// body; past it the response is ended (streams) or refused (bodies): fail closed.
+    pub max_stream_buffer: usize,
+    /// The agent session the events belong to.
+    pub session_id: String,
+}
+
+impl Default for LlmProxySettings {
+    fn default() -> Self {
+        LlmProxySettings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 18080)),
+            anthropic_upstream: "https://api.anthropic.com".into(),
+            openai_upstream: "https://api.openai.com".into(),
+            on_malformed: OnMalformed::FailClosed,
+            max_stream_buffer: 16 * 1024 * 1024,
+            session_id: String::new(),
+        }
+    }
+}
+
+/// A parsed upstream base URL.
+#[derive(Debug, Clone)]
+struct Upstream {
+    scheme: Scheme,
+    authority: Authority,
+    prefix: String,
+}
+
+impl Upstream {
+    fn parse(url: &str) -> anyhow::Result<Self> {
+        let uri: Uri = url
+            .parse()
+            .with_context(|| format!("upstream URL {url:?} is not a URL"))?;
+        let scheme = uri
+            .scheme()
+            .cloned()
+            .with_context(|| format!("upstream URL {url:?} has no scheme (http or https)"))?;
+        anyhow::ensure!(
+            scheme == Scheme::HTTP || scheme == Scheme::HTTPS,
+            "upstream URL {url:?}: only http and https are supported"
+        );
+        let authority = uri
+            .authority()
+            .cloned()
+            .with_context(|| format!("upstream URL {url:?} has no host"))?;
+        Ok(Upstream {
+            scheme,
+            authority,
+            prefix: uri.path().trim_end_matches('/').to_owned(),
+        })
+    }
+
+    fn uri(&self, path_and_query: &str) -> Result<Uri, hyper::http::Error> {
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(format!("{}{}", self.prefix, path_and_query))
+            .build()
+    }
+}
+
+struct Inner {
+    settings: LlmProxySettings,
+    anthropic: Upstream,
+    openai: Upstream,
+    gate: Arc<dyn Gate>,
+    sink: EventSink,
+    client: Client<HttpsConnector<HttpConnector>, Incoming>,
+    next_request: AtomicU64,
+}
+
+/// A bound, not yet running proxy.
+pub struct LlmProxy {
+    listener: TcpListener,
+    inner: Arc<Inner>,
+}
+
+impl LlmProxy {
+    /// Validates the settings, builds the upstream client (rustls with the system's roots) and
+    /// binds the listener, so the caller learns the address before serving.
+    pub async fn bind(
+        settings: LlmProxySettings,
+        gate: Arc<dyn Gate>,
+        sink: EventSink,
+    ) -> anyhow::Result<Self> {
+        let anthropic = Upstream::parse(&settings.anthropic_upstream)?;
+        let openai = Upstream::parse(&settings.openai_upstream)?;
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let client = Client::builder(TokioExecutor::new()).build(https_connector()?);
+        Ok(LlmProxy {
+            listener,
+            inner: Arc::new(Inner {
+                settings,
+                anthropic,
+                openai,
+                gate,
+                sink,
+                client,
+                next_request: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// The address actually bound (the port, when 0 was asked for).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts and serves connections until `shutdown` resolves; connections in flight then
+    /// finish on their own tasks.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        tracing::info!(addr = ?self.listener.local_addr().ok(), "LLM proxy listening");
+        tokio::pin!(shutdown);
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let accepted = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = self.listener.accept() => accepted,
+                // Reap finished connections so the set does not grow.
+                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            };
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let inner = self.inner.clone();
+            conns.spawn(async move {
+                let service = hyper::service::service_fn(move |req| handle(inner.clone(), req));
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                if let Err(e) = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    tracing::debug!(%peer, error = %e, "client connection ended with an error");
+                }
+            });
+        }
+        // No new connections; give open exchanges a moment, then end them. Every connection
+        // holds the event sink, so when this returns the sink is released and the store can
+        // flush and close.
+        let grace = tokio::time::sleep(std::time::Duration::from_secs(2));
+        tokio::pin!(grace);
+        loop {
+            tokio::select! {
+                next = conns.join_next() => if next.is_none() { break },
+                () = &mut grace => {
+                    conns.abort_all();
+                    while conns.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        tracing::info!("LLM proxy stopped");
+        Ok(())
+    }
+}
+
+/// Binds and serves until `shutdown` resolves (see [`LlmProxy`]).
+pub async fn serve(
+    settings: LlmProxySettings,
+    gate: Arc<dyn Gate>,
+    sink: EventSink,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    LlmProxy::bind(settings, gate, sink)
+        .await?
+        .run(shutdown)
+        .await
+}
+
+fn https_connector() -> anyhow::Result<HttpsConnector<HttpConnector>> {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new();
+    let builder = match builder
+        .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
+    {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "no system CA certificates: HTTPS upstreams will fail (install ca-certificates)");
+            let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .context("TLS setup")?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
+        }
+    };
+    Ok(builder
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .build())
+}
+
+fn full(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
+    let mut resp = Response::new(
+        Full::new(body.into())
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *resp.status_mut() = status;
+    resp
+}
+
+/// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
+/// `Connection` header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+}
+
+fn is_upgrade(req: &Request<Incoming>) -> bool {
+    req.headers().contains_key(header::UPGRADE)
+        || req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.to_ascii_lowercase().contains("upgrade"))
+}
+
+/// Splits a session prefix off a request path: `toolwall exec` gives each session the base
+/// URL `http://PROXY/s/<session>`, so one proxy tells the sessions of many agents apart. A path
+/// without the prefix belongs to `default_session`.
+fn split_session(path_and_query: &str, default_session: &str) -> (String, String) {
+    if let Some(rest) = path_and_query.strip_prefix("/s/") {
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (name, tail) = rest.split_at(end);
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name.bytes().any(|b| b != b'.')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if valid {
+            let tail = if tail.starts_with('/') {
+                tail.to_owned()
+            } else {
+                format!("/{tail}")
+            };
+            return (name.to_owned(), tail);
+        }
+    }
+    (default_session.to_owned(), path_and_query.to_owned())
+}
+
+async fn handle(
+    inner: Arc<Inner>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let request_id = format!("llm-{}", inner.next_request.fetch_add(1, Ordering::Relaxed));
+    let (session, path_and_query) = split_session(
+        req.uri().path_and_query().map_or("/", |p| p.as_str()),
+        &inner.settings.session_id,
+    );
+    if is_upgrade(&req) {
+        tracing::info!(%request_id, path = %path_and_query, "refusing a protocol upgrade (426)");
+        let mut resp = full(
+            StatusCode::UPGRADE_REQUIRED,
+            "toolwall: WebSocket is not proxied; use HTTP streaming",
+        );
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Ok(resp);
+    }
+    let dialect = Dialect::from_path(&path_and_query);
+    let upstream = pick_upstream(&inner, dialect, &req, &path_and_query);
+    let uri = match upstream.uri(&path_and_query) {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::warn!(%request_id, error = %e, "bad request path");
+            return Ok(full(StatusCode::BAD_REQUEST, "toolwall: bad request path"));
+        }
+    };
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::HOST);
+    if dialect.is_some() {
+        parts.headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    let method = parts.method.clone();
+    parts.uri = uri;
+    parts.version = hyper::Version::HTTP_11;
+    tracing::debug!(%request_id, %method, path = %path_and_query, ?dialect, "forwarding");
+    let upstream_resp = match inner.client.request(Request::from_parts(parts, body)).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(%request_id, error = %e, "upstream request failed");
+            return Ok(full(
+                StatusCode::BAD_GATEWAY,
+                "toolwall: upstream request failed",
+            ));
+        }
+    };
+    let (mut parts, body) = upstream_resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let Some(dialect) = dialect else {
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(BoxError::from).boxed_unsync(),
+        ));
+    };
+    if !parts.status.is_success() {
+        tracing::warn!(%request_id, status = %parts.status, "upstream error status (passed through)");
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(BoxError::from).boxed_unsync(),
+        ));
+    }
+    if method == hyper::Method::HEAD {
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(BoxError::from).boxed_unsync(),
+        ));
+    }
+    let encoding = match Encoding::of(&parts.headers) {
+        Ok(e) => e,
+        Err(name) => {
+            tracing::error!(%request_id, encoding = %name, "unknown content-encoding: refusing the response");
+            return Ok(full(
+                StatusCode::BAD_GATEWAY,
+                "toolwall: upstream used an unknown content-encoding",
+            ));
+        }
+    };
+    parts.headers.remove(header::CONTENT_ENCODING);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let reader = encoding.reader(body);
+    let is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("text/event-stream"));
+    let ctx = Exchange {
+        inner: inner.clone(),
+        dialect,
+        request_id,
+        session,
+    };
+    if is_sse {
+        Ok(Response::from_parts(parts, ctx.stream(reader)))
+    } else {
+        match ctx.buffered(reader).await {
+            Ok(body) => {
+                parts
+                    .headers
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+                Ok(Response::from_parts(
+                    parts,
+                    Full::new(body)
+                        .map_err(|never| match never {})
+                        .boxed_unsync(),
+                ))
+            }
+            Err(resp) => Ok(resp),
+        }
+    }
+}
+
+fn pick_upstream<'a>(
+    inner: &'a Inner,
+    dialect: Option<Dialect>,
+    req: &Request<Incoming>,
+    path: &str,
+) -> &'a Upstream {
+    match dialect {
+        Some(Dialect::Anthropic) => &inner.anthropic,
+        Some(_) => &inner.openai,
+        None => {
+            let h = req.headers();
+            if h.contains_key("anthropic-version")
+                || h.contains_key("x-api-key")
+                || !path.starts_with("/v1/")
+            {
+                &inner.anthropic
+            } else {
+                &inner.openai
+            }
+        }
+    }
+}
+
+/// A response content coding we can undo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    Identity,
+    Gzip,
+    Deflate,
+    Brotli,
+    Zstd,
+}
+
+impl Encoding {
+    /// The coding of a response; `Err` with the name for one we cannot decode (stacked codings
+    /// included: they are never sent in practice and would need care to undo in order).
+    fn of(headers: &HeaderMap) -> Result<Encoding, String> {
+        let Some(value) = headers.get(header::CONTENT_ENCODING) else {
+            return Ok(Encoding::Identity);
+        };
+        let text = value.to_str().map_err(|_| "(not text)".to_owned())?;
+        match text.trim().to_ascii_lowercase().as_str() {
+            "" | "identity" => Ok(Encoding::Identity),
+            "gzip" | "x-gzip" => Ok(Encoding::Gzip),
+            "deflate" => Ok(Encoding::Deflate),
+            "br" => Ok(Encoding::Brotli),
+            "zstd" => Ok(Encoding::Zstd),
+            other => Err(other.to_owned()),
+        }
+    }
+
+    /// The decoded body as a reader that yields bytes as soon as they can be decoded.
+    fn reader(self, body: Incoming) -> Pin<Box<dyn AsyncRead + Send>> {
+        let stream = BodyDataStream::new(body).map_err(io::Error::other);
+        let raw = StreamReader::new(stream);
+        match self {
+            Encoding::Identity => Box::pin(raw),
+            Encoding::Gzip => {
+                let mut d = GzipDecoder::new(raw);
+                d.multiple_members(true);
+                Box::pin(d)
+            }
+            Encoding::Deflate => Box::pin(ZlibDecoder::new(raw)),
+            Encoding::Brotli => Box::pin(BrotliDecoder::new(raw)),
+            Encoding::Zstd => Box::pin(ZstdDecoder::new(raw)),
+        }
+    }
+}
+
+/// One inspected exchange.
+struct Exchange {
+    inner: Arc<Inner>,
+    dialect: Dialect,
+    request_id: String,
+    session: String,
+}
+
+impl Exchange {
+    fn emit(&self, records: impl Iterator<Item = Record>) {
+        for r in records {
+            self.inner
+                .sink
+                .emit(r.into_event(chrono::Utc::now(), &self.session, &self.request_id));
+        }
+    }
+
+    /// Pumps upstream through the interceptor on its own task; each output chunk goes to the
+    /// client as soon as it exists.
+    fn stream(self, mut reader: Pin<Box<dyn AsyncRead + Send>>) -> ProxyBody {
+        let (tx, rx) = mpsc::channel::<Result<Bytes, BoxError>>(8);
+        tokio::spawn(async move {
+            let settings = &self.inner.settings;
+            let mut interceptor = StreamInterceptor::new(
+                self.dialect,
+                self.inner.gate.clone(),
+                settings.on_malformed,
+                settings.max_stream_buffer,
+            );
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut out = BytesMut::with_capacity(32 * 1024);
+            loop {
+                let (flow, broke) = match reader.read(&mut buf).await {
+                    Ok(0) => {
+                        interceptor.finish(&mut out);
+                        (Flow::Closed, None)
+                    }
+                    Ok(n) => (interceptor.feed(&buf[..n], &mut out), None),
+                    Err(e) => {
+                        tracing::warn!(request_id = %self.request_id, error = %e, "upstream stream broke");
+                        interceptor.finish(&mut out);
+                        (Flow::Closed, Some(e))
+                    }
+                };
+                self.emit(interceptor.drain_records());
+                if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
+                    tracing::info!(request_id = %self.request_id, "client went away mid-stream");
+                    return;
+                }
+                if let Some(e) = broke {
+                    // Let the client see the break, as it would without us.
+                    let _ = tx.send(Err(Box::new(e))).await;
+                    return;
+                }
+                if flow == Flow::Closed {
+                    return;
+                }
+            }
+        });
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item.map(Frame::data), rx))
+        });
+        StreamBody::new(stream).boxed_unsync()
+    }
+
+    /// Reads a whole body (bounded), inspects and rewrites it.
+    async fn buffered(
+        self,
+        reader: Pin<Box<dyn AsyncRead + Send>>,
+    ) -> Result<Bytes, Response<ProxyBody>> {
+        let limit = self.inner.settings.max_stream_buffer;
+        let mut body = Vec::new();
+        let mut limited = reader.take(limit as u64 + 1);
+        if let Err(e) = limited.read_to_end(&mut body).await {
+            tracing::warn!(request_id = %self.request_id, error = %e, "upstream body broke");
+            return Err(full(
+                StatusCode::BAD_GATEWAY,
+                "toolwall: upstream body broke",
+            ));
+        }
+        if body.len() > limit {
+            tracing::error!(request_id = %self.request_id, limit, "response body over the buffer limit: refused");
+            return Err(full(
+                StatusCode::BAD_GATEWAY,
+                "toolwall: response too large to inspect",
+            ));
+        }
+        if body.is_empty() {
+            return Ok(Bytes::new());
+        }
+        match rewrite_buffered(
+            self.dialect,
+            &body,
+            self.inner.gate.clone(),
+            self.inner.settings.on_malformed,
+        ) {
+            Ok((new, records)) => {
+                self.emit(records.into_iter());
+                Ok(new.map_or_else(|| Bytes::from(body), Bytes::from))
+            }
+            Err(e) => {
+                tracing::error!(request_id = %self.request_id, error = %e, "refusing an uninspectable body");
+                Err(full(
+                    StatusCode::BAD_GATEWAY,
+                    "toolwall: response could not be inspected",
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,489 @@
+//! The proxy in process, against a fake upstream written with raw TCP so the test controls
+//! exactly when each byte leaves.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{LlmProxy, LlmProxySettings};
+use crate::events::{Event, EventSink};
+use crate::llm::anthropic::tests::stream as anthropic_stream;
+use crate::llm::testing::{data_values, gate};
+
+/// What the fake upstream does on its one connection.
+enum Step {
+    Send(Vec<u8>),
+    /// Wait until the test says go.
+    Wait(oneshot::Receiver<()>),
+}
+
+/// Serves one request; returns the upstream address and the request head it received.
+async fn fake_upstream(steps: Vec<Step>) -> (SocketAddr, oneshot::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (head_tx, head_rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            return;
+        };
+        let mut req = Vec::new();
+        let mut buf = [0u8; 4096];
+        let head_end = loop {
+            let Ok(n) = sock.read(&mut buf).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            req.extend_from_slice(&buf[..n]);
+            if let Some(p) = memchr::memmem::find(&req, b"\r\n\r\n") {
+                break p + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&req[..head_end]).to_string();
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        while req.len() < head_end + len {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => req.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = head_tx.send(head);
+        for step in steps {
+            match step {
+                Step::Send(bytes) => {
+                    if sock.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                    let _ = sock.flush().await;
+                }
+                Step::Wait(rx) => {
+                    let _ = rx.await;
+                }
+            }
+        }
+        let _ = sock.shutdown().await;
+    });
+    (addr, head_rx)
+}
+
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+fn sse_head(extra: &str) -> Vec<u8> {
+    format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n{extra}\r\n").into_bytes()
+}
+
+async fn start_proxy(
+    upstream: SocketAddr,
+    blocked: &[&'static str],
+) -> (
+    SocketAddr,
+    mpsc::UnboundedReceiver<Event>,
+    oneshot::Sender<()>,
+) {
+    let settings = LlmProxySettings {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        anthropic_upstream: format!("http://{upstream}"),
+        openai_upstream: format!("http://{upstream}"),
+        session_id: "s1".into(),
+        ..LlmProxySettings::default()
+    };
+    let (sink, rx) = EventSink::channel();
+    let proxy = LlmProxy::bind(settings, gate(blocked), sink)
+        .await
+        .expect("bind proxy");
+    let addr = proxy.local_addr().expect("addr");
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    tokio::spawn(proxy.run(async {
+        let _ = stop_rx.await;
+    }));
+    (addr, rx, stop_tx)
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+fn post(addr: SocketAddr, path: &str, body: &str) -> Request<Full<Bytes>> {
+    Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .header("x-api-key", "sk-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("accept-encoding", "gzip, br")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .expect("request")
+}
+
+fn intercepted(rx: &mut mpsc::UnboundedReceiver<Event>) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        if let Event::McpToolCallIntercepted(e) = ev {
+            out.push((e.tool_name, e.action.as_str().to_owned(), e.session_id));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn streamed_anthropic_blocking_end_to_end() {
+    let stream = anthropic_stream(&["mcp__fs__read", "mcp__fs__delete"]);
+    let mut steps = vec![Step::Send(sse_head(""))];
+    for piece in stream.chunks(37) {
+        steps.push(Step::Send(chunk(piece)));
+    }
+    steps.push(Step::Send(b"0\r\n\r\n".to_vec()));
+    let (upstream, head) = fake_upstream(steps).await;
+    let (proxy, mut events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+
+    let resp = client()
+        .request(post(proxy, "/v1/messages?beta=true", r#"{"stream":true}"#))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        !text.contains("SECRET_2"),
+        "blocked arguments reached the client"
+    );
+    assert!(text.contains("SECRET_1"), "allowed arguments missing");
+    assert!(text.contains("[toolwall] Tool 'mcp__fs__delete' blocked by policy"));
+    // 17 events, the blocked block's 5 replaced by 3.
+    assert_eq!(data_values(&body).len(), 15);
+
+    let head = head.await.expect("upstream saw the request");
+    assert!(
+        head.starts_with("POST /v1/messages?beta=true HTTP/1.1"),
+        "{head}"
+    );
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("accept-encoding: identity"),
+        "{head}"
+    );
+    assert!(head.contains("sk-test"), "auth header must pass: {head}");
+
+    let got = intercepted(&mut events);
+    assert!(
+        got.contains(&("mcp__fs__delete".into(), "block".into(), "s1".into())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&("mcp__fs__read".into(), "allow".into(), "s1".into())),
+        "{got:?}"
+    );
+}
+
+#[tokio::test]
+async fn streaming_is_not_buffered() {
+    let stream = anthropic_stream(&[]);
+    let first_end = memchr::memmem::find(&stream, b"\n\n").expect("an event") + 2;
+    let (go_tx, go_rx) = oneshot::channel();
+    let steps = vec![
+        Step::Send(sse_head("")),
+        Step::Send(chunk(&stream[..first_end])),
+        Step::Wait(go_rx),
+        Step::Send(chunk(&stream[first_end..])),
+        Step::Send(b"0\r\n\r\n".to_vec()),
+    ];
+    let (upstream, _head) = fake_upstream(steps).await;
+    let (proxy, _events, _stop) = start_proxy(upstream, &[]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    let mut body = resp.into_body();
+    // The first event must arrive while upstream is still holding back the rest.
+    let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .expect("first event arrived before upstream finished")
+        .expect("a frame")
+        .expect("ok frame");
+    let first = frame.into_data().expect("data");
+    assert_eq!(&first[..], &stream[..first_end]);
+    go_tx.send(()).expect("upstream waiting");
+    let rest = body.collect().await.expect("rest").to_bytes();
+    let mut all = first.to_vec();
+    all.extend_from_slice(&rest);
+    assert_eq!(all, stream, "nothing blocked: byte-identical");
+}
+
+#[tokio::test]
+async fn gzip_from_upstream_is_decoded_and_inspected() {
+    let stream = anthropic_stream(&["mcp__fs__delete"]);
+    let mut gz = Vec::new();
+    async_compression::tokio::bufread::GzipEncoder::new(&stream[..])
+        .read_to_end(&mut gz)
+        .await
+        .expect("gzip");
+    let mut steps = vec![Step::Send(sse_head("content-encoding: gzip\r\n"))];
+    for piece in gz.chunks(50) {
+        steps.push(Step::Send(chunk(piece)));
+    }
+    steps.push(Step::Send(b"0\r\n\r\n".to_vec()));
+    let (upstream, _head) = fake_upstream(steps).await;
+    let (proxy, _events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    assert!(resp.headers().get("content-encoding").is_none());
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    assert!(!text.contains("SECRET_1"));
+    assert!(text.contains("blocked by policy"));
+    let stop = data_values(&body)
+        .into_iter()
+        .find(|v| v["type"] == "message_delta")
+        .expect("message_delta");
+    assert_eq!(stop["delta"]["stop_reason"], "end_turn");
+}
+
+#[tokio::test]
+async fn buffered_json_is_rewritten_with_its_length() {
+    let body = r#"{"id":"msg_1","content":[{"type":"tool_use","id":"t","name":"mcp__fs__delete","input":{"SECRET":1}}],"stop_reason":"tool_use"}"#;
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (upstream, _head) = fake_upstream(vec![Step::Send(resp.into_bytes())]).await;
+    let (proxy, _events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    let len: usize = resp
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("content-length");
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(body.len(), len);
+    let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert_eq!(v["content"][0]["type"], "text");
+}
+
+#[tokio::test]
+async fn passthrough_error_status_and_websocket_refusal() {
+    // Error status on an inspected route: passed through as is.
+    let err = r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#;
+    let resp = format!(
+        "HTTP/1.1 529 Overloaded\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{err}",
+        err.len()
+    );
+    let (upstream, _head) = fake_upstream(vec![Step::Send(resp.into_bytes())]).await;
+    let (proxy, _events, _stop) = start_proxy(upstream, &[]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    assert_eq!(resp.status().as_u16(), 529);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], err.as_bytes());
+
+    // HEAD / goes through untouched.
+    let (upstream, head) = fake_upstream(vec![Step::Send(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec(),
+    )])
+    .await;
+    let (proxy, _events, _stop2) = start_proxy(upstream, &[]).await;
+    let req = Request::head(format!("http://{proxy}/"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = client().request(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        head.await
+            .expect("forwarded")
+            .starts_with("HEAD / HTTP/1.1")
+    );
+
+    // A WebSocket upgrade is refused without touching upstream.
+    let req = Request::get(format!("http://{proxy}/v1/responses"))
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = client().request(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::UPGRADE_REQUIRED);
+}
+
+#[tokio::test]
+async fn upstream_drop_mid_stream_does_not_hang_or_panic() {
+    let stream = anthropic_stream(&["mcp__fs__delete"]);
+    // Cut inside the blocked block's arguments, without the chunked terminator.
+    let cut = memchr::memmem::find(&stream, b"SECRET_1").expect("secret") - 5;
+    let steps = vec![Step::Send(sse_head("")), Step::Send(chunk(&stream[..cut]))];
+    let (upstream, _head) = fake_upstream(steps).await;
+    let (proxy, _events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
+                Err(_) => return false,
+            }
+        }
+        true
+    })
+    .await
+    .expect("the response ended");
+    let _ = outcome;
+    assert!(!String::from_utf8_lossy(&got).contains("SECRET"));
+}
+
+#[tokio::test]
+async fn every_content_coding_is_decoded_before_inspection() {
+    use async_compression::tokio::bufread::{BrotliEncoder, GzipEncoder, ZlibEncoder, ZstdEncoder};
+    let body = r#"{"id":"msg_1","content":[{"type":"tool_use","id":"t","name":"mcp__fs__delete","input":{"SECRET":1}}],"stop_reason":"tool_use"}"#;
+    for coding in ["gzip", "deflate", "br", "zstd"] {
+        let mut enc = Vec::new();
+        let src = body.as_bytes();
+        match coding {
+            "gzip" => GzipEncoder::new(src).read_to_end(&mut enc).await,
+            "deflate" => ZlibEncoder::new(src).read_to_end(&mut enc).await,
+            "br" => BrotliEncoder::new(src).read_to_end(&mut enc).await,
+            _ => ZstdEncoder::new(src).read_to_end(&mut enc).await,
+        }
+        .expect("encode");
+        let mut resp = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: {coding}\r\ncontent-length: {}\r\n\r\n",
+            enc.len()
+        )
+        .into_bytes();
+        resp.extend_from_slice(&enc);
+        let (upstream, _head) = fake_upstream(vec![Step::Send(resp)]).await;
+        let (proxy, _events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+        let resp = client()
+            .request(post(proxy, "/v1/messages", "{}"))
+            .await
+            .expect("response");
+        assert!(resp.headers().get("content-encoding").is_none(), "{coding}");
+        let out = resp.into_body().collect().await.expect("body").to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("identity JSON");
+        assert_eq!(v["content"][0]["type"], "text", "{coding}");
+        assert!(
+            !String::from_utf8_lossy(&out).contains("SECRET"),
+            "{coding}"
+        );
+    }
+    // An encoding we cannot undo is refused, never passed uninspected.
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: compress\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (upstream, _head) = fake_upstream(vec![Step::Send(resp.into_bytes())]).await;
+    let (proxy, _events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+}
+
+#[tokio::test]
+async fn block_event_recorded_mid_stream_and_client_disconnect_is_survived() {
+    let stream = anthropic_stream(&["mcp__fs__delete"]);
+    // Up to and including the blocked tool_use start, then upstream pauses.
+    let start = memchr::memmem::find(&stream, b"\"tool_use\"").expect("tool_use");
+    let cut = start + memchr::memmem::find(&stream[start..], b"\n\n").expect("end") + 2;
+    let (go_tx, go_rx) = oneshot::channel();
+    let steps = vec![
+        Step::Send(sse_head("")),
+        Step::Send(chunk(&stream[..cut])),
+        Step::Wait(go_rx),
+        Step::Send(chunk(&stream[cut..])),
+        Step::Send(b"0\r\n\r\n".to_vec()),
+    ];
+    let (upstream, _head) = fake_upstream(steps).await;
+    let (proxy, mut events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("blocked by policy") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("replacement arrives while upstream is paused")
+            .expect("frame")
+            .expect("ok");
+        got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]));
+    }
+    // The decision is in the store already, before the stream is over.
+    let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+        .await
+        .expect("event emitted mid-stream")
+        .expect("event");
+    match ev {
+        Event::McpToolCallIntercepted(e) => {
+            assert_eq!(e.tool_name, "mcp__fs__delete");
+            assert_eq!(e.input, None);
+        }
+        other => panic!("unexpected event {other:?}"),
+    }
+    // The client goes away; upstream then sends the rest into a closed response.
+    drop(body);
+    let _ = go_tx.send(());
+    // The proxy keeps serving.
+    let resp = client()
+        .request(post(proxy, "/v1/models", ""))
+        .await
+        .expect("first proxy still answers");
+    // Its upstream served its one connection: a 502, not a hang or a crash.
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+}
+
+#[test]
+fn a_session_prefix_is_split_off_and_tags_the_exchange() {
+    use super::split_session;
+    let cases = [
+        (
+            "/s/demo/v1/messages?beta=true",
+            ("demo", "/v1/messages?beta=true"),
+        ),
+        ("/s/a-b.c_1/v1/responses", ("a-b.c_1", "/v1/responses")),
+        ("/s/demo?x=1", ("demo", "/?x=1")),
+        ("/v1/messages", ("dflt", "/v1/messages")),
+        ("/s/../v1/messages", ("dflt", "/s/../v1/messages")),
+        ("/s//v1/messages", ("dflt", "/s//v1/messages")),
+    ];
+    for (path, (session, rest)) in cases {
+        assert_eq!(
+            split_session(path, "dflt"),
+            (session.to_owned(), rest.to_owned()),
+            "{path}"
+        );
+    }
+}

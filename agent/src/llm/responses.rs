@@ -1,0 +1,623 @@
+//! OpenAI Responses API streaming (what Codex speaks).
+//!
+//! | event | action |
+//! |---|---|
+//! | `response.output_item.added`, `function_call` | ask the gate with `namespace` + `name`; blocked: a message item (added, part added, text delta, text done, part done) replaces it at the same `output_index` |
+//! | `response.function_call_arguments.delta/.done` | suppressed for a blocked item |
+//! | `response.output_item.done` | blocked: the completed message item; allowed MCP: recorded with its arguments |
+//! | `response.output_item.added`, `custom_tool_call` | held back with its `custom_tool_call_input.*` events until its `output_item.done`; then its code is scanned for `mcp__<server>__<tool>` references and the whole item passes, or is replaced if one is blocked |
+//! | `response.completed/.incomplete/.failed` | blocked items in `response.output` replaced by the message items |
+//!
+//! Synthetic events reuse the `sequence_number` of the event they stand in for.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use bytes::{Bytes, BytesMut};
+use memchr::memmem::Finder;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::json::{RawObject, quote, raw_array, raw_from_json};
+use super::sse::{write_event, write_with_data};
+use super::{Cx, Fatal, Machine, blocked_message, mentions, trim_ws};
+use crate::decision::Decision;
+
+static CALL_KEYS: [LazyLock<Finder<'static>>; 2] = [
+    LazyLock::new(|| Finder::new("function_call")),
+    LazyLock::new(|| Finder::new("custom_tool_call")),
+];
+
+/// Event types that carry only text of message/reasoning items: never parsed.
+const TEXT_PREFIXES: [&[u8]; 4] = [
+    br#"{"type":"response.output_text.delta""#,
+    br#"{"type":"response.reasoning_summary_text.delta""#,
+    br#"{"type":"response.reasoning_text.delta""#,
+    br#"{"type":"response.refusal.delta""#,
+];
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Cow<'a, str>,
+    #[serde(default)]
+    output_index: Option<u64>,
+    #[serde(default, borrow)]
+    item_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    item: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    sequence_number: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    delta: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    input: Option<&'a RawValue>,
+}
+
+/// An output item as far as we care.
+#[derive(Deserialize)]
+pub(crate) struct Item<'a> {
+    #[serde(rename = "type", borrow)]
+    pub ty: Cow<'a, str>,
+    #[serde(default, borrow)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub call_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub namespace: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub arguments: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub input: Option<Cow<'a, str>>,
+}
+
+enum ItemState {
+    /// Replaced by a message item with this text.
+    Blocked { message_id: String, text: String },
+    /// Allowed MCP function call, recorded at its `output_item.done`.
+    Tracked { name: String, decision: Decision },
+    /// A custom tool call held back until its code is complete.
+    Held {
+        events: Vec<Bytes>,
+        input: String,
+        bytes: usize,
+    },
+}
+
+struct Entry {
+    output_index: u64,
+    item_id: String,
+    state: ItemState,
+}
+
+/// Streaming state of one Responses API response.
+pub(crate) struct Responses {
+    items: Vec<Entry>,
+    /// Ids of tool items already decided and passed (not re-asked at `response.completed`).
+    passed: Vec<String>,
+    max_held: usize,
+}
+
+impl Responses {
+    pub(crate) fn new(max_held: usize) -> Self {
+        Responses {
+            items: Vec::new(),
+            passed: Vec::new(),
+            max_held,
+        }
+    }
+
+    fn find(&self, env: &Envelope<'_>) -> Option<usize> {
+        self.items.iter().position(|e| {
+            env.output_index == Some(e.output_index)
+                || env.item_id.as_deref().is_some_and(|id| id == e.item_id)
+        })
+    }
+}
+
+impl Machine for Responses {
+    fn on_event(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        data: Option<Cow<'_, [u8]>>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let Some(data) = data else {
+            out.extend_from_slice(raw);
+            return Ok(());
+        };
+        let body = trim_ws(&data);
+        if TEXT_PREFIXES.iter().any(|p| body.starts_with(p)) {
+            out.extend_from_slice(raw);
+            return Ok(());
+        }
+        let keys: [&Finder<'static>; 2] = [&CALL_KEYS[0], &CALL_KEYS[1]];
+        if self.items.is_empty() && !mentions(body, &keys) {
+            out.extend_from_slice(raw);
+            return Ok(());
+        }
+        let env: Envelope<'_> = match serde_json::from_slice(body) {
+            Ok(e) => e,
+            Err(e) => {
+                cx.malformed(&e, mentions(body, &keys))?;
+                out.extend_from_slice(raw);
+                return Ok(());
+            }
+        };
+        let seq = env.sequence_number.map_or("0", |s| s.get()).to_owned();
+        match env.ty.as_ref() {
+            "response.output_item.added" => self.on_added(cx, raw, &env, &seq, out),
+            "response.output_item.done" => self.on_done(cx, raw, &env, &seq, out),
+            "response.function_call_arguments.delta" | "response.function_call_arguments.done" => {
+                match self.find(&env).map(|i| &self.items[i].state) {
+                    Some(ItemState::Blocked { .. }) => Ok(()),
+                    _ => {
+                        out.extend_from_slice(raw);
+                        Ok(())
+                    }
+                }
+            }
+            "response.custom_tool_call_input.delta" | "response.custom_tool_call_input.done" => {
+                let max = self.max_held;
+                match self.find(&env).map(|i| &mut self.items[i].state) {
+                    Some(ItemState::Held {
+                        events,
+                        input,
+                        bytes,
+                    }) => {
+                        if env.ty == "response.custom_tool_call_input.delta" {
+                            input.push_str(&raw_string(env.delta));
+                        } else if env.input.is_some() {
+                            *input = raw_string(env.input);
+                        }
+                        *bytes += raw.len();
+                        if *bytes > max {
+                            return Err(Fatal::new(
+                                "custom tool call larger than the buffer limit",
+                            ));
+                        }
+                        events.push(raw.clone());
+                        Ok(())
+                    }
+                    Some(ItemState::Blocked { .. }) => Ok(()),
+                    _ => {
+                        out.extend_from_slice(raw);
+                        Ok(())
+                    }
+                }
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                self.on_completed(cx, body, raw, out)
+            }
+            _ => {
+                // Other events about a held item (none are defined today) are held with it.
+                if let Some(i) = self.find(&env)
+                    && let ItemState::Held { events, .. } = &mut self.items[i].state
+                {
+                    events.push(raw.clone());
+                    return Ok(());
+                }
+                out.extend_from_slice(raw);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_end(&mut self, cx: &mut Cx, _out: &mut BytesMut) {
+        for e in self.items.drain(..) {
+            match e.state {
+                ItemState::Tracked { name, decision } => cx.record(name, e.item_id, None, decision),
+                ItemState::Held { .. } => tracing::warn!(
+                    item = %e.item_id,
+                    "stream ended inside a custom tool call; it was not passed on"
+                ),
+                ItemState::Blocked { .. } => {}
+            }
+        }
+    }
+
+    fn write_error(&self, out: &mut BytesMut, message: &str) {
+        let data = format!(
+            r#"{{"type":"error","code":"toolwall_blocked","message":{},"param":null,"sequence_number":0}}"#,
+            quote(message)
+        );
+        write_event(out, Some("error"), data.as_bytes());
+    }
+}
+
+impl Responses {
+    fn on_added(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        env: &Envelope<'_>,
+        seq: &str,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let (Some(index), Some(item_raw)) = (env.output_index, env.item) else {
+            out.extend_from_slice(raw);
+            return Ok(());
+        };
+        let item: Item<'_> = match serde_json::from_str(item_raw.get()) {
+            Ok(i) => i,
+            Err(e) => {
+                cx.malformed(&e, true)?;
+                out.extend_from_slice(raw);
+                return Ok(());
+            }
+        };
+        let item_id = item.id.as_deref().unwrap_or_default().to_owned();
+        match item.ty.as_ref() {
+            "function_call" => {
+                let name = item.name.as_deref().unwrap_or_default();
+                let namespace = item.namespace.as_deref();
+                let decision = cx.check(name, namespace);
+                let shown = display_name(name, namespace);
+                let call_id = item.call_id.as_deref().unwrap_or(&item_id).to_owned();
+                if decision.is_blocked() {
+                    let text = blocked_message(&shown, &decision.reason);
+                    let message_id = format!("msg_toolwall_{item_id}");
+                    write_message_open(out, seq, index, &message_id, &text);
+                    cx.record(shown, call_id, None, decision);
+                    self.items.push(Entry {
+                        output_index: index,
+                        item_id,
+                        state: ItemState::Blocked { message_id, text },
+                    });
+                } else {
+                    self.passed.push(item_id.clone());
+                    if decision.tool.is_some() {
+                        self.items.push(Entry {
+                            output_index: index,
+                            item_id,
+                            state: ItemState::Tracked {
+                                name: shown,
+                                decision,
+                            },
+                        });
+                    }
+                    out.extend_from_slice(raw);
+                }
+            }
+            "custom_tool_call" => {
+                let input = item.input.as_deref().unwrap_or_default().to_owned();
+                self.items.push(Entry {
+                    output_index: index,
+                    item_id,
+                    state: ItemState::Held {
+                        events: vec![raw.clone()],
+                        input,
+                        bytes: raw.len(),
+                    },
+                });
+            }
+            _ => out.extend_from_slice(raw),
+        }
+        Ok(())
+    }
+
+    fn on_done(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        env: &Envelope<'_>,
+        seq: &str,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let Some(pos) = self.find(env) else {
+            // An item we never saw added: inspect it whole (a stream may skip `added`).
+            return self.on_done_unseen(cx, raw, env, seq, out);
+        };
+        let index = self.items[pos].output_index;
+        let item: Option<Item<'_>> = env.item.and_then(|i| serde_json::from_str(i.get()).ok());
+        match &mut self.items[pos].state {
+            ItemState::Blocked { message_id, text } => {
+                write_message_done(out, seq, index, message_id, text);
+            }
+            ItemState::Tracked { .. } => {
+                let entry = self.items.swap_remove(pos);
+                if let ItemState::Tracked { name, decision } = entry.state {
+                    let input = item
+                        .as_ref()
+                        .and_then(|i| i.arguments.as_deref())
+                        .and_then(|a| serde_json::from_str(a).ok());
+                    let call_id = item
+                        .as_ref()
+                        .and_then(|i| i.call_id.as_deref())
+                        .unwrap_or(&entry.item_id)
+                        .to_owned();
+                    cx.record(name, call_id, input, decision);
+                }
+                out.extend_from_slice(raw);
+            }
+            ItemState::Held { .. } => {
+                let entry = self.items.swap_remove(pos);
+                let ItemState::Held { events, input, .. } = entry.state else {
+                    return Ok(());
+                };
+                let (input, name, call_id) = match &item {
+                    Some(i) => (
+                        i.input.as_deref().map_or(input, str::to_owned),
+                        i.name.as_deref().unwrap_or_default().to_owned(),
+                        i.call_id.as_deref().unwrap_or(&entry.item_id).to_owned(),
+                    ),
+                    None => (input, String::new(), entry.item_id.clone()),
+                };
+                match judge_custom(cx, &name, &call_id, &input) {
+                    Some(text) => {
+                        let message_id = format!("msg_toolwall_{}", entry.item_id);
+                        write_message_open(out, seq, index, &message_id, &text);
+                        write_message_done(out, seq, index, &message_id, &text);
+                        self.items.push(Entry {
+                            output_index: index,
+                            item_id: entry.item_id,
+                            state: ItemState::Blocked { message_id, text },
+                        });
+                    }
+                    None => {
+                        self.passed.push(entry.item_id);
+                        for e in events {
+                            out.extend_from_slice(&e);
+                        }
+                        out.extend_from_slice(raw);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_done_unseen(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        env: &Envelope<'_>,
+        seq: &str,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let (Some(index), Some(item_raw)) = (env.output_index, env.item) else {
+            out.extend_from_slice(raw);
+            return Ok(());
+        };
+        let Ok(item) = serde_json::from_str::<Item<'_>>(item_raw.get()) else {
+            out.extend_from_slice(raw);
+            return Ok(());
+        };
+        let item_id = item.id.as_deref().unwrap_or_default().to_owned();
+        if let Some((text, _)) = judge_item(cx, &item, true) {
+            let message_id = format!("msg_toolwall_{item_id}");
+            write_message_done(out, seq, index, &message_id, &text);
+            self.items.push(Entry {
+                output_index: index,
+                item_id,
+                state: ItemState::Blocked { message_id, text },
+            });
+        } else {
+            self.passed.push(item_id);
+            out.extend_from_slice(raw);
+        }
+        Ok(())
+    }
+
+    /// Rewrites the final response: blocked items become their message items, and tool items
+    /// never seen in the stream are decided here (a stream may carry them only in the final
+    /// object, which SDK helpers return as the result).
+    fn on_completed(
+        &mut self,
+        cx: &mut Cx,
+        body: &[u8],
+        raw: &Bytes,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let bad = |_| Fatal::new("malformed response.completed after a blocked call");
+        let text = std::str::from_utf8(body).map_err(|_| Fatal::new("SSE data is not UTF-8"))?;
+        let mut top = RawObject::parse(text).map_err(bad)?;
+        let Some(resp_raw) = top.get("response") else {
+            out.extend_from_slice(raw);
+            return Ok(());
+        };
+        let mut resp = RawObject::from_raw(resp_raw).map_err(bad)?;
+        let Some(output_raw) = resp.get("output") else {
+            out.extend_from_slice(raw);
+            return Ok(());
+        };
+        let output: Vec<&RawValue> = serde_json::from_str(output_raw.get()).map_err(bad)?;
+        let mut new_output: Vec<Box<RawValue>> = Vec::with_capacity(output.len());
+        let mut changed = false;
+        for (i, item_raw) in output.iter().enumerate() {
+            let item = serde_json::from_str::<Item<'_>>(item_raw.get()).ok();
+            let id = item.as_ref().and_then(|it| it.id.as_deref());
+            let blocked = self.items.iter().find(|e| {
+                matches!(e.state, ItemState::Blocked { .. })
+                    && (id == Some(e.item_id.as_str())
+                        || (id.is_none() && e.output_index == i as u64))
+            });
+            if let Some(Entry {
+                state: ItemState::Blocked { message_id, text },
+                ..
+            }) = blocked
+            {
+                new_output.push(raw_from_json(message_item(message_id, text, true)));
+                changed = true;
+                continue;
+            }
+            if let Some(item) = &item
+                && matches!(item.ty.as_ref(), "function_call" | "custom_tool_call")
+                && !id.is_some_and(|id| self.passed.iter().any(|p| p == id))
+                && let Some((text, id)) = judge_item(cx, item, true)
+            {
+                let message_id = format!("msg_toolwall_{id}");
+                new_output.push(raw_from_json(message_item(&message_id, &text, true)));
+                changed = true;
+                continue;
+            }
+            new_output.push((*item_raw).to_owned());
+        }
+        if !changed {
+            out.extend_from_slice(raw);
+            return Ok(());
+        }
+        resp.set("output", raw_array(new_output.iter().map(|b| b.as_ref())));
+        let resp = resp.to_raw();
+        top.set("response", resp);
+        write_with_data(out, raw, top.to_json().as_bytes());
+        Ok(())
+    }
+}
+
+/// A raw value that should be a string, as one ("" otherwise). Envelope fields stay raw so
+/// an event type we do not know, with an object where we expect text, is not "malformed".
+fn raw_string(v: Option<&RawValue>) -> String {
+    v.and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+        .unwrap_or_default()
+}
+
+/// The name to show and record: Codex's `namespace` + `name` as `mcp__server__tool`.
+pub(crate) fn display_name(name: &str, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}__{name}"),
+        _ => name.to_owned(),
+    }
+}
+
+/// Decides a complete item (buffered bodies, or an item seen only at `done`): the replacement
+/// text and the item id when it must be blocked. Records what it decides.
+pub(crate) fn judge_item(cx: &mut Cx, item: &Item<'_>, record: bool) -> Option<(String, String)> {
+    let id = item.id.as_deref().unwrap_or_default().to_owned();
+    let call_id = item.call_id.as_deref().unwrap_or(&id).to_owned();
+    match item.ty.as_ref() {
+        "function_call" => {
+            let name = item.name.as_deref().unwrap_or_default();
+            let ns = item.namespace.as_deref();
+            let decision = cx.check(name, ns);
+            let shown = display_name(name, ns);
+            let input = item
+                .arguments
+                .as_deref()
+                .and_then(|a| serde_json::from_str(a).ok());
+            if decision.is_blocked() {
+                let text = blocked_message(&shown, &decision.reason);
+                if record {
+                    cx.record(shown, call_id, input, decision);
+                }
+                Some((text, id))
+            } else {
+                if record {
+                    cx.record(shown, call_id, input, decision);
+                }
+                None
+            }
+        }
+        "custom_tool_call" => {
+            let name = item.name.as_deref().unwrap_or_default();
+            let input = item.input.as_deref().unwrap_or_default();
+            judge_custom(cx, name, &call_id, input).map(|t| (t, id))
+        }
+        _ => None,
+    }
+}
+
+/// Decides a custom tool call (Codex code mode): the call itself and every MCP tool its code
+/// references. Returns the replacement text when one of them is blocked.
+fn judge_custom(cx: &mut Cx, name: &str, call_id: &str, input: &str) -> Option<String> {
+    let mut blocked: Option<String> = None;
+    let own = cx.check(name, None);
+    if own.is_blocked() {
+        blocked = Some(blocked_message(name, &own.reason));
+    }
+    let code = serde_json::Value::String(input.to_owned());
+    cx.record(name.to_owned(), call_id.to_owned(), Some(code.clone()), own);
+    for (server, tool) in mcp_references(input) {
+        let namespace = format!("mcp__{server}");
+        let decision = cx.check(tool, Some(&namespace));
+        let shown = display_name(tool, Some(&namespace));
+        if decision.is_blocked() && blocked.is_none() {
+            blocked = Some(blocked_message(&shown, &decision.reason));
+        }
+        cx.record(shown, call_id.to_owned(), Some(code.clone()), decision);
+    }
+    blocked
+}
+
+/// Every `mcp__<server>__<tool>` identifier in `code` (deduplicated, in order). Any mention
+/// counts, not only `tools.x(` calls: aliasing a tool before calling it must not hide it.
+pub(crate) fn mcp_references(code: &str) -> Vec<(&str, &str)> {
+    let mut refs: Vec<(&str, &str)> = Vec::new();
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == '-';
+    for (start, _) in code.match_indices("mcp__") {
+        let rest = &code[start + 5..];
+        let end = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+        let ident = &rest[..end];
+        if let Some((server, tool)) = ident.split_once("__")
+            && !server.is_empty()
+            && !tool.is_empty()
+            && !refs.contains(&(server, tool))
+        {
+            refs.push((server, tool));
+        }
+    }
+    refs
+}
+
+/// A message item carrying `text` (JSON), as `added` (in progress, empty) or `done`.
+pub(crate) fn message_item(id: &str, text: &str, done: bool) -> String {
+    if done {
+        format!(
+            r#"{{"id":{},"type":"message","status":"completed","role":"assistant","content":[{{"type":"output_text","text":{},"annotations":[]}}]}}"#,
+            quote(id),
+            quote(text)
+        )
+    } else {
+        format!(
+            r#"{{"id":{},"type":"message","status":"in_progress","role":"assistant","content":[]}}"#,
+            quote(id)
+        )
+    }
+}
+
+fn write_message_open(out: &mut BytesMut, seq: &str, index: u64, id: &str, text: &str) {
+    let (qid, qtext) = (quote(id), quote(text));
+    let added = format!(
+        r#"{{"type":"response.output_item.added","sequence_number":{seq},"output_index":{index},"item":{}}}"#,
+        message_item(id, text, false)
+    );
+    write_event(out, Some("response.output_item.added"), added.as_bytes());
+    let part_added = format!(
+        r#"{{"type":"response.content_part.added","sequence_number":{seq},"item_id":{qid},"output_index":{index},"content_index":0,"part":{{"type":"output_text","text":"","annotations":[]}}}}"#
+    );
+    write_event(
+        out,
+        Some("response.content_part.added"),
+        part_added.as_bytes(),
+    );
+    let delta = format!(
+        r#"{{"type":"response.output_text.delta","sequence_number":{seq},"item_id":{qid},"output_index":{index},"content_index":0,"delta":{qtext},"logprobs":[]}}"#
+    );
+    write_event(out, Some("response.output_text.delta"), delta.as_bytes());
+    let done = format!(
+        r#"{{"type":"response.output_text.done","sequence_number":{seq},"item_id":{qid},"output_index":{index},"content_index":0,"text":{qtext},"logprobs":[]}}"#
+    );
+    write_event(out, Some("response.output_text.done"), done.as_bytes());
+    let part_done = format!(
+        r#"{{"type":"response.content_part.done","sequence_number":{seq},"item_id":{qid},"output_index":{index},"content_index":0,"part":{{"type":"output_text","text":{qtext},"annotations":[]}}}}"#
+    );
+    write_event(
+        out,
+        Some("response.content_part.done"),
+        part_done.as_bytes(),
+    );
+}
+
+fn write_message_done(out: &mut BytesMut, seq: &str, index: u64, id: &str, text: &str) {
+    let done = format!(
+        r#"{{"type":"response.output_item.done","sequence_number":{seq},"output_index":{index},"item":{}}}"#,
+        message_item(id, text, true)
+    );
+    write_event(out, Some("response.output_item.done"), done.as_bytes());
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

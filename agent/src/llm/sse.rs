@@ -1,0 +1,479 @@
+//! Server-sent events framing (WHATWG "event stream" rules), sans-IO.
+//!
+//! The interceptors must see every event whole, whatever the TCP reads looked like, and must
+//! forward the events they do not change byte for byte. So the decoder (mini-redis style) owns
+//! one [`BytesMut`], appends reads to it, and hands out each complete event as the exact bytes
+//! it came in as (a frozen `split_to`, no copy); an [`SseEvent`] view then finds the fields on
+//! demand.
+//!
+//! Line ends are LF, CR or CRLF. A CR that ends one read may be the first half of a CRLF whose LF
+//! starts the next read; the decoder remembers that and does not count the LF as a second (empty)
+//! line, which would otherwise split an event in two at the wrong place.
+
+use std::borrow::Cow;
+
+use bytes::{Bytes, BytesMut};
+
+/// Why a stream cannot be framed any further.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SseError {
+    /// One event grew past the per-stream memory limit before it was complete. The event is never
+    /// passed on uninspected: the caller ends the stream.
+    #[error("an SSE event exceeded the {limit}-byte buffer limit before it was complete")]
+    TooLarge {
+        /// The configured limit.
+        limit: usize,
+    },
+}
+
+/// Incremental SSE event splitter.
+///
+/// `feed` bytes as they arrive, then call [`SseDecoder::next_event`] until it returns `Ok(None)`
+/// ("incomplete" is the normal state, not an error). At end of input, [`SseDecoder::finish`]
+/// returns what is left (an unterminated last event), so the caller can inspect it too.
+#[derive(Debug)]
+pub struct SseDecoder {
+    buf: BytesMut,
+    /// Bytes of `buf` already scanned for line ends (never rescanned: framing is O(n)).
+    scanned: usize,
+    /// Start of the line being scanned.
+    line_start: usize,
+    /// The last line end seen was a CR at the very end of the input so far: an LF next is its
+    /// second half, not a line of its own.
+    after_cr: bool,
+    /// The event last returned is the LF completing the previous event's final CRLF.
+    crlf_tail: bool,
+    /// Data lines seen in the event being scanned.
+    data: DataHint,
+    /// Data lines of the event last returned.
+    last_data: DataHint,
+    limit: usize,
+}
+
+impl SseDecoder {
+    /// A decoder that buffers at most `limit` bytes of one incomplete event.
+    pub fn new(limit: usize) -> Self {
+        SseDecoder {
+            buf: BytesMut::with_capacity(8 * 1024),
+            scanned: 0,
+            line_start: 0,
+            after_cr: false,
+            crlf_tail: false,
+            data: DataHint::None,
+            last_data: DataHint::None,
+            limit,
+        }
+    }
+
+    /// Appends bytes read from the stream.
+    pub fn feed(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The next complete event (its raw bytes, up to and including the blank line that ends it),
+    /// `Ok(None)` when more input is needed, or an error when the pending event is over the limit.
+    /// A lone `\n` completing a CRLF split across reads comes out as its own "event" (no fields).
+    pub fn next_event(&mut self) -> Result<Option<Bytes>, SseError> {
+        self.crlf_tail = false;
+        loop {
+            if self.after_cr {
+                let Some(&b) = self.buf.get(self.scanned) else {
+                    return self.incomplete();
+                };
+                self.after_cr = false;
+                if b == b'\n' {
+                    if self.scanned == 0 {
+                        // The LF half of the CRLF that ended the event just dispatched: hand it
+                        // out on its own so it is forwarded even if the next event is rewritten.
+                        self.crlf_tail = true;
+                        self.last_data = DataHint::None;
+                        return Ok(Some(self.buf.split_to(1).freeze()));
+                    }
+                    self.scanned += 1;
+                    self.line_start = self.scanned;
+                }
+            }
+            let Some(off) = memchr::memchr2(b'\r', b'\n', &self.buf[self.scanned..]) else {
+                self.scanned = self.buf.len();
+                return self.incomplete();
+            };
+            let i = self.scanned + off;
+            let blank = i == self.line_start;
+            let end = if self.buf[i] == b'\n' {
+                i + 1
+            } else if i + 1 < self.buf.len() {
+                if self.buf[i + 1] == b'\n' {
+                    i + 2
+                } else {
+                    i + 1
+                }
+            } else {
+                // A CR at the end of what we have: the line has ended, but an LF may follow.
+                self.after_cr = true;
+                i + 1
+            };
+            if !blank {
+                self.note_line(self.line_start, i);
+            }
+            self.scanned = end;
+            self.line_start = end;
+            if blank {
+                self.last_data = std::mem::take(&mut self.data);
+                let raw = self.buf.split_to(end).freeze();
+                self.scanned = 0;
+                self.line_start = 0;
+                return Ok(Some(raw));
+            }
+        }
+    }
+
+    /// Notes where a `data:` line's value is, so the common one-line event needs no second
+    /// pass to find its data.
+    fn note_line(&mut self, start: usize, end: usize) {
+        let line = &self.buf[start..end];
+        if !line.starts_with(b"data") || (line.len() > 4 && line[4] != b':') {
+            return;
+        }
+        let mut from = start + line.len().min(5);
+        if self.buf.get(from) == Some(&b' ') && from < end {
+            from += 1;
+        }
+        self.data = match self.data {
+            DataHint::None => DataHint::Single(from..end),
+            _ => DataHint::Multi,
+        };
+    }
+
+    /// Where the data of the event last returned is (valid for that event's bytes).
+    pub fn last_data(&self) -> &DataHint {
+        &self.last_data
+    }
+
+    fn incomplete(&self) -> Result<Option<Bytes>, SseError> {
+        if self.buf.len() > self.limit {
+            Err(SseError::TooLarge { limit: self.limit })
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Takes whatever is buffered at end of input: an event that was never terminated by a blank
+    /// line (empty if the stream ended cleanly).
+    pub fn finish(&mut self) -> Bytes {
+        self.data = DataHint::None;
+        self.last_data = DataHint::Multi;
+        self.scanned = 0;
+        self.line_start = 0;
+        self.after_cr = false;
+        self.buf.split().freeze()
+    }
+
+    /// Whether the event last returned is only the LF completing the CRLF that ended the one
+    /// before (forward it only if that event was forwarded verbatim).
+    pub fn is_crlf_tail(&self) -> bool {
+        self.crlf_tail
+    }
+
+    /// Bytes held for an incomplete event.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Where an event's data is, as found while framing it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum DataHint {
+    /// No `data:` line.
+    #[default]
+    None,
+    /// Exactly one `data:` line; its value is this range of the event's bytes.
+    Single(std::ops::Range<usize>),
+    /// Several `data:` lines (or unknown): join them with [`SseEvent::data`].
+    Multi,
+}
+
+impl DataHint {
+    /// The data of `raw` (the event this hint is for).
+    pub fn data<'a>(&self, raw: &'a [u8]) -> Option<Cow<'a, [u8]>> {
+        match self {
+            DataHint::None => None,
+            DataHint::Single(r) => raw.get(r.clone()).map(Cow::Borrowed),
+            DataHint::Multi => SseEvent::new(raw).data(),
+        }
+    }
+}
+
+/// One line of an event: a field (name and value, the single leading space of the value
+/// removed) or a comment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line<'a> {
+    /// `name: value`, or `name` alone (empty value).
+    Field(&'a [u8], &'a [u8]),
+    /// `: anything`, kept verbatim.
+    Comment(&'a [u8]),
+}
+
+/// Iterates the lines of a raw event, each with its own bytes (line end excluded).
+#[derive(Debug, Clone)]
+pub struct Lines<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Lines<'a> {
+    /// The parsed line and its raw text.
+    type Item = (Line<'a>, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.rest.is_empty() {
+                return None;
+            }
+            let (line, next) = match memchr::memchr2(b'\r', b'\n', self.rest) {
+                Some(i) => {
+                    let skip = if self.rest[i] == b'\r' && self.rest.get(i + 1) == Some(&b'\n') {
+                        2
+                    } else {
+                        1
+                    };
+                    (&self.rest[..i], i + skip)
+                }
+                None => (self.rest, self.rest.len()),
+            };
+            self.rest = &self.rest[next..];
+            if line.is_empty() {
+                // The terminating blank line (or the LF half of a CRLF split across reads).
+                continue;
+            }
+            let parsed = match memchr::memchr(b':', line) {
+                Some(0) => Line::Comment(&line[1..]),
+                Some(c) => {
+                    let value = &line[c + 1..];
+                    Line::Field(&line[..c], value.strip_prefix(b" ").unwrap_or(value))
+                }
+                None => Line::Field(line, b""),
+            };
+            return Some((parsed, line));
+        }
+    }
+}
+
+/// A view over one raw event.
+#[derive(Debug, Clone, Copy)]
+pub struct SseEvent<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> SseEvent<'a> {
+    /// Views raw event bytes as produced by [`SseDecoder`].
+    pub fn new(raw: &'a [u8]) -> Self {
+        SseEvent { raw }
+    }
+
+    /// The raw bytes.
+    pub fn raw(&self) -> &'a [u8] {
+        self.raw
+    }
+
+    /// Lines of the event, in order.
+    pub fn lines(&self) -> Lines<'a> {
+        Lines { rest: self.raw }
+    }
+
+    /// The `event:` field, if any (the last one wins, as in the spec).
+    pub fn event_type(&self) -> Option<&'a [u8]> {
+        let mut found = None;
+        for (line, _) in self.lines() {
+            if let Line::Field(b"event", v) = line {
+                found = Some(v);
+            }
+        }
+        found
+    }
+
+    /// The data buffer: `data:` values joined by `\n`; borrowed when there is a single `data:`
+    /// line (the common case, no allocation), `None` when the event has no data field.
+    pub fn data(&self) -> Option<Cow<'a, [u8]>> {
+        let mut data: Option<Cow<'a, [u8]>> = None;
+        for (line, _) in self.lines() {
+            if let Line::Field(b"data", v) = line {
+                data = Some(match data {
+                    None => Cow::Borrowed(v),
+                    Some(prev) => {
+                        let mut owned = prev.into_owned();
+                        owned.push(b'\n');
+                        owned.extend_from_slice(v);
+                        Cow::Owned(owned)
+                    }
+                });
+            }
+        }
+        data
+    }
+}
+
+/// Writes an event made of `raw`'s non-data lines (kept verbatim, in order) and `data` as its
+/// data (one `data:` line per line of `data`), at the position of the first original data line.
+pub fn write_with_data(out: &mut BytesMut, raw: &[u8], data: &[u8]) {
+    let mut wrote = false;
+    for (line, text) in SseEvent::new(raw).lines() {
+        match line {
+            Line::Field(b"data", _) => {
+                if !wrote {
+                    write_data_lines(out, data);
+                    wrote = true;
+                }
+            }
+            _ => {
+                out.extend_from_slice(text);
+                out.extend_from_slice(b"\n");
+            }
+        }
+    }
+    if !wrote {
+        write_data_lines(out, data);
+    }
+    out.extend_from_slice(b"\n");
+}
+
+/// Writes a whole new event: an optional `event:` line and the data.
+pub fn write_event(out: &mut BytesMut, event: Option<&str>, data: &[u8]) {
+    if let Some(name) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\n");
+    }
+    write_data_lines(out, data);
+    out.extend_from_slice(b"\n");
+}
+
+fn write_data_lines(out: &mut BytesMut, data: &[u8]) {
+    for part in data.split(|&b| b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(part);
+        out.extend_from_slice(b"\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(chunks: &[&[u8]]) -> (Vec<Vec<u8>>, Vec<u8>) {
+        let mut d = SseDecoder::new(1 << 20);
+        let mut events = Vec::new();
+        for c in chunks {
+            d.feed(c);
+            while let Some(ev) = d.next_event().expect("within limit") {
+                events.push(ev.to_vec());
+            }
+        }
+        (events, d.finish().to_vec())
+    }
+
+    fn assert_hints_agree(chunks: &[&[u8]]) {
+        let mut d = SseDecoder::new(1 << 20);
+        for c in chunks {
+            d.feed(c);
+            while let Some(ev) = d.next_event().expect("within limit") {
+                assert_eq!(d.last_data().data(&ev), SseEvent::new(&ev).data());
+            }
+        }
+    }
+
+    /// Data of every event, for every split of `input` into two and three reads.
+    fn data_at_every_split(input: &[u8]) -> Vec<Vec<Option<Vec<u8>>>> {
+        let mut all = Vec::new();
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                let (events, rest) = decode_all(&[&input[..i], &input[i..j], &input[j..]]);
+                assert_eq!(events.concat(), input[..input.len() - rest.len()].to_vec());
+                assert_hints_agree(&[&input[..i], &input[i..j], &input[j..]]);
+                all.push(
+                    events
+                        .iter()
+                        .filter(|e| e.as_slice() != b"\n")
+                        .map(|e| SseEvent::new(e).data().map(|d| d.to_vec()))
+                        .collect(),
+                );
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn line_ends_and_splits() {
+        type Case = (&'static [u8], &'static [Option<&'static [u8]>]);
+        let cases: &[Case] = &[
+            (b"data: a\n\ndata: b\n\n", &[Some(b"a"), Some(b"b")]),
+            (b"data: a\r\n\r\ndata: b\r\n\r\n", &[Some(b"a"), Some(b"b")]),
+            (b"data: a\r\rdata: b\r\r", &[Some(b"a"), Some(b"b")]),
+            (b"data:a\n\n", &[Some(b"a")]),
+            (b"data:  a\n\n", &[Some(b" a")]),
+            (b"data: a\ndata: b\n\n", &[Some(b"a\nb")]),
+            (b"event: x\n: comment\nid: 1\nfoo\ndata\n\n", &[Some(b"")]),
+            (b": only a comment\n\n", &[None]),
+            (b"data: a\r\ndata: b\rdata: c\n\n", &[Some(b"a\nb\nc")]),
+        ];
+        for (input, want) in cases {
+            let want: Vec<Option<Vec<u8>>> = want.iter().map(|d| d.map(|d| d.to_vec())).collect();
+            for got in data_at_every_split(input) {
+                assert_eq!(got, want, "input {:?}", String::from_utf8_lossy(input));
+            }
+        }
+    }
+
+    #[test]
+    fn cr_then_lf_in_next_read_is_one_line_end() {
+        // "data: a\r" | "\ndata: b\n\n": one event with two data lines, not an event "a".
+        let (events, rest) = decode_all(&[b"data: a\r", b"\ndata: b\n\n"]);
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            SseEvent::new(&events[0]).data().as_deref(),
+            Some(&b"a\nb"[..])
+        );
+        assert!(rest.is_empty());
+        // Blank line ended by a CR at the end of a read; the LF that follows belongs to it.
+        let (events, _) = decode_all(&[b"data: a\r\n\r", b"\ndata: b\r\n\r\n"]);
+        assert_eq!(events.len(), 3);
+        assert_eq!(events[1], b"\n");
+        assert_eq!(SseEvent::new(&events[1]).data(), None);
+        assert_eq!(SseEvent::new(&events[2]).data().as_deref(), Some(&b"b"[..]));
+    }
+
+    #[test]
+    fn unterminated_last_event_is_returned_by_finish() {
+        let (events, rest) = decode_all(&[b"data: a\n\ndata: b"]);
+        assert_eq!(events.len(), 1);
+        assert_eq!(rest, b"data: b");
+    }
+
+    #[test]
+    fn long_lines_have_no_cut_off_but_a_limit() {
+        let long = vec![b'x'; 300 * 1024];
+        let mut d = SseDecoder::new(1 << 20);
+        d.feed(b"data: ");
+        d.feed(&long);
+        assert_eq!(d.next_event(), Ok(None));
+        d.feed(b"\n\n");
+        let ev = d.next_event().expect("ok").expect("complete");
+        assert_eq!(SseEvent::new(&ev).data().map(|d| d.len()), Some(long.len()));
+
+        let mut d = SseDecoder::new(1024);
+        d.feed(b"data: ");
+        d.feed(&long[..2000]);
+        assert_eq!(d.next_event(), Err(SseError::TooLarge { limit: 1024 }));
+    }
+
+    #[test]
+    fn event_type_and_rewrite_keep_other_lines() {
+        let raw = b"event: message_delta\r\n: c\r\ndata: {\"a\":1}\r\nid: 7\r\n\r\n";
+        let ev = SseEvent::new(raw);
+        assert_eq!(ev.event_type(), Some(&b"message_delta"[..]));
+        let mut out = BytesMut::new();
+        write_with_data(&mut out, raw, b"{\"a\":2}\n{}");
+        assert_eq!(
+            &out[..],
+            b"event: message_delta\n: c\ndata: {\"a\":2}\ndata: {}\nid: 7\n\n"
+        );
+    }
+}

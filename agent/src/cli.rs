@@ -25,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon: LLM interceptor, kernel monitor, event store, correlator and local API.
     Run(crate::daemon::RunArgs),
+    /// Run a stdio MCP server behind the tool filter: `toolwall shim [--deny REGEX]... -- CMD ARGS...`.
+    Shim(crate::mcp::shim::ShimArgs),
 }
 
 /// Runs the parsed command line and turns its outcome into the process exit code.
@@ -32,6 +34,7 @@ pub fn main(cli: Cli) -> ExitCode {
     init_tracing(&cli.log);
     let result = match cli.command {
         Command::Run(args) => crate::daemon::run(args),
+        Command::Shim(args) => crate::mcp::shim::run(args),
     };
     match result {
         Ok(code) => code,

@@ -9,4 +9,5 @@ pub mod cli;
 pub mod daemon;
 pub mod decision;
 pub mod events;
+pub mod mcp;
 pub mod netmon;

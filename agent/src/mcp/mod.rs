@@ -4,10 +4,12 @@
 //! [`filter`] is sans-IO (bytes in, bytes out) over [`framing`]; [`shim`], [`proxy`] and
 //! [`client`] are the I/O around it.
 
+pub mod client;
 pub mod deny;
 pub mod filter;
 pub mod framing;
 pub mod shim;
+pub mod sse;
 
 use crate::events::EventSink;
 

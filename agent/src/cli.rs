@@ -27,6 +27,8 @@ pub enum Command {
     Run(crate::daemon::RunArgs),
     /// Run a stdio MCP server behind the tool filter: `toolwall shim [--deny REGEX]... -- CMD ARGS...`.
     Shim(crate::mcp::shim::ShimArgs),
+    /// Serve a network MCP server with denied tools removed (seed 004's tool-filter proxy).
+    McpProxy(crate::mcp::proxy::ProxyArgs),
 }
 
 /// Runs the parsed command line and turns its outcome into the process exit code.
@@ -35,6 +37,7 @@ pub fn main(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => crate::daemon::run(args),
         Command::Shim(args) => crate::mcp::shim::run(args),
+        Command::McpProxy(args) => crate::mcp::proxy::run(args),
     };
     match result {
         Ok(code) => code,

@@ -24,7 +24,14 @@ fn check_all_client_transports(upstream_transport: &str, client: &str) {
     }
     let argv = serde_json::json!([
         toolwall_tests::toolwall_bin().display().to_string(),
-        "mcp-proxy", "--stdio", "--upstream", url, "--deny", "^echo$", "--deny", "^get-tiny-image$"
+        "mcp-proxy",
+        "--stdio",
+        "--upstream",
+        url,
+        "--deny",
+        "^echo$",
+        "--deny",
+        "^get-tiny-image$"
     ]);
     let filtered = python_client("stdio", &argv.to_string(), &standard_calls());
     assert_filtered(&direct, &filtered, DENY);
@@ -45,14 +52,25 @@ fn empty_deny_list_shows_everything_all_denied_shows_nothing() {
     let (_server, url) = server_everything_http("streamableHttp");
     let direct = python_client("http", &url, &standard_calls());
     let (_open, open_port) = proxy(&url, &["--transport", "streamable-http"]);
-    let open = python_client("http", &format!("http://127.0.0.1:{open_port}/mcp"), &standard_calls());
+    let open = python_client(
+        "http",
+        &format!("http://127.0.0.1:{open_port}/mcp"),
+        &standard_calls(),
+    );
     assert_eq!(open["tools"], direct["tools"]);
     assert_eq!(open["calls"], direct["calls"]);
     // A second instance side by side with a different deny list.
     let (_closed, closed_port) = proxy(&url, &["--deny", ".*"]);
-    let closed = python_client("sse", &format!("http://127.0.0.1:{closed_port}/sse"), &standard_calls());
+    let closed = python_client(
+        "sse",
+        &format!("http://127.0.0.1:{closed_port}/sse"),
+        &standard_calls(),
+    );
     assert_eq!(closed["tools"], serde_json::json!([]));
-    assert_eq!(call(&closed, "get-sum")["error"]["message"], "Unknown tool: get-sum");
+    assert_eq!(
+        call(&closed, "get-sum")["error"]["message"],
+        "Unknown tool: get-sum"
+    );
 }
 
 fn wait_exit(proc: &mut Proc, within: Duration) -> (std::process::ExitStatus, String) {
@@ -65,7 +83,10 @@ fn wait_exit(proc: &mut Proc, within: Duration) -> (std::process::ExitStatus, St
             }
             return (status, stderr);
         }
-        assert!(Instant::now() < deadline, "the proxy did not exit within {within:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the proxy did not exit within {within:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -75,7 +96,11 @@ fn upstream_killed_mid_session_ends_the_proxy() {
     for transport in ["streamableHttp", "sse"] {
         let (server, url) = server_everything_http(transport);
         let (mut proxy, port) = proxy(&url, &["--deny", "^echo$"]);
-        let report = python_client("http", &format!("http://127.0.0.1:{port}/mcp"), &standard_calls());
+        let report = python_client(
+            "http",
+            &format!("http://127.0.0.1:{port}/mcp"),
+            &standard_calls(),
+        );
         assert!(!names(&report).is_empty());
         drop(server);
         let (status, stderr) = wait_exit(&mut proxy, Duration::from_secs(20));
@@ -97,7 +122,10 @@ fn unreachable_upstream_and_invalid_regex_stop_start_up() {
         .expect("run toolwall mcp-proxy");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(&url) && stderr.contains("cannot connect"), "{stderr}");
+    assert!(
+        stderr.contains(&url) && stderr.contains("cannot connect"),
+        "{stderr}"
+    );
 
     let output = Command::new(toolwall_tests::toolwall_bin())
         .args(["mcp-proxy", "--upstream", &url, "--deny", "^a$,[z-a]"])
@@ -105,7 +133,10 @@ fn unreachable_upstream_and_invalid_regex_stop_start_up() {
         .expect("run toolwall mcp-proxy");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("invalid --deny pattern \"[z-a]\""), "{stderr}");
+    assert!(
+        stderr.contains("invalid --deny pattern \"[z-a]\""),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -114,7 +145,11 @@ fn discovery_client_lists_every_tool() {
     // how many upstream tools it found; compare with the SDK's direct count.
     for transport in ["streamableHttp", "sse"] {
         let (_server, url) = server_everything_http(transport);
-        let direct = python_client(if transport == "sse" { "sse" } else { "http" }, &url, &serde_json::json!([]));
+        let direct = python_client(
+            if transport == "sse" { "sse" } else { "http" },
+            &url,
+            &serde_json::json!([]),
+        );
         let total = names(&direct).len();
         let (mut proxy, _port) = proxy(&url, &["--deny", "^echo$"]);
         let _ = proxy.0.kill();

@@ -7,7 +7,10 @@ use std::process::Command;
 use mcp_common::*;
 
 fn shim(deny: &[&str]) -> Vec<String> {
-    let mut argv = vec![toolwall_tests::toolwall_bin().display().to_string(), "shim".into()];
+    let mut argv = vec![
+        toolwall_tests::toolwall_bin().display().to_string(),
+        "shim".into(),
+    ];
     for d in deny {
         argv.push("--deny".into());
         argv.push((*d).into());
@@ -36,7 +39,10 @@ fn shim_with_no_deny_list_shows_everything_and_with_all_denied_nothing() {
     assert_eq!(open["calls"], direct["calls"]);
     let closed = python_client("stdio", &stdio_argv(&shim(&[".*"])), &standard_calls());
     assert_eq!(closed["tools"], serde_json::json!([]));
-    assert_eq!(call(&closed, "get-sum")["error"]["message"], "Unknown tool: get-sum");
+    assert_eq!(
+        call(&closed, "get-sum")["error"]["message"],
+        "Unknown tool: get-sum"
+    );
 }
 
 /// The server's stdin is teed to a file: the denied call must not be in it, the allowed one
@@ -53,11 +59,21 @@ fn the_server_never_sees_a_denied_call() {
     );
     let mut argv = shim(&["^echo$"]);
     argv.extend(["bash".to_owned(), "-c".to_owned(), script]);
-    let report = python_client("stdio", &serde_json::to_string(&argv).expect("argv"), &standard_calls());
+    let report = python_client(
+        "stdio",
+        &serde_json::to_string(&argv).expect("argv"),
+        &standard_calls(),
+    );
     assert_eq!(call(&report, "echo")["error"]["code"], -32602);
     let seen = std::fs::read_to_string(&log).expect("server stdin log");
-    assert!(seen.contains("\"get-sum\""), "the allowed call reached the server: {seen}");
-    assert!(!seen.contains("\"echo\""), "the denied call reached the server: {seen}");
+    assert!(
+        seen.contains("\"get-sum\""),
+        "the allowed call reached the server: {seen}"
+    );
+    assert!(
+        !seen.contains("\"echo\""),
+        "the denied call reached the server: {seen}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -69,7 +85,10 @@ fn invalid_regex_stops_start_up() {
         .expect("run toolwall shim");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("invalid --deny pattern \"(unclosed\""), "{stderr}");
+    assert!(
+        stderr.contains("invalid --deny pattern \"(unclosed\""),
+        "{stderr}"
+    );
 }
 
 #[test]

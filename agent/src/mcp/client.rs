@@ -325,10 +325,10 @@ impl UpstreamSession {
             // Legacy SSE: the POST is only acknowledged; answers come on the stream.
             return Ok(());
         }
-        if let Some(id) = response.headers().get(SESSION_HEADER) {
-            if let Ok(mut slot) = self.session_id.lock() {
-                slot.get_or_insert_with(|| id.clone());
-            }
+        if let Some(id) = response.headers().get(SESSION_HEADER)
+            && let Ok(mut slot) = self.session_id.lock()
+        {
+            slot.get_or_insert_with(|| id.clone());
         }
         if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT {
             return Ok(());

@@ -281,10 +281,9 @@ impl Filter {
         if let Some(id) = probe
             .id
             .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
+            && let Some(i) = self.pending_lists.iter().position(|p| *p == id)
         {
-            if let Some(i) = self.pending_lists.iter().position(|p| *p == id) {
-                self.pending_lists.remove(i);
-            }
+            self.pending_lists.remove(i);
         }
         // Every result with a top-level `tools` field is treated as a tool list, tracked or
         // not: the client decides what a response means by its id, and ids can be spelled in

@@ -711,12 +711,9 @@ async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
             );
         }
     };
-    let is_json = rparts
-        .headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
-    let out_body: Bytes = if is_json && rparts.status.is_success() {
+    // Any successful non-stream body is a JSON-RPC message whatever its content type says:
+    // a client may parse it regardless, so it is filtered (and dropped if it is not JSON).
+    let out_body: Bytes = if rparts.status.is_success() && !rbody.is_empty() {
         let out = filter.from_server(&rbody);
         match (out.forward, replies.is_empty()) {
             (Some(Cow::Borrowed(b)), true) if b.len() == rbody.len() => rbody.clone(),
@@ -876,7 +873,7 @@ impl BridgedSession {
     }
 
     /// Filters a client message, answers refusals on the stream, sends the rest upstream.
-    async fn from_client(&self, shared: &Shared, body: &[u8]) -> (Option<Bytes>, Vec<Vec<u8>>) {
+    async fn client_message(&self, shared: &Shared, body: &[u8]) -> (Option<Bytes>, Vec<Vec<u8>>) {
         let (forward, replies) = {
             let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
             let out = f.from_client(body);
@@ -892,10 +889,9 @@ impl BridgedSession {
             } else if !self
                 .get_opened
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
+                && let Err(e) = self.upstream.open_get_stream(None).await
             {
-                if let Err(e) = self.upstream.open_get_stream(None).await {
-                    tracing::warn!("upstream GET stream: {e}");
-                }
+                tracing::warn!("upstream GET stream: {e}");
             }
         }
         (forward, replies)
@@ -908,10 +904,21 @@ async fn bridge(
     headers: &HeaderMap,
     stream: Option<mpsc::Sender<Bytes>>,
 ) -> Result<Arc<BridgedSession>, Response<ProxyBody>> {
+    // The session sets its own protocol headers; the client's others (auth) go along.
+    let mut headers = upstream_headers(shared, headers);
+    for name in [
+        "accept",
+        "content-type",
+        "last-event-id",
+        "mcp-session-id",
+        "mcp-protocol-version",
+    ] {
+        headers.remove(name);
+    }
     let (upstream, mut inbox) = match UpstreamSession::open(
         &shared.upstream.to_string(),
         shared.transport,
-        upstream_headers(shared, headers),
+        headers,
         shared.timeout,
     )
     .await
@@ -952,10 +959,10 @@ async fn bridge(
                     .forward
                     .map(|c| Bytes::from(one_line(&c).into_owned()))
             };
-            if let Some(m) = filtered {
-                if !session.deliver(m).await {
-                    return;
-                }
+            if let Some(m) = filtered
+                && !session.deliver(m).await
+            {
+                return;
             }
         }
     });
@@ -1020,7 +1027,7 @@ async fn sse_message(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
         Ok(b) => b.to_bytes(),
         Err(_) => return plain(StatusCode::BAD_REQUEST, "cannot read the request body"),
     };
-    let (_, replies) = session.from_client(&shared, &body).await;
+    let (_, replies) = session.client_message(&shared, &body).await;
     for r in replies {
         session.deliver(Bytes::from(r)).await;
     }
@@ -1060,18 +1067,14 @@ async fn bridge_streamable(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
                 Err(_) => return plain(StatusCode::BAD_REQUEST, "cannot read the request body"),
             };
             // Register the waiters before sending, so a fast answer is not missed.
-            let ids = {
-                let f = shared.filter();
-                drop(f);
-                request_ids(&body)
-            };
+            let ids = request_ids(&body);
             let (tx, mut rx) = mpsc::channel(ids.len().max(1));
             if let Ok(mut w) = session.waiting.lock() {
                 for id in &ids {
                     w.insert(id.clone(), tx.clone());
                 }
             }
-            let (forward, mut replies) = session.from_client(&shared, &body).await;
+            let (forward, mut replies) = session.client_message(&shared, &body).await;
             // Ids answered locally (refused calls, cached lists) or not sent do not wait.
             let sent_ids = forward.as_deref().map(request_ids).unwrap_or_default();
             if let Ok(mut w) = session.waiting.lock() {

@@ -161,8 +161,15 @@ pub fn assert_filtered(direct: &Value, filtered: &Value, denied: &[&str]) {
         serde_json::json!({"code": -32602, "message": "Unknown tool: echo"}),
         "a denied call is answered as an unknown tool"
     );
-    assert_eq!(call(filtered, "get-sum"), call(direct, "get-sum"), "allowed call");
-    assert_eq!(filtered["resource"], direct["resource"], "resources untouched");
+    assert_eq!(
+        call(filtered, "get-sum"),
+        call(direct, "get-sum"),
+        "allowed call"
+    );
+    assert_eq!(
+        filtered["resource"], direct["resource"],
+        "resources untouched"
+    );
     assert_eq!(filtered["prompts"], direct["prompts"], "prompts untouched");
     assert_eq!(filtered["prompt"], direct["prompt"], "prompt untouched");
 }

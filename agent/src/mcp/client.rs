@@ -35,15 +35,23 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most `tools/list` pages followed before giving up on a server that never stops paging.
 const MAX_PAGES: usize = 1000;
 
-/// The HTTP client used for upstreams.
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+/// The HTTP client used for upstreams (`http://`, and `https://` verified against the
+/// system's trust store).
+pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// A new HTTP client with [`CONNECT_TIMEOUT`].
-pub fn http_client() -> HttpClient {
+/// A new HTTP(S) client with [`CONNECT_TIMEOUT`].
+pub fn http_client() -> Result<HttpClient, McpClientError> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(connector)
+    connector.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
+        .map_err(|e| McpClientError::Tls(e.to_string()))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
+    Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
 /// Which HTTP transport a network MCP server speaks.
@@ -120,6 +128,9 @@ pub enum McpClientError {
         /// What was wrong.
         message: String,
     },
+    /// No usable TLS set-up (no system trust store, no TLS versions in common).
+    #[error("TLS set-up for MCP servers failed: {0}")]
+    Tls(String),
     /// The server's stream ended.
     #[error("MCP server {url}: connection lost: {reason}")]
     Closed {
@@ -157,9 +168,23 @@ pub struct UpstreamSession {
 }
 
 impl Drop for UpstreamSession {
+    /// Stops the stream readers and, for a Streamable HTTP session not ended with
+    /// [`UpstreamSession::close`], tells the server in the background (DELETE), so client
+    /// sessions that just vanish do not pile up upstream.
     fn drop(&mut self) {
         for task in self.tasks.get_mut().map(std::mem::take).unwrap_or_default() {
             task.abort();
+        }
+        let has_session = self.session_id.lock().map(|s| s.is_some()).unwrap_or(false);
+        if self.transport == Transport::StreamableHttp
+            && has_session
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let request = self.request(Method::DELETE, &self.url, Bytes::new());
+            let http = self.http.clone();
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(2), http.request(request)).await;
+            });
         }
     }
 }
@@ -172,14 +197,8 @@ fn parse_url(url: &str) -> Result<Uri, McpClientError> {
     let uri: Uri = url
         .parse()
         .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(bad(
-                "https upstreams are not supported yet; put a TLS-terminating proxy in front or use http on loopback",
-            ));
-        }
-        _ => return Err(bad("the URL must start with http://")),
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(bad("the URL must start with http:// or https://"));
     }
     if uri.authority().is_none() {
         return Err(bad("the URL has no host"));
@@ -220,7 +239,7 @@ impl UpstreamSession {
         let uri = parse_url(url)?;
         let (tx, rx) = mpsc::channel(64);
         let mut session = UpstreamSession {
-            http: http_client(),
+            http: http_client()?,
             post_url: uri.clone(),
             url: uri,
             transport,
@@ -409,6 +428,10 @@ impl UpstreamSession {
         {
             let request = self.request(Method::DELETE, &self.url, Bytes::new());
             let _ = tokio::time::timeout(Duration::from_secs(2), self.http.request(request)).await;
+            // Ended: nothing left for `drop` to do.
+            if let Ok(mut id) = self.session_id.lock() {
+                *id = None;
+            }
         }
     }
 
@@ -1003,7 +1026,8 @@ mod tests {
     #[test]
     fn urls_are_checked() {
         assert!(parse_url("ftp://x/").is_err());
-        assert!(parse_url("https://x/").is_err());
+        assert!(parse_url("https://x/").is_ok());
+        assert!(parse_url("/mcp").is_err());
         assert!(parse_url("http://127.0.0.1:1/mcp").is_ok());
     }
 

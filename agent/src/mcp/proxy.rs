@@ -225,7 +225,7 @@ pub async fn run_proxy(
         transport: discovered.transport,
         ctx,
         cached,
-        http: http_client(),
+        http: http_client()?,
         timeout,
         allow_origins: args.allow_origins.clone(),
         upstream_headers,
@@ -259,7 +259,12 @@ async fn watchdog(upstream: Uri, fatal: mpsc::UnboundedSender<String>) {
     let Some(authority) = upstream.authority().cloned() else {
         return;
     };
-    let port = authority.port_u16().unwrap_or(80);
+    let default_port = if upstream.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let port = authority.port_u16().unwrap_or(default_port);
     let host = authority
         .host()
         .trim_start_matches('[')

@@ -8,6 +8,7 @@ pub mod client;
 pub mod deny;
 pub mod filter;
 pub mod framing;
+pub mod fuzzing;
 pub mod proxy;
 pub mod shim;
 pub mod sse;

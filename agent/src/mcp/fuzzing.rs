@@ -306,7 +306,7 @@ mod tests {
                             )
                         })
                         .collect();
-                    let cursor = if rng.next() % 2 == 0 {
+                    let cursor = if rng.next().is_multiple_of(2) {
                         r#","nextCursor":"c""#
                     } else {
                         ""
@@ -333,9 +333,9 @@ mod tests {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
             let mut input = Vec::new();
             for _ in 0..12 {
-                let from_client = rng.next() % 2 == 0;
+                let from_client = rng.next().is_multiple_of(2);
                 let mut text = message(&mut rng, from_client);
-                text.push_str(if rng.next() % 3 == 0 { "\r\n" } else { "\n" });
+                text.push_str(if rng.next().is_multiple_of(3) { "\r\n" } else { "\n" });
                 // Cut the message into random pieces, each with its control byte.
                 let mut bytes = text.as_bytes();
                 while !bytes.is_empty() {

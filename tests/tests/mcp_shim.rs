@@ -100,3 +100,35 @@ fn exit_code_of_the_server_is_the_shims() {
         .expect("run toolwall shim");
     assert_eq!(status.code(), Some(7));
 }
+
+#[test]
+fn signals_reach_the_server_and_its_fate_is_the_exit_code() {
+    let mut child = Command::new(toolwall_tests::toolwall_bin())
+        .args(["shim", "--", "sleep", "60"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("run toolwall shim");
+    // Let the shim start its child and install its handlers.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill has no memory preconditions; the pid is our live child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let status = child.wait().expect("wait for the shim");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status}");
+}
+
+#[test]
+fn a_server_that_ignores_stdin_eof_is_terminated() {
+    let start = std::time::Instant::now();
+    // stdin is /dev/null: EOF at once; `sleep` never reads it, so the shim must SIGTERM it
+    // after its grace period.
+    let status = Command::new(toolwall_tests::toolwall_bin())
+        .args(["shim", "--", "sleep", "60"])
+        .stdin(std::process::Stdio::null())
+        .status()
+        .expect("run toolwall shim");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+}

@@ -335,7 +335,11 @@ mod tests {
             for _ in 0..12 {
                 let from_client = rng.next().is_multiple_of(2);
                 let mut text = message(&mut rng, from_client);
-                text.push_str(if rng.next().is_multiple_of(3) { "\r\n" } else { "\n" });
+                text.push_str(if rng.next().is_multiple_of(3) {
+                    "\r\n"
+                } else {
+                    "\n"
+                });
                 // Cut the message into random pieces, each with its control byte.
                 let mut bytes = text.as_bytes();
                 while !bytes.is_empty() {

@@ -278,9 +278,11 @@ impl Filter {
             }
             return Some(Cow::Borrowed(msg));
         }
-        if let Some(id) = probe
-            .id
-            .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
+        // Only parse the id (an allocation for string ids) when a list is outstanding.
+        if !self.pending_lists.is_empty()
+            && let Some(id) = probe
+                .id
+                .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
             && let Some(i) = self.pending_lists.iter().position(|p| *p == id)
         {
             self.pending_lists.remove(i);

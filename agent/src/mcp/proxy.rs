@@ -508,14 +508,14 @@ async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyhow::Result<(
 /// Browsers send `Origin`; only localhost pages and `--allow-origin` ones may use the proxy
 /// (DNS-rebinding defence, as the MCP spec asks of local servers). Non-browser clients send
 /// no `Origin`.
-fn origin_allowed(shared: &Shared, headers: &HeaderMap) -> bool {
+fn origin_allowed(allow_origins: &[String], headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(http::header::ORIGIN) else {
         return true;
     };
     let Ok(origin) = origin.to_str() else {
         return false;
     };
-    if shared.allow_origins.iter().any(|o| o == origin) {
+    if allow_origins.iter().any(|o| o == origin) {
         return true;
     }
     let Ok(uri) = origin.parse::<Uri>() else {
@@ -528,7 +528,7 @@ fn origin_allowed(shared: &Shared, headers: &HeaderMap) -> bool {
 }
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
-    if !origin_allowed(&shared, req.headers()) {
+    if !origin_allowed(&shared.allow_origins, req.headers()) {
         return plain(StatusCode::FORBIDDEN, "origin not allowed");
     }
     let path = req.uri().path().to_owned();
@@ -563,15 +563,19 @@ const HOP_BY_HOP: [&str; 10] = [
 /// The client's headers minus hop-by-hop ones and `Origin` (checked here; the upstream sees
 /// the proxy, not the browser), plus the configured upstream headers where the client has none.
 fn upstream_headers(shared: &Shared, client: &HeaderMap) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(client.len() + shared.upstream_headers.len());
+    merge_headers(&shared.upstream_headers, client)
+}
+
+fn merge_headers(configured: &HeaderMap, client: &HeaderMap) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(client.len() + configured.len());
     for (name, value) in client {
         if !HOP_BY_HOP.contains(&name.as_str()) && name != http::header::ORIGIN {
             headers.append(name.clone(), value.clone());
         }
     }
-    for name in shared.upstream_headers.keys() {
+    for name in configured.keys() {
         if !headers.contains_key(name) {
-            for value in shared.upstream_headers.get_all(name) {
+            for value in configured.get_all(name) {
                 headers.append(name.clone(), value.clone());
             }
         }
@@ -1159,6 +1163,44 @@ mod tests {
         assert_eq!(query_param(&uri, "sessionId"), Some("abc"));
         assert_eq!(new_session_id().len(), 32);
         assert_ne!(new_session_id(), new_session_id());
+    }
+
+    #[test]
+    fn origins_are_checked() {
+        let allow = vec!["https://app.example".to_owned()];
+        let with = |origin: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+            origin_allowed(&allow, &h)
+        };
+        assert!(origin_allowed(&allow, &HeaderMap::new()));
+        assert!(with("http://localhost:6274"));
+        assert!(with("http://127.0.0.1"));
+        assert!(with("http://[::1]:3000"));
+        assert!(with("https://app.example"));
+        assert!(!with("https://evil.example"));
+        assert!(!with("http://localhost.evil.example"));
+        assert!(!with("null"));
+    }
+
+    #[test]
+    fn auth_passes_and_hop_by_hop_and_origin_do_not() {
+        let configured =
+            parse_headers(&["X-Api-Key: k1".into(), "Authorization: Bearer cfg".into()]).unwrap();
+        let mut client = HeaderMap::new();
+        client.insert("authorization", HeaderValue::from_static("Bearer client"));
+        client.insert("host", HeaderValue::from_static("127.0.0.1:8090"));
+        client.insert("origin", HeaderValue::from_static("http://localhost"));
+        client.insert("connection", HeaderValue::from_static("keep-alive"));
+        client.insert("last-event-id", HeaderValue::from_static("7"));
+        let merged = merge_headers(&configured, &client);
+        assert_eq!(merged.get("authorization").unwrap(), "Bearer client");
+        assert_eq!(merged.get("x-api-key").unwrap(), "k1");
+        assert_eq!(merged.get("last-event-id").unwrap(), "7");
+        for gone in ["host", "origin", "connection"] {
+            assert!(merged.get(gone).is_none(), "{gone}");
+        }
+        assert!(parse_headers(&["no colon".into()]).is_err());
     }
 
     #[test]

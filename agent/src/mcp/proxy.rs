@@ -488,6 +488,11 @@ async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyhow::Result<(
                 continue;
             }
         };
+        // Replies are written in pieces (headers, then SSE events): without this, Nagle's
+        // algorithm meets the client's delayed ACK and every call waits ~40 ms.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY: {e}");
+        }
         let shared = shared.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {

@@ -84,7 +84,9 @@ pub struct ProxyArgs {
     /// clients' own auth headers are passed through as well.
     #[arg(long = "upstream-header", value_name = "NAME: VALUE")]
     pub upstream_headers: Vec<String>,
-    /// Seconds for each start-up step and for the upstream to start answering a request.
+    /// Seconds for each start-up step and for the upstream to start answering a forwarded
+    /// request (TCP connect: 10 s; the upstream is probed every 5 s and its loss ends the
+    /// proxy with status 1).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub timeout: u64,
     /// Server id for policy and events (default: the upstream's host:port).

@@ -160,3 +160,22 @@ fn discovery_client_lists_every_tool() {
         );
     }
 }
+
+/// `Last-Event-ID` on a GET replays, through the proxy, what the server sent after that event
+/// (server-everything keeps an event store): event ids and the header pass through.
+#[test]
+fn last_event_id_resumption_passes_through() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let (_proxy, port) = proxy(&url, &["--deny", "^echo$"]);
+    let script = toolwall_tests::workspace_root().join("tests/peers/mcp_resume.py");
+    for target in [url.clone(), format!("http://127.0.0.1:{port}/mcp")] {
+        let output = Command::new(toolwall_tests::python())
+            .arg(&script)
+            .arg(&target)
+            .output()
+            .expect("run mcp_resume.py");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("report");
+        assert_eq!(report, serde_json::json!({"ids": true, "replayed": true}), "{target}");
+    }
+}

@@ -174,8 +174,16 @@ fn last_event_id_resumption_passes_through() {
             .arg(&target)
             .output()
             .expect("run mcp_resume.py");
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("report");
-        assert_eq!(report, serde_json::json!({"ids": true, "replayed": true}), "{target}");
+        assert_eq!(
+            report,
+            serde_json::json!({"ids": true, "replayed": true}),
+            "{target}"
+        );
     }
 }

@@ -46,7 +46,50 @@ pub mod proxy;
 pub mod shim;
 pub mod sse;
 
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileTypeExt;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::unix::pipe;
+
 use crate::events::EventSink;
+
+/// A non-blocking duplicate of `fd` when it is a pipe or a socket (what agents connect stdio
+/// servers with; Node uses socket pairs), else `None` (a terminal or a file cannot be polled).
+fn pollable(fd: BorrowedFd<'_>) -> Option<File> {
+    let file = File::from(fd.try_clone_to_owned().ok()?);
+    let kind = file.metadata().ok()?.file_type();
+    if !(kind.is_fifo() || kind.is_socket()) {
+        return None;
+    }
+    let raw = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own; F_GETFL/F_SETFL touch no memory.
+    let ok = unsafe {
+        let flags = libc::fcntl(raw, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) >= 0
+    };
+    ok.then_some(file)
+}
+
+/// Our stdin as an async reader. A pipe or socket is read through epoll; Tokio's own
+/// `stdin()` hands every read to a blocking thread, which costs tens of microseconds per
+/// message. Must be called inside a Tokio runtime.
+pub fn async_stdin() -> Box<dyn AsyncRead + Unpin + Send> {
+    match pollable(std::io::stdin().as_fd()).map(pipe::Receiver::from_file_unchecked) {
+        Some(Ok(receiver)) => Box::new(receiver),
+        _ => Box::new(tokio::io::stdin()),
+    }
+}
+
+/// Our stdout as an async writer, through epoll when it is a pipe or socket (see
+/// [`async_stdin`]).
+pub fn async_stdout() -> Box<dyn AsyncWrite + Unpin + Send> {
+    match pollable(std::io::stdout().as_fd()).map(pipe::Sender::from_file_unchecked) {
+        Some(Ok(sender)) => Box::new(sender),
+        _ => Box::new(tokio::io::stdout()),
+    }
+}
 
 /// An event sink for the stand-alone commands until they write to the event store: events are
 /// logged (as JSON, at `info` on the `toolwall::events` target) instead of dropped. Must be

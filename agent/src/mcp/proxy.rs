@@ -310,7 +310,7 @@ async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
     .context("opening the upstream session")?;
     let session = Arc::new(session);
     let filter = Arc::new(Mutex::new(shared.filter()));
-    let stdout = Arc::new(tokio::sync::Mutex::new(tokio::io::stdout()));
+    let stdout = Arc::new(tokio::sync::Mutex::new(super::async_stdout()));
 
     let down = {
         let (filter, stdout, shared) = (filter.clone(), stdout.clone(), shared.clone());
@@ -340,7 +340,7 @@ async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
         }
     };
     let up = async {
-        let mut stdin = tokio::io::stdin();
+        let mut stdin = super::async_stdin();
         let mut framer = LineFramer::new();
         let mut get_opened = false;
         loop {

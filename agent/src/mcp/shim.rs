@@ -111,8 +111,8 @@ pub async fn run_shim(
     serve(
         Command::new(program).args(rest),
         ctx,
-        tokio::io::stdin(),
-        tokio::io::stdout(),
+        super::async_stdin(),
+        super::async_stdout(),
     )
     .await
     .with_context(|| format!("shim for `{}`", args.command.join(" ")))

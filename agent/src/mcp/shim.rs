@@ -39,7 +39,7 @@ pub struct ShimArgs {
     /// Event database; turns on event recording.
     #[arg(long, value_name = "FILE")]
     pub db: Option<PathBuf>,
-    /// Server id for policy and events (default: the command's file name).
+    /// Server id for policy and events (default: from the command, e.g. the npm package).
     #[arg(long, value_name = "ID")]
     pub server_id: Option<String>,
     /// Hide and refuse tools whose name matches REGEX (repeatable; commas separate patterns).
@@ -51,19 +51,56 @@ pub struct ShimArgs {
 }
 
 impl ShimArgs {
-    /// The server id: `--server-id`, else the command's file name.
+    /// The server id: `--server-id`, else derived from the command (see [`default_server_id`]).
     pub fn server_id(&self) -> String {
-        self.server_id.clone().unwrap_or_else(|| {
-            self.command
-                .first()
-                .map(|c| {
-                    std::path::Path::new(c)
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| c.clone())
-                })
-                .unwrap_or_default()
-        })
+        self.server_id
+            .clone()
+            .unwrap_or_else(|| default_server_id(&self.command))
+    }
+}
+
+/// Launchers whose first non-flag argument names the server (`npx -y @scope/server-x`).
+const LAUNCHERS: [&str; 11] = [
+    "npx", "bunx", "pnpx", "uvx", "uv", "node", "python", "python3", "deno", "bun", "pipx",
+];
+
+/// A readable server id from a command line: the program's file name, or for a launcher
+/// (`npx`, `uvx`, `node`, `python`...) the package or script it runs, without scope, version
+/// or extension: `npx -y @modelcontextprotocol/server-everything@1.2` → `server-everything`.
+pub fn default_server_id(command: &[String]) -> String {
+    let base = |s: &str| {
+        std::path::Path::new(s)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| s.to_owned())
+    };
+    let Some(program) = command.first() else {
+        return String::new();
+    };
+    let program = base(program);
+    if !LAUNCHERS.contains(&program.as_str()) {
+        return program;
+    }
+    let target = command[1..]
+        .iter()
+        .find(|a| !a.starts_with('-') && !matches!(a.as_str(), "run" | "tool" | "x"));
+    match target {
+        Some(t) => {
+            let name = base(t);
+            // `pkg@1.2` → `pkg`; `@scope/pkg` was cut to `pkg` by `base`.
+            let name = match name.rfind('@') {
+                Some(at) if at > 0 => name[..at].to_owned(),
+                _ => name,
+            };
+            let name = name
+                .strip_suffix(".js")
+                .or_else(|| name.strip_suffix(".py"))
+                .or_else(|| name.strip_suffix(".ts"))
+                .unwrap_or(&name)
+                .to_owned();
+            if name.is_empty() { program } else { name }
+        }
+        None => program,
     }
 }
 

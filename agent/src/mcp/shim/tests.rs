@@ -102,3 +102,27 @@ async fn denied_call_never_reaches_the_child() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn server_ids_from_command_lines() {
+    let id =
+        |cmd: &[&str]| default_server_id(&cmd.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(
+        id(&[
+            "npx",
+            "-y",
+            "@modelcontextprotocol/server-everything@2025.1"
+        ]),
+        "server-everything"
+    );
+    assert_eq!(
+        id(&["/usr/bin/python3", "-m", "mcp_server_git"]),
+        "mcp_server_git"
+    );
+    assert_eq!(id(&["uvx", "mcp-server-fetch"]), "mcp-server-fetch");
+    assert_eq!(id(&["uv", "run", "server.py"]), "server");
+    assert_eq!(id(&["node", "/srv/dist/index.js"]), "index");
+    assert_eq!(id(&["/opt/bin/my-server", "--port", "1"]), "my-server");
+    assert_eq!(id(&["npx"]), "npx");
+    assert_eq!(id(&[]), "");
+}

@@ -712,9 +712,9 @@ async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
         ));
         let mut response = sse_response(rx);
         *response.status_mut() = rparts.status;
-        for (name, value) in &rparts.headers {
-            response.headers_mut().insert(name.clone(), value.clone());
-        }
+        // The upstream's headers as they were (repeated ones included); it already says
+        // `text/event-stream`.
+        *response.headers_mut() = rparts.headers;
         return response;
     }
     let rbody = match rbody.collect().await {

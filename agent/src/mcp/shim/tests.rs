@@ -28,13 +28,14 @@ async fn denied_call_never_reaches_the_child() {
     let log = dir.join("received.log");
     let _ = std::fs::remove_file(&log);
 
+    let (sink, mut events) = crate::events::EventSink::channel();
     let ctx = FilterContext {
         gate: Arc::new(DenyList::new("py", "stdio", &["^echo$".into()]).expect("pattern")),
         server_id: "py".into(),
         server_type: "stdio".into(),
         layer: "shim",
-        session_id: String::new(),
-        events: None,
+        session_id: "sess-1".into(),
+        events: Some(sink),
     };
     let (mut client, shim_side) = tokio::io::duplex(1 << 16);
     let (shim_in, shim_out) = tokio::io::split(shim_side);
@@ -93,6 +94,39 @@ async fn denied_call_never_reaches_the_child() {
         serde_json::json!({"code": -32602, "message": "Unknown tool: echo"})
     );
     assert_eq!(by_id(3)["result"]["content"][0]["text"], "called add");
+
+    // What the event store gets: both tools seen (one hidden), both calls with decisions.
+    let mut recorded = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        recorded.push(match event {
+            crate::events::Event::McpToolSeen(e) => {
+                assert_eq!(
+                    (e.server_id.as_str(), e.session_id.as_str()),
+                    ("py", "sess-1")
+                );
+                format!("seen {} {}", e.tool_name, e.action.as_str())
+            }
+            crate::events::Event::McpToolCalled(e) => {
+                assert_eq!(
+                    (e.layer.as_str(), e.server_type.as_str()),
+                    ("shim", "stdio")
+                );
+                format!("called {} {}", e.tool_name, e.action.as_str())
+            }
+            other => panic!("unexpected event {other:?}"),
+        });
+    }
+    // The two directions interleave as they will; compare as sets.
+    recorded.sort();
+    assert_eq!(
+        recorded,
+        [
+            "called add allow",
+            "called echo block",
+            "seen add allow",
+            "seen echo block"
+        ]
+    );
 
     let received = std::fs::read_to_string(&log).expect("server log");
     assert_eq!(received.lines().count(), 2, "{received}");

@@ -31,6 +31,10 @@ pub enum Command {
     Exec(crate::exec::ExecArgs),
     /// Show what the layers recorded: correlated calls, events, registered tools and servers.
     Mcp(crate::views::McpArgs),
+    /// Run a stdio MCP server behind the tool filter: `toolwall shim [--deny REGEX]... -- CMD ARGS...`.
+    Shim(crate::mcp::shim::ShimArgs),
+    /// Serve a network MCP server with denied tools removed (seed 004's tool-filter proxy).
+    McpProxy(crate::mcp::proxy::ProxyArgs),
 }
 
 /// Runs the parsed command line and turns its outcome into the process exit code.
@@ -41,6 +45,8 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Mcp(args) => crate::views::run(args),
         Command::Run(args) => crate::daemon::run(args),
         Command::Config(args) => crate::config::run(args),
+        Command::Shim(args) => crate::mcp::shim::run(args),
+        Command::McpProxy(args) => crate::mcp::proxy::run(args),
     };
     match result {
         Ok(code) => code,

@@ -14,6 +14,7 @@ pub mod decision;
 pub mod events;
 pub mod exec;
 pub mod llm;
+pub mod mcp;
 pub mod netmon;
 pub mod policy;
 pub mod registry;

@@ -1,0 +1,199 @@
+//! What the stand-alone MCP commands (`toolwall shim`, `toolwall mcp-proxy`) enforce and where
+//! they record it: the same [`Policy`] the daemon runs (the configuration, or the embedded
+//! default, plus the command line's `--deny` regexes), and with `--config` or `--db` the shared
+//! registry and event database, written directly (safe beside the daemon and other shims).
+
+use std::{path::PathBuf, sync::Arc, thread::JoinHandle};
+
+use anyhow::Context;
+
+use crate::{
+    config::Config,
+    decision::Gate,
+    events::{EventSink, Store, spawn_writer},
+    policy::Policy,
+    registry::Registry,
+};
+
+/// Splits one `--deny` value into patterns at commas that are not inside `{}`, `[]` or `()`
+/// and not escaped, so `^file_.*$,.*_database$` is two patterns and `a{1,3}` stays one.
+pub fn split_patterns(value: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start, mut escaped) = (0i32, 0usize, false);
+    for (i, c) in value.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            '{' | '[' | '(' => depth += 1,
+            '}' | ']' | ')' => depth -= 1,
+            ',' if depth <= 0 => {
+                out.push(&value[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&value[start..]);
+    out
+}
+
+/// Every pattern of the `--deny` values, split at top-level commas; an empty one (a stray
+/// comma) is refused, since it would otherwise match every tool.
+pub fn deny_patterns(values: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for value in values {
+        for pattern in split_patterns(value) {
+            anyhow::ensure!(
+                !pattern.is_empty(),
+                "empty --deny pattern in {value:?} (to deny every tool, write '.*')"
+            );
+            out.push(pattern.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// The policy and, when recording, the event sink and its writer.
+pub struct Enforcement {
+    /// The gate every message is checked against.
+    pub gate: Arc<dyn Gate>,
+    /// Where events go (`None`: not recording).
+    pub events: Option<EventSink>,
+    writer: Option<(JoinHandle<u64>, PathBuf)>,
+}
+
+impl Enforcement {
+    /// Builds the policy from `config` (or the embedded default) and the `--deny` values;
+    /// records into `db` (or, with only `--config`, its `store.path`) when either is given.
+    pub fn new(
+        config: Option<&std::path::Path>,
+        db: Option<&std::path::Path>,
+        deny: &[String],
+    ) -> anyhow::Result<Self> {
+        let patterns = deny_patterns(deny)?;
+        let loaded = Config::load(config)?;
+        let db_path = match (db, config) {
+            (Some(db), _) => Some(db.to_path_buf()),
+            (None, Some(_)) => Some(loaded.store_path()),
+            (None, None) => None,
+        };
+        let registry = match &db_path {
+            Some(path) => Registry::open(path)
+                .with_context(|| format!("open the tool registry in {}", path.display()))?,
+            None => Registry::in_memory().context("create an in-memory tool registry")?,
+        };
+        let policy = Policy::new(&loaded, Arc::new(registry), &patterns)?;
+        let (events, writer) = match db_path {
+            Some(path) => {
+                let store = Store::open(&path)?;
+                let (sink, rx) = EventSink::channel();
+                let (live, _) = tokio::sync::broadcast::channel(1);
+                (Some(sink), Some((spawn_writer(store, rx, live), path)))
+            }
+            None => (None, None),
+        };
+        Ok(Enforcement {
+            gate: Arc::new(policy),
+            events,
+            writer,
+        })
+    }
+
+    /// Waits until every recorded event is in the database (call after the last sink clone is
+    /// gone, i.e. after the shim or proxy returned).
+    pub fn finish(mut self) {
+        self.events = None;
+        if let Some((writer, path)) = self.writer.take() {
+            match writer.join() {
+                Ok(n) => tracing::debug!(events = n, db = %path.display(), "events stored"),
+                Err(_) => {
+                    tracing::error!(db = %path.display(), "the event writer panicked; some events may be lost")
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::CallQuery;
+
+    #[test]
+    fn splits_on_top_level_commas_only() {
+        assert_eq!(
+            split_patterns("^file_.*$,.*_database$"),
+            ["^file_.*$", ".*_database$"]
+        );
+        assert_eq!(
+            split_patterns("a{1,3},[,]x,\\,y"),
+            ["a{1,3}", "[,]x", "\\,y"]
+        );
+    }
+
+    #[test]
+    fn invalid_empty_and_oversized_patterns_are_refused() {
+        let err = Enforcement::new(None, None, &["ok,(unclosed".into()])
+            .err()
+            .unwrap();
+        assert!(
+            format!("{err:#}").contains("--deny[1]") && format!("{err:#}").contains("(unclosed"),
+            "{err:#}"
+        );
+        assert!(Enforcement::new(None, None, &["a,,b".into()]).is_err());
+        assert!(Enforcement::new(None, None, &["(a{1000}){1000}".into()]).is_err());
+    }
+
+    #[test]
+    fn denies_matching_names_through_the_policy() {
+        let e = Enforcement::new(None, None, &["^echo$,^get-".into()]).unwrap();
+        assert!(e.events.is_none(), "not recording without --config or --db");
+        let call = |name| {
+            e.gate.check_call(&CallQuery {
+                server_id: Some("s"),
+                name,
+                namespace: None,
+            })
+        };
+        assert!(call("echo").is_blocked());
+        assert!(call("get-sum").is_blocked());
+        assert!(!call("echoes").is_blocked());
+        assert!(
+            e.gate
+                .check_listed("s", "stdio", &serde_json::json!({"name": "echo"}))
+                .is_blocked()
+        );
+    }
+
+    #[test]
+    fn with_a_database_events_are_stored_by_the_time_finish_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("events.db");
+        let e = Enforcement::new(None, Some(&db), &[]).unwrap();
+        let decision = e
+            .gate
+            .check_listed("s", "stdio", &serde_json::json!({"name": "echo"}));
+        let sink = e.events.clone().unwrap();
+        sink.emit(crate::events::Event::McpToolSeen(crate::events::ToolSeen {
+            timestamp: chrono::Utc::now(),
+            session_id: String::new(),
+            server_id: "s".into(),
+            server_type: "stdio".into(),
+            tool_name: "echo".into(),
+            tool_hash: decision.tool.map(|t| t.tool_hash).unwrap_or_default(),
+            action: decision.action,
+            reason: decision.reason,
+        }));
+        drop(sink);
+        e.finish();
+        assert_eq!(Store::open(&db).unwrap().count().unwrap(), 1);
+        assert_eq!(
+            Registry::open(&db).unwrap().tools().len(),
+            1,
+            "the listing is registered in the shared registry"
+        );
+    }
+}

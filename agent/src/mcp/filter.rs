@@ -1,0 +1,450 @@
+//! The sans-IO heart of the shim and the filter proxy: one JSON-RPC message in, what to pass
+//! on and what to answer out.
+//!
+//! Security first: every client message is parsed far enough to know its method (a
+//! `tools/call` hidden behind `\u` escapes, in a batch or with odd whitespace is still a
+//! `tools/call`), and anything that cannot be parsed is refused rather than passed on, since the
+//! server's parser might read it differently from ours. Transparency otherwise: the parse
+//! borrows from the input (`&RawValue`, `Cow<str>`), nothing is re-serialised, and every message
+//! the filter does not change is handed back as the very same bytes.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::decision::{Action, CallQuery, Decision, Gate};
+use crate::events::{Event, EventSink, ToolCalled, ToolSeen};
+
+use crate::registry::tool_hash;
+
+/// JSON-RPC "Invalid params": what MCP servers answer for a tool that does not exist, and so
+/// what a refused call gets (it must be indistinguishable from a missing tool).
+pub const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC "Parse error".
+pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC "Invalid Request".
+pub const INVALID_REQUEST: i64 = -32600;
+
+/// How many unanswered `tools/list` ids one session may have; beyond it the oldest is
+/// forgotten (responses carrying `result.tools` are filtered whether tracked or not, so
+/// forgetting costs nothing but a log line).
+const MAX_PENDING_LISTS: usize = 256;
+
+/// Who the filter speaks for, fixed for a session.
+#[derive(Clone)]
+pub struct FilterContext {
+    /// The policy.
+    pub gate: Arc<dyn Gate>,
+    /// Server id for decisions and events.
+    pub server_id: String,
+    /// `stdio`, `http` or `sse`.
+    pub server_type: String,
+    /// `shim` or `mcp-proxy`, recorded in `mcp_tool_called`.
+    pub layer: &'static str,
+    /// The agent session (`TOOLWALL_SESSION`), or empty.
+    pub session_id: String,
+    /// Where `mcp_tool_seen` / `mcp_tool_called` go; `None` records nothing.
+    pub events: Option<EventSink>,
+}
+
+/// What to do with one message.
+#[derive(Debug, Default)]
+pub struct Outcome<'a> {
+    /// The message to pass on in its direction: borrowed (the same bytes) when untouched,
+    /// owned when denied tools or calls were taken out; `None` when nothing is left to send.
+    pub forward: Option<Cow<'a, [u8]>>,
+    /// Complete JSON-RPC messages to send back to the sender (errors for refused calls,
+    /// cached `tools/list` results), without line terminators.
+    pub replies: Vec<Vec<u8>>,
+}
+
+/// One session's filter. Client messages go through [`Filter::from_client`], server messages
+/// through [`Filter::from_server`]; it remembers which requests were `tools/list`.
+pub struct Filter {
+    ctx: FilterContext,
+    pending_lists: VecDeque<Value>,
+    /// The filtered tool array (JSON text) to answer `tools/list` with instead of asking the
+    /// server: the filter proxy lists once at start-up (seed 004).
+    cached_tools: Option<Arc<str>>,
+}
+
+#[derive(Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ListResult<'a> {
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+}
+
+/// The first byte that is not JSON whitespace.
+fn first_token(msg: &[u8]) -> Option<u8> {
+    msg.iter()
+        .copied()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+}
+
+/// A JSON-RPC error response; `id` is the raw id text of the request (`null` if unknown), so
+/// the client sees its own id exactly as it wrote it.
+pub fn error_response(id: &str, code: i64, message: &str) -> Vec<u8> {
+    let message = serde_json::to_string(message).unwrap_or_else(|_| "\"\"".to_owned());
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
+        .into_bytes()
+}
+
+/// The error a refused call gets: the MCP spec's unknown-tool error.
+pub fn unknown_tool(id: &str, name: &str) -> Vec<u8> {
+    error_response(id, INVALID_PARAMS, &format!("Unknown tool: {name}"))
+}
+
+/// Byte offset of `inner` inside `outer` (both from the same parse; `RawValue` borrows).
+fn offset_in(outer: &[u8], inner: &str) -> Option<usize> {
+    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;
+    (start + inner.len() <= outer.len()).then_some(start)
+}
+
+impl Filter {
+    /// A fresh session.
+    pub fn new(ctx: FilterContext) -> Self {
+        Self {
+            ctx,
+            pending_lists: VecDeque::new(),
+            cached_tools: None,
+        }
+    }
+
+    /// Answer `tools/list` from this (already filtered) JSON array instead of the server.
+    pub fn with_cached_tools(mut self, tools_json: Arc<str>) -> Self {
+        self.cached_tools = Some(tools_json);
+        self
+    }
+
+    /// A message (one line without `\n`, or one HTTP body / SSE `data`) from the client.
+    pub fn from_client<'a>(&mut self, msg: &'a [u8]) -> Outcome<'a> {
+        let mut out = Outcome::default();
+        out.forward = match first_token(msg) {
+            None => Some(Cow::Borrowed(msg)),
+            Some(b'{') => self.client_one(msg, &mut out.replies),
+            Some(b'[') => match serde_json::from_slice::<Vec<&RawValue>>(msg) {
+                Ok(items) if !items.is_empty() => {
+                    batch(msg, &items, |item| self.client_one(item, &mut out.replies))
+                }
+                Ok(_) => {
+                    out.replies
+                        .push(error_response("null", INVALID_REQUEST, "Invalid Request"));
+                    None
+                }
+                Err(_) => {
+                    out.replies
+                        .push(error_response("null", PARSE_ERROR, "Parse error"));
+                    None
+                }
+            },
+            Some(_) => {
+                out.replies
+                    .push(error_response("null", INVALID_REQUEST, "Invalid Request"));
+                None
+            }
+        };
+        out
+    }
+
+    /// A message from the server: `tools/list` results lose their denied tools, everything
+    /// else (responses, server-to-client requests, notifications) passes as is.
+    pub fn from_server<'a>(&mut self, msg: &'a [u8]) -> Outcome<'a> {
+        let forward = match first_token(msg) {
+            None => Some(Cow::Borrowed(msg)),
+            Some(b'{') => self.server_one(msg),
+            Some(b'[') => match serde_json::from_slice::<Vec<&RawValue>>(msg) {
+                Ok(items) => batch(msg, &items, |item| self.server_one(item)),
+                Err(error) => {
+                    tracing::warn!(%error, "dropping unparseable batch from the MCP server");
+                    None
+                }
+            },
+            Some(_) => {
+                tracing::warn!("dropping a non-JSON-RPC message from the MCP server");
+                None
+            }
+        };
+        Outcome {
+            forward,
+            replies: Vec::new(),
+        }
+    }
+
+    fn client_one<'a>(
+        &mut self,
+        msg: &'a [u8],
+        replies: &mut Vec<Vec<u8>>,
+    ) -> Option<Cow<'a, [u8]>> {
+        let probe = match serde_json::from_slice::<Probe<'_>>(msg) {
+            Ok(p) if first_token(msg) == Some(b'{') => p,
+            // Refused, not forwarded: the server's parser might accept what ours did not
+            // (duplicate keys, an array element that is not an object) and find a call in it.
+            _ => {
+                replies.push(error_response("null", PARSE_ERROR, "Parse error"));
+                return None;
+            }
+        };
+        let id = probe.id.map(RawValue::get);
+        match probe.method.as_deref() {
+            Some("tools/call") => {
+                let params = probe
+                    .params
+                    .and_then(|p| serde_json::from_str::<CallParams<'_>>(p.get()).ok());
+                let Some(params) = params else {
+                    if let Some(id) = id {
+                        replies.push(error_response(id, INVALID_PARAMS, "Invalid params"));
+                    }
+                    return None;
+                };
+                let decision = self.ctx.gate.check_call(&CallQuery {
+                    server_id: Some(&self.ctx.server_id),
+                    name: &params.name,
+                    namespace: None,
+                });
+                self.record_call(&params, id, &decision);
+                if decision.is_blocked() {
+                    tracing::info!(tool = %params.name, reason = %decision.reason, "refused tools/call");
+                    if let Some(id) = id {
+                        replies.push(unknown_tool(id, &params.name));
+                    }
+                    return None;
+                }
+                Some(Cow::Borrowed(msg))
+            }
+            Some("tools/list") => {
+                if let Some(cached) = &self.cached_tools {
+                    if let Some(id) = id {
+                        replies.push(
+                            format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":{cached}}}}}"#
+                            )
+                            .into_bytes(),
+                        );
+                    }
+                    return None;
+                }
+                if let Some(id) = id.and_then(|id| serde_json::from_str::<Value>(id).ok()) {
+                    if self.pending_lists.len() == MAX_PENDING_LISTS {
+                        tracing::warn!(
+                            "too many unanswered tools/list requests; forgetting the oldest"
+                        );
+                        self.pending_lists.pop_front();
+                    }
+                    self.pending_lists.push_back(id);
+                }
+                Some(Cow::Borrowed(msg))
+            }
+            _ => Some(Cow::Borrowed(msg)),
+        }
+    }
+
+    fn server_one<'a>(&mut self, msg: &'a [u8]) -> Option<Cow<'a, [u8]>> {
+        let probe = match serde_json::from_slice::<Probe<'_>>(msg) {
+            Ok(p) if first_token(msg) == Some(b'{') => p,
+            _ => {
+                tracing::warn!("dropping an unparseable message from the MCP server");
+                return None;
+            }
+        };
+        if let Some(method) = probe.method.as_deref() {
+            if method == "notifications/tools/list_changed" {
+                tracing::debug!(
+                    "server says its tool list changed; the next tools/list is filtered afresh"
+                );
+            }
+            return Some(Cow::Borrowed(msg));
+        }
+        // Only parse the id (an allocation for string ids) when a list is outstanding.
+        if !self.pending_lists.is_empty()
+            && let Some(id) = probe
+                .id
+                .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
+            && let Some(i) = self.pending_lists.iter().position(|p| *p == id)
+        {
+            self.pending_lists.remove(i);
+        }
+        // Every result with a top-level `tools` field is treated as a tool list, tracked or
+        // not: the client decides what a response means by its id, and ids can be spelled in
+        // ways (`1` vs `1.0`) that an exact match would miss.
+        let Some(result) = probe
+            .result
+            .filter(|r| first_token(r.get().as_bytes()) == Some(b'{'))
+        else {
+            return Some(Cow::Borrowed(msg));
+        };
+        let tools = match serde_json::from_str::<ListResult<'_>>(result.get()) {
+            Ok(ListResult { tools: Some(tools) }) => tools,
+            Ok(ListResult { tools: None }) => return Some(Cow::Borrowed(msg)),
+            Err(_) => {
+                tracing::warn!("dropping a response whose result cannot be parsed");
+                return None;
+            }
+        };
+        self.filter_list(msg, tools)
+    }
+
+    fn filter_list<'a>(&mut self, msg: &'a [u8], tools: &RawValue) -> Option<Cow<'a, [u8]>> {
+        let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(tools.get()) else {
+            tracing::warn!("dropping a tools/list result whose tools are not an array");
+            return None;
+        };
+        let mut kept: Vec<&str> = Vec::with_capacity(items.len());
+        for item in &items {
+            let value: Value = serde_json::from_str(item.get()).unwrap_or(Value::Null);
+            let decision =
+                self.ctx
+                    .gate
+                    .check_listed(&self.ctx.server_id, &self.ctx.server_type, &value);
+            self.record_seen(&value, &decision);
+            if !decision.is_blocked() {
+                kept.push(item.get());
+            }
+        }
+        if kept.len() == items.len() {
+            return Some(Cow::Borrowed(msg));
+        }
+        let Some(start) = offset_in(msg, tools.get()) else {
+            tracing::error!("tools array is not inside its message; dropping the message");
+            return None;
+        };
+        let end = start + tools.get().len();
+        let mut out = Vec::with_capacity(msg.len());
+        out.extend_from_slice(&msg[..start]);
+        out.push(b'[');
+        for (i, tool) in kept.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(tool.as_bytes());
+        }
+        out.push(b']');
+        out.extend_from_slice(&msg[end..]);
+        Some(Cow::Owned(out))
+    }
+
+    fn record_call(&self, params: &CallParams<'_>, id: Option<&str>, decision: &Decision) {
+        let Some(sink) = &self.ctx.events else { return };
+        sink.emit(Event::McpToolCalled(ToolCalled {
+            timestamp: chrono::Utc::now(),
+            session_id: self.ctx.session_id.clone(),
+            server_id: self.ctx.server_id.clone(),
+            server_type: self.ctx.server_type.clone(),
+            tool_name: params.name.to_string(),
+            jsonrpc_id: id
+                .and_then(|id| serde_json::from_str(id).ok())
+                .unwrap_or(Value::Null),
+            input: params
+                .arguments
+                .and_then(|a| serde_json::from_str(a.get()).ok()),
+            action: decision.action,
+            reason: decision.reason.clone(),
+            layer: self.ctx.layer.to_owned(),
+        }));
+    }
+
+    fn record_seen(&self, tool: &Value, decision: &Decision) {
+        let Some(sink) = &self.ctx.events else { return };
+        record_seen(&self.ctx, sink, tool, decision);
+    }
+}
+
+fn record_seen(ctx: &FilterContext, sink: &EventSink, tool: &Value, decision: &Decision) {
+    let hash = decision
+        .tool
+        .as_ref()
+        .map(|t| t.tool_hash.clone())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| tool_hash(tool));
+    sink.emit(Event::McpToolSeen(ToolSeen {
+        timestamp: chrono::Utc::now(),
+        session_id: ctx.session_id.clone(),
+        server_id: ctx.server_id.clone(),
+        server_type: ctx.server_type.clone(),
+        tool_name: tool
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        tool_hash: hash,
+        action: decision.action,
+        reason: decision.reason.clone(),
+    }));
+}
+
+/// Filters a tool list fetched by toolwall itself (the proxy's start-up list, discovery):
+/// registers each tool with the gate, records `mcp_tool_seen`, returns the allowed ones.
+pub fn allowed_tools(ctx: &FilterContext, tools: Vec<Value>) -> Vec<Value> {
+    tools
+        .into_iter()
+        .filter(|tool| {
+            let decision = ctx
+                .gate
+                .check_listed(&ctx.server_id, &ctx.server_type, tool);
+            if let Some(sink) = &ctx.events {
+                record_seen(ctx, sink, tool, &decision);
+            }
+            decision.action == Action::Allow
+        })
+        .collect()
+}
+
+/// Applies `one` to each batch element and reassembles the batch: the original bytes when
+/// every element came back untouched, a new array of what is left otherwise, nothing when
+/// nothing is left (an empty array is not a valid batch).
+fn batch<'a>(
+    msg: &'a [u8],
+    items: &[&'a RawValue],
+    mut one: impl FnMut(&'a [u8]) -> Option<Cow<'a, [u8]>>,
+) -> Option<Cow<'a, [u8]>> {
+    let mut parts = Vec::with_capacity(items.len());
+    let mut untouched = true;
+    for item in items {
+        let bytes = item.get().as_bytes();
+        let part = one(bytes);
+        untouched &= matches!(&part, Some(Cow::Borrowed(b)) if b.as_ptr() == bytes.as_ptr() && b.len() == bytes.len());
+        parts.extend(part);
+    }
+    if untouched {
+        return Some(Cow::Borrowed(msg));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(msg.len());
+    out.push(b'[');
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(part);
+    }
+    out.push(b']');
+    Some(Cow::Owned(out))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,368 @@
+//! The oracle for the JSON-RPC framing and filter, shared by the randomised test below and
+//! the `cargo fuzz` target (`agent/fuzz`): whatever bytes come in, in whatever pieces,
+//! no denied tool is in any output and nothing but denied calls (and messages the filter
+//! must refuse) is changed.
+//!
+//! The oracle judges with `serde_json::Value` (what a typical peer would parse), not with the
+//! filter's own borrowed parser, so a disagreement between the two is a finding.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use super::enforce::Enforcement;
+use super::filter::{Filter, FilterContext};
+use super::framing::{LineFramer, strip_newline};
+
+/// Tools whose names start with this are denied in oracle runs.
+pub const DENIED_PREFIX: &str = "deny";
+
+fn denied(name: &str) -> bool {
+    name.starts_with(DENIED_PREFIX)
+}
+
+/// JSON without duplicate keys, or `None`: a message with duplicate keys means different things
+/// to different parsers (first wins, last wins, error), so the filter refuses it and the oracle
+/// counts it as unreadable.
+fn parse_strict(bytes: &[u8]) -> Option<Value> {
+    struct Strict;
+    impl<'de> serde::de::DeserializeSeed<'de> for Strict {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Strict {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON without duplicate keys")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Strict)?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut keys = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if !keys.insert(key) {
+                    return Err(serde::de::Error::custom("duplicate key"));
+                }
+                map.next_value_seed(Strict)?;
+            }
+            Ok(())
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde::de::DeserializeSeed::deserialize(Strict, &mut de).ok()?;
+    de.end().ok()?;
+    serde_json::from_slice(bytes).ok()
+}
+
+/// Every JSON-RPC object in a message (the message, or a batch's elements).
+fn objects(value: &Value) -> Vec<&Value> {
+    match value {
+        Value::Array(items) => items.iter().collect(),
+        other => vec![other],
+    }
+}
+
+/// Not JSON-RPC (a batch element that is not an object, an empty batch, a scalar): the filter
+/// refuses or drops it rather than guess what a peer would make of it.
+fn malformed(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.is_empty() || items.iter().any(|i| !i.is_object()),
+        Value::Object(_) => false,
+        _ => true,
+    }
+}
+
+fn has_denied_call(value: &Value) -> bool {
+    objects(value).iter().any(|m| {
+        m.get("method").and_then(Value::as_str) == Some("tools/call")
+            && m.pointer("/params/name")
+                .and_then(Value::as_str)
+                .is_none_or(denied)
+    })
+}
+
+fn has_denied_tool(value: &Value) -> bool {
+    objects(value).iter().any(|m| {
+        m.pointer("/result/tools")
+            .and_then(Value::as_array)
+            .is_some_and(|tools| {
+                tools
+                    .iter()
+                    .any(|t| t.get("name").and_then(Value::as_str).is_none_or(denied))
+            })
+    })
+}
+
+/// Drives a filter over two byte streams fed in arbitrary pieces and checks every output.
+pub struct Harness {
+    filter: Filter,
+    framers: [LineFramer; 2],
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Harness {
+    /// A filter denying `^deny`.
+    pub fn new() -> Self {
+        let gate = Enforcement::new(None, None, &[format!("^{DENIED_PREFIX}")])
+            .unwrap_or_else(|e| panic!("oracle pattern: {e:#}"))
+            .gate;
+        let ctx = FilterContext {
+            gate,
+            server_id: "fuzz".into(),
+            server_type: "stdio".into(),
+            layer: "shim",
+            session_id: String::new(),
+            events: None,
+        };
+        Self {
+            filter: Filter::new(ctx),
+            framers: [LineFramer::new(), LineFramer::new()],
+        }
+    }
+
+    /// Feeds a piece of the client (`from_client`) or server stream.
+    pub fn feed(&mut self, from_client: bool, piece: &[u8]) {
+        let i = usize::from(!from_client);
+        self.framers[i].extend(piece);
+        while let Some(line) = self.framers[i].next_line() {
+            self.check(from_client, strip_newline(&line));
+        }
+    }
+
+    /// Ends both streams (unterminated last messages count).
+    pub fn finish(&mut self) {
+        for (i, from_client) in [(0, true), (1, false)] {
+            if let Some(rest) = self.framers[i].finish() {
+                self.check(from_client, &rest);
+            }
+        }
+    }
+
+    fn check(&mut self, from_client: bool, msg: &[u8]) {
+        let input = parse_strict(msg);
+        let out = if from_client {
+            self.filter.from_client(msg)
+        } else {
+            self.filter.from_server(msg)
+        };
+        let same = matches!(&out.forward, Some(Cow::Borrowed(b)) if b.as_ptr() == msg.as_ptr() && b.len() == msg.len());
+        if let Some(forwarded) = &out.forward
+            && !forwarded.iter().all(u8::is_ascii_whitespace)
+        {
+            let value: Value = serde_json::from_slice(forwarded).unwrap_or_else(|e| {
+                panic!(
+                    "forwarded a message that is not JSON ({e}): {}",
+                    String::from_utf8_lossy(forwarded)
+                )
+            });
+            if from_client {
+                assert!(!has_denied_call(&value), "denied call forwarded: {value}");
+            } else {
+                assert!(!has_denied_tool(&value), "denied tool listed: {value}");
+            }
+        }
+        for reply in &out.replies {
+            let value: Value = serde_json::from_slice(reply).unwrap_or_else(|e| {
+                panic!(
+                    "reply is not JSON ({e}): {}",
+                    String::from_utf8_lossy(reply)
+                )
+            });
+            assert!(
+                value.get("error").is_some(),
+                "reply is not an error: {value}"
+            );
+        }
+        if !same {
+            // Changed or dropped: only refused calls, denied tools and messages the filter
+            // cannot read (which it must not pass on) may be.
+            let explained = match &input {
+                None => true,
+                Some(v) if malformed(v) => true,
+                Some(v) if from_client => has_denied_call(v) || !out.replies.is_empty(),
+                Some(v) => has_denied_tool(v) || out.forward.is_none(),
+            };
+            assert!(
+                explained,
+                "changed a message it had no reason to: {}",
+                String::from_utf8_lossy(msg)
+            );
+        }
+    }
+}
+
+/// The fuzz entry point: the input is a series of pieces, each introduced by one control
+/// byte (low bit: 0 client, 1 server; the other bits: the piece's length).
+pub fn run(input: &[u8]) {
+    let mut harness = Harness::new();
+    let mut rest = input;
+    while let Some((&control, tail)) = rest.split_first() {
+        let len = usize::from(control >> 1).min(tail.len());
+        harness.feed(control & 1 == 0, &tail[..len]);
+        rest = &tail[len..];
+    }
+    harness.finish();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// xorshift64*: deterministic, so a failure reproduces from its seed.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn pick<'a>(&mut self, options: &[&'a str]) -> &'a str {
+            options[(self.next() % options.len() as u64) as usize]
+        }
+    }
+
+    const NAMES: &[&str] = &[
+        r#""deny_a""#,
+        r#""ok""#,
+        r#""den\u0079_b""#,
+        r#""ok\"q""#,
+        r#""\u0064eny""#,
+        r#""denial""#,
+    ];
+    const IDS: &[&str] = &["1", r#""a""#, "1.0", "null", "-3", r#""\u0031""#];
+    const WS: &[&str] = &["", " ", "\t", "\r", " \r"];
+
+    fn message(rng: &mut Rng, from_client: bool) -> String {
+        let id = rng.pick(IDS);
+        let name = rng.pick(NAMES);
+        let ws = rng.pick(WS);
+        if from_client {
+            match rng.next() % 9 {
+                0 => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":{name},"arguments":{{}}}}}}"#
+                ),
+                1 => format!(
+                    r#"{ws}{{"method":"tools\/call","id":{id},"params":{{"arguments":{{"x":[1,2]}},"name":{name}}}}}"#
+                ),
+                2 => format!(
+                    r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":{name}}}}}{ws}"#
+                ),
+                3 => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#),
+                4 => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"name":{name}}}}}"#
+                ),
+                5 => {
+                    let n = 1 + rng.next() % 3;
+                    let items: Vec<String> = (0..n).map(|_| message(rng, true)).collect();
+                    format!("[{}]", items.join(","))
+                }
+                6 => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","method":"ping","params":{{"name":{name}}}}}"#
+                ),
+                7 => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":{name}"#
+                ),
+                _ => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":{name},"name":"ok"}}}}"#
+                ),
+            }
+        } else {
+            match rng.next() % 6 {
+                0..=2 => {
+                    let n = rng.next() % 4;
+                    let tools: Vec<String> = (0..n)
+                        .map(|_| {
+                            format!(
+                                r#"{{"name":{},"inputSchema":{{"type":"object"}}}}"#,
+                                rng.pick(NAMES)
+                            )
+                        })
+                        .collect();
+                    let cursor = if rng.next().is_multiple_of(2) {
+                        r#","nextCursor":"c""#
+                    } else {
+                        ""
+                    };
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{}]{cursor}}}}}{ws}"#,
+                        tools.join(",")
+                    )
+                }
+                3 => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"sampling/createMessage","params":{{"name":{name}}}}}"#
+                ),
+                4 => format!(r#"[{},{}]"#, message(rng, false), message(rng, false)),
+                _ => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{name}}}]}}}}"#
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn random_streams_in_random_pieces_keep_the_oracle() {
+        for seed in 1..=300u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let mut input = Vec::new();
+            for _ in 0..12 {
+                let from_client = rng.next().is_multiple_of(2);
+                let mut text = message(&mut rng, from_client);
+                text.push_str(if rng.next().is_multiple_of(3) {
+                    "\r\n"
+                } else {
+                    "\n"
+                });
+                // Cut the message into random pieces, each with its control byte.
+                let mut bytes = text.as_bytes();
+                while !bytes.is_empty() {
+                    let len = (1 + rng.next() % 127).min(bytes.len() as u64) as usize;
+                    input.push(((len as u8) << 1) | u8::from(!from_client));
+                    input.extend_from_slice(&bytes[..len]);
+                    bytes = &bytes[len..];
+                }
+            }
+            run(&input);
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_keep_the_oracle() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        for _ in 0..2000 {
+            let len = (rng.next() % 200) as usize;
+            let alphabet = b"{}[]\",:\\ \n\r0123456789abcdeilmnorstuy/_.-";
+            let input: Vec<u8> = (0..len)
+                .map(|_| alphabet[(rng.next() % alphabet.len() as u64) as usize])
+                .collect();
+            run(&input);
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! `toolwall shim -- CMD ARGS...`: sits between an agent and a stdio MCP server it spawns.
+//!
+//! Two pumps move newline-delimited JSON-RPC through one [`Filter`]: client stdin → child
+//! stdin, child stdout → client stdout. Refusals are written back to the client on stdout, so
+//! a denied `tools/call` never reaches the child. The child's stderr is inherited (it is the
+//! server's log, not protocol), and logs of the shim itself go to stderr as well: stdout is
+//! the JSON-RPC channel.
+
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::decision::Gate;
+use crate::events::EventSink;
+
+use super::filter::{Filter, FilterContext};
+use super::framing::{LineFramer, strip_newline};
+
+/// How long the child gets to exit on its own after the client closed stdin (the MCP stdio
+/// shutdown sequence: close stdin, wait, SIGTERM, wait, SIGKILL).
+pub const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(5);
+/// How long the child gets after SIGTERM before SIGKILL.
+pub const SIGTERM_GRACE: Duration = Duration::from_secs(2);
+
+/// Arguments of `toolwall shim`.
+#[derive(Debug, clap::Args)]
+pub struct ShimArgs {
+    /// Configuration file (YAML); turns on event recording.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Event database; turns on event recording.
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// Server id for policy and events (default: from the command, e.g. the npm package).
+    #[arg(long, value_name = "ID")]
+    pub server_id: Option<String>,
+    /// Hide and refuse tools whose name matches REGEX (repeatable; commas separate patterns).
+    #[arg(long = "deny", value_name = "REGEX")]
+    pub deny: Vec<String>,
+    /// The stdio MCP server to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl ShimArgs {
+    /// The server id: `--server-id`, else derived from the command (see [`default_server_id`]).
+    pub fn server_id(&self) -> String {
+        self.server_id
+            .clone()
+            .unwrap_or_else(|| default_server_id(&self.command))
+    }
+}
+
+/// Launchers whose first non-flag argument names the server (`npx -y @scope/server-x`).
+const LAUNCHERS: [&str; 11] = [
+    "npx", "bunx", "pnpx", "uvx", "uv", "node", "python", "python3", "deno", "bun", "pipx",
+];
+
+/// A readable server id from a command line: the program's file name, or for a launcher
+/// (`npx`, `uvx`, `node`, `python`...) the package or script it runs, without scope, version
+/// or extension: `npx -y @modelcontextprotocol/server-everything@1.2` → `server-everything`.
+pub fn default_server_id(command: &[String]) -> String {
+    let base = |s: &str| {
+        std::path::Path::new(s)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| s.to_owned())
+    };
+    let Some(program) = command.first() else {
+        return String::new();
+    };
+    let program = base(program);
+    if !LAUNCHERS.contains(&program.as_str()) {
+        return program;
+    }
+    let target = command[1..]
+        .iter()
+        .find(|a| !a.starts_with('-') && !matches!(a.as_str(), "run" | "tool" | "x"));
+    match target {
+        Some(t) => {
+            let name = base(t);
+            // `pkg@1.2` → `pkg`; `@scope/pkg` was cut to `pkg` by `base`.
+            let name = match name.rfind('@') {
+                Some(at) if at > 0 => name[..at].to_owned(),
+                _ => name,
+            };
+            let name = name
+                .strip_suffix(".js")
+                .or_else(|| name.strip_suffix(".py"))
+                .or_else(|| name.strip_suffix(".ts"))
+                .unwrap_or(&name)
+                .to_owned();
+            if name.is_empty() { program } else { name }
+        }
+        None => program,
+    }
+}
+
+/// `toolwall shim`: the command-line entry. Builds the policy (configuration plus `--deny`)
+/// and, when `--config` or `--db` is given, the event store, then runs [`run_shim`] and returns
+/// the child's exit code once every event is stored.
+pub fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
+    let enforcement =
+        super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let (gate, events) = (enforcement.gate.clone(), enforcement.events.clone());
+    let result = runtime.block_on(run_shim(&args, gate, events));
+    // Stdin is read on a blocking thread that may still be parked in read(2); do not wait.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    enforcement.finish();
+    result
+}
+
+/// Runs the shim with a given policy and event sink (the daemon's policy and store, or the
+/// command line's): spawns `args.command`, pumps both directions through the filter,
+/// forwards SIGINT/SIGTERM/SIGHUP, and returns the child's exit code (128+N for signal N).
+pub async fn run_shim(
+    args: &ShimArgs,
+    gate: Arc<dyn Gate>,
+    events: Option<EventSink>,
+) -> anyhow::Result<ExitCode> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("no server command given after `--`")?;
+    let ctx = FilterContext {
+        gate,
+        server_id: args.server_id(),
+        server_type: "stdio".to_owned(),
+        layer: "shim",
+        session_id: std::env::var("TOOLWALL_SESSION").unwrap_or_default(),
+        events,
+    };
+    serve(
+        Command::new(program).args(rest),
+        ctx,
+        super::async_stdin(),
+        super::async_stdout(),
+    )
+    .await
+    .with_context(|| format!("shim for `{}`", args.command.join(" ")))
+}
+
+/// The shim over any client streams (stdin/stdout in production, pipes in tests).
+pub async fn serve<R, W>(
+    command: &mut Command,
+    ctx: FilterContext,
+    client_in: R,
+    client_out: W,
+) -> anyhow::Result<ExitCode>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start the MCP server")?;
+    let pid = child.id().context("the MCP server exited at once")? as libc::pid_t;
+    let child_in = child.stdin.take().context("no stdin pipe to the server")?;
+    let child_out = child
+        .stdout
+        .take()
+        .context("no stdout pipe from the server")?;
+
+    let filter = Arc::new(Mutex::new(Filter::new(ctx)));
+    let client_out = Arc::new(tokio::sync::Mutex::new(client_out));
+    let mut to_server = tokio::spawn(client_to_server(
+        client_in,
+        child_in,
+        filter.clone(),
+        client_out.clone(),
+    ));
+    let mut to_client = tokio::spawn(server_to_client(child_out, filter, client_out));
+
+    let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut sighup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    let forward = |sig: libc::c_int| {
+        // SAFETY: kill has no memory preconditions; pid is our child, not yet reaped (the
+        // select below reaps it only in the wait branch, which ends the loop).
+        unsafe { libc::kill(pid, sig) };
+    };
+
+    let mut stdin_closed = false;
+    let mut deadline: Option<(tokio::time::Instant, libc::c_int)> = None;
+    let status = loop {
+        let timer = async {
+            match deadline {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = child.wait() => break status.context("waiting for the MCP server")?,
+            _ = sigint.recv() => forward(libc::SIGINT),
+            _ = sigterm.recv() => forward(libc::SIGTERM),
+            _ = sighup.recv() => forward(libc::SIGHUP),
+            result = &mut to_server, if !stdin_closed => {
+                stdin_closed = true;
+                if let Ok(Err(error)) = result {
+                    tracing::warn!("client to server: {error:#}");
+                }
+                // The pump dropped the child's stdin: the server sees EOF and should exit.
+                deadline = Some((tokio::time::Instant::now() + STDIN_CLOSED_GRACE, libc::SIGTERM));
+            }
+            () = timer => {
+                let sig = deadline.map(|(_, s)| s).unwrap_or(libc::SIGKILL);
+                tracing::warn!(signal = sig, "the MCP server did not exit after its stdin closed");
+                forward(sig);
+                deadline = (sig == libc::SIGTERM)
+                    .then(|| (tokio::time::Instant::now() + SIGTERM_GRACE, libc::SIGKILL));
+            }
+        }
+    };
+    // Deliver what the server wrote before it exited (a grandchild holding the pipe open must
+    // not keep us alive forever).
+    match tokio::time::timeout(Duration::from_secs(2), &mut to_client).await {
+        Ok(Ok(Err(error))) => tracing::warn!("server to client: {error:#}"),
+        Err(_) => to_client.abort(),
+        _ => {}
+    }
+    to_server.abort();
+    use std::os::unix::process::ExitStatusExt as _;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// What to write for one message, computed under the filter lock and written after it.
+enum Forward {
+    /// The line as it came (untouched message).
+    Same,
+    /// A changed message (without `\n`).
+    Changed(Vec<u8>),
+    /// Nothing.
+    Nothing,
+}
+
+fn decide(filter: &Mutex<Filter>, line: &Bytes, from_client: bool) -> (Forward, Vec<Vec<u8>>) {
+    let msg = strip_newline(line);
+    // A poisoned lock means a pump panicked; the filter's state (pending list ids) is still
+    // sound, so go on rather than pass anything unfiltered.
+    let mut filter = filter.lock().unwrap_or_else(|e| e.into_inner());
+    let out = if from_client {
+        filter.from_client(msg)
+    } else {
+        filter.from_server(msg)
+    };
+    let forward = match out.forward {
+        Some(std::borrow::Cow::Borrowed(b))
+            if b.as_ptr() == msg.as_ptr() && b.len() == msg.len() =>
+        {
+            Forward::Same
+        }
+        Some(other) => Forward::Changed(other.into_owned()),
+        None => Forward::Nothing,
+    };
+    (forward, out.replies)
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(
+    out: &mut W,
+    line: &Bytes,
+    forward: Forward,
+) -> std::io::Result<()> {
+    match forward {
+        Forward::Same => {
+            out.write_all(line).await?;
+            if !line.ends_with(b"\n") {
+                out.write_all(b"\n").await?;
+            }
+        }
+        Forward::Changed(msg) => {
+            out.write_all(&msg).await?;
+            out.write_all(b"\n").await?;
+        }
+        Forward::Nothing => {}
+    }
+    Ok(())
+}
+
+async fn write_replies<W: AsyncWrite + Unpin>(
+    out: &tokio::sync::Mutex<W>,
+    replies: Vec<Vec<u8>>,
+) -> std::io::Result<()> {
+    if replies.is_empty() {
+        return Ok(());
+    }
+    let mut out = out.lock().await;
+    for reply in replies {
+        out.write_all(&reply).await?;
+        out.write_all(b"\n").await?;
+    }
+    out.flush().await
+}
+
+async fn client_to_server<R, W>(
+    mut client_in: R,
+    mut child_in: tokio::process::ChildStdin,
+    filter: Arc<Mutex<Filter>>,
+    client_out: Arc<tokio::sync::Mutex<W>>,
+) -> anyhow::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut framer = LineFramer::new();
+    loop {
+        let n = client_in
+            .read_buf(framer.buffer_mut())
+            .await
+            .context("reading the client")?;
+        let eof = n == 0;
+        while let Some(line) = framer
+            .next_line()
+            .or_else(|| eof.then(|| framer.finish()).flatten())
+        {
+            let (forward, replies) = decide(&filter, &line, true);
+            write_replies(&client_out, replies)
+                .await
+                .context("answering the client")?;
+            if !matches!(forward, Forward::Nothing) {
+                write_line(&mut child_in, &line, forward)
+                    .await
+                    .context("writing to the MCP server")?;
+                child_in
+                    .flush()
+                    .await
+                    .context("writing to the MCP server")?;
+            }
+        }
+        if eof {
+            // Dropping `child_in` closes the server's stdin.
+            return Ok(());
+        }
+    }
+}
+
+async fn server_to_client<W: AsyncWrite + Unpin>(
+    mut child_out: tokio::process::ChildStdout,
+    filter: Arc<Mutex<Filter>>,
+    client_out: Arc<tokio::sync::Mutex<W>>,
+) -> anyhow::Result<()> {
+    let mut framer = LineFramer::new();
+    loop {
+        let n = child_out
+            .read_buf(framer.buffer_mut())
+            .await
+            .context("reading the MCP server")?;
+        let eof = n == 0;
+        while let Some(line) = framer
+            .next_line()
+            .or_else(|| eof.then(|| framer.finish()).flatten())
+        {
+            let (forward, replies) = decide(&filter, &line, false);
+            debug_assert!(replies.is_empty());
+            if !matches!(forward, Forward::Nothing) {
+                let mut out = client_out.lock().await;
+                write_line(&mut *out, &line, forward)
+                    .await
+                    .context("writing to the client")?;
+                out.flush().await.context("writing to the client")?;
+            }
+        }
+        if eof {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,183 @@
+//! Server-sent events, sans-IO: a decoder for the upstream's streams and an encoder for ours.
+//!
+//! Both MCP HTTP transports carry JSON-RPC messages as SSE `data`. The decoder has the
+//! framer's shape: bytes in, complete events out, "incomplete" is the normal state. Lines end
+//! in `\n` or `\r\n` (a lone `\r` terminator, allowed by the SSE spec but used by no MCP
+//! implementation, is not split on: such a stream yields no parseable messages, so nothing
+//! unfiltered gets through).
+
+use bytes::{Buf, BytesMut};
+
+/// One dispatched event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` type; `None` means the default, `message`.
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`.
+    pub data: Vec<u8>,
+    /// The `id:` field, for `Last-Event-ID` resumption.
+    pub id: Option<String>,
+}
+
+impl SseEvent {
+    /// Whether the event carries a JSON-RPC message (`message` or no type).
+    pub fn is_message(&self) -> bool {
+        matches!(self.event.as_deref(), None | Some("message"))
+    }
+}
+
+/// Incremental SSE parser.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    buf: BytesMut,
+    scanned: usize,
+    pending: SseEvent,
+    has_data: bool,
+    /// The last `id:` seen; it stays in force for later events, as in the SSE spec.
+    last_id: Option<String>,
+}
+
+impl SseDecoder {
+    /// A decoder at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends received bytes.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next complete event, or `None` until more bytes arrive.
+    pub fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            let pos = memchr::memchr(b'\n', &self.buf[self.scanned..])?;
+            let end = self.scanned + pos;
+            self.scanned = 0;
+            let mut line = &self.buf[..end];
+            if let Some(stripped) = line.strip_suffix(b"\r") {
+                line = stripped;
+            }
+            let dispatched = if line.is_empty() {
+                self.dispatch()
+            } else {
+                let (field, value) = match memchr::memchr(b':', line) {
+                    Some(0) => (&b""[..], &b""[..]), // comment
+                    Some(i) => {
+                        let v = &line[i + 1..];
+                        (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+                    }
+                    None => (line, &b""[..]),
+                };
+                match field {
+                    b"data" => {
+                        if self.has_data {
+                            self.pending.data.push(b'\n');
+                        }
+                        self.pending.data.extend_from_slice(value);
+                        self.has_data = true;
+                    }
+                    b"event" => {
+                        self.pending.event = Some(String::from_utf8_lossy(value).into_owned())
+                    }
+                    b"id" => self.last_id = Some(String::from_utf8_lossy(value).into_owned()),
+                    _ => {}
+                }
+                None
+            };
+            self.buf.advance(end + 1);
+            if dispatched.is_some() {
+                return dispatched;
+            }
+        }
+    }
+
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        let mut event = std::mem::take(&mut self.pending);
+        event.id.clone_from(&self.last_id);
+        let had = std::mem::replace(&mut self.has_data, false);
+        // An event without data only sets the last event id; nothing to deliver.
+        (had || event.event.is_some()).then_some(event)
+    }
+}
+
+/// One SSE event for our clients. Multi-line data becomes several `data:` lines, so a message
+/// containing a newline cannot end the event early or inject fields.
+pub fn encode_event(event: Option<&str>, id: Option<&str>, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 32);
+    if let Some(event) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(single_line(event).as_bytes());
+        out.push(b'\n');
+    }
+    if let Some(id) = id {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(single_line(id).as_bytes());
+        out.push(b'\n');
+    }
+    for line in data.split(|b| *b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    out
+}
+
+fn single_line(s: &str) -> &str {
+    s.split(['\r', '\n']).next().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_at_every_split() {
+        let stream = b": comment\r\nevent: endpoint\r\ndata: /message?sessionId=1\r\n\r\nid: 7\ndata: {\"a\":\ndata: 1}\n\nid: 8\n\nevent: message\ndata\n\n";
+        let expected = vec![
+            SseEvent {
+                event: Some("endpoint".into()),
+                data: b"/message?sessionId=1".to_vec(),
+                id: None,
+            },
+            SseEvent {
+                event: None,
+                data: b"{\"a\":\n1}".to_vec(),
+                id: Some("7".into()),
+            },
+            SseEvent {
+                event: Some("message".into()),
+                data: Vec::new(),
+                id: Some("8".into()),
+            },
+        ];
+        for cut in 0..=stream.len() {
+            let mut d = SseDecoder::new();
+            let mut got = Vec::new();
+            for part in [&stream[..cut], &stream[cut..]] {
+                d.feed(part);
+                while let Some(e) = d.next_event() {
+                    got.push(e);
+                }
+            }
+            assert_eq!(got, expected, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn encoding_round_trips_and_cannot_inject() {
+        let encoded = encode_event(
+            Some("message"),
+            Some("4\nevent: x"),
+            b"{\"a\":1}\r\nevent: evil",
+        );
+        let mut d = SseDecoder::new();
+        d.feed(&encoded);
+        let e = d.next_event().expect("one event");
+        assert_eq!(e.event.as_deref(), Some("message"));
+        assert_eq!(e.id.as_deref(), Some("4"));
+        assert_eq!(e.data, b"{\"a\":1}\nevent: evil");
+        assert!(d.next_event().is_none());
+    }
+}

@@ -1,0 +1,73 @@
+"""A real MCP client (the official Python SDK) for toolwall's end-to-end tests.
+
+usage: mcp_client.py stdio|sse|http TARGET [CALL_JSON]
+
+TARGET is a URL, or for stdio a JSON array [command, args...]. CALL_JSON is a JSON list of
+[tool, arguments] pairs to call. Prints one JSON object: every listed tool (all pages), each
+call's result or error, the first resource read and the first prompt fetched.
+"""
+
+import asyncio
+import json
+import sys
+
+from mcp import ClientSession
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+
+def dump(model):
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+async def exercise(read, write, calls):
+    out = {"tools": [], "calls": []}
+    async with ClientSession(read, write) as session:
+        await session.initialize()
+        cursor = None
+        while True:
+            params = {"cursor": cursor} if cursor else None
+            page = await session.list_tools(params=params)
+            out["tools"].extend(dump(t) for t in page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        for name, arguments in calls:
+            try:
+                result = await session.call_tool(name, arguments)
+                out["calls"].append({"name": name, "result": dump(result)})
+            except Exception as e:  # the SDK raises MCPError for JSON-RPC errors
+                err = getattr(e, "error", None)
+                out["calls"].append({
+                    "name": name,
+                    "error": {"code": getattr(err, "code", None), "message": getattr(err, "message", str(e))},
+                })
+        resources = await session.list_resources()
+        if resources.resources:
+            first = resources.resources[0]
+            out["resource"] = dump(await session.read_resource(first.uri))
+        prompts = await session.list_prompts()
+        out["prompts"] = [p.name for p in prompts.prompts]
+        simple = [p for p in prompts.prompts if not p.arguments]
+        if simple:
+            out["prompt"] = dump(await session.get_prompt(simple[0].name))
+    return out
+
+
+async def main():
+    transport, target = sys.argv[1], sys.argv[2]
+    calls = json.loads(sys.argv[3]) if len(sys.argv) > 3 else []
+    if transport == "stdio":
+        argv = json.loads(target)
+        ctx = stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]))
+    elif transport == "sse":
+        ctx = sse_client(target)
+    else:
+        ctx = streamable_http_client(target)
+    async with ctx as streams:
+        out = await exercise(streams[0], streams[1], calls)
+    print(json.dumps(out, sort_keys=True))
+
+
+asyncio.run(main())

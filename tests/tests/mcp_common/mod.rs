@@ -1,0 +1,180 @@
+//! Helpers for the MCP end-to-end tests: real servers (`server-everything`), the official
+//! Python SDK client (`peers/mcp_client.py`), and the `toolwall` binary, as child processes
+//! that are killed when dropped.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A child process killed (and reaped) on drop, so a failed test leaves nothing behind.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Waits until something accepts on the port (or the process died).
+pub fn wait_port(proc: &mut Proc, port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            panic!("{what} exited with {status} before listening on {port}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} did not listen on {port} within 60 s");
+}
+
+/// `server-everything` speaking `transport` (`sse` or `streamableHttp`); its URL.
+pub fn server_everything_http(transport: &str) -> (Proc, String) {
+    let port = free_port();
+    let child = Command::new(toolwall_tests::server_everything())
+        .arg(transport)
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start server-everything");
+    let mut proc = Proc(child);
+    wait_port(&mut proc, port, "server-everything");
+    let path = if transport == "sse" { "sse" } else { "mcp" };
+    (proc, format!("http://127.0.0.1:{port}/{path}"))
+}
+
+/// `toolwall mcp-proxy --upstream URL --listen 127.0.0.1:PORT ARGS...`, ready to serve.
+pub fn proxy(upstream: &str, args: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let child = Command::new(toolwall_tests::toolwall_bin())
+        .args(["mcp-proxy", "--upstream", upstream, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolwall mcp-proxy");
+    let mut proc = Proc(child);
+    wait_port(&mut proc, port, "toolwall mcp-proxy");
+    (proc, port)
+}
+
+fn client_script() -> PathBuf {
+    toolwall_tests::workspace_root().join("tests/peers/mcp_client.py")
+}
+
+/// Runs the Python SDK client (`stdio`, `sse` or `http` against `target`), calling `calls`
+/// (`[[name, arguments], ...]`); returns its report (tools, call results, resource, prompt).
+pub fn python_client(transport: &str, target: &str, calls: &Value) -> Value {
+    let output = Command::new(toolwall_tests::python())
+        .arg(client_script())
+        .args([transport, target, &calls.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the Python MCP client");
+    parse_report(&output, transport, target)
+}
+
+fn parse_report(output: &Output, transport: &str, target: &str) -> Value {
+    assert!(
+        output.status.success(),
+        "python client ({transport} {target}) failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "python client printed no report ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// The stdio target (a JSON argv) for `server-everything stdio`, optionally behind the shim.
+pub fn stdio_argv(prefix: &[String]) -> String {
+    let mut argv: Vec<String> = prefix.to_vec();
+    argv.push(toolwall_tests::server_everything().display().to_string());
+    argv.push("stdio".into());
+    serde_json::to_string(&argv).expect("argv as JSON")
+}
+
+/// The tool names of a report.
+pub fn names(report: &Value) -> Vec<String> {
+    report["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("tool name").to_owned())
+        .collect()
+}
+
+/// The direct list minus the tools whose names are in `denied`.
+pub fn without(report: &Value, denied: &[&str]) -> Vec<Value> {
+    report["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter(|t| !denied.contains(&t["name"].as_str().unwrap_or_default()))
+        .cloned()
+        .collect()
+}
+
+/// The recorded call named `name`.
+pub fn call<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no call of {name} in {report}"))
+}
+
+/// Asserts a proxied/shimmed report against the direct one, with `denied` tools denied
+/// (`echo` among them, called; `get-sum` allowed, called).
+pub fn assert_filtered(direct: &Value, filtered: &Value, denied: &[&str]) {
+    assert_eq!(
+        filtered["tools"].as_array().expect("tools"),
+        &without(direct, denied),
+        "tools through toolwall must be the direct list minus {denied:?}"
+    );
+    assert_eq!(
+        call(filtered, "echo")["error"],
+        serde_json::json!({"code": -32602, "message": "Unknown tool: echo"}),
+        "a denied call is answered as an unknown tool"
+    );
+    assert_eq!(
+        call(filtered, "get-sum"),
+        call(direct, "get-sum"),
+        "allowed call"
+    );
+    assert_eq!(
+        filtered["resource"], direct["resource"],
+        "resources untouched"
+    );
+    assert_eq!(filtered["prompts"], direct["prompts"], "prompts untouched");
+    assert_eq!(filtered["prompt"], direct["prompt"], "prompt untouched");
+}
+
+/// The calls every test makes: one denied (`echo`), one allowed (`get-sum`).
+pub fn standard_calls() -> Value {
+    serde_json::json!([["echo", {"message": "hi"}], ["get-sum", {"a": 2, "b": 3}]])
+}

@@ -1,0 +1,189 @@
+//! `toolwall mcp-proxy` between the official Python SDK client and `server-everything` over
+//! both HTTP transports, serving Streamable HTTP, legacy SSE and stdio clients.
+
+mod mcp_common;
+
+use std::io::Read;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mcp_common::*;
+
+const DENY: &[&str] = &["echo", "get-tiny-image"];
+
+fn check_all_client_transports(upstream_transport: &str, client: &str) {
+    let (_server, url) = server_everything_http(upstream_transport);
+    let direct = python_client(client, &url, &standard_calls());
+    let (_proxy, port) = proxy(&url, &["--deny", "^echo$,^get-tiny-image$"]);
+    for (transport, target) in [
+        ("http", format!("http://127.0.0.1:{port}/mcp")),
+        ("sse", format!("http://127.0.0.1:{port}/sse")),
+    ] {
+        let filtered = python_client(transport, &target, &standard_calls());
+        assert_filtered(&direct, &filtered, DENY);
+    }
+    let argv = serde_json::json!([
+        toolwall_tests::toolwall_bin().display().to_string(),
+        "mcp-proxy",
+        "--stdio",
+        "--upstream",
+        url,
+        "--deny",
+        "^echo$",
+        "--deny",
+        "^get-tiny-image$"
+    ]);
+    let filtered = python_client("stdio", &argv.to_string(), &standard_calls());
+    assert_filtered(&direct, &filtered, DENY);
+}
+
+#[test]
+fn streamable_http_upstream() {
+    check_all_client_transports("streamableHttp", "http");
+}
+
+#[test]
+fn legacy_sse_upstream() {
+    check_all_client_transports("sse", "sse");
+}
+
+#[test]
+fn empty_deny_list_shows_everything_all_denied_shows_nothing() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let direct = python_client("http", &url, &standard_calls());
+    let (_open, open_port) = proxy(&url, &["--transport", "streamable-http"]);
+    let open = python_client(
+        "http",
+        &format!("http://127.0.0.1:{open_port}/mcp"),
+        &standard_calls(),
+    );
+    assert_eq!(open["tools"], direct["tools"]);
+    assert_eq!(open["calls"], direct["calls"]);
+    // A second instance side by side with a different deny list.
+    let (_closed, closed_port) = proxy(&url, &["--deny", ".*"]);
+    let closed = python_client(
+        "sse",
+        &format!("http://127.0.0.1:{closed_port}/sse"),
+        &standard_calls(),
+    );
+    assert_eq!(closed["tools"], serde_json::json!([]));
+    assert_eq!(
+        call(&closed, "get-sum")["error"]["message"],
+        "Unknown tool: get-sum"
+    );
+}
+
+fn wait_exit(proc: &mut Proc, within: Duration) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = proc.0.try_wait().expect("try_wait") {
+            let mut stderr = String::new();
+            if let Some(mut e) = proc.0.stderr.take() {
+                let _ = e.read_to_string(&mut stderr);
+            }
+            return (status, stderr);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy did not exit within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn upstream_killed_mid_session_ends_the_proxy() {
+    for transport in ["streamableHttp", "sse"] {
+        let (server, url) = server_everything_http(transport);
+        let (mut proxy, port) = proxy(&url, &["--deny", "^echo$"]);
+        let report = python_client(
+            "http",
+            &format!("http://127.0.0.1:{port}/mcp"),
+            &standard_calls(),
+        );
+        assert!(!names(&report).is_empty());
+        drop(server);
+        let (status, stderr) = wait_exit(&mut proxy, Duration::from_secs(20));
+        assert!(!status.success(), "{transport}: {status}");
+        assert!(
+            stderr.contains("lost the upstream MCP server") && stderr.contains(&url),
+            "{transport}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn unreachable_upstream_and_invalid_regex_stop_start_up() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let output = Command::new(toolwall_tests::toolwall_bin())
+        .args(["mcp-proxy", "--upstream", &url, "--listen", "127.0.0.1:0"])
+        .output()
+        .expect("run toolwall mcp-proxy");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&url) && stderr.contains("cannot connect"),
+        "{stderr}"
+    );
+
+    let output = Command::new(toolwall_tests::toolwall_bin())
+        .args(["mcp-proxy", "--upstream", &url, "--deny", "^a$,[z-a]"])
+        .output()
+        .expect("run toolwall mcp-proxy");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--deny[1]") && stderr.contains("\"[z-a]\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn discovery_client_lists_every_tool() {
+    // The daemon's discovery client, driven through the proxy's start-up path: the proxy logs
+    // how many upstream tools it found; compare with the SDK's direct count.
+    for transport in ["streamableHttp", "sse"] {
+        let (_server, url) = server_everything_http(transport);
+        let direct = python_client(
+            if transport == "sse" { "sse" } else { "http" },
+            &url,
+            &serde_json::json!([]),
+        );
+        let total = names(&direct).len();
+        let (mut proxy, _port) = proxy(&url, &["--deny", "^echo$"]);
+        let _ = proxy.0.kill();
+        let (_, stderr) = wait_exit(&mut proxy, Duration::from_secs(10));
+        assert!(
+            stderr.contains(&format!("{} of {total} upstream tools exposed", total - 1)),
+            "{transport}: {stderr}"
+        );
+    }
+}
+
+/// `Last-Event-ID` on a GET replays, through the proxy, what the server sent after that event
+/// (server-everything keeps an event store): event ids and the header pass through.
+#[test]
+fn last_event_id_resumption_passes_through() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let (_proxy, port) = proxy(&url, &["--deny", "^echo$"]);
+    let script = toolwall_tests::workspace_root().join("tests/peers/mcp_resume.py");
+    for target in [url.clone(), format!("http://127.0.0.1:{port}/mcp")] {
+        let output = Command::new(toolwall_tests::python())
+            .arg(&script)
+            .arg(&target)
+            .output()
+            .expect("run mcp_resume.py");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("report");
+        assert_eq!(
+            report,
+            serde_json::json!({"ids": true, "replayed": true}),
+            "{target}"
+        );
+    }
+}

@@ -1,0 +1,134 @@
+//! `toolwall shim` between the official Python SDK client and `server-everything stdio`.
+
+mod mcp_common;
+
+use std::process::Command;
+
+use mcp_common::*;
+
+fn shim(deny: &[&str]) -> Vec<String> {
+    let mut argv = vec![
+        toolwall_tests::toolwall_bin().display().to_string(),
+        "shim".into(),
+    ];
+    for d in deny {
+        argv.push("--deny".into());
+        argv.push((*d).into());
+    }
+    argv.push("--".into());
+    argv
+}
+
+#[test]
+fn shim_hides_and_refuses_denied_tools() {
+    let direct = python_client("stdio", &stdio_argv(&[]), &standard_calls());
+    assert!(names(&direct).contains(&"echo".to_owned()), "{direct}");
+    let shimmed = python_client(
+        "stdio",
+        &stdio_argv(&shim(&["^echo$", "^get-tiny-image$"])),
+        &standard_calls(),
+    );
+    assert_filtered(&direct, &shimmed, &["echo", "get-tiny-image"]);
+}
+
+#[test]
+fn shim_with_no_deny_list_shows_everything_and_with_all_denied_nothing() {
+    let direct = python_client("stdio", &stdio_argv(&[]), &standard_calls());
+    let open = python_client("stdio", &stdio_argv(&shim(&[])), &standard_calls());
+    assert_eq!(open["tools"], direct["tools"]);
+    assert_eq!(open["calls"], direct["calls"]);
+    let closed = python_client("stdio", &stdio_argv(&shim(&[".*"])), &standard_calls());
+    assert_eq!(closed["tools"], serde_json::json!([]));
+    assert_eq!(
+        call(&closed, "get-sum")["error"]["message"],
+        "Unknown tool: get-sum"
+    );
+}
+
+/// The server's stdin is teed to a file: the denied call must not be in it, the allowed one
+/// must.
+#[test]
+fn the_server_never_sees_a_denied_call() {
+    let dir = std::env::temp_dir().join(format!("toolwall-e2e-shim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let log = dir.join("server-stdin.log");
+    let script = format!(
+        "tee -a '{}' | exec '{}' stdio",
+        log.display(),
+        toolwall_tests::server_everything().display()
+    );
+    let mut argv = shim(&["^echo$"]);
+    argv.extend(["bash".to_owned(), "-c".to_owned(), script]);
+    let report = python_client(
+        "stdio",
+        &serde_json::to_string(&argv).expect("argv"),
+        &standard_calls(),
+    );
+    assert_eq!(call(&report, "echo")["error"]["code"], -32602);
+    let seen = std::fs::read_to_string(&log).expect("server stdin log");
+    assert!(
+        seen.contains("\"get-sum\""),
+        "the allowed call reached the server: {seen}"
+    );
+    assert!(
+        !seen.contains("\"echo\""),
+        "the denied call reached the server: {seen}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn invalid_regex_stops_start_up() {
+    let output = Command::new(toolwall_tests::toolwall_bin())
+        .args(["shim", "--deny", "ok,(unclosed", "--", "true"])
+        .output()
+        .expect("run toolwall shim");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--deny[1]") && stderr.contains("\"(unclosed\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn exit_code_of_the_server_is_the_shims() {
+    let status = Command::new(toolwall_tests::toolwall_bin())
+        .args(["shim", "--", "sh", "-c", "exit 7"])
+        .stdin(std::process::Stdio::null())
+        .status()
+        .expect("run toolwall shim");
+    assert_eq!(status.code(), Some(7));
+}
+
+#[test]
+fn signals_reach_the_server_and_its_fate_is_the_exit_code() {
+    let mut child = Command::new(toolwall_tests::toolwall_bin())
+        .args(["shim", "--", "sleep", "60"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("run toolwall shim");
+    // Let the shim start its child and install its handlers.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill has no memory preconditions; the pid is our live child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let status = child.wait().expect("wait for the shim");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status}");
+}
+
+#[test]
+fn a_server_that_ignores_stdin_eof_is_terminated() {
+    let start = std::time::Instant::now();
+    // stdin is /dev/null: EOF at once; `sleep` never reads it, so the shim must SIGTERM it
+    // after its grace period.
+    let status = Command::new(toolwall_tests::toolwall_bin())
+        .args(["shim", "--", "sleep", "60"])
+        .stdin(std::process::Stdio::null())
+        .status()
+        .expect("run toolwall shim");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+}

@@ -20,6 +20,7 @@ pub use state::{DaemonState, LayerStatus};
 use crate::{
     config::{Config, ProxyMode, ServerType},
     correlate::Correlator,
+    decision::Gate,
     events::{EventSink, Store, spawn_writer},
     llm::{LlmProxy, LlmProxySettings},
     netmon::{
@@ -70,6 +71,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let writer = spawn_writer(store, rx, live_events.clone());
 
     let mut layers = Vec::new();
+
+    // Discovery: each declared network server's tools, registered (hashes, pinning) and
+    // recorded. A server that cannot be reached is reported and does not hold up the others.
+    let discovered = discover_servers(&config, &policy, &sink).await;
+    layers.push(LayerStatus::on("registry", &discovered));
 
     // 5. LLM proxy
     let (stop_proxy, proxy_stopped) = tokio::sync::watch::channel(false);
@@ -216,6 +222,69 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         "stopped cleanly"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long discovery waits for each network server (connect, initialize, every page).
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Lists the tools of every declared network server (all at once), registers them through the
+/// policy (hashes, version pinning) and records `mcp_tool_seen` / `mcp_tool_changed`. Returns a
+/// one-line summary for the start-up report.
+async fn discover_servers(config: &Config, policy: &Arc<Policy>, sink: &EventSink) -> String {
+    use crate::mcp::client::{Transport, discover};
+    let servers: Vec<_> = config
+        .sandbox
+        .mcp
+        .servers
+        .iter()
+        .filter(|s| s.server_type != ServerType::Stdio)
+        .collect();
+    if servers.is_empty() {
+        return "no network MCP servers declared; stdio servers register through `toolwall shim`"
+            .into();
+    }
+    let lookups = servers.iter().map(|server| async move {
+        let transport = match server.server_type {
+            ServerType::Sse => Transport::Sse,
+            _ => Transport::Auto,
+        };
+        let url = server.url.as_deref().unwrap_or_default();
+        (
+            server,
+            discover(url, transport, Default::default(), DISCOVERY_TIMEOUT).await,
+        )
+    });
+    let mut found = 0;
+    let mut failed = Vec::new();
+    for (server, result) in futures_util::future::join_all(lookups).await {
+        match result {
+            Ok(discovered) => {
+                let decisions = policy.check_listed_all(
+                    &server.id,
+                    discovered.transport.server_type(),
+                    &discovered.tools,
+                );
+                for event in policy.listing_events("", &decisions) {
+                    sink.emit(event);
+                }
+                let hidden = decisions.iter().filter(|d| d.is_blocked()).count();
+                tracing::info!(server = %server.id, tools = discovered.tools.len(), hidden, "discovered");
+                found += 1;
+            }
+            Err(error) => {
+                tracing::warn!(server = %server.id, url = server.url.as_deref().unwrap_or_default(), %error, "discovery failed; its tools stay as last registered");
+                failed.push(server.id.as_str());
+            }
+        }
+    }
+    if failed.is_empty() {
+        format!("{found} network server(s) discovered")
+    } else {
+        format!(
+            "{found} network server(s) discovered; unreachable: {} (see the warnings above)",
+            failed.join(", ")
+        )
+    }
 }
 
 /// Binds the LLM proxy (a bind failure stops start-up: the user asked for it) and runs it until

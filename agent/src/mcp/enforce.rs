@@ -2,6 +2,8 @@
 //! they record it: the same [`Policy`] the daemon runs (the configuration, or the embedded
 //! default, plus the command line's `--deny` regexes), and with `--config` or `--db` the shared
 //! registry and event database, written directly (safe beside the daemon and other shims).
+//! Without either, inside a `toolwall exec` session (`TOOLWALL_API_SOCKET` set), events go to
+//! the session's daemon through its API.
 
 use std::{path::PathBuf, sync::Arc, thread::JoinHandle};
 
@@ -86,14 +88,22 @@ impl Enforcement {
             None => Registry::in_memory().context("create an in-memory tool registry")?,
         };
         let policy = Policy::new(&loaded, Arc::new(registry), &patterns)?;
-        let (events, writer) = match db_path {
-            Some(path) => {
+        let daemon = std::env::var_os("TOOLWALL_API_SOCKET").map(PathBuf::from);
+        let (events, writer) = match (db_path, daemon) {
+            (Some(path), _) => {
                 let store = Store::open(&path)?;
                 let (sink, rx) = EventSink::channel();
                 let (live, _) = tokio::sync::broadcast::channel(1);
                 (Some(sink), Some((spawn_writer(store, rx, live), path)))
             }
-            None => (None, None),
+            (None, Some(socket)) => {
+                let (sink, rx) = EventSink::channel();
+                (
+                    Some(sink),
+                    Some((spawn_forwarder(socket.clone(), rx), socket)),
+                )
+            }
+            (None, None) => (None, None),
         };
         Ok(Enforcement {
             gate: Arc::new(policy),
@@ -115,6 +125,67 @@ impl Enforcement {
             }
         }
     }
+}
+
+/// Sends events to the daemon on `socket` in batches until every sink is dropped; returns how
+/// many it delivered. A batch the daemon does not take is retried for a while, then reported
+/// (with its size) on stderr — never dropped without a word.
+fn spawn_forwarder(
+    socket: PathBuf,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::events::Event>,
+) -> JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(error) => {
+                tracing::error!(%error, "cannot start the event forwarder; events of this shim are not recorded");
+                return 0;
+            }
+        };
+        runtime.block_on(async move {
+            let mut delivered = 0u64;
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while let Ok(next) = rx.try_recv() {
+                    batch.push(next);
+                }
+                let body: Vec<u8> = batch
+                    .iter()
+                    .filter_map(|e| serde_json::to_vec(e).ok())
+                    .flat_map(|mut line| {
+                        line.push(b'\n');
+                        line
+                    })
+                    .collect();
+                let mut tries = 0;
+                loop {
+                    let sent = async {
+                        let api = crate::client::ApiClient::connect(&socket).await?;
+                        api.call(http::Method::POST, "/api/events", body.clone()).await
+                    };
+                    match sent.await {
+                        Ok(_) => {
+                            delivered += batch.len() as u64;
+                            break;
+                        }
+                        Err(error) if tries < 20 => {
+                            tries += 1;
+                            tracing::debug!(%error, "daemon did not take events; retrying");
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                        Err(error) => {
+                            eprintln!("toolwall: {} events could not be delivered to the daemon: {error:#}", batch.len());
+                            break;
+                        }
+                    }
+                }
+            }
+            delivered
+        })
+    })
 }
 
 #[cfg(test)]

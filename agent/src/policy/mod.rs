@@ -405,6 +405,20 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// `(server, tool)` when `name` fits a known name form (`mcp__{server}__{tool}`, the
+    /// configured ones) with a server declared in the configuration.
+    fn declared_form<'n>(&self, name: &'n str) -> Option<(&'n str, &'n str)> {
+        self.patterns.iter().find_map(|pattern| {
+            pattern.find_map(name, |server, tool| {
+                server
+                    .filter(|s| self.declared.contains_key(*s))
+                    .map(|s| (s, tool))
+            })
+        })
+    }
+}
+
 impl Gate for Policy {
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         match self.registry.resolve(call, &self.patterns) {
@@ -412,6 +426,13 @@ impl Gate for Policy {
             Resolution::Ambiguous { name, candidates } => self.decide_ambiguous(&name, &candidates),
             Resolution::UnknownOnServer { server_id, tool } => {
                 self.decide_unregistered(&server_id, &tool, true)
+            }
+            // Not registered yet, but named in the form of a declared server's tool (a stdio
+            // server whose shim has not listed its tools yet): that server's tool, decided by
+            // the rules, never waved through as a native tool.
+            Resolution::Unknown if self.declared_form(call.name).is_some() => {
+                let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
+                self.decide_unregistered(server_id, tool, true)
             }
             Resolution::Unknown if self.fail_closed => self.finish(
                 Action::Block,

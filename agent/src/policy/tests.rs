@@ -683,3 +683,35 @@ fn listing_events_record_seen_and_changed() {
         other => panic!("expected drift, got {other:?}"),
     }
 }
+
+#[test]
+fn a_declared_servers_tool_is_judged_before_its_shim_ever_listed_it() {
+    // The model can name a stdio server's tool before the shim has registered anything: the
+    // name's form points at a declared server, so the rules apply; it is not a native tool.
+    let p = policy(
+        r#"
+sandbox:
+  mcp:
+    deny: ["^get-sum$"]
+    servers:
+      - id: everything
+        type: stdio
+        command: server-everything
+"#,
+    );
+    let blocked = p.check_call(&call("mcp__everything__get-sum"));
+    assert!(blocked.is_blocked(), "{blocked:?}");
+    assert_eq!(
+        blocked.tool.as_ref().map(|t| t.tool.as_str()),
+        Some("get-sum")
+    );
+    let allowed = p.check_call(&call("mcp__everything__echo"));
+    assert!(!allowed.is_blocked());
+    assert_eq!(
+        allowed.tool.as_ref().map(|t| t.server_id.as_str()),
+        Some("everything"),
+        "identified, so recorded"
+    );
+    // A server nobody declared stays unknown (not MCP) without fail_closed.
+    assert!(p.check_call(&call("mcp__other__get-sum")).tool.is_none());
+}

@@ -1,0 +1,222 @@
+//! The whole product at once: a scripted agent (official SDKs) runs under `toolwall exec`; its
+//! model is a fake LLM behind the daemon's proxy, its MCP servers are the reference
+//! `server-everything` over stdio (behind `toolwall shim`) and over Streamable HTTP (watched by
+//! the kernel). `toolwall mcp calls` must show every call joined across the layers that saw it.
+
+mod mcp_common;
+
+use std::{
+    io::{Read, Write},
+    net::TcpListener,
+    process::Command,
+};
+
+use serde_json::Value;
+use toolwall_tests::{Daemon, is_root, python, server_everything, toolwall_bin, workspace_root};
+
+/// The model's answer: three MCP tool calls, one of them denied by policy.
+fn anthropic_stream() -> String {
+    let mut events = vec![
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_owned(),
+    ];
+    let calls = [
+        ("mcp__everything__echo", r#"{\"message\": \"hi\"}"#),
+        ("mcp__everything__get-sum", r#"{\"a\": 1, \"b\": 41}"#),
+        ("mcp__netev__echo", r#"{\"message\": \"over the network\"}"#),
+    ];
+    for (i, (name, args)) in calls.iter().enumerate() {
+        events.push(format!(r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"tool_use","id":"toolu_{i}","name":"{name}","input":{{}}}}}}"#));
+        events.push(format!(r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{args}"}}}}"#));
+        events.push(format!(r#"{{"type":"content_block_stop","index":{i}}}"#));
+    }
+    events.push(r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":30}}"#.to_owned());
+    events.push(r#"{"type":"message_stop"}"#.to_owned());
+    events
+        .iter()
+        .map(|data| {
+            let kind = serde_json::from_str::<Value>(data).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            format!("event: {kind}\ndata: {data}\n\n")
+        })
+        .collect()
+}
+
+/// A one-shot-per-connection fake Anthropic API; returns its base URL.
+fn fake_llm() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut req = Vec::new();
+            let mut buf = [0u8; 8192];
+            let head_end = loop {
+                let Ok(n) = stream.read(&mut buf) else {
+                    break None;
+                };
+                if n == 0 {
+                    break None;
+                }
+                req.extend_from_slice(&buf[..n]);
+                if let Some(p) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break Some(p + 4);
+                }
+            };
+            let Some(head_end) = head_end else { continue };
+            let head = String::from_utf8_lossy(&req[..head_end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while req.len() < head_end + len {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let body = anthropic_stream();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_scripted_agent_is_seen_and_enforced_at_every_layer() {
+    assert!(is_root());
+    let llm = fake_llm();
+    let (_net_server, net_url) = mcp_common::server_everything_http("streamableHttp");
+    let mut daemon = Daemon::start(&format!(
+        r#"proxy:
+  listen: 127.0.0.1:0
+  providers:
+    anthropic: {llm}
+sandbox:
+  mcp:
+    deny: ["^get-sum$"]
+    servers:
+      - id: everything
+        type: stdio
+        command: {everything}
+        args: [stdio]
+      - id: netev
+        type: http
+        url: {net_url}
+"#,
+        everything = server_everything().display()
+    ));
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--session", "scenario", "--config"])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg(python())
+        .arg(workspace_root().join("tests/peers/scripted_agent.py"))
+        .arg(toolwall_bin())
+        .arg(&daemon.config)
+        .arg(server_everything())
+        .arg(&net_url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "agent failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the agent prints JSON");
+    println!("agent report: {report:#}");
+
+    // LLM layer: the denied call never reached the agent; the others did, arguments intact.
+    assert_eq!(
+        report["tool_uses"],
+        serde_json::json!(["mcp__everything__echo", "mcp__netev__echo"])
+    );
+    assert!(
+        report["texts"]
+            .to_string()
+            .contains("[toolwall] Tool 'mcp__everything__get-sum' blocked by policy")
+    );
+    assert!(
+        report["results"]["mcp__everything__echo"]["ok"]
+            .to_string()
+            .contains("hi")
+    );
+    assert!(
+        report["results"]["mcp__netev__echo"]["ok"]
+            .to_string()
+            .contains("over the network")
+    );
+    // MCP layer: the call the model never asked for is refused as an unknown tool.
+    assert!(
+        report["direct_get_sum"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown tool: get-sum"),
+        "{report}"
+    );
+
+    std::thread::sleep(std::time::Duration::from_millis(2500)); // past the correlation window
+    let calls = Command::new(toolwall_bin())
+        .args([
+            "mcp",
+            "calls",
+            "--json",
+            "--session",
+            "scenario",
+            "--config",
+        ])
+        .arg(&daemon.config)
+        .output()
+        .unwrap();
+    let records: Vec<Value> = String::from_utf8_lossy(&calls.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for r in &records {
+        println!(
+            "call: {:<10} {:<8} {:<16} {:<5} llm={} exec={} conn={}",
+            r["server_id"].as_str().unwrap(),
+            r["tool"].as_str().unwrap(),
+            r["kind"].as_str().unwrap(),
+            r["action"].as_str().unwrap(),
+            r["intercept"]["layer"],
+            r["execution"]["layer"],
+            r["connection"]["layer"]
+        );
+    }
+    let find = |server: &str, tool: &str, kind: &str| {
+        records
+            .iter()
+            .find(|r| r["server_id"] == server && r["tool"] == tool && r["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} record for {server}/{tool} in {records:#?}"))
+    };
+    let echo = find("everything", "echo", "joined");
+    assert_eq!(echo["action"], "allow");
+    assert_eq!(echo["execution"]["layer"], "shim");
+    let blocked = find("everything", "get-sum", "intercept_only");
+    assert_eq!(blocked["action"], "block");
+    assert_eq!(blocked["intercept"]["layer"], "llm/anthropic");
+    let bypass = find("everything", "get-sum", "execution_only");
+    assert_eq!(
+        bypass["action"], "block",
+        "the direct call was refused by the shim"
+    );
+    let net = records
+        .iter()
+        .find(|r| r["server_id"] == "netev" && r["tool"] == "echo")
+        .unwrap_or_else(|| panic!("no netev/echo record in {records:#?}"));
+    assert_eq!(net["intercept"]["action"], "allow");
+    assert_eq!(
+        net["connection"]["layer"], "kernel",
+        "the kernel saw the agent connect to the network server"
+    );
+    assert!(daemon.stop().success());
+}

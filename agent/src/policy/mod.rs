@@ -425,6 +425,15 @@ impl Gate for Policy {
             Resolution::Found(entry) => self.decide_entry(&entry, true),
             Resolution::Ambiguous { name, candidates } => self.decide_ambiguous(&name, &candidates),
             Resolution::UnknownOnServer { server_id, tool } => {
+                // Codex writes `-` as `_` in function names; until the server's tools are
+                // registered the original spelling is unknown, so a rule on either blocks.
+                if call.namespace.is_some() && tool.contains('_') {
+                    let hyphenated =
+                        self.decide_unregistered(&server_id, &tool.replace('_', "-"), false);
+                    if hyphenated.is_blocked() {
+                        return hyphenated;
+                    }
+                }
                 self.decide_unregistered(&server_id, &tool, true)
             }
             // Not registered yet, but named in the form of a declared server's tool (a stdio

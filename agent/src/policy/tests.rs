@@ -715,3 +715,30 @@ sandbox:
     // A server nobody declared stays unknown (not MCP) without fail_closed.
     assert!(p.check_call(&call("mcp__other__get-sum")).tool.is_none());
 }
+
+#[test]
+fn codex_underscored_names_of_unregistered_tools_meet_rules_on_the_hyphenated_name() {
+    let p = policy(
+        r#"
+sandbox:
+  mcp:
+    deny: ["^get-sum$"]
+    servers:
+      - id: everything
+        type: stdio
+        command: server-everything
+"#,
+    );
+    let codex = CallQuery {
+        server_id: None,
+        name: "get_sum",
+        namespace: Some("mcp__everything"),
+    };
+    assert!(p.check_call(&codex).is_blocked());
+    let echo = CallQuery {
+        server_id: None,
+        name: "echo",
+        namespace: Some("mcp__everything"),
+    };
+    assert!(!p.check_call(&echo).is_blocked());
+}

@@ -147,16 +147,17 @@ fn privileged_deny_refuses_every_address_form_and_reports_the_right_pid_and_tid(
         format!("::1 {port}"),
         format!("::ffff:127.0.0.1 {port}"),
         format!("127.0.0.2 {port}"),
+        format!("0.0.0.0 {port}"),
         format!("127.0.0.1 {other}"),
     ];
     let mut args: Vec<String> = targets.iter().map(|t| format!("main:{t}")).collect();
     args.push(format!("thread:127.0.0.1 {port}"));
     let seen = h.client(&args);
-    for t in &targets[..4] {
+    for t in &targets[..5] {
         assert_eq!(seen[t].result, "EPERM", "{t} must be refused");
     }
     assert_eq!(
-        seen[&targets[4]].result, "ok",
+        seen[&targets[5]].result, "ok",
         "another port is not covered"
     );
 
@@ -170,8 +171,8 @@ fn privileged_deny_refuses_every_address_form_and_reports_the_right_pid_and_tid(
     );
     assert_eq!(
         events.len(),
-        5,
-        "one event per refused connect (4 + the thread's)"
+        6,
+        "one event per refused connect (5 + the thread's)"
     );
     let pid = seen[&targets[0]].pid;
     for e in &events {
@@ -200,7 +201,7 @@ fn privileged_deny_refuses_every_address_form_and_reports_the_right_pid_and_tid(
     );
     let main_thread = &events[0];
     assert_eq!(main_thread.raw.tid, main_thread.raw.pid);
-    assert_eq!(h.monitor.counters().unwrap().denied, 5);
+    assert_eq!(h.monitor.counters().unwrap().denied, 6);
 
     // A process outside the cgroup is unaffected by the same rule.
     std::net::TcpStream::connect(("127.0.0.1", port)).expect("outside the cgroup: allowed");

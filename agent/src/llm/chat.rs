@@ -321,12 +321,28 @@ impl Chat {
                 }
                 State::Allowed => {
                     if let Some(n) = name_part.filter(|n| !n.is_empty()) {
-                        c.name.push_str(n);
-                        let name = c.name.clone();
-                        if cx.check(&name, None).is_blocked() {
+                        // Some providers (Gemini's OpenAI-compatible endpoint) leave `index`
+                        // out or repeat it, so a new call with its own id can land on an
+                        // allowed one. Judge the new name on its own as well as joined: a
+                        // blocked tool must never ride in on another call's slot.
+                        let new_call = call
+                            .id
+                            .as_deref()
+                            .is_some_and(|id| !id.is_empty() && !c.id.is_empty() && id != c.id);
+                        if cx.check(n, None).is_blocked() {
                             return Err(Fatal::new(format!(
-                                "tool name grew into blocked '{name}' after it was allowed"
+                                "blocked tool '{n}' arrived on the slot of an allowed call (index {})",
+                                call.index
                             )));
+                        }
+                        if !new_call {
+                            c.name.push_str(n);
+                            let name = c.name.clone();
+                            if cx.check(&name, None).is_blocked() {
+                                return Err(Fatal::new(format!(
+                                    "tool name grew into blocked '{name}' after it was allowed"
+                                )));
+                            }
                         }
                     }
                     if c.decision.is_some() {

@@ -2,8 +2,9 @@
 //!
 //! One key space for both programs: IPv4 addresses are stored IPv4-mapped (`::ffff:a.b.c.d`).
 //! A rule on a loopback address is widened to every loopback address of the host (127.0.0.0/8,
-//! `::1` and their mapped forms), because a server listening on one of them can be reached
-//! through the others.
+//! `::1` and their mapped forms) and to the unspecified addresses (`0.0.0.0`, `::`), because a
+//! server listening on one of them can be reached through the others — Linux routes a connect
+//! to `0.0.0.0` or `::` to the local host.
 
 use std::{
     collections::HashMap,
@@ -79,7 +80,7 @@ pub fn is_loopback(addr: IpAddr) -> bool {
     }
 }
 
-/// Widens loopback rules to all loopback addresses; other rules pass unchanged.
+/// Widens loopback rules to all loopback and unspecified addresses; other rules pass unchanged.
 pub fn widen_loopback(rules: &[Rule]) -> Vec<Rule> {
     let mut out = Vec::with_capacity(rules.len());
     for rule in rules {
@@ -91,6 +92,16 @@ pub fn widen_loopback(rules: &[Rule]) -> Vec<Rule> {
             });
             out.push(Rule {
                 addr: IpAddr::V6(Ipv6Addr::LOCALHOST),
+                prefix: 128,
+                ..*rule
+            });
+            out.push(Rule {
+                addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                prefix: 32,
+                ..*rule
+            });
+            out.push(Rule {
+                addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
                 prefix: 128,
                 ..*rule
             });
@@ -213,6 +224,9 @@ mod tests {
             "::1",
             "::ffff:127.0.0.1",
             "::ffff:127.9.9.9",
+            "0.0.0.0",
+            "::",
+            "::ffff:0.0.0.0",
         ] {
             let rule = maps
                 .lookup(ip(addr), 8080)

@@ -358,3 +358,29 @@ fn legacy_function_call_blocked_ends_the_stream() {
     let (out, _) = run(Dialect::OpenAiChat, &[], &input);
     assert_eq!(out, input);
 }
+
+#[test]
+fn a_blocked_call_reusing_an_allowed_calls_index_never_gets_through() {
+    // Index left out (defaults to 0) or repeated, as Gemini's OpenAI-compatible API sends.
+    for second in [
+        r#"{"index":0,"delta":{"tool_calls":[{"id":"c2","type":"function","function":{"name":"mcp__srv__delete_all","arguments":"{}"}}]},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c2","type":"function","function":{"name":"mcp__srv__delete_all","arguments":"{}"}}]},"finish_reason":null}"#,
+    ] {
+        let input = chunks(&[
+            r#"{"index":0,"delta":{"tool_calls":[{"id":"c1","type":"function","function":{"name":"read_file","arguments":"{}"}}]},"finish_reason":null}"#,
+            second,
+        ]);
+        let (out, _, closed) = run_chunks(
+            Dialect::OpenAiChat,
+            &["mcp__srv__delete_all"],
+            &[&input],
+            1 << 20,
+        );
+        assert!(closed, "the stream is ended");
+        assert!(
+            !String::from_utf8_lossy(&out).contains("delete_all\""),
+            "the blocked name never leaves: {}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+}

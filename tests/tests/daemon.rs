@@ -161,7 +161,7 @@ fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
         "sandbox:\n  mcp:\n    servers:\n      - id: netsrv\n        type: http\n        url: http://127.0.0.1:{port}/mcp\n      - id: forbidden\n        type: http\n        url: http://localhost:9/mcp\n    denied_servers:\n      - id: forbidden\n"
     ));
     let client = format!(
-        "import os, socket\nsocket.create_connection(('127.0.0.1', {port})).close()\ntry:\n    socket.create_connection(('::1', 9))\n    print('forbidden: connected')\nexcept PermissionError:\n    print('forbidden: EPERM')\nprint('session', os.environ['TOOLWALL_SESSION'])\nraise SystemExit(7)\n"
+        "import os, socket\nsocket.create_connection(('127.0.0.1', {port})).close()\ntry:\n    socket.create_connection(('::1', 9))\n    print('forbidden: connected')\nexcept PermissionError:\n    print('forbidden: EPERM')\nprint('session', os.environ['TOOLWALL_SESSION'])\nu = socket.socket(socket.AF_UNIX)\nu.connect(os.environ['TOOLWALL_API_SOCKET'])\nu.sendall(b'DELETE /api/sessions/e2e HTTP/1.1\\r\\nHost: t\\r\\nConnection: close\\r\\n\\r\\n')\nprint('self-detach', u.recv(100).split()[1].decode())\nraise SystemExit(7)\n"
     );
     let out = Command::new(toolwall_bin())
         .args(["exec", "--session", "e2e", "--config"])
@@ -178,6 +178,10 @@ fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
     );
     assert!(stdout.contains("forbidden: EPERM"), "{stdout}");
     assert!(stdout.contains("session e2e"), "{stdout}");
+    assert!(
+        stdout.contains("self-detach 403"),
+        "an agent cannot detach its own session: {stdout}"
+    );
     let cgroup = toolwall::cgroup::cgroup2_mount()
         .unwrap()
         .join("toolwall/e2e");
@@ -206,4 +210,40 @@ fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
     assert_eq!(by_server("forbidden")["action"], "block");
     assert_eq!(by_server("forbidden")["connection"]["layer"], "kernel");
     assert!(daemon.stop().success());
+}
+
+#[test]
+fn the_loopback_api_is_read_only_and_answers_only_its_own_name() {
+    let daemon = Daemon::start("");
+    let script = format!(
+        r#"
+import http.client
+def ask(method, host):
+    c = http.client.HTTPConnection("{api}")
+    c.putrequest(method, "/api/events", skip_host=True)
+    c.putheader("Host", host)
+    c.putheader("Content-Length", "0")
+    c.endheaders()
+    return c.getresponse().status
+print(ask("GET", "{api}"), ask("GET", "evil.example:80"), ask("POST", "{api}"))
+"#,
+        api = daemon.api
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "200 403 403",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The socket takes changes, and only its owner can reach it.
+    let (status, _) = http_unix(&daemon.socket, "POST", "/api/events", &event_line(1)).unwrap();
+    assert_eq!(status, 202);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&daemon.socket).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
 }

@@ -13,8 +13,12 @@
 //! | `POST /api/check` | a policy decision (`{"server_id", "name", "namespace"}`) |
 //! | `POST /api/sessions` `{"name"}` / `DELETE /api/sessions/NAME` | open / close a session |
 //!
-//! Mutating routes refuse browser requests from other origins (`Origin` must be this API's own
-//! address), so a web page the user visits cannot drive the daemon.
+//! Trust boundary: the loopback HTTP side is read-only and answers only requests addressed to
+//! it by its own name (`Host` must be `127.0.0.1:PORT`, `localhost:PORT` or `[::1]:PORT`), so a
+//! web page — even through DNS rebinding — can neither change anything nor read the events. Every
+//! route that changes something is served only on the Unix socket (mode 0600: the daemon's user),
+//! and the session routes refuse a caller that runs inside a toolwall session, so an agent cannot
+//! detach its own kernel programs.
 
 use std::{
     convert::Infallible,
@@ -116,6 +120,11 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
             socket.display()
         )
     })?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("restrict {} to its owner", socket.display()))?;
+    }
 
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -127,7 +136,7 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
             loop {
                 tokio::select! {
                     accepted = tcp.accept() => match accepted {
-                        Ok((stream, _)) => { conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone())); }
+                        Ok((stream, _)) => { conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone(), Peer::Loopback)); }
                         Err(error) => tracing::warn!(%error, "API accept failed"),
                     },
                     _ = stopped.changed() => break,
@@ -146,7 +155,10 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
             loop {
                 tokio::select! {
                     accepted = unix.accept() => match accepted {
-                        Ok((stream, _)) => { conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone())); }
+                        Ok((stream, _)) => {
+                            let peer = Peer::Socket { pid: stream.peer_cred().ok().and_then(|c| c.pid()) };
+                            conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone(), peer));
+                        }
                         Err(error) => tracing::warn!(%error, "API socket accept failed"),
                     },
                     _ = stopped.changed() => break,
@@ -166,13 +178,32 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
     })
 }
 
-async fn serve_conn<I>(io: TokioIo<I>, state: Arc<DaemonState>, origin: String)
+/// Who is on the other end of a connection.
+#[derive(Clone, Copy, Debug)]
+enum Peer {
+    /// The loopback HTTP listener: anyone on the host, browsers included.
+    Loopback,
+    /// The Unix socket: the daemon's user (the socket is 0600); the peer's pid when known.
+    Socket { pid: Option<i32> },
+}
+
+/// Whether `pid` runs inside a toolwall session cgroup (`.../toolwall/<session>`).
+fn in_session(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map(|text| {
+            text.lines()
+                .any(|l| l.starts_with("0::") && l.contains("/toolwall/"))
+        })
+        .unwrap_or(false)
+}
+
+async fn serve_conn<I>(io: TokioIo<I>, state: Arc<DaemonState>, origin: String, peer: Peer)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req| {
         let (state, origin) = (state.clone(), origin.clone());
-        async move { Ok::<_, Infallible>(route(req, &state, &origin).await) }
+        async move { Ok::<_, Infallible>(route(req, &state, &origin, peer).await) }
     });
     if let Err(error) = hyper::server::conn::http1::Builder::new()
         .serve_connection(io, service)
@@ -204,18 +235,47 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
     json_response(status, &json!({ "error": message }))
 }
 
-async fn route(req: Request<Incoming>, state: &Arc<DaemonState>, origin: &str) -> Response<Body> {
+async fn route(
+    req: Request<Incoming>,
+    state: &Arc<DaemonState>,
+    origin: &str,
+    peer: Peer,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
     let method = req.method().clone();
     let mutating = method != Method::GET && method != Method::HEAD;
-    if mutating
-        && req
+    if let Peer::Loopback = peer {
+        let host = req
             .headers()
-            .get(header::ORIGIN)
-            .is_some_and(|from| from.as_bytes() != origin.as_bytes())
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let port = origin.rsplit(':').next().unwrap_or("");
+        let ours = ["127.0.0.1", "localhost", "[::1]"]
+            .iter()
+            .any(|name| host == format!("{name}:{port}"));
+        if !ours {
+            return error(
+                StatusCode::FORBIDDEN,
+                "requests must be addressed to this API by its loopback address",
+            );
+        }
+        if mutating {
+            return error(
+                StatusCode::FORBIDDEN,
+                "the loopback HTTP API is read-only; changes go through the Unix socket",
+            );
+        }
+    }
+    if let Peer::Socket { pid: Some(pid) } = peer
+        && path.starts_with("/api/sessions")
+        && in_session(pid)
     {
-        return error(StatusCode::FORBIDDEN, "cross-origin requests may only read");
+        return error(
+            StatusCode::FORBIDDEN,
+            "a process inside a toolwall session cannot open or close sessions",
+        );
     }
     let result = match (&method, path.as_str()) {
         (&Method::GET, "/") => Ok(full(

@@ -108,6 +108,15 @@ impl DaemonState {
         let Some(netmon) = &self.netmon else {
             return Ok(None);
         };
+        // One owner per session: a second `exec --session X` closing it would unwatch the first.
+        anyhow::ensure!(
+            !self
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(name),
+            "session {name:?} is already open; choose another name"
+        );
         let cgroup = netmon.open_session(name)?;
         let path = cgroup.path().to_path_buf();
         self.sessions
@@ -119,18 +128,18 @@ impl DaemonState {
 
     /// Closes a session: detaches and removes its cgroup if empty. Returns whether it existed.
     pub fn close_session(&self, name: &str) -> anyhow::Result<bool> {
-        let cgroup = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
-        match (cgroup, &self.netmon) {
-            (Some(cgroup), Some(netmon)) => {
-                netmon.close_session(&cgroup)?;
-                Ok(true)
-            }
-            _ => Ok(false),
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let (Some(cgroup), Some(netmon)) = (sessions.get(name), &self.netmon) else {
+            return Ok(false);
+        };
+        // Processes left behind (an agent's background children) stay watched: the programs
+        // are detached only once the cgroup is empty.
+        if !cgroup.processes()?.is_empty() {
+            anyhow::bail!("session {name:?} still has processes; it stays watched until they exit");
         }
+        netmon.close_session(cgroup)?;
+        sessions.remove(name);
+        Ok(true)
     }
 
     /// Names of the open sessions.

@@ -581,6 +581,12 @@ fn merge_headers(configured: &HeaderMap, client: &HeaderMap) -> HeaderMap {
             }
         }
     }
+    // The filter reads the upstream's bytes: a compressed reply could not be inspected (and
+    // would be refused), so ask for none, whatever the client accepts.
+    headers.insert(
+        http::header::ACCEPT_ENCODING,
+        http::HeaderValue::from_static("identity"),
+    );
     headers
 }
 

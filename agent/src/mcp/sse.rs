@@ -20,9 +20,10 @@ pub struct SseEvent {
 }
 
 impl SseEvent {
-    /// Whether the event carries a JSON-RPC message (`message` or no type).
+    /// Whether the event carries a JSON-RPC message (`message`, no type, or an empty `event:`
+    /// field — which clients' SSE parsers also treat as `message`, so it must be filtered too).
     pub fn is_message(&self) -> bool {
-        matches!(self.event.as_deref(), None | Some("message"))
+        matches!(self.event.as_deref(), None | Some("") | Some("message"))
     }
 }
 
@@ -131,6 +132,24 @@ fn single_line(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_event_field_is_a_message() {
+        for event in [None, Some(""), Some("message")] {
+            let e = SseEvent {
+                event: event.map(str::to_owned),
+                data: b"{}".to_vec(),
+                id: None,
+            };
+            assert!(e.is_message(), "{event:?}");
+        }
+        let e = SseEvent {
+            event: Some("endpoint".into()),
+            data: b"/m".to_vec(),
+            id: None,
+        };
+        assert!(!e.is_message());
+    }
 
     #[test]
     fn decodes_at_every_split() {

@@ -107,6 +107,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawObject<'a> {
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
                 let mut entries = Vec::new();
                 while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
+                    // Parsers disagree on repeated keys (we would read the first, the SDKs'
+                    // JSON.parse / json.loads keep the last): refuse such an object, so it goes
+                    // down the malformed path instead of being half-inspected.
+                    if entries
+                        .iter()
+                        .any(|(seen, _): &(String, Cow<'_, RawValue>)| *seen == k)
+                    {
+                        return Err(serde::de::Error::custom(format!("duplicate key {k:?}")));
+                    }
                     entries.push((k, Cow::Borrowed(v)));
                 }
                 Ok(RawObject { entries })
@@ -167,5 +176,20 @@ mod tests {
         obj.set("n", raw_null());
         assert_eq!(obj.to_json(), r#"{"z":"x","s":"\u00e9","n":null}"#);
         assert_eq!(obj.get_str("s").as_deref(), Some("é"));
+    }
+}
+
+#[cfg(test)]
+mod duplicate_key_tests {
+    use super::RawObject;
+
+    #[test]
+    fn an_object_with_a_repeated_key_is_refused() {
+        let err = RawObject::parse(r#"{"choices":[1],"choices":[2]}"#).unwrap_err();
+        assert!(err.to_string().contains("duplicate key"), "{err}");
+        assert!(
+            RawObject::parse(r#"{"a":1,"b":{"a":2}}"#).is_ok(),
+            "the same key at another level is fine"
+        );
     }
 }

@@ -556,7 +556,16 @@ impl Exchange {
             let mut buf = vec![0u8; 16 * 1024];
             let mut out = BytesMut::with_capacity(32 * 1024);
             loop {
-                let (flow, broke) = match reader.read(&mut buf).await {
+                // A client that goes away (or a connection ended at shutdown) must end this task
+                // too, even while upstream is silent: it holds the event sink.
+                let read = tokio::select! {
+                    read = reader.read(&mut buf) => read,
+                    () = tx.closed() => {
+                        tracing::info!(request_id = %self.request_id, "client went away mid-stream");
+                        return;
+                    }
+                };
+                let (flow, broke) = match read {
                     Ok(0) => {
                         interceptor.finish(&mut out);
                         (Flow::Closed, None)

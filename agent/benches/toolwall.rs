@@ -1,12 +1,20 @@
 //! `cargo xtask bench`: every number is printed next to a baseline measured in the same run, and
 //! as a ratio, because absolute times on a shared 2-core machine say little.
 //!
-//! Run one group with `cargo bench -p agent --bench toolwall -- GROUP` (connect, store).
+//! Run one group with `cargo bench -p agent --bench toolwall -- GROUP` (connect, store, policy,
+//! interceptor, llm-latency, mcp-latency). `mcp-latency` drives the release binary
+//! (`TOOLWALL_BIN`, default `target/release/toolwall`) and the peers `cargo xtask peers`
+//! installs (`TOOLWALL_PEERS_DIR`, default `target/peers`); `cargo xtask bench` sets both up.
 
 use std::{
+    hint::black_box,
     net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
+
+use bytes::BytesMut;
 
 use toolwall::{
     cgroup::{SessionCgroup, cgroup2_mount},
@@ -29,6 +37,15 @@ fn main() {
     }
     if wanted("policy") {
         bench_policy();
+    }
+    if wanted("interceptor") {
+        bench_interceptor();
+    }
+    if wanted("llm-latency") {
+        bench_llm_latency();
+    }
+    if wanted("mcp-latency") {
+        bench_mcp_latency();
     }
 }
 
@@ -198,4 +215,306 @@ fn bench_policy() {
         "   1,000 rules, uncached      {cold:>8.0} ns  {:.2}x  (first call after a definition changes)",
         cold / empty
     );
+}
+
+/// MB/s of the SSE framing alone (decode every event, copy it out), in the interceptor's
+/// 16 KiB reads: what any SSE-aware forwarder pays before inspecting anything.
+fn framing_mbps(stream: &[u8], iters: u32) -> f64 {
+    let mut out = BytesMut::with_capacity(64 * 1024);
+    let start = Instant::now();
+    for _ in 0..iters {
+        let mut decoder = toolwall::llm::SseDecoder::new(16 << 20);
+        for chunk in stream.chunks(16 * 1024) {
+            decoder.feed(black_box(chunk));
+            while let Ok(Some(event)) = decoder.next_event() {
+                black_box(decoder.last_data().data(&event));
+                out.extend_from_slice(&event);
+            }
+            black_box(&out);
+            out.clear();
+        }
+        out.extend_from_slice(&decoder.finish());
+        out.clear();
+    }
+    (stream.len() as f64 * f64::from(iters)) / start.elapsed().as_secs_f64() / 1e6
+}
+
+/// Interceptor throughput on a text-heavy and a tool-heavy Anthropic stream, against a plain
+/// copy and against the SSE framing alone over the same bytes.
+/// Goal (issue 5): text-heavy at ≥ 80% of plain-copy throughput.
+fn bench_interceptor() {
+    println!("== LLM interceptor: MB/s on 4 MB Anthropic streams in 16 KiB reads (release build)");
+    const BYTES: usize = 4 << 20;
+    const ITERS: u32 = 20;
+    let report = toolwall::llm::bench_interceptor(BYTES, ITERS);
+    let text = toolwall::llm::text_heavy_stream(BYTES);
+    let tool = toolwall::llm::tool_heavy_stream(BYTES);
+    framing_mbps(&text, 1); // warm-up
+    let frame_text = framing_mbps(&text, ITERS);
+    let frame_tool = framing_mbps(&tool, ITERS);
+    for (name, copy, frame, intercept) in [
+        (
+            "text-heavy",
+            report.copy_text_mbps,
+            frame_text,
+            report.intercept_text_mbps,
+        ),
+        (
+            "tool-heavy",
+            report.copy_tool_mbps,
+            frame_tool,
+            report.intercept_tool_mbps,
+        ),
+    ] {
+        println!("   {name}: plain copy        {copy:>8.0} MB/s  1.00x");
+        println!(
+            "   {name}: SSE framing only  {frame:>8.0} MB/s  {:.3}x of copy",
+            frame / copy
+        );
+        println!(
+            "   {name}: interceptor       {intercept:>8.0} MB/s  {:.3}x of copy  {:.2}x of framing",
+            intercept / copy,
+            intercept / frame
+        );
+    }
+    let met = report.text_ratio() >= 0.8;
+    println!(
+        "   (goal: text-heavy ≥ 0.80x of plain copy: {}, at {:.3}x; the tool-heavy stream blocks every other call)",
+        if met { "MET" } else { "NOT MET" },
+        report.text_ratio()
+    );
+}
+
+/// Per-event and first-byte latency through the whole LLM proxy on loopback, against the same
+/// fake upstream direct. Goal (issue 5): < 50 µs p50 added per event.
+fn bench_llm_latency() {
+    println!("== LLM proxy: latency per event and to first byte, loopback, µs");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = match runtime.block_on(toolwall::llm::bench_proxy_latency(20, 200)) {
+        Ok(report) => report,
+        Err(error) => {
+            println!("   FAILED: {error:#}");
+            return;
+        }
+    };
+    let (d50, d99) = report.direct_event_us;
+    let (p50, p99) = report.proxied_event_us;
+    let (t50, t99) = report.direct_ttfb_us;
+    let (q50, q99) = report.proxied_ttfb_us;
+    println!("   per event, direct     p50 {d50:>7.0}  p99 {d99:>7.0}  1.00x");
+    println!(
+        "   per event, proxied    p50 {p50:>7.0}  p99 {p99:>7.0}  {:.2}x  added p50 {:+.0} µs",
+        p50 / d50,
+        report.added_event_p50_us()
+    );
+    println!("   first byte, direct    p50 {t50:>7.0}  p99 {t99:>7.0}  1.00x");
+    println!(
+        "   first byte, proxied   p50 {q50:>7.0}  p99 {q99:>7.0}  {:.2}x  added p50 {:+.0} µs",
+        q50 / t50,
+        q50 - t50
+    );
+    let added = report.added_event_p50_us();
+    println!(
+        "   ({} events per path; goal: < 50 µs p50 added per event: {})",
+        report.events,
+        if added < 50.0 { "MET" } else { "NOT MET" }
+    );
+}
+
+/// A child process killed (and reaped) on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+/// Starts `cmd` and waits until it accepts on `port`; why not, if it does not.
+fn start_listening(cmd: &mut Command, port: u16, what: &str) -> Result<Proc, String> {
+    let mut proc = Proc(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("start {what}: {e}"))?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(proc);
+        }
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            return Err(format!("{what} exited with {status}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{what} did not listen on {port} within 30 s"))
+}
+
+/// p50 and p99 in µs of `n` `tools/call` round trips, from `tests/peers/mcp_bench.py`.
+fn mcp_round_trips(python: &Path, script: &Path, args: &[String]) -> Result<(f64, f64), String> {
+    let output = Command::new(python)
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run {}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "mcp_bench.py {} failed: {}: {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("mcp_bench.py printed no report ({e})"))?;
+    Ok((
+        report["p50_us"].as_f64().unwrap_or(f64::NAN),
+        report["p99_us"].as_f64().unwrap_or(f64::NAN),
+    ))
+}
+
+/// VmRSS of a process, in kB.
+fn rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Added latency per `tools/call` through `toolwall shim` (stdio) and `toolwall mcp-proxy`
+/// (Streamable HTTP) against direct connections to `server-everything`, and the RSS of an idle
+/// proxy. Goals (issue 6): < 100 µs p50 added; RSS < 15 MB.
+fn bench_mcp_latency() {
+    println!("== MCP: latency per tools/call (get-sum, Python raw JSON-RPC client), µs");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let bin = std::env::var_os("TOOLWALL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/release/toolwall"));
+    let peers = std::env::var_os("TOOLWALL_PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/peers"));
+    let python = peers.join("venv/bin/python");
+    let server = peers.join("node/node_modules/.bin/mcp-server-everything");
+    let script = root.join("tests/peers/mcp_bench.py");
+    for (path, what) in [
+        (
+            &bin,
+            "the toolwall binary (cargo build --release -p agent, or set TOOLWALL_BIN)",
+        ),
+        (&python, "the Python peer venv (cargo xtask peers)"),
+        (&server, "server-everything (cargo xtask peers)"),
+        (&script, "tests/peers/mcp_bench.py"),
+    ] {
+        if !path.exists() {
+            println!("   SKIPPED: {} is missing: {what}", path.display());
+            return;
+        }
+    }
+    if let Err(why) = mcp_latency(&bin, &python, &server, &script) {
+        println!("   FAILED: {why}");
+    }
+}
+
+fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Result<(), String> {
+    const N: usize = 2000;
+    let n = N.to_string();
+    let s = |p: &Path| p.display().to_string();
+    // A rule that matches nothing, so the filter runs its full check on every call.
+    let deny = ["--deny".to_owned(), "^toolwall-bench-none$".to_owned()];
+
+    let direct_stdio = vec!["stdio".into(), n.clone(), s(server), "stdio".into()];
+    let stdio_direct = mcp_round_trips(python, script, &direct_stdio)?;
+    let mut shim = vec!["stdio".into(), n.clone(), s(bin), "shim".into()];
+    shim.extend(deny.iter().cloned());
+    shim.push("--".into());
+    shim.extend([s(server), "stdio".into()]);
+    let stdio_shim = mcp_round_trips(python, script, &shim)?;
+    // Once more direct, after the shim, so drift over the run shows.
+    let stdio_direct2 = mcp_round_trips(python, script, &direct_stdio)?;
+
+    let port = free_port();
+    let _server = start_listening(
+        Command::new(server)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string()),
+        port,
+        "server-everything streamableHttp",
+    )?;
+    let upstream = format!("http://127.0.0.1:{port}/mcp");
+    let proxy_port = free_port();
+    let proxy = start_listening(
+        Command::new(bin)
+            .args(["mcp-proxy", "--upstream", &upstream, "--listen"])
+            .arg(format!("127.0.0.1:{proxy_port}"))
+            .args(&deny),
+        proxy_port,
+        "toolwall mcp-proxy",
+    )?;
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_fresh = rss_kb(proxy.0.id());
+    let http = |url: &str| vec!["http".to_owned(), n.clone(), url.to_owned()];
+    // Untimed warm-up of both paths: node's JIT makes the first HTTP run of a server slower.
+    let proxied_url = format!("http://127.0.0.1:{proxy_port}/mcp");
+    let warm = |url: &str| vec!["http".to_owned(), "300".to_owned(), url.to_owned()];
+    mcp_round_trips(python, script, &warm(&upstream))?;
+    mcp_round_trips(python, script, &warm(&proxied_url))?;
+    let http_direct = mcp_round_trips(python, script, &http(&upstream))?;
+    let http_proxy = mcp_round_trips(python, script, &http(&proxied_url))?;
+    let http_direct2 = mcp_round_trips(python, script, &http(&upstream))?;
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_after = rss_kb(proxy.0.id());
+
+    let row = |name: &str, (p50, p99): (f64, f64), base: (f64, f64)| {
+        println!(
+            "   {name:<28} p50 {p50:>7.0}  p99 {p99:>7.0}  {:.2}x  added p50 {:+.0} µs",
+            p50 / base.0,
+            p50 - base.0
+        );
+    };
+    row("stdio direct", stdio_direct, stdio_direct);
+    row("stdio through toolwall shim", stdio_shim, stdio_direct);
+    row("stdio direct (again)", stdio_direct2, stdio_direct);
+    row("HTTP direct", http_direct, http_direct);
+    row("HTTP through mcp-proxy", http_proxy, http_direct);
+    row("HTTP direct (again)", http_direct2, http_direct);
+    let shim_added = stdio_shim.0 - (stdio_direct.0 + stdio_direct2.0) / 2.0;
+    let proxy_added = http_proxy.0 - (http_direct.0 + http_direct2.0) / 2.0;
+    let verdict = |added: f64| if added < 100.0 { "MET" } else { "NOT MET" };
+    println!(
+        "   ({N} calls per path; goal: < 100 µs p50 added: shim {shim_added:+.0} µs {}, proxy {proxy_added:+.0} µs {} (against the mean of the two direct runs; when they differ by more than that, the machine is too noisy to tell))",
+        verdict(shim_added),
+        verdict(proxy_added)
+    );
+    let mb = |kb: Option<u64>| kb.map_or(f64::NAN, |kb| kb as f64 / 1024.0);
+    let idle = mb(rss_fresh).max(mb(rss_after));
+    println!(
+        "   mcp-proxy RSS: idle after start {:.1} MB, idle after {} calls {:.1} MB (goal: < 15 MB: {})",
+        mb(rss_fresh),
+        N + 300,
+        mb(rss_after),
+        if idle < 15.0 { "MET" } else { "NOT MET" }
+    );
+    Ok(())
 }

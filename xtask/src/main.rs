@@ -5,8 +5,11 @@
 //! - `build-ebpf` build the kernel programs and say where the object is
 //! - `run`        setup, build, and start `toolwall run` in the foreground (embedded default)
 //! - `test`       setup, peers, and every check: fmt, clippy, unit, end-to-end, privileged
-//! - `bench`      the benchmarks, as ratios against a baseline measured in the same run
+//! - `bench`      build release, install peers, and run the benchmarks, as ratios against a
+//!   baseline measured in the same run
+//! - `fuzz`       run the `cargo fuzz` targets of `agent/fuzz` (nightly), each for a fixed time
 
+mod fuzz;
 mod peers;
 mod setup;
 mod step;
@@ -39,8 +42,16 @@ enum Task {
     },
     /// Set up and run every check (what CI runs).
     Test,
-    /// Run the benchmarks.
+    /// Build the release binary, install the peers, and run the benchmarks.
     Bench,
+    /// Run the fuzz targets (cargo-fuzz, nightly), each for a fixed time.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+        /// One target (default: all of them).
+        target: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -51,6 +62,7 @@ fn main() -> ExitCode {
         Task::Run { args } => run(&args),
         Task::Test => test::test(),
         Task::Bench => test::bench(),
+        Task::Fuzz { seconds, target } => fuzz::fuzz(seconds, target.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -82,10 +82,22 @@ fn privileged() -> anyhow::Result<()> {
     })
 }
 
-/// The benchmarks: each prints its baseline and its ratio to it, measured in the same run.
+/// The benchmarks: each prints its baseline and its ratio to it, measured in the same run. The
+/// MCP latency group drives the release binary and the real peers, so both come first.
 pub fn bench() -> anyhow::Result<()> {
     setup::setup_if_possible()?;
+    peers::install()?;
+    timed(
+        "cargo build --release -p agent (the binary the MCP bench drives)",
+        || step::cargo(&["build", "--release", "-p", "agent"]),
+    )?;
+    let root = step::workspace_root();
     timed("cargo bench -p agent", || {
-        step::cargo(&["bench", "-p", "agent", "--bench", "toolwall"])
+        step::run(
+            Command::new(step::cargo_bin())
+                .args(["bench", "-p", "agent", "--bench", "toolwall"])
+                .env("TOOLWALL_BIN", root.join("target/release/toolwall"))
+                .env("TOOLWALL_PEERS_DIR", root.join("target/peers")),
+        )
     })
 }

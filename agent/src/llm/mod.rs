@@ -21,6 +21,8 @@ mod anthropic;
 mod bench;
 mod buffered;
 mod chat;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod json;
 pub mod proxy;
 mod responses;
@@ -37,7 +39,10 @@ use serde_json::Value;
 use crate::decision::{CallQuery, Decision, Gate};
 use crate::events::{Event, ToolCallIntercepted};
 
-pub use bench::{BenchReport, LatencyReport, bench_interceptor, bench_proxy_latency};
+pub use bench::{
+    BenchReport, LatencyReport, bench_interceptor, bench_proxy_latency, text_heavy_stream,
+    tool_heavy_stream,
+};
 pub use buffered::rewrite_buffered;
 pub use proxy::{LlmProxy, LlmProxySettings, serve};
 pub use sse::{DataHint, SseDecoder, SseError, SseEvent};

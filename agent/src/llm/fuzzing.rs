@@ -1,0 +1,283 @@
+//! The oracle for the streaming interceptors, for the `cargo fuzz` target `llm_sse`
+//! (`agent/fuzz`) and the randomised test below: whatever bytes the upstream sends, in whatever
+//! pieces, in any dialect,
+//!
+//! - no call of a blocked tool reaches the client: no event of the output presents one (for
+//!   Chat Completions, with the name pieces of each call joined as the SDKs join them);
+//! - a well-formed input (SSE ending on an event boundary, every `data` JSON or `[DONE]`) gives
+//!   a well-formed output;
+//! - nothing panics.
+//!
+//! The oracle judges with `serde_json::Value` (what a typical SDK parses), not with the
+//! interceptors' own borrowed parsers, so a disagreement between the two is a finding.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use serde_json::Value;
+
+use super::{Dialect, Flow, OnMalformed, SseDecoder, SseEvent, StreamInterceptor};
+use crate::decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
+
+/// The tools blocked in oracle runs (a Codex namespaced call counts as `namespace__name`).
+pub const BLOCKED: &[&str] = &["mcp__fs__delete", "Bash"];
+
+/// Blocks exactly [`BLOCKED`]; every `mcp__` name is an MCP tool.
+struct FuzzGate;
+
+impl Gate for FuzzGate {
+    fn check_call(&self, call: &CallQuery<'_>) -> Decision {
+        let name = match call.namespace {
+            Some(ns) => format!("{ns}__{}", call.name),
+            None => call.name.to_owned(),
+        };
+        let tool = name.starts_with("mcp__").then(|| ToolIdentity {
+            server_id: "fs".into(),
+            server_type: "stdio".into(),
+            server_addr: String::new(),
+            tool: name.rsplit("__").next().unwrap_or_default().to_owned(),
+            tool_hash: String::new(),
+        });
+        let action = if BLOCKED.contains(&name.as_str()) {
+            Action::Block
+        } else {
+            Action::Allow
+        };
+        Decision {
+            action,
+            reason: "fuzz".into(),
+            tool,
+        }
+    }
+
+    fn check_listed(&self, _: &str, _: &str, _: &Value) -> Decision {
+        Decision::not_mcp()
+    }
+}
+
+/// The `data` payloads of an SSE stream parsed as JSON (`[DONE]` skipped), or `None` if the
+/// stream is not well-formed (a payload that is not JSON, or bytes after the last event).
+pub fn well_formed(stream: &[u8]) -> Option<Vec<Value>> {
+    let mut d = SseDecoder::new(usize::MAX);
+    d.feed(stream);
+    let mut values = Vec::new();
+    while let Some(ev) = d.next_event().ok()? {
+        if let Some(data) = SseEvent::new(&ev).data() {
+            if data.as_ref() == b"[DONE]" {
+                continue;
+            }
+            values.push(serde_json::from_slice(&data).ok()?);
+        }
+    }
+    d.finish().is_empty().then_some(values)
+}
+
+/// The `data` payloads of every event of a stream that parse as JSON (the others skipped).
+fn parsed_events(stream: &[u8]) -> Vec<Value> {
+    let mut d = SseDecoder::new(usize::MAX);
+    d.feed(stream);
+    let mut values = Vec::new();
+    let mut raws = Vec::new();
+    while let Ok(Some(ev)) = d.next_event() {
+        raws.push(ev);
+    }
+    raws.push(d.finish());
+    for raw in raws {
+        if let Some(data) = SseEvent::new(&raw).data()
+            && let Ok(v) = serde_json::from_slice(&data)
+        {
+            values.push(v);
+        }
+    }
+    values
+}
+
+/// Every tool name the events present as a call, any dialect: Anthropic `tool_use` blocks
+/// (streamed or in a message), Responses `function_call` items (namespace joined), and Chat
+/// Completions calls with their name pieces joined per choice and call index.
+pub fn called_names(events: &[Value]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut chat: HashMap<(u64, u64), String> = HashMap::new();
+    let anthropic_block = |b: &Value, names: &mut Vec<String>| {
+        if b["type"] == "tool_use"
+            && let Some(n) = b["name"].as_str()
+        {
+            names.push(n.to_owned());
+        }
+    };
+    let responses_item = |item: &Value, names: &mut Vec<String>| {
+        if item["type"] == "function_call" {
+            let name = item["name"].as_str().unwrap_or_default();
+            names.push(match item["namespace"].as_str() {
+                Some(ns) => format!("{ns}__{name}"),
+                None => name.to_owned(),
+            });
+        }
+    };
+    for v in events {
+        anthropic_block(&v["content_block"], &mut names);
+        for b in v["message"]["content"].as_array().into_iter().flatten() {
+            anthropic_block(b, &mut names);
+        }
+        responses_item(&v["item"], &mut names);
+        for item in v["response"]["output"].as_array().into_iter().flatten() {
+            responses_item(item, &mut names);
+        }
+        for (ci, c) in v["choices"].as_array().into_iter().flatten().enumerate() {
+            let choice = c["index"].as_u64().unwrap_or(ci as u64);
+            for delta in [&c["delta"], &c["message"]] {
+                for (ti, tc) in delta["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    let index = tc["index"].as_u64().unwrap_or(ti as u64);
+                    if let Some(part) = tc["function"]["name"].as_str() {
+                        chat.entry((choice, index)).or_default().push_str(part);
+                    }
+                }
+            }
+        }
+    }
+    names.extend(chat.into_values());
+    names
+}
+
+/// Runs `input` through an interceptor in pieces of the given lengths (cycled); the output.
+pub fn intercept(
+    dialect: Dialect,
+    on_malformed: OnMalformed,
+    input: &[u8],
+    pieces: &[usize],
+) -> Vec<u8> {
+    let mut i = StreamInterceptor::new(dialect, Arc::new(FuzzGate), on_malformed, 1 << 20);
+    let mut out = BytesMut::new();
+    let mut rest = input;
+    let mut lens = pieces.iter().copied().filter(|&l| l > 0).cycle();
+    let mut closed = false;
+    while !rest.is_empty() {
+        let len = lens.next().unwrap_or(rest.len()).min(rest.len());
+        let (piece, tail) = rest.split_at(len);
+        rest = tail;
+        let flow = i.feed(piece, &mut out);
+        i.drain_records().for_each(drop);
+        if flow == Flow::Closed {
+            closed = true;
+            break;
+        }
+    }
+    if !closed {
+        i.finish(&mut out);
+    }
+    out.to_vec()
+}
+
+/// Checks the oracle for one input at one chunking; panics with the evidence on a violation.
+pub fn check(dialect: Dialect, on_malformed: OnMalformed, input: &[u8], pieces: &[usize]) {
+    let out = intercept(dialect, on_malformed, input, pieces);
+    let leaked: Vec<String> = called_names(&parsed_events(&out))
+        .into_iter()
+        .filter(|n| BLOCKED.contains(&n.as_str()))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "blocked call {leaked:?} reached the client ({dialect:?}, {on_malformed:?}, pieces {pieces:?})\ninput:  {:?}\noutput: {:?}",
+        String::from_utf8_lossy(input),
+        String::from_utf8_lossy(&out)
+    );
+    if well_formed(input).is_some() {
+        assert!(
+            well_formed(&out).is_some(),
+            "well-formed input, malformed output ({dialect:?}, {on_malformed:?}, pieces {pieces:?})\ninput:  {:?}\noutput: {:?}",
+            String::from_utf8_lossy(input),
+            String::from_utf8_lossy(&out)
+        );
+    }
+}
+
+/// The fuzz entry point. The first byte picks the dialect (low two bits) and the malformed-event
+/// policy (bit 2); the second seeds the chunking; the rest is the upstream stream, checked whole
+/// and in pieces.
+pub fn run(input: &[u8]) {
+    let [control, seed, stream @ ..] = input else {
+        return;
+    };
+    let dialect = match control & 3 {
+        0 => Dialect::Anthropic,
+        1 => Dialect::OpenAiChat,
+        _ => Dialect::OpenAiResponses,
+    };
+    let on_malformed = if control & 4 == 0 {
+        OnMalformed::FailClosed
+    } else {
+        OnMalformed::FailOpen
+    };
+    check(dialect, on_malformed, stream, &[stream.len()]);
+    // Piece lengths from the seed: 1..=8 bytes, then longer, so event and line boundaries fall
+    // anywhere.
+    let mut x = u64::from(*seed) | 0x100;
+    let pieces: Vec<usize> = (0..16)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            1 + (x % if seed & 1 == 0 { 8 } else { 97 }) as usize
+        })
+        .collect();
+    check(dialect, on_malformed, stream, &pieces);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oracle_sees_a_blocked_call_in_every_dialect() {
+        let anthropic = br#"data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"mcp__fs__delete","input":{}}}"#;
+        let chat = br#"data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"mcp__fs__"}}]}}]}
+
+data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"delete"}}]}}]}
+"#;
+        let responses = br#"data: {"type":"response.output_item.added","item":{"type":"function_call","namespace":"mcp__fs","name":"delete"}}"#;
+        for stream in [&anthropic[..], &chat[..], &responses[..]] {
+            let names = called_names(&parsed_events(stream));
+            assert!(names.contains(&"mcp__fs__delete".to_owned()), "{names:?}");
+        }
+    }
+
+    #[test]
+    fn dialect_streams_keep_the_oracle_at_every_chunking() {
+        let streams: [(u8, Vec<u8>); 3] = [
+            (
+                0,
+                super::super::anthropic::tests::stream(&[
+                    "mcp__fs__delete",
+                    "mcp__fs__read",
+                    "Bash",
+                ]),
+            ),
+            (
+                1,
+                super::super::chat::tests::chunks(&[
+                    r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"mcp__fs__del","arguments":""}}]},"finish_reason":null}"#,
+                    r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"ete","arguments":"{}"}}]},"finish_reason":null}"#,
+                    r#"{"index":0,"delta":{},"finish_reason":"tool_calls"}"#,
+                ]),
+            ),
+            (
+                2,
+                super::super::responses::tests::function_stream("mcp__fs", "delete"),
+            ),
+        ];
+        for (control, stream) in streams {
+            assert!(well_formed(&stream).is_some());
+            for seed in 0..=255u8 {
+                let mut input = vec![control, seed];
+                input.extend_from_slice(&stream);
+                run(&input);
+            }
+        }
+    }
+}

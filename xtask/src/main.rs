@@ -43,7 +43,10 @@ enum Task {
     /// Set up and run every check (what CI runs).
     Test,
     /// Build the release binary, install the peers, and run the benchmarks.
-    Bench,
+    Bench {
+        /// Only these groups: connect, store, policy, interceptor, llm-latency, mcp-latency.
+        groups: Vec<String>,
+    },
     /// Run the fuzz targets (cargo-fuzz, nightly), each for a fixed time.
     Fuzz {
         /// Seconds per target.
@@ -61,7 +64,7 @@ fn main() -> ExitCode {
         Task::BuildEbpf => setup::build_ebpf(),
         Task::Run { args } => run(&args),
         Task::Test => test::test(),
-        Task::Bench => test::bench(),
+        Task::Bench { groups } => test::bench(&groups),
         Task::Fuzz { seconds, target } => fuzz::fuzz(seconds, target.as_deref()),
     };
     match result {

@@ -84,7 +84,7 @@ fn privileged() -> anyhow::Result<()> {
 
 /// The benchmarks: each prints its baseline and its ratio to it, measured in the same run. The
 /// MCP latency group drives the release binary and the real peers, so both come first.
-pub fn bench() -> anyhow::Result<()> {
+pub fn bench(groups: &[String]) -> anyhow::Result<()> {
     setup::setup_if_possible()?;
     peers::install()?;
     timed(
@@ -95,7 +95,8 @@ pub fn bench() -> anyhow::Result<()> {
     timed("cargo bench -p agent", || {
         step::run(
             Command::new(step::cargo_bin())
-                .args(["bench", "-p", "agent", "--bench", "toolwall"])
+                .args(["bench", "-p", "agent", "--bench", "toolwall", "--"])
+                .args(groups)
                 .env("TOOLWALL_BIN", root.join("target/release/toolwall"))
                 .env("TOOLWALL_PEERS_DIR", root.join("target/peers")),
         )

@@ -26,6 +26,14 @@ pub fn no_daemon_hint(socket: &Path) -> String {
 }
 
 impl ApiClient {
+    /// A client for the daemon on `socket`, connecting at each request (a daemon that
+    /// restarts is reached again).
+    pub fn new(socket: &Path) -> Self {
+        ApiClient {
+            socket: socket.to_path_buf(),
+        }
+    }
+
     /// A client for the daemon on `socket`; fails with a clear message when none answers.
     pub async fn connect(socket: &Path) -> anyhow::Result<Self> {
         UnixStream::connect(socket)

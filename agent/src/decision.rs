@@ -70,6 +70,18 @@ impl Decision {
     }
 }
 
+/// Where in a tool call's life a layer sees it. A call the LLM layer saw proposed and a shim
+/// or filter proxy then runs is one call: it spends one unit of the server's rate budget, not
+/// two (see `policy::RateLimiter`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallStage {
+    /// The model asked for the call (the LLM interceptor); it may never run.
+    Proposed,
+    /// The call is about to run (the stdio shim, the filter proxy).
+    Executing,
+}
+
 /// A tool call as a layer sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct CallQuery<'a> {
@@ -81,6 +93,8 @@ pub struct CallQuery<'a> {
     pub name: &'a str,
     /// Codex's namespace for a function (`mcp__everything`), if any.
     pub namespace: Option<&'a str>,
+    /// Proposed by the model or about to run.
+    pub stage: CallStage,
 }
 
 /// The policy engine as the layers see it. Implementations are shared across tasks and threads.

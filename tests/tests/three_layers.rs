@@ -14,15 +14,17 @@ use std::{
 use serde_json::Value;
 use toolwall_tests::{Daemon, is_root, python, server_everything, toolwall_bin, workspace_root};
 
-/// The model's answer: three MCP tool calls, one of them denied by policy.
-fn anthropic_stream() -> String {
+/// The model's answer to the scripted agent: three MCP tool calls, one of them denied.
+const SCENARIO_CALLS: &[(&str, &str)] = &[
+    ("mcp__everything__echo", r#"{\"message\": \"hi\"}"#),
+    ("mcp__everything__get-sum", r#"{\"a\": 1, \"b\": 41}"#),
+    ("mcp__netev__echo", r#"{\"message\": \"over the network\"}"#),
+];
+
+/// A streamed Anthropic answer asking for `calls` (name, partial JSON of the arguments).
+fn anthropic_stream(calls: &[(&str, &str)]) -> String {
     let mut events = vec![
         r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_owned(),
-    ];
-    let calls = [
-        ("mcp__everything__echo", r#"{\"message\": \"hi\"}"#),
-        ("mcp__everything__get-sum", r#"{\"a\": 1, \"b\": 41}"#),
-        ("mcp__netev__echo", r#"{\"message\": \"over the network\"}"#),
     ];
     for (i, (name, args)) in calls.iter().enumerate() {
         events.push(format!(r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"tool_use","id":"toolu_{i}","name":"{name}","input":{{}}}}}}"#));
@@ -43,8 +45,9 @@ fn anthropic_stream() -> String {
         .collect()
 }
 
-/// A one-shot-per-connection fake Anthropic API; returns its base URL.
-fn fake_llm() -> String {
+/// A one-shot-per-connection fake Anthropic API answering every request with a stream asking
+/// for `calls`; returns its base URL.
+fn fake_llm(calls: &'static [(&'static str, &'static str)]) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -77,7 +80,7 @@ fn fake_llm() -> String {
                     Ok(n) => req.extend_from_slice(&buf[..n]),
                 }
             }
-            let body = anthropic_stream();
+            let body = anthropic_stream(calls);
             let _ = write!(
                 stream,
                 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -92,7 +95,7 @@ fn fake_llm() -> String {
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_scripted_agent_is_seen_and_enforced_at_every_layer() {
     assert!(is_root());
-    let llm = fake_llm();
+    let llm = fake_llm(SCENARIO_CALLS);
     let (_net_server, net_url) = mcp_common::server_everything_http("streamableHttp");
     let mut daemon = Daemon::start(&format!(
         r#"proxy:
@@ -217,6 +220,114 @@ sandbox:
     assert_eq!(
         net["connection"]["layer"], "kernel",
         "the kernel saw the agent connect to the network server"
+    );
+    assert!(daemon.stop().success());
+}
+
+/// A server's rate limit is counted once, by the daemon, across the LLM layer and every shim
+/// process of the session: two calls the model proposed and the agent then ran (each in a shim
+/// of its own) spend the burst of two, once each; a third call nobody proposed is refused.
+/// Counted per shim process, all three would pass; counted at both layers, the second would
+/// already be refused.
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_rate_limits_are_counted_once_per_call_across_the_session() {
+    assert!(is_root());
+    const CALLS: &[(&str, &str)] = &[
+        ("mcp__everything__echo", r#"{\"message\": \"one\"}"#),
+        ("mcp__everything__echo", r#"{\"message\": \"two\"}"#),
+    ];
+    let llm = fake_llm(CALLS);
+    let mut daemon = Daemon::start(&format!(
+        r#"proxy:
+  listen: 127.0.0.1:0
+  providers:
+    anthropic: {llm}
+sandbox:
+  mcp:
+    servers:
+      - id: everything
+        type: stdio
+        command: {everything}
+        args: [stdio]
+    rate_limits:
+      enabled: true
+      per_server:
+        everything: {{calls_per_minute: 1, burst: 2}}
+"#,
+        everything = server_everything().display()
+    ));
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--session", "rated", "--config"])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg(python())
+        .arg(workspace_root().join("tests/peers/rate_agent.py"))
+        .arg(toolwall_bin())
+        .arg(&daemon.config)
+        .arg(server_everything())
+        .arg("1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "agent failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the agent prints JSON");
+    println!("agent report: {report:#}");
+    assert_eq!(
+        report["tool_uses"],
+        serde_json::json!(["mcp__everything__echo", "mcp__everything__echo"])
+    );
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    assert!(
+        results[0]["ok"].as_str().unwrap().contains("one"),
+        "{report}"
+    );
+    assert!(
+        results[1]["ok"].as_str().unwrap().contains("two"),
+        "{report}"
+    );
+    assert!(
+        results[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown tool: echo"),
+        "{report}"
+    );
+
+    // The refusal's recorded reason is the daemon's rate limit.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let events = Command::new(toolwall_bin())
+        .args([
+            "mcp",
+            "events",
+            "--json",
+            "--type",
+            "mcp_tool_called",
+            "--config",
+        ])
+        .arg(&daemon.config)
+        .output()
+        .unwrap();
+    let events: Vec<Value> = String::from_utf8_lossy(&events.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let actions: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["reason"].as_str().unwrap()))
+        .collect();
+    println!("executions: {actions:?}");
+    assert_eq!(actions.len(), 3, "{events:#?}");
+    assert_eq!(actions.iter().filter(|(a, _)| *a == "allow").count(), 2);
+    let blocked = actions.iter().find(|(a, _)| *a == "block").unwrap();
+    assert!(
+        blocked.1.contains("rate limit") && blocked.1.contains("\"everything\""),
+        "{blocked:?}"
     );
     assert!(daemon.stop().success());
 }

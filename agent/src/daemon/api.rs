@@ -10,7 +10,8 @@
 //! | `GET /api/tools`, `GET /api/servers` | the registry |
 //! | `GET /api/stream/events`, `GET /api/stream/calls` | live, as server-sent events |
 //! | `POST /api/events` | record events (JSON lines), e.g. from a shim |
-//! | `POST /api/check` | a policy decision (`{"server_id", "name", "namespace"}`) |
+//! | `POST /api/check` | a call's decision (`{"server_id", "name", "namespace", "stage"}`; `stage` is `executing` unless `proposed`), spending the server's rate budget here, once for every process |
+//! | `POST /api/listed` | a `tools/list` page's decisions (`{"server_id", "server_type", "tools": [...]}`), registering and pinning the tools here |
 //! | `POST /api/sessions` `{"name"}` / `DELETE /api/sessions/NAME` | open / close a session |
 //!
 //! Trust boundary: the loopback HTTP side is read-only and answers only requests addressed to
@@ -45,7 +46,7 @@ use tokio::{
 use super::DaemonState;
 use crate::{
     correlate::{CallRecord, Correlator},
-    decision::{CallQuery, Gate},
+    decision::{CallQuery, CallStage, Gate},
     events::{Event, EventQuery, Store},
     registry::value_hash,
 };
@@ -295,6 +296,7 @@ async fn route(
         (&Method::GET, "/api/stream/calls") => Ok(stream(state.live_calls.subscribe())),
         (&Method::POST, "/api/events") => post_events(state, req).await,
         (&Method::POST, "/api/check") => check(state, req).await,
+        (&Method::POST, "/api/listed") => listed(state, req).await,
         (&Method::POST, "/api/sessions") => open_session(state, req).await,
         (&Method::DELETE, p) if p.starts_with("/api/sessions/") => {
             close_session(state, &p["/api/sessions/".len()..])
@@ -474,21 +476,47 @@ async fn post_events(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CheckRequest {
     server_id: Option<String>,
     name: String,
     namespace: Option<String>,
+    #[serde(default = "executing")]
+    stage: CallStage,
+}
+
+fn executing() -> CallStage {
+    CallStage::Executing
 }
 
 async fn check(state: &DaemonState, req: Request<Incoming>) -> anyhow::Result<Response<Body>> {
-    let r: CheckRequest = serde_json::from_slice(&body(req).await?)
-        .context("expected {\"name\", \"server_id\"?, \"namespace\"?}")?;
+    let r: CheckRequest = serde_json::from_slice(&body(req).await?).context(
+        "expected {\"name\", \"server_id\"?, \"namespace\"?, \"stage\"?: \"proposed\"|\"executing\"}",
+    )?;
     let decision = state.policy.check_call(&CallQuery {
         server_id: r.server_id.as_deref(),
         name: &r.name,
         namespace: r.namespace.as_deref(),
+        stage: r.stage,
     });
     Ok(json_response(StatusCode::OK, &decision))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListedRequest {
+    server_id: String,
+    server_type: String,
+    tools: Vec<serde_json::Value>,
+}
+
+async fn listed(state: &DaemonState, req: Request<Incoming>) -> anyhow::Result<Response<Body>> {
+    let r: ListedRequest = serde_json::from_slice(&body(req).await?)
+        .context("expected {\"server_id\", \"server_type\", \"tools\": [...]}")?;
+    let decisions = state
+        .policy
+        .check_listed_all(&r.server_id, &r.server_type, &r.tools);
+    Ok(json_response(StatusCode::OK, &decisions))
 }
 
 #[derive(Deserialize)]

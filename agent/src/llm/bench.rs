@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::{Dialect, OnMalformed, StreamInterceptor};
 use crate::decision::{Action, CallQuery, Decision, Gate};
@@ -353,6 +353,164 @@ pub async fn bench_proxy_latency(runs: usize, events: usize) -> anyhow::Result<L
     })
 }
 
+/// Stream throughput through the whole proxy on loopback, MB/s (medians over the runs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThroughputReport {
+    /// Bytes per response.
+    pub bytes: usize,
+    /// Client reading the upstream directly.
+    pub direct_mbps: f64,
+    /// Through the proxy on a path it passes through uninspected: a plain copy of the bytes
+    /// by the same proxy, the baseline inspection is measured against.
+    pub copy_mbps: f64,
+    /// Through the proxy on `/v1/messages`, the text-heavy stream inspected.
+    pub text_mbps: f64,
+    /// Through the proxy on `/v1/messages`, the tool-heavy stream inspected (half blocked).
+    pub tool_mbps: f64,
+}
+
+impl ThroughputReport {
+    /// Inspected text-heavy / plain copy through the proxy (goal: ≥ 0.8).
+    pub fn text_ratio(&self) -> f64 {
+        self.text_mbps / self.copy_mbps
+    }
+}
+
+/// A loopback upstream answering every request with `text` on `/v1/messages?text`, `tool` on
+/// `/v1/messages?tool` and `text` on any other path, as fast as the socket takes it.
+async fn bulk_upstream(text: Bytes, tool: Bytes) -> anyhow::Result<std::net::SocketAddr> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let (text, tool) = (text.clone(), tool.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                let head_end = loop {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                    if let Some(p) = memchr::memmem::find(&seen, b"\r\n\r\n") {
+                        break p;
+                    }
+                };
+                let body = if memchr::memmem::find(&seen[..head_end], b"?tool").is_some() {
+                    tool
+                } else {
+                    text
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                if sock.write_all(head.as_bytes()).await.is_ok() {
+                    let _ = sock.write_all(&body).await;
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Reads one whole response from `url`; MB/s of the `expect` bytes upstream sent, from request
+/// to last byte. `exact`: the response must be those bytes' length (nothing was blocked).
+async fn read_all(url: &str, expect: usize, exact: bool) -> anyhow::Result<f64> {
+    use http_body_util::{BodyExt, Full};
+    let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let req = hyper::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from_static(b"{\"stream\":true}")))?;
+    let start = Instant::now();
+    let mut body = client.request(req).await?.into_body();
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        if let Some(data) = frame?.data_ref() {
+            n += data.len();
+        }
+    }
+    let elapsed = start.elapsed();
+    anyhow::ensure!(
+        n > 0 && (!exact || n == expect),
+        "read {n} of {expect} bytes from {url}"
+    );
+    Ok(mbps(expect, 1, elapsed))
+}
+
+fn median_of(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Measures stream throughput through the whole proxy on loopback: `runs` responses of about
+/// `stream_bytes` per path, the paths taking turns so a noisy machine weighs on all alike.
+pub async fn bench_proxy_throughput(
+    stream_bytes: usize,
+    runs: usize,
+) -> anyhow::Result<ThroughputReport> {
+    let text = Bytes::from(text_heavy_stream(stream_bytes));
+    let tool = Bytes::from(tool_heavy_stream(stream_bytes));
+    let (text_len, tool_len) = (text.len(), tool.len());
+    let upstream = bulk_upstream(text, tool).await?;
+    let settings = super::LlmProxySettings {
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        anthropic_upstream: format!("http://{upstream}"),
+        openai_upstream: format!("http://{upstream}"),
+        ..super::LlmProxySettings::default()
+    };
+    let (sink, mut rx) = crate::events::EventSink::channel();
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let proxy = super::LlmProxy::bind(settings, Arc::new(BenchGate), sink).await?;
+    let proxy_addr = proxy.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(proxy.run(async {
+        let _ = stop_rx.await;
+    }));
+    // The tool-heavy stream shrinks where calls are blocked; the others arrive whole.
+    let paths = [
+        (
+            format!("http://{upstream}/v1/messages?text"),
+            text_len,
+            true,
+        ),
+        // Not an inspected path: the proxy copies it through untouched.
+        (format!("http://{proxy_addr}/v1/files?text"), text_len, true),
+        (
+            format!("http://{proxy_addr}/v1/messages?text"),
+            text_len,
+            true,
+        ),
+        (
+            format!("http://{proxy_addr}/v1/messages?tool"),
+            tool_len,
+            false,
+        ),
+    ];
+    let mut results = vec![Vec::new(); paths.len()];
+    for (url, len, exact) in &paths {
+        read_all(url, *len, *exact).await?; // warm-up
+    }
+    for _ in 0..runs {
+        for (i, (url, len, exact)) in paths.iter().enumerate() {
+            results[i].push(read_all(url, *len, *exact).await?);
+        }
+    }
+    let _ = stop_tx.send(());
+    let mut medians = results.into_iter().map(median_of);
+    let mut next = || medians.next().unwrap_or(0.0);
+    Ok(ThroughputReport {
+        bytes: text_len,
+        direct_mbps: next(),
+        copy_mbps: next(),
+        text_mbps: next(),
+        tool_mbps: next(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,18 +537,20 @@ mod tests {
         assert!(out.contains("\"name\":\"mcp__fs__read\""));
     }
 
-    /// `cargo test --release -p agent --lib llm::bench -- --ignored --nocapture` prints the
-    /// numbers (a debug build's are meaningless, hence ignored by default).
-    #[test]
-    #[ignore = "timing; run in release"]
-    fn print_bench() {
-        let report = bench_interceptor(4 << 20, 20);
-        println!("{report}");
-        let rt = tokio::runtime::Runtime::new().expect("runtime");
-        let latency = rt
-            .block_on(bench_proxy_latency(20, 200))
-            .expect("latency bench");
-        println!("{latency}");
+    #[tokio::test]
+    async fn throughput_bench_reads_every_path_whole() {
+        let report = bench_proxy_throughput(200_000, 1)
+            .await
+            .expect("bench runs");
+        assert!(report.bytes >= 200_000);
+        for mbps in [
+            report.direct_mbps,
+            report.copy_mbps,
+            report.text_mbps,
+            report.tool_mbps,
+        ] {
+            assert!(mbps > 0.0, "{report:?}");
+        }
     }
 
     #[tokio::test]

@@ -36,12 +36,12 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::decision::{CallQuery, Decision, Gate};
+use crate::decision::{CallQuery, CallStage, Decision, Gate};
 use crate::events::{Event, ToolCallIntercepted};
 
 pub use bench::{
-    BenchReport, LatencyReport, bench_interceptor, bench_proxy_latency, text_heavy_stream,
-    tool_heavy_stream,
+    BenchReport, LatencyReport, ThroughputReport, bench_interceptor, bench_proxy_latency,
+    bench_proxy_throughput, text_heavy_stream, tool_heavy_stream,
 };
 pub use buffered::rewrite_buffered;
 pub use proxy::{LlmProxy, LlmProxySettings, serve};
@@ -169,6 +169,7 @@ impl Cx {
             server_id: None,
             name,
             namespace,
+            stage: CallStage::Proposed,
         })
     }
 

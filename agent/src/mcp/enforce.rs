@@ -3,7 +3,9 @@
 //! default, plus the command line's `--deny` regexes), and with `--config` or `--db` the shared
 //! registry and event database, written directly (safe beside the daemon and other shims).
 //! Without either, inside a `toolwall exec` session (`TOOLWALL_API_SOCKET` set), events go to
-//! the session's daemon through its API.
+//! the session's daemon through its API. Inside a session every decision is also the daemon's
+//! ([`super::daemon_gate::DaemonGate`]), so its registry, pins and rate limits cover the
+//! shim; the local policy then counts no rate limits of its own.
 
 use std::{path::PathBuf, sync::Arc, thread::JoinHandle};
 
@@ -76,7 +78,13 @@ impl Enforcement {
         deny: &[String],
     ) -> anyhow::Result<Self> {
         let patterns = deny_patterns(deny)?;
-        let loaded = Config::load(config)?;
+        let mut loaded = Config::load(config)?;
+        let daemon = std::env::var_os("TOOLWALL_API_SOCKET").map(PathBuf::from);
+        if daemon.is_some() {
+            // The daemon counts every call of the session once; a second, per-process count
+            // here would only be a looser copy of it.
+            loaded.sandbox.mcp.rate_limits.enabled = false;
+        }
         let db_path = match (db, config) {
             (Some(db), _) => Some(db.to_path_buf()),
             (None, Some(_)) => Some(loaded.store_path()),
@@ -87,8 +95,14 @@ impl Enforcement {
                 .with_context(|| format!("open the tool registry in {}", path.display()))?,
             None => Registry::in_memory().context("create an in-memory tool registry")?,
         };
-        let policy = Policy::new(&loaded, Arc::new(registry), &patterns)?;
-        let daemon = std::env::var_os("TOOLWALL_API_SOCKET").map(PathBuf::from);
+        let policy: Arc<dyn Gate> = Arc::new(Policy::new(&loaded, Arc::new(registry), &patterns)?);
+        let gate: Arc<dyn Gate> = match &daemon {
+            Some(socket) => Arc::new(
+                super::daemon_gate::DaemonGate::new(policy, socket)
+                    .context("start the client of the session's daemon")?,
+            ),
+            None => policy,
+        };
         let (events, writer) = match (db_path, daemon) {
             (Some(path), _) => {
                 let store = Store::open(&path)?;
@@ -106,7 +120,7 @@ impl Enforcement {
             (None, None) => (None, None),
         };
         Ok(Enforcement {
-            gate: Arc::new(policy),
+            gate,
             events,
             writer,
         })
@@ -191,7 +205,7 @@ fn spawn_forwarder(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::CallQuery;
+    use crate::decision::{CallQuery, CallStage};
 
     #[test]
     fn splits_on_top_level_commas_only() {
@@ -227,6 +241,7 @@ mod tests {
                 server_id: Some("s"),
                 name,
                 namespace: None,
+                stage: CallStage::Executing,
             })
         };
         assert!(call("echo").is_blocked());

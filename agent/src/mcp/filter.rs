@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::decision::{Action, CallQuery, Decision, Gate};
+use crate::decision::{Action, CallQuery, CallStage, Decision, Gate};
 use crate::events::{Event, EventSink, ToolCalled, ToolSeen};
 
 use crate::registry::tool_hash;
@@ -224,6 +224,7 @@ impl Filter {
                     server_id: Some(&self.ctx.server_id),
                     name: &params.name,
                     namespace: None,
+                    stage: CallStage::Executing,
                 });
                 self.record_call(&params, id, &decision);
                 if decision.is_blocked() {

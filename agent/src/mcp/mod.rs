@@ -38,6 +38,7 @@
 //! compile to more than 1 MiB are refused at start-up.
 
 pub mod client;
+pub mod daemon_gate;
 pub mod enforce;
 pub mod filter;
 pub mod framing;

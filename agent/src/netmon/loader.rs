@@ -88,6 +88,18 @@ pub struct Counters {
     pub ring_drops: u64,
 }
 
+/// One program's run count and total run time since it was loaded (see
+/// [`KernelMonitor::run_stats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramRunStats {
+    /// `connect4` or `connect6`.
+    pub program: &'static str,
+    /// Times it ran while statistics were on.
+    pub runs: u64,
+    /// Kernel time spent in it while statistics were on.
+    pub run_time: std::time::Duration,
+}
+
 /// The loaded programs and the links that keep them attached.
 ///
 /// Links are bpf_links owned by this process: they detach when it is dropped or the process
@@ -245,6 +257,36 @@ impl KernelMonitor {
             name: EVENTS_MAP,
             source,
         })
+    }
+
+    /// How often each program ran and the time the kernel spent in it (`connect4`, then
+    /// `connect6`), as the kernel counts them while run-time statistics are on (hold
+    /// `aya::sys::enable_stats(Stats::RunTime)`; without it both stay zero). The cost of the
+    /// kernel layer per connect, free of the noise a user-space clock adds.
+    pub fn run_stats(&self) -> Result<Vec<ProgramRunStats>, NetmonError> {
+        PROGRAMS
+            .iter()
+            .map(|&name| {
+                let program: &CgroupSockAddr = self
+                    .ebpf
+                    .program(name)
+                    .ok_or(NetmonError::Missing("connect program"))?
+                    .try_into()
+                    .map_err(|source| NetmonError::Program {
+                        what: format!("{name}: wrong type"),
+                        source,
+                    })?;
+                let info = program.info().map_err(|source| NetmonError::Program {
+                    what: format!("{name}: read its info"),
+                    source,
+                })?;
+                Ok(ProgramRunStats {
+                    program: name,
+                    runs: info.run_count(),
+                    run_time: info.run_time(),
+                })
+            })
+            .collect()
     }
 
     /// Reads and sums the per-CPU counters.

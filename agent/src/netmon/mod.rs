@@ -10,5 +10,5 @@ mod loader;
 pub mod rules;
 pub mod service;
 
-pub use loader::{Counters, KernelMonitor, NetmonError, ebpf_object};
+pub use loader::{Counters, KernelMonitor, NetmonError, ProgramRunStats, ebpf_object};
 pub use rules::{Rule, RuleAction};

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::Policy;
 use crate::{
     config::{Config, ServerDecl, ServerType, ToolRule},
-    decision::{CallQuery, Gate},
+    decision::{CallQuery, CallStage, Gate},
     registry::Registry,
 };
 
@@ -37,16 +37,19 @@ pub fn bench_decisions(n_rules: usize, iterations: u64) -> Duration {
             server_id: None,
             name: tool,
             namespace: None,
+            stage: CallStage::Proposed,
         });
         queries.push(CallQuery {
             server_id: Some(server),
             name: tool,
             namespace: None,
+            stage: CallStage::Executing,
         });
         queries.push(CallQuery {
             server_id: None,
             name: claude,
             namespace: None,
+            stage: CallStage::Proposed,
         });
     }
     for query in &queries {

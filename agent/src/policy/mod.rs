@@ -39,7 +39,7 @@ pub use rules::{ServerRules, ToolRules};
 
 use crate::{
     config::{Config, ConfigError, Location, OnChange, VersionPinningConfig},
-    decision::{Action, CallQuery, Decision, Gate, ToolIdentity},
+    decision::{Action, CallQuery, CallStage, Decision, Gate, ToolIdentity},
     registry::{NamePatterns, PinState, Registry, Resolution, ToolEntry, tool_hash},
 };
 
@@ -229,8 +229,9 @@ impl Policy {
         }
     }
 
-    /// Steps 2–5 for a registered tool.
-    fn decide_entry(&self, entry: &ToolEntry, spend: bool) -> Decision {
+    /// Steps 2–5 for a registered tool; `spend`: the stage of a call, which spends budget
+    /// (`None`: a listing, which does not).
+    fn decide_entry(&self, entry: &ToolEntry, spend: Option<CallStage>) -> Decision {
         if let Some(block) = self.static_verdict(entry) {
             return self.finish(Action::Block, block.to_string(), Some(entry.identity()));
         }
@@ -238,7 +239,11 @@ impl Policy {
             Err(block) => return self.finish(Action::Block, block, Some(entry.identity())),
             Ok(alert) => alert,
         };
-        if spend && let Some(block) = self.limits.try_acquire(&entry.server_id) {
+        if let Some(stage) = spend
+            && let Some(block) = self
+                .limits
+                .try_acquire(&entry.server_id, &entry.tool, stage)
+        {
             return self.finish(Action::Block, block, Some(entry.identity()));
         }
         Decision {
@@ -250,7 +255,12 @@ impl Policy {
 
     /// A call of a tool that is surely MCP (the layer or the name said which server) but not
     /// registered: blocked under `fail_closed`, else checked like a tool with no definition.
-    fn decide_unregistered(&self, server_id: &str, tool: &str, spend: bool) -> Decision {
+    fn decide_unregistered(
+        &self,
+        server_id: &str,
+        tool: &str,
+        spend: Option<CallStage>,
+    ) -> Decision {
         let declared = self.declared.get(server_id);
         let identity = ToolIdentity {
             server_id: server_id.to_string(),
@@ -273,7 +283,9 @@ impl Policy {
             Err(block) => return self.finish(Action::Block, block, Some(identity)),
             Ok(alert) => alert,
         };
-        if spend && let Some(block) = self.limits.try_acquire(server_id) {
+        if let Some(stage) = spend
+            && let Some(block) = self.limits.try_acquire(server_id, tool, stage)
+        {
             return self.finish(Action::Block, block, Some(identity));
         }
         Decision {
@@ -284,7 +296,12 @@ impl Policy {
     }
 
     /// A bare name several servers offer.
-    fn decide_ambiguous(&self, name: &str, candidates: &[Arc<ToolEntry>]) -> Decision {
+    fn decide_ambiguous(
+        &self,
+        name: &str,
+        candidates: &[Arc<ToolEntry>],
+        stage: CallStage,
+    ) -> Decision {
         let servers = candidates
             .iter()
             .map(|c| format!("{:?}", c.server_id))
@@ -300,7 +317,7 @@ impl Policy {
         }
         // Not failing closed: the call must pass the policy of every server it could reach.
         for candidate in candidates {
-            let decision = self.decide_entry(candidate, false);
+            let decision = self.decide_entry(candidate, None);
             if decision.is_blocked() {
                 return self.finish(
                     Action::Block,
@@ -315,7 +332,7 @@ impl Policy {
         let Some(first) = candidates.first() else {
             return Decision::not_mcp();
         };
-        let mut decision = self.decide_entry(first, true);
+        let mut decision = self.decide_entry(first, Some(stage));
         if !decision.is_blocked() {
             decision.reason = format!(
                 "ambiguous tool name {name:?} (servers {servers}); allowed by every one{}{}",
@@ -379,7 +396,7 @@ impl Policy {
     /// Decides visibility of a listed, registered definition (no rate limit spent).
     fn decide_listed(&self, entry: Option<ToolEntry>) -> Decision {
         match entry {
-            Some(entry) => self.decide_entry(&entry, false),
+            Some(entry) => self.decide_entry(&entry, None),
             None => self.finish(
                 Action::Block,
                 "listed tool has no string \"name\"; hidden".to_string(),
@@ -422,26 +439,28 @@ impl Policy {
 impl Gate for Policy {
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         match self.registry.resolve(call, &self.patterns) {
-            Resolution::Found(entry) => self.decide_entry(&entry, true),
-            Resolution::Ambiguous { name, candidates } => self.decide_ambiguous(&name, &candidates),
+            Resolution::Found(entry) => self.decide_entry(&entry, Some(call.stage)),
+            Resolution::Ambiguous { name, candidates } => {
+                self.decide_ambiguous(&name, &candidates, call.stage)
+            }
             Resolution::UnknownOnServer { server_id, tool } => {
                 // Codex writes `-` as `_` in function names; until the server's tools are
                 // registered the original spelling is unknown, so a rule on either blocks.
                 if call.namespace.is_some() && tool.contains('_') {
                     let hyphenated =
-                        self.decide_unregistered(&server_id, &tool.replace('_', "-"), false);
+                        self.decide_unregistered(&server_id, &tool.replace('_', "-"), None);
                     if hyphenated.is_blocked() {
                         return hyphenated;
                     }
                 }
-                self.decide_unregistered(&server_id, &tool, true)
+                self.decide_unregistered(&server_id, &tool, Some(call.stage))
             }
             // Not registered yet, but named in the form of a declared server's tool (a stdio
             // server whose shim has not listed its tools yet): that server's tool, decided by
             // the rules, never waved through as a native tool.
             Resolution::Unknown if self.declared_form(call.name).is_some() => {
                 let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
-                self.decide_unregistered(server_id, tool, true)
+                self.decide_unregistered(server_id, tool, Some(call.stage))
             }
             Resolution::Unknown if self.fail_closed => self.finish(
                 Action::Block,

@@ -3,7 +3,10 @@ use std::{sync::Arc, time::Duration};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{config::Config, decision::Action};
+use crate::{
+    config::Config,
+    decision::{Action, CallStage},
+};
 
 fn tool(name: &str, description: &str) -> Value {
     json!({"name": name, "description": description, "inputSchema": {"type": "object"}})
@@ -28,6 +31,7 @@ fn call<'a>(name: &'a str) -> CallQuery<'a> {
         server_id: None,
         name,
         namespace: None,
+        stage: CallStage::Proposed,
     }
 }
 
@@ -36,6 +40,7 @@ fn on<'a>(server: &'a str, name: &'a str) -> CallQuery<'a> {
         server_id: Some(server),
         name,
         namespace: None,
+        stage: CallStage::Executing,
     }
 }
 
@@ -525,6 +530,7 @@ sandbox:
         server_id: None,
         name: "get_sum",
         namespace: Some("mcp__everything"),
+        stage: CallStage::Proposed,
     };
     for query in [
         call("get-sum"),
@@ -733,12 +739,14 @@ sandbox:
         server_id: None,
         name: "get_sum",
         namespace: Some("mcp__everything"),
+        stage: CallStage::Proposed,
     };
     assert!(p.check_call(&codex).is_blocked());
     let echo = CallQuery {
         server_id: None,
         name: "echo",
         namespace: Some("mcp__everything"),
+        stage: CallStage::Proposed,
     };
     assert!(!p.check_call(&echo).is_blocked());
 }

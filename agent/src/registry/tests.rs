@@ -3,7 +3,7 @@ use std::{sync::Arc, thread};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::decision::CallQuery;
+use crate::decision::{CallQuery, CallStage};
 
 fn tool(name: &str, description: &str) -> Value {
     json!({"name": name, "description": description, "inputSchema": {"type": "object"}})
@@ -18,6 +18,7 @@ fn query(name: &str) -> CallQuery<'_> {
         server_id: None,
         name,
         namespace: None,
+        stage: CallStage::Proposed,
     }
 }
 
@@ -101,12 +102,14 @@ fn name_forms_resolve_to_the_registered_tool() {
         server_id: Some("everything"),
         name: "get-sum",
         namespace: None,
+        stage: CallStage::Executing,
     };
     assert_eq!(found(registry.resolve(&with_server, &patterns)), everything);
     let codex = CallQuery {
         server_id: None,
         name: "get_sum",
         namespace: Some("mcp__everything"),
+        stage: CallStage::Proposed,
     };
     assert_eq!(found(registry.resolve(&codex, &patterns)), everything);
     // OpenAI-style sanitized bare name.
@@ -163,6 +166,7 @@ fn unknown_tools_of_known_servers_are_reported_as_such() {
         server_id: Some("other"),
         name: "x",
         namespace: None,
+        stage: CallStage::Executing,
     };
     assert_eq!(
         registry.resolve(&with_server, &patterns),
@@ -172,6 +176,7 @@ fn unknown_tools_of_known_servers_are_reported_as_such() {
         server_id: None,
         name: "x",
         namespace: Some("mcp__nowhere"),
+        stage: CallStage::Proposed,
     };
     assert_eq!(registry.resolve(&codex, &patterns), unknown("nowhere", "x"));
     // A Claude-style name on a server nobody registered: nothing known about it.

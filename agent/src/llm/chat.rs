@@ -288,7 +288,12 @@ impl Chat {
                     if args_part.is_some() && !c.name.is_empty() {
                         // Name complete: decide now.
                         let was_held = !held_name.is_empty() || !held_id.is_empty();
-                        let allowed = self.decide(cx, choice, call.index, &mut edit.messages);
+                        // This entry leaves verbatim after the synthetic one carrying the held
+                        // name: a client that replaces a name instead of appending to it ends
+                        // up with this part alone, so it is judged alone as well.
+                        let alone = name_part.filter(|_| !held_name.is_empty());
+                        let allowed =
+                            self.decide(cx, choice, call.index, alone, &mut edit.messages);
                         if allowed {
                             if was_held {
                                 synthetic.push(synthetic_chunk(
@@ -380,12 +385,30 @@ impl Chat {
         Ok(changed.then_some(edit))
     }
 
-    /// Decides a call whose name is complete; returns whether it is allowed.
-    fn decide(&mut self, cx: &mut Cx, choice: u64, index: u64, messages: &mut Vec<String>) -> bool {
+    /// Decides a call whose name is complete; returns whether it is allowed. `alone` is a last
+    /// name fragment that clients replacing names (rather than appending) would keep: the call
+    /// is blocked if either the whole name or that fragment is.
+    fn decide(
+        &mut self,
+        cx: &mut Cx,
+        choice: u64,
+        index: u64,
+        alone: Option<&str>,
+        messages: &mut Vec<String>,
+    ) -> bool {
         let c = self.call_mut(choice, index);
-        let name = c.name.clone();
+        let mut name = c.name.clone();
         let id = c.id.clone();
-        let decision = cx.check(&name, None);
+        let mut decision = cx.check(&name, None);
+        if !decision.is_blocked()
+            && let Some(part) = alone.filter(|p| !p.is_empty() && *p != name)
+        {
+            let own = cx.check(part, None);
+            if own.is_blocked() {
+                name = part.to_owned();
+                decision = own;
+            }
+        }
         if decision.is_blocked() {
             messages.push(blocked_message(&name, &decision.reason));
             let c = self.call_mut(choice, index);
@@ -416,7 +439,7 @@ impl Chat {
     ) {
         let c = self.call_mut(choice, index);
         let (id, name, args) = (c.id.clone(), c.name.clone(), c.args.clone());
-        if self.decide(cx, choice, index, messages) {
+        if self.decide(cx, choice, index, None, messages) {
             synthetic.push(synthetic_chunk(top, choice, index, &id, &name, &args));
             if let Some(c) = self
                 .calls

@@ -384,3 +384,22 @@ fn a_blocked_call_reusing_an_allowed_calls_index_never_gets_through() {
         );
     }
 }
+
+#[test]
+fn a_held_name_replaced_by_a_blocked_fragment_is_blocked() {
+    // A name held back in pieces, then a fragment with arguments: appended, the name is
+    // `xmcp__srv__delete_all` (not MCP, allowed); a client that replaces names instead keeps
+    // `mcp__srv__delete_all`, which must not reach it.
+    let input = chunks(&[
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"x"}}]},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"mcp__srv__delete_all","arguments":"{}"}}]},"finish_reason":null}"#,
+        &finish(0, "tool_calls"),
+    ]);
+    let out = assert_split_invariant(Dialect::OpenAiChat, &["mcp__srv__delete_all"], &input);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("delete_all\""), "blocked name left: {text}");
+    let got = assemble(&data_values(&out));
+    assert!(got[0].1.is_empty(), "{got:?}");
+    assert!(got[0].0.contains("blocked by policy"));
+    assert_eq!(got[0].2.as_deref(), Some("stop"));
+}

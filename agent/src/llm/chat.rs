@@ -91,8 +91,9 @@ pub(crate) struct Chat {
     calls: Vec<Call>,
     /// Top-level fields (id, model, ...) to build synthetic chunks with.
     template: Option<String>,
-    /// Name of a legacy `function_call`, as assembled so far.
-    legacy_name: String,
+    /// Name of each choice's legacy `function_call`, as assembled so far (by choice index:
+    /// with `n > 1` the choices' fragments interleave).
+    legacy_names: Vec<(u64, String)>,
 }
 
 /// What one chunk's choice needs changed.
@@ -241,11 +242,20 @@ impl Chat {
             Some(d) => match serde_json::from_str::<DeltaView<'_>>(d.get()) {
                 Ok(dv) => {
                     if let Some(name) = dv.function_call.as_ref().and_then(|f| f.name.as_deref()) {
-                        self.legacy_name.push_str(name);
-                        let decision = cx.check(&self.legacy_name, None);
+                        let pos = match self.legacy_names.iter().position(|(c, _)| *c == view.index)
+                        {
+                            Some(pos) => pos,
+                            None => {
+                                self.legacy_names.push((view.index, String::new()));
+                                self.legacy_names.len() - 1
+                            }
+                        };
+                        let legacy = &mut self.legacy_names[pos].1;
+                        legacy.push_str(name);
+                        let decision = cx.check(legacy, None);
                         if decision.is_blocked() {
                             // Rare legacy form: no replacement protocol, so end the stream.
-                            let name = self.legacy_name.clone();
+                            let name = legacy.clone();
                             cx.record(name.clone(), String::new(), None, decision);
                             return Err(Fatal::new(format!("blocked function_call '{name}'")));
                         }

@@ -39,7 +39,7 @@ struct SessionReply {
 /// Runs the command in a new session; returns its exit code (128 + signal if it was killed).
 pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(args.config.as_deref())?;
-    let socket = crate::daemon::api::socket_path(config.api.socket.as_deref());
+    let socket = crate::daemon::api::prepare_socket_dir(config.api.socket.as_deref(), false)?;
     let session = args.session.unwrap_or_else(|| {
         format!(
             "s-{}-{}",

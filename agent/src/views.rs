@@ -153,7 +153,7 @@ async fn source(common: &Common) -> anyhow::Result<Source> {
             window,
         });
     }
-    let socket = crate::daemon::api::socket_path(config.api.socket.as_deref());
+    let socket = crate::daemon::api::prepare_socket_dir(config.api.socket.as_deref(), false)?;
     match ApiClient::connect(&socket).await {
         Ok(client) => Ok(Source::Daemon(client)),
         Err(_) => {

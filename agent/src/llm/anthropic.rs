@@ -116,7 +116,7 @@ impl Machine for Anthropic {
             "message_start" => {
                 self.finish_tracked(cx);
                 *self = Anthropic::default();
-                out.extend_from_slice(raw);
+                self.on_message_start(cx, body, raw, out)?;
             }
             "content_block_start" => self.on_block_start(cx, raw, &env, out)?,
             "content_block_delta" => {
@@ -218,6 +218,48 @@ impl Anthropic {
             }
             out.extend_from_slice(raw);
         }
+        Ok(())
+    }
+
+    /// The message a stream opens with is the SDKs' starting snapshot, kept in the final
+    /// message: `tool_use` blocks in its `content` (empty in practice) are judged like a whole
+    /// body's, and blocked ones replaced by text blocks.
+    fn on_message_start(
+        &mut self,
+        cx: &mut Cx,
+        body: &[u8],
+        raw: &Bytes,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        if !mentions(body, &[&TOOL_USE]) {
+            out.extend_from_slice(raw);
+            return Ok(());
+        }
+        let text = std::str::from_utf8(body).map_err(|_| Fatal::new("SSE data is not UTF-8"))?;
+        let judged = RawObject::parse(text).and_then(|mut top| {
+            let Some(message_raw) = top.parsed("message") else {
+                return Ok(None);
+            };
+            let mut message = RawObject::from_raw(message_raw)?;
+            let counts = super::buffered::anthropic_content(cx, &mut message)?;
+            if counts.1 > 0 {
+                top.set("message", message.to_raw());
+            }
+            Ok(Some((counts, top.to_json())))
+        });
+        match judged {
+            Ok(Some(((total, blocked), new))) => {
+                self.tool_uses += total as u32;
+                self.blocked_count += blocked as u32;
+                if blocked > 0 {
+                    write_with_data(out, raw, new.as_bytes());
+                    return Ok(());
+                }
+            }
+            Ok(None) => {}
+            Err(e) => cx.malformed(&e, true)?,
+        }
+        out.extend_from_slice(raw);
         Ok(())
     }
 

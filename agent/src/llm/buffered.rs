@@ -69,8 +69,25 @@ pub fn rewrite_buffered(
 
 fn anthropic(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
     let mut top = RawObject::parse(text)?;
-    let Some(content_raw) = top.get("content") else {
+    let (total, blocked) = anthropic_content(cx, &mut top)?;
+    if blocked == 0 {
         return Ok(None);
+    }
+    if blocked == total && top.get_str("stop_reason").as_deref() == Some("tool_use") {
+        top.set("stop_reason", raw_str("end_turn"));
+    }
+    Ok(Some(top.to_json()))
+}
+
+/// Judges every `tool_use` block in a message object's `content` (a whole body, or the message
+/// a stream's `message_start` opens with, which SDKs keep in the final message), replacing the
+/// blocked ones by text blocks in place. Returns (tool uses, blocked); records every decision.
+pub(super) fn anthropic_content(
+    cx: &mut Cx,
+    top: &mut RawObject<'_>,
+) -> serde_json::Result<(usize, usize)> {
+    let Some(content_raw) = top.get("content") else {
+        return Ok((0, 0));
     };
     let content: Vec<&RawValue> = serde_json::from_str(content_raw.get())?;
     let (mut total, mut blocked) = (0usize, 0usize);
@@ -97,14 +114,10 @@ fn anthropic(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
         }
         new.push((*raw).to_owned());
     }
-    if blocked == 0 {
-        return Ok(None);
+    if blocked > 0 {
+        top.set("content", raw_array(new.iter().map(|b| b.as_ref())));
     }
-    top.set("content", raw_array(new.iter().map(|b| b.as_ref())));
-    if blocked == total && top.get_str("stop_reason").as_deref() == Some("tool_use") {
-        top.set("stop_reason", raw_str("end_turn"));
-    }
-    Ok(Some(top.to_json()))
+    Ok((total, blocked))
 }
 
 fn chat(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {

@@ -91,8 +91,9 @@ pub(crate) struct Chat {
     calls: Vec<Call>,
     /// Top-level fields (id, model, ...) to build synthetic chunks with.
     template: Option<String>,
-    /// Name of a legacy `function_call`, as assembled so far.
-    legacy_name: String,
+    /// Name of each choice's legacy `function_call`, as assembled so far (by choice index:
+    /// with `n > 1` the choices' fragments interleave).
+    legacy_names: Vec<(u64, String)>,
 }
 
 /// What one chunk's choice needs changed.
@@ -241,11 +242,20 @@ impl Chat {
             Some(d) => match serde_json::from_str::<DeltaView<'_>>(d.get()) {
                 Ok(dv) => {
                     if let Some(name) = dv.function_call.as_ref().and_then(|f| f.name.as_deref()) {
-                        self.legacy_name.push_str(name);
-                        let decision = cx.check(&self.legacy_name, None);
+                        let pos = match self.legacy_names.iter().position(|(c, _)| *c == view.index)
+                        {
+                            Some(pos) => pos,
+                            None => {
+                                self.legacy_names.push((view.index, String::new()));
+                                self.legacy_names.len() - 1
+                            }
+                        };
+                        let legacy = &mut self.legacy_names[pos].1;
+                        legacy.push_str(name);
+                        let decision = cx.check(legacy, None);
                         if decision.is_blocked() {
                             // Rare legacy form: no replacement protocol, so end the stream.
-                            let name = self.legacy_name.clone();
+                            let name = legacy.clone();
                             cx.record(name.clone(), String::new(), None, decision);
                             return Err(Fatal::new(format!("blocked function_call '{name}'")));
                         }
@@ -288,7 +298,12 @@ impl Chat {
                     if args_part.is_some() && !c.name.is_empty() {
                         // Name complete: decide now.
                         let was_held = !held_name.is_empty() || !held_id.is_empty();
-                        let allowed = self.decide(cx, choice, call.index, &mut edit.messages);
+                        // This entry leaves verbatim after the synthetic one carrying the held
+                        // name: a client that replaces a name instead of appending to it ends
+                        // up with this part alone, so it is judged alone as well.
+                        let alone = name_part.filter(|_| !held_name.is_empty());
+                        let allowed =
+                            self.decide(cx, choice, call.index, alone, &mut edit.messages);
                         if allowed {
                             if was_held {
                                 synthetic.push(synthetic_chunk(
@@ -380,12 +395,30 @@ impl Chat {
         Ok(changed.then_some(edit))
     }
 
-    /// Decides a call whose name is complete; returns whether it is allowed.
-    fn decide(&mut self, cx: &mut Cx, choice: u64, index: u64, messages: &mut Vec<String>) -> bool {
+    /// Decides a call whose name is complete; returns whether it is allowed. `alone` is a last
+    /// name fragment that clients replacing names (rather than appending) would keep: the call
+    /// is blocked if either the whole name or that fragment is.
+    fn decide(
+        &mut self,
+        cx: &mut Cx,
+        choice: u64,
+        index: u64,
+        alone: Option<&str>,
+        messages: &mut Vec<String>,
+    ) -> bool {
         let c = self.call_mut(choice, index);
-        let name = c.name.clone();
+        let mut name = c.name.clone();
         let id = c.id.clone();
-        let decision = cx.check(&name, None);
+        let mut decision = cx.check(&name, None);
+        if !decision.is_blocked()
+            && let Some(part) = alone.filter(|p| !p.is_empty() && *p != name)
+        {
+            let own = cx.check(part, None);
+            if own.is_blocked() {
+                name = part.to_owned();
+                decision = own;
+            }
+        }
         if decision.is_blocked() {
             messages.push(blocked_message(&name, &decision.reason));
             let c = self.call_mut(choice, index);
@@ -416,7 +449,7 @@ impl Chat {
     ) {
         let c = self.call_mut(choice, index);
         let (id, name, args) = (c.id.clone(), c.name.clone(), c.args.clone());
-        if self.decide(cx, choice, index, messages) {
+        if self.decide(cx, choice, index, None, messages) {
             synthetic.push(synthetic_chunk(top, choice, index, &id, &name, &args));
             if let Some(c) = self
                 .calls

@@ -4,11 +4,17 @@
 //! |---|---|
 //! | `response.output_item.added`, `function_call` | ask the gate with `namespace` + `name`; blocked: a message item (added, part added, text delta, text done, part done) replaces it at the same `output_index` |
 //! | `response.function_call_arguments.delta/.done` | suppressed for a blocked item |
-//! | `response.output_item.done` | blocked: the completed message item; allowed MCP: recorded with its arguments |
+//! | `response.output_item.done` | blocked: the completed message item; allowed MCP: recorded with its arguments; an item whose name/namespace differs from what was judged at `added` is judged again (and replaced by a message item if now blocked) |
 //! | `response.output_item.added`, `custom_tool_call` | held back with its `custom_tool_call_input.*` events until its `output_item.done`; then its code is scanned for `mcp__<server>__<tool>` references and the whole item passes, or is replaced if one is blocked |
-//! | `response.completed/.incomplete/.failed` | blocked items in `response.output` replaced by the message items |
+//! | `response.completed/.incomplete/.failed` | blocked items in `response.output` replaced by the message items; a tool item not passed exactly as it stands (same id, type, name, namespace, code) is judged again |
 //!
 //! Synthetic events reuse the `sequence_number` of the event they stand in for.
+//!
+//! SDK helpers build the final result from `output_item.done` and `response.completed`, not from
+//! `added`, so a decision taken at `added` only holds for the item as it was then: each decision
+//! keeps a [`Judged`] fingerprint of what it was about, and a later event that carries the same
+//! item with another name is judged anew. Unchanged items are not asked about again (an allow
+//! spends the server's rate-limit budget, and would be recorded twice).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -17,6 +23,7 @@ use bytes::{Bytes, BytesMut};
 use memchr::memmem::Finder;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
 
 use super::json::{RawObject, quote, raw_array, raw_from_json};
 use super::sse::{write_event, write_with_data};
@@ -73,11 +80,54 @@ pub(crate) struct Item<'a> {
     pub input: Option<Cow<'a, str>>,
 }
 
+/// A fingerprint of what a tool item was judged on: type, name, namespace and (custom tool
+/// calls) code. SHA-256, so an upstream cannot make a different item look already judged.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Judged([u8; 32]);
+
+impl Judged {
+    fn of(ty: &str, name: &str, namespace: Option<&str>, input: &str) -> Self {
+        let mut h = Sha256::new();
+        // Length-prefixed fields: no two different items hash the same bytes.
+        for part in [Some(ty), Some(name), namespace, Some(input)] {
+            match part {
+                Some(p) => {
+                    h.update([1]);
+                    h.update((p.len() as u64).to_le_bytes());
+                    h.update(p.as_bytes());
+                }
+                None => h.update([0]),
+            }
+        }
+        Judged(h.finalize().into())
+    }
+
+    /// The fingerprint of an item as it stands (`input` only counts for custom tool calls,
+    /// whose code is what is judged; a function call's arguments are not).
+    fn item(item: &Item<'_>) -> Self {
+        let input = if item.ty == "custom_tool_call" {
+            item.input.as_deref().unwrap_or_default()
+        } else {
+            ""
+        };
+        Judged::of(
+            &item.ty,
+            item.name.as_deref().unwrap_or_default(),
+            item.namespace.as_deref(),
+            input,
+        )
+    }
+}
+
 enum ItemState {
     /// Replaced by a message item with this text.
     Blocked { message_id: String, text: String },
     /// Allowed MCP function call, recorded at its `output_item.done`.
-    Tracked { name: String, decision: Decision },
+    Tracked {
+        name: String,
+        decision: Decision,
+        judged: Judged,
+    },
     /// A custom tool call held back until its code is complete.
     Held {
         events: Vec<Bytes>,
@@ -95,8 +145,9 @@ struct Entry {
 /// Streaming state of one Responses API response.
 pub(crate) struct Responses {
     items: Vec<Entry>,
-    /// Ids of tool items already decided and passed (not re-asked at `response.completed`).
-    passed: Vec<String>,
+    /// Tool items already decided and passed, by id, with what they were judged on: one that
+    /// comes again unchanged is not re-asked; a changed one is.
+    passed: Vec<(String, Judged)>,
     max_held: usize,
 }
 
@@ -107,6 +158,23 @@ impl Responses {
             passed: Vec::new(),
             max_held,
         }
+    }
+
+    /// Notes an item as passed, as judged (replacing an earlier entry for the same id).
+    fn mark_passed(&mut self, id: String, judged: Judged) {
+        match self.passed.iter_mut().find(|(p, _)| *p == id) {
+            Some(entry) => entry.1 = judged,
+            None => self.passed.push((id, judged)),
+        }
+    }
+
+    /// Whether this exact item (same id, same fingerprint) was already passed.
+    fn was_passed(&self, item: &Item<'_>) -> bool {
+        let Some(id) = item.id.as_deref() else {
+            return false;
+        };
+        let judged = Judged::item(item);
+        self.passed.iter().any(|(p, j)| p == id && *j == judged)
     }
 
     fn find(&self, env: &Envelope<'_>) -> Option<usize> {
@@ -209,7 +277,9 @@ impl Machine for Responses {
     fn on_end(&mut self, cx: &mut Cx, _out: &mut BytesMut) {
         for e in self.items.drain(..) {
             match e.state {
-                ItemState::Tracked { name, decision } => cx.record(name, e.item_id, None, decision),
+                ItemState::Tracked { name, decision, .. } => {
+                    cx.record(name, e.item_id, None, decision)
+                }
                 ItemState::Held { .. } => tracing::warn!(
                     item = %e.item_id,
                     "stream ended inside a custom tool call; it was not passed on"
@@ -268,7 +338,8 @@ impl Responses {
                         state: ItemState::Blocked { message_id, text },
                     });
                 } else {
-                    self.passed.push(item_id.clone());
+                    let judged = Judged::item(&item);
+                    self.mark_passed(item_id.clone(), judged);
                     if decision.tool.is_some() {
                         self.items.push(Entry {
                             output_index: index,
@@ -276,6 +347,7 @@ impl Responses {
                             state: ItemState::Tracked {
                                 name: shown,
                                 decision,
+                                judged,
                             },
                         });
                     }
@@ -307,19 +379,63 @@ impl Responses {
         seq: &str,
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
+        let item: Option<Item<'_>> = match env.item.map(|i| serde_json::from_str(i.get())) {
+            Some(Ok(i)) => Some(i),
+            Some(Err(e)) => {
+                cx.malformed(&e, true)?;
+                None
+            }
+            None => None,
+        };
         let Some(pos) = self.find(env) else {
-            // An item we never saw added: inspect it whole (a stream may skip `added`).
+            if item.as_ref().is_some_and(|i| self.was_passed(i)) {
+                // Passed at `added` as it is now (an allowed call that is not MCP).
+                out.extend_from_slice(raw);
+                return Ok(());
+            }
+            // An item we never saw added, or one that changed since: inspect it whole (a
+            // stream may skip `added`).
             return self.on_done_unseen(cx, raw, env, seq, out);
         };
         let index = self.items[pos].output_index;
-        let item: Option<Item<'_>> = env.item.and_then(|i| serde_json::from_str(i.get()).ok());
         match &mut self.items[pos].state {
             ItemState::Blocked { message_id, text } => {
                 write_message_done(out, seq, index, message_id, text);
             }
+            ItemState::Tracked { judged, .. }
+                if item.as_ref().is_some_and(|i| Judged::item(i) != *judged) =>
+            {
+                // Allowed at `added` under another name (or type): what the agent's SDK
+                // keeps is this item, so it is judged again as it is now. The decision taken
+                // at `added` is dropped unrecorded; this one is recorded.
+                let entry = self.items.swap_remove(pos);
+                let Some(item) = &item else {
+                    return Ok(());
+                };
+                tracing::warn!(
+                    item = %entry.item_id,
+                    "tool item changed between output_item.added and .done; judged again"
+                );
+                let item_id = item.id.as_deref().unwrap_or(&entry.item_id).to_owned();
+                match judge_item(cx, item, true) {
+                    Some((text, _)) => {
+                        let message_id = format!("msg_toolwall_{}", entry.item_id);
+                        write_message_done(out, seq, index, &message_id, &text);
+                        self.items.push(Entry {
+                            output_index: index,
+                            item_id,
+                            state: ItemState::Blocked { message_id, text },
+                        });
+                    }
+                    None => {
+                        self.mark_passed(item_id, Judged::item(item));
+                        out.extend_from_slice(raw);
+                    }
+                }
+            }
             ItemState::Tracked { .. } => {
                 let entry = self.items.swap_remove(pos);
-                if let ItemState::Tracked { name, decision } = entry.state {
+                if let ItemState::Tracked { name, decision, .. } = entry.state {
                     let input = item
                         .as_ref()
                         .and_then(|i| i.arguments.as_deref())
@@ -358,7 +474,8 @@ impl Responses {
                         });
                     }
                     None => {
-                        self.passed.push(entry.item_id);
+                        let judged = Judged::of("custom_tool_call", &name, None, &input);
+                        self.mark_passed(entry.item_id, judged);
                         for e in events {
                             out.extend_from_slice(&e);
                         }
@@ -396,15 +513,15 @@ impl Responses {
                 state: ItemState::Blocked { message_id, text },
             });
         } else {
-            self.passed.push(item_id);
+            self.mark_passed(item_id, Judged::item(&item));
             out.extend_from_slice(raw);
         }
         Ok(())
     }
 
     /// Rewrites the final response: blocked items become their message items, and tool items
-    /// never seen in the stream are decided here (a stream may carry them only in the final
-    /// object, which SDK helpers return as the result).
+    /// never seen in the stream, or seen under another name or code, are decided here (a
+    /// stream may carry them only in the final object, which SDK helpers return as the result).
     fn on_completed(
         &mut self,
         cx: &mut Cx,
@@ -446,7 +563,7 @@ impl Responses {
             }
             if let Some(item) = &item
                 && matches!(item.ty.as_ref(), "function_call" | "custom_tool_call")
-                && !id.is_some_and(|id| self.passed.iter().any(|p| p == id))
+                && !self.was_passed(item)
                 && let Some((text, id)) = judge_item(cx, item, true)
             {
                 let message_id = format!("msg_toolwall_{id}");

@@ -50,7 +50,7 @@ use super::client::{
     http_client,
 };
 use super::filter::{Filter, FilterContext, allowed_tools};
-use super::framing::{LineFramer, strip_newline};
+use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
 use super::sse::{SseDecoder, encode_event};
 
 /// How often the upstream is probed for liveness.
@@ -76,6 +76,11 @@ pub struct ProxyArgs {
     /// Serve one client on stdin/stdout instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
+    /// With `--stdio`: most bytes of one JSON-RPC message from the client. A larger request
+    /// is answered with an error (or, without an id, ends the proxy with status 1); nothing
+    /// over the limit is forwarded, even in part.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_message_bytes: usize,
     /// Browser origins allowed besides localhost (`Origin` is checked on every request).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     pub allow_origins: Vec<String>,
@@ -233,7 +238,7 @@ pub async fn run_proxy(
 
     let serve = async {
         if args.stdio {
-            serve_stdio(shared.clone()).await
+            serve_stdio(shared.clone(), args.max_message_bytes).await
         } else {
             serve_http(shared.clone(), args.listen).await
         }
@@ -293,7 +298,7 @@ async fn watchdog(upstream: Uri, fatal: mpsc::UnboundedSender<String>) {
 // ---------------------------------------------------------------------------------------------
 // stdio client
 
-async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
+async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyhow::Result<()> {
     let (session, mut inbox) = UpstreamSession::open(
         &shared.upstream.to_string(),
         shared.transport,
@@ -335,7 +340,7 @@ async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
     };
     let up = async {
         let mut stdin = super::async_stdin();
-        let mut framer = LineFramer::new();
+        let mut framer = LineFramer::with_limit(max_message);
         let mut get_opened = false;
         loop {
             let n = stdin
@@ -343,10 +348,33 @@ async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
                 .await
                 .context("reading stdin")?;
             let eof = n == 0;
-            while let Some(line) = framer
-                .next_line()
-                .or_else(|| eof.then(|| framer.finish()).flatten())
-            {
+            loop {
+                let next = match framer.next_line() {
+                    Ok(None) if eof => framer.finish(),
+                    other => other,
+                };
+                let line = match next {
+                    Ok(Some(line)) => line,
+                    Ok(None) => break,
+                    Err(too_long) => {
+                        // Dropped whole: answer the request, or stop when it cannot be
+                        // answered (no readable id).
+                        tracing::warn!("client message refused: {too_long}");
+                        let Some(id) = too_long.id.as_deref() else {
+                            return Err(anyhow::Error::new(too_long).context("reading stdin"));
+                        };
+                        let reply = super::filter::error_response(
+                            id,
+                            super::filter::INVALID_REQUEST,
+                            &format!("[toolwall] {too_long}"),
+                        );
+                        let mut w = stdout.lock().await;
+                        w.write_all(&reply).await?;
+                        w.write_all(b"\n").await?;
+                        w.flush().await?;
+                        continue;
+                    }
+                };
                 let (forward, replies) = {
                     let mut f = filter.lock().unwrap_or_else(|e| e.into_inner());
                     let out = f.from_client(strip_newline(&line));

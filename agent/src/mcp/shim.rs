@@ -21,7 +21,8 @@ use crate::decision::Gate;
 use crate::events::EventSink;
 
 use super::filter::{Filter, FilterContext};
-use super::framing::{LineFramer, strip_newline};
+use super::filter::{INVALID_REQUEST, error_response};
+use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, TooLong, strip_newline};
 
 /// How long the child gets to exit on its own after the client closed stdin (the MCP stdio
 /// shutdown sequence: close stdin, wait, SIGTERM, wait, SIGKILL).
@@ -44,6 +45,11 @@ pub struct ShimArgs {
     /// Hide and refuse tools whose name matches REGEX (repeatable; commas separate patterns).
     #[arg(long = "deny", value_name = "REGEX")]
     pub deny: Vec<String>,
+    /// Most bytes of one JSON-RPC message, either way. A larger request is answered with an
+    /// error (or, without an id, ends the session); a larger server message stops the shim
+    /// with status 1. Nothing over the limit is forwarded, even in part.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_message_bytes: usize,
     /// The stdio MCP server to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -146,17 +152,21 @@ pub async fn run_shim(
         ctx,
         super::async_stdin(),
         super::async_stdout(),
+        args.max_message_bytes,
     )
     .await
     .with_context(|| format!("shim for `{}`", args.command.join(" ")))
 }
 
-/// The shim over any client streams (stdin/stdout in production, pipes in tests).
+/// The shim over any client streams (stdin/stdout in production, pipes in tests), taking
+/// messages of at most `max_message` bytes. A server message over it is an error: the server
+/// is killed and the error returned (nothing of the message reaches the client).
 pub async fn serve<R, W>(
     command: &mut Command,
     ctx: FilterContext,
     client_in: R,
     client_out: W,
+    max_message: usize,
 ) -> anyhow::Result<ExitCode>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -183,8 +193,10 @@ where
         child_in,
         filter.clone(),
         client_out.clone(),
+        max_message,
     ));
-    let mut to_client = tokio::spawn(server_to_client(child_out, filter, client_out));
+    let mut to_client = tokio::spawn(server_to_client(child_out, filter, client_out, max_message));
+    let mut to_client_done = false;
 
     let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
@@ -209,6 +221,19 @@ where
             _ = sigint.recv() => forward(libc::SIGINT),
             _ = sigterm.recv() => forward(libc::SIGTERM),
             _ = sighup.recv() => forward(libc::SIGHUP),
+            result = &mut to_client, if !to_client_done => {
+                to_client_done = true;
+                match result {
+                    Ok(Err(error)) if error.is::<TooLong>() => {
+                        // The server broke the protocol's bounds: stop rather than pass a
+                        // partial or unchecked message. The child is killed on drop.
+                        to_server.abort();
+                        return Err(error.context("the MCP server's output was refused"));
+                    }
+                    Ok(Err(error)) => tracing::warn!("server to client: {error:#}"),
+                    _ => {}
+                }
+            }
             result = &mut to_server, if !stdin_closed => {
                 stdin_closed = true;
                 if let Ok(Err(error)) = result {
@@ -228,10 +253,16 @@ where
     };
     // Deliver what the server wrote before it exited (a grandchild holding the pipe open must
     // not keep us alive forever).
-    match tokio::time::timeout(Duration::from_secs(2), &mut to_client).await {
-        Ok(Ok(Err(error))) => tracing::warn!("server to client: {error:#}"),
-        Err(_) => to_client.abort(),
-        _ => {}
+    if !to_client_done {
+        match tokio::time::timeout(Duration::from_secs(2), &mut to_client).await {
+            Ok(Ok(Err(error))) if error.is::<TooLong>() => {
+                to_server.abort();
+                return Err(error.context("the MCP server's output was refused"));
+            }
+            Ok(Ok(Err(error))) => tracing::warn!("server to client: {error:#}"),
+            Err(_) => to_client.abort(),
+            _ => {}
+        }
     }
     to_server.abort();
     use std::os::unix::process::ExitStatusExt as _;
@@ -315,22 +346,28 @@ async fn client_to_server<R, W>(
     mut child_in: tokio::process::ChildStdin,
     filter: Arc<Mutex<Filter>>,
     client_out: Arc<tokio::sync::Mutex<W>>,
+    max_message: usize,
 ) -> anyhow::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut framer = LineFramer::new();
+    let mut framer = LineFramer::with_limit(max_message);
     loop {
         let n = client_in
             .read_buf(framer.buffer_mut())
             .await
             .context("reading the client")?;
         let eof = n == 0;
-        while let Some(line) = framer
-            .next_line()
-            .or_else(|| eof.then(|| framer.finish()).flatten())
-        {
+        loop {
+            let line = match next_message(&mut framer, eof) {
+                Ok(Some(line)) => line,
+                Ok(None) => break,
+                Err(too_long) => {
+                    refuse_too_long(&client_out, too_long).await?;
+                    continue;
+                }
+            };
             let (forward, replies) = decide(&filter, &line, true);
             write_replies(&client_out, replies)
                 .await
@@ -352,22 +389,48 @@ where
     }
 }
 
+/// The next message of a pump: a complete line, or at end of stream the unterminated rest.
+fn next_message(framer: &mut LineFramer, eof: bool) -> Result<Option<Bytes>, TooLong> {
+    match framer.next_line()? {
+        Some(line) => Ok(Some(line)),
+        None if eof => framer.finish(),
+        None => Ok(None),
+    }
+}
+
+/// A client message over the limit was dropped: answer its request with an error so the
+/// client is not left waiting, or, when its id was not readable (a notification, or an id
+/// past the limit), end the client's side of the session (`Err`: the server's stdin closes).
+async fn refuse_too_long<W: AsyncWrite + Unpin>(
+    client_out: &tokio::sync::Mutex<W>,
+    too_long: TooLong,
+) -> anyhow::Result<()> {
+    tracing::warn!("client to server: {too_long}");
+    let Some(id) = too_long.id.as_deref() else {
+        return Err(anyhow::Error::new(too_long).context("closing the session"));
+    };
+    let reply = error_response(id, INVALID_REQUEST, &format!("[toolwall] {too_long}"));
+    write_replies(client_out, vec![reply])
+        .await
+        .context("answering the client")
+}
+
 async fn server_to_client<W: AsyncWrite + Unpin>(
     mut child_out: tokio::process::ChildStdout,
     filter: Arc<Mutex<Filter>>,
     client_out: Arc<tokio::sync::Mutex<W>>,
+    max_message: usize,
 ) -> anyhow::Result<()> {
-    let mut framer = LineFramer::new();
+    let mut framer = LineFramer::with_limit(max_message);
     loop {
         let n = child_out
             .read_buf(framer.buffer_mut())
             .await
             .context("reading the MCP server")?;
         let eof = n == 0;
-        while let Some(line) = framer
-            .next_line()
-            .or_else(|| eof.then(|| framer.finish()).flatten())
-        {
+        // A server message over the limit ends the session (`?`): a reply cut short, or
+        // skipped, would leave the client waiting on a request that never completes.
+        while let Some(line) = next_message(&mut framer, eof)? {
             let (forward, replies) = decide(&filter, &line, false);
             debug_assert!(replies.is_empty());
             if !matches!(forward, Forward::Nothing) {

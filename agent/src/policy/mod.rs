@@ -302,9 +302,17 @@ impl Policy {
         candidates: &[Arc<ToolEntry>],
         stage: CallStage,
     ) -> Decision {
+        // A candidate whose own name differs (a colliding sanitized form, `a_b` for `a-b`)
+        // is named with its tool.
         let servers = candidates
             .iter()
-            .map(|c| format!("{:?}", c.server_id))
+            .map(|c| {
+                if c.tool == name {
+                    format!("{:?}", c.server_id)
+                } else {
+                    format!("{:?} (tool {:?})", c.server_id, c.tool)
+                }
+            })
             .collect::<Vec<_>>()
             .join(", ");
         let first = candidates.first().map(|c| c.identity());

@@ -750,3 +750,37 @@ sandbox:
     };
     assert!(!p.check_call(&echo).is_blocked());
 }
+
+#[test]
+fn a_sanitized_name_two_tools_share_is_judged_against_both() {
+    // Codex writes `a-b` as `a_b`: a call `a_b` may be either tool, so it passes only if both
+    // may be called (and never under fail_closed).
+    let yaml = r#"
+sandbox:
+  mcp:
+    servers:
+      - {id: srv, type: stdio, command: srv}
+    denied_tools: [{server: srv, tool: "a-b"}]
+"#;
+    let policy = policy(yaml);
+    policy.check_listed_all(
+        "srv",
+        "stdio",
+        &[tool("a_b", "harmless"), tool("a-b", "destructive")],
+    );
+    let codex = CallQuery {
+        server_id: None,
+        name: "a_b",
+        namespace: Some("mcp__srv"),
+        stage: CallStage::Proposed,
+    };
+    for q in [codex, call("mcp__srv__a_b"), call("a_b")] {
+        assert_decision(&policy.check_call(&q), Action::Block, "ambiguous tool name");
+    }
+    // The shim names the real tool: `a_b` itself is allowed there.
+    assert_decision(&policy.check_call(&on("srv", "a_b")), Action::Allow, "");
+    // Under fail_closed the ambiguity alone blocks.
+    let strict = policy_with(&format!("{yaml}    fail_closed: true\n"), &[]).0;
+    strict.check_listed_all("srv", "stdio", &[tool("a_b", "x"), tool("a.b", "y")]);
+    assert_decision(&strict.check_call(&codex), Action::Block, "fail closed");
+}

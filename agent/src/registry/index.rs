@@ -16,8 +16,10 @@ use crate::decision::CallQuery;
 #[derive(Debug, Default)]
 pub(super) struct ServerTools {
     pub tools: HashMap<String, Arc<ToolEntry>>,
-    /// Sanitized tool name (Codex / Claude Code forms) → tool name.
-    pub aliases: HashMap<String, String>,
+    /// Sanitized tool name (Codex / Claude Code forms) → every tool name of this server with
+    /// that form (sorted). Sanitizing is not one-to-one (`a.b`, `a-b` and `a_b` are all `a_b`
+    /// to Codex), so an alias can stand for several tools.
+    pub aliases: HashMap<String, Vec<String>>,
     /// Tool name → (trusted hash, when pinned).
     pub pins: HashMap<String, (String, DateTime<Utc>)>,
     /// When the tool set was sealed (a tool appearing after that is drift).
@@ -25,130 +27,217 @@ pub(super) struct ServerTools {
 }
 
 /// Everything, keyed for lookups.
+///
+/// Colliding sanitized names are ambiguous, never "whichever was registered first": a name
+/// an agent wrote that could stand for several registered tools (`a_b` for `a_b`, `a-b` and
+/// `a.b`; `my_srv` for servers `my.srv` and `my-srv`) resolves to [`Resolution::Ambiguous`]
+/// with every candidate, which the policy blocks under `fail_closed` and otherwise allows only
+/// if every candidate is allowed. Agents' LLM-side names are sanitized, so the literal name is
+/// just one of the candidates there; only a layer that names the server (the shim and the
+/// filter proxy, which see the real `tools/call` name) takes an exact tool name as certain.
 #[derive(Debug, Default)]
 pub(super) struct Index {
     pub servers: HashMap<String, ServerTools>,
-    /// Sanitized server id → id (`my.server` is `my_server` in Claude Code names).
-    pub server_aliases: HashMap<String, String>,
+    /// Sanitized server id → every id with that form (sorted; `my.server` is `my_server` in
+    /// Claude Code names).
+    pub server_aliases: HashMap<String, Vec<String>>,
     /// Tool name → its entries on every server (sorted by server id).
     pub by_name: HashMap<String, Vec<Arc<ToolEntry>>>,
-    /// Sanitized tool name → its entries (sorted by server id), for bare sanitized names.
+    /// Sanitized tool name → its entries (sorted by server id, then tool), for bare sanitized
+    /// names.
     pub by_alias: HashMap<String, Vec<Arc<ToolEntry>>>,
+}
+
+/// The entries a lookup found: one is an answer, more are an ambiguity. Allocates only when
+/// there is a second one.
+#[derive(Default)]
+struct Hits {
+    first: Option<Arc<ToolEntry>>,
+    more: Vec<Arc<ToolEntry>>,
+}
+
+impl Hits {
+    fn push(&mut self, entry: &Arc<ToolEntry>) {
+        let same = |e: &Arc<ToolEntry>| e.server_id == entry.server_id && e.tool == entry.tool;
+        match &self.first {
+            None => self.first = Some(entry.clone()),
+            Some(first) if same(first) => {}
+            Some(_) if self.more.iter().any(same) => {}
+            Some(_) => self.more.push(entry.clone()),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// `Found`, `Ambiguous` (candidates sorted by server id, then tool) or `None`.
+    fn into_resolution(self, name: &str) -> Option<Resolution> {
+        let first = self.first?;
+        if self.more.is_empty() {
+            return Some(Resolution::Found(first));
+        }
+        let mut candidates = self.more;
+        candidates.push(first);
+        candidates.sort_by(|a, b| (&a.server_id, &a.tool).cmp(&(&b.server_id, &b.tool)));
+        Some(Resolution::Ambiguous {
+            name: name.to_string(),
+            candidates,
+        })
+    }
 }
 
 impl Index {
     /// Adds or replaces an entry (same server and tool).
     pub fn insert(&mut self, entry: Arc<ToolEntry>) {
-        if let Some(alias) = claude_form(&entry.server_id) {
-            self.server_aliases
-                .entry(alias)
-                .or_insert_with(|| entry.server_id.clone());
-        }
-        if let Some(alias) = codex_form(&entry.server_id) {
-            self.server_aliases
-                .entry(alias)
-                .or_insert_with(|| entry.server_id.clone());
+        for alias in [claude_form(&entry.server_id), codex_form(&entry.server_id)]
+            .into_iter()
+            .flatten()
+        {
+            insert_name(
+                self.server_aliases.entry(alias).or_default(),
+                &entry.server_id,
+            );
         }
         let server = self.servers.entry(entry.server_id.clone()).or_default();
         for alias in [codex_form(&entry.tool), claude_form(&entry.tool)]
             .into_iter()
             .flatten()
         {
-            server
-                .aliases
-                .entry(alias.clone())
-                .or_insert_with(|| entry.tool.clone());
+            insert_name(
+                server.aliases.entry(alias.clone()).or_default(),
+                &entry.tool,
+            );
             upsert_sorted(self.by_alias.entry(alias).or_default(), &entry);
         }
         server.tools.insert(entry.tool.clone(), entry.clone());
         upsert_sorted(self.by_name.entry(entry.tool.clone()).or_default(), &entry);
     }
 
-    /// The server with this id or sanitized id.
-    fn server(&self, id: &str) -> Option<(&str, &ServerTools)> {
-        if let Some((key, tools)) = self.servers.get_key_value(id) {
-            return Some((key.as_str(), tools));
-        }
-        let real = self.server_aliases.get(id)?;
-        self.servers
-            .get_key_value(real.as_str())
+    /// Every server `id` may stand for: the one with this id and those whose sanitized id it is.
+    fn servers_for<'a, 'b>(
+        &'a self,
+        id: &'b str,
+    ) -> impl Iterator<Item = (&'a str, &'a ServerTools)> + use<'a, 'b> {
+        let exact = self.servers.get_key_value(id);
+        let aliased = self
+            .server_aliases
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter(move |real| real.as_str() != id)
+            .filter_map(|real| self.servers.get_key_value(real.as_str()));
+        exact
+            .into_iter()
+            .chain(aliased)
             .map(|(k, t)| (k.as_str(), t))
+    }
+
+    /// The entries `server` + `tool` (as an agent wrote them) may stand for.
+    fn hits_on<'a>(&'a self, server: &str, tool: &str, hits: &mut Hits) -> Option<&'a str> {
+        let mut first_server = None;
+        for (id, tools) in self.servers_for(server) {
+            first_server.get_or_insert(id);
+            tools_for(tools, tool).for_each(|e| hits.push(e));
+        }
+        first_server
     }
 
     /// Resolves a name as a layer saw it; see [`super::Registry::resolve`].
     pub fn resolve(&self, query: &CallQuery<'_>, patterns: &NamePatterns) -> Resolution {
         let name = query.name;
         if let Some(server_id) = query.server_id {
-            return match self.server(server_id) {
-                Some((_, tools)) => match tool_on(tools, name).or_else(|| {
-                    patterns.iter().find_map(|p| {
-                        p.find_map(name, |server, tool| {
-                            let same = server.is_none_or(|s| {
-                                self.server(s).is_some_and(|(id, _)| id == server_id)
-                            });
-                            if same { tool_on(tools, tool) } else { None }
-                        })
+            // The shim and the filter proxy see the real `tools/call` name: an exact tool of
+            // the exact server is certain.
+            if let Some(entry) = self.servers.get(server_id).and_then(|t| t.tools.get(name)) {
+                return Resolution::Found(entry.clone());
+            }
+            let mut hits = Hits::default();
+            self.hits_on(server_id, name, &mut hits);
+            if hits.is_empty() {
+                let _: Option<()> = patterns.iter().find_map(|p| {
+                    p.find_map(name, |server, tool| {
+                        let same = server
+                            .is_none_or(|s| self.servers_for(s).any(|(id, _)| id == server_id));
+                        if same {
+                            self.hits_on(server_id, tool, &mut hits);
+                        }
+                        (!hits.is_empty()).then_some(())
                     })
-                }) {
-                    Some(entry) => Resolution::Found(entry.clone()),
-                    None => unknown_on(server_id, name),
-                },
-                None => unknown_on(server_id, name),
-            };
+                });
+            }
+            return hits
+                .into_resolution(name)
+                .unwrap_or_else(|| unknown_on(server_id, name));
         }
         if let Some(namespace) = query.namespace {
             let server_part = namespace
                 .strip_prefix(CODEX_NAMESPACE_PREFIX)
                 .unwrap_or(namespace);
-            return match self.server(server_part) {
-                Some((id, tools)) => match tool_on(tools, name) {
-                    Some(entry) => Resolution::Found(entry.clone()),
-                    None => unknown_on(id, name),
-                },
-                None => unknown_on(server_part, name),
-            };
+            let mut hits = Hits::default();
+            let id = self.hits_on(server_part, name, &mut hits);
+            return hits
+                .into_resolution(name)
+                .unwrap_or_else(|| unknown_on(id.unwrap_or(server_part), name));
         }
-        if let Some(found) = self.by_name.get(name).and_then(|e| one_of(name, e)) {
+        if let Some(found) = bare(self, name) {
             return found;
         }
         let mut unknown_on_known_server = None;
         for pattern in patterns.iter() {
             let found = pattern.find_map(name, |server, tool| match server {
                 Some(server) => {
-                    let (id, tools) = self.server(server)?;
-                    match tool_on(tools, tool) {
-                        Some(entry) => Some(Resolution::Found(entry.clone())),
-                        None => {
-                            unknown_on_known_server.get_or_insert_with(|| unknown_on(id, tool));
-                            None
-                        }
+                    let mut hits = Hits::default();
+                    let id = self.hits_on(server, tool, &mut hits)?;
+                    let found = hits.into_resolution(tool);
+                    if found.is_none() {
+                        unknown_on_known_server.get_or_insert_with(|| unknown_on(id, tool));
                     }
+                    found
                 }
-                None => self
-                    .by_name
-                    .get(tool)
-                    .or_else(|| self.by_alias.get(tool))
-                    .and_then(|e| one_of(tool, e)),
+                None => bare(self, tool),
             });
             if let Some(found) = found {
                 return found;
             }
         }
-        if let Some(found) = self.by_alias.get(name).and_then(|e| one_of(name, e)) {
-            return found;
-        }
         unknown_on_known_server.unwrap_or(Resolution::Unknown)
     }
 }
 
-/// A tool of one server by its name or a sanitized form of it.
-fn tool_on<'a>(tools: &'a ServerTools, name: &str) -> Option<&'a Arc<ToolEntry>> {
-    tools.tools.get(name).or_else(|| {
-        tools
-            .aliases
-            .get(name)
-            .and_then(|real| tools.tools.get(real.as_str()))
-    })
+/// A bare name (no server): every tool of that name or sanitized form, on any server.
+fn bare(index: &Index, name: &str) -> Option<Resolution> {
+    let mut hits = Hits::default();
+    for entries in [index.by_name.get(name), index.by_alias.get(name)]
+        .into_iter()
+        .flatten()
+    {
+        entries.iter().for_each(|e| hits.push(e));
+    }
+    hits.into_resolution(name)
+}
+
+/// The tools of one server a name may stand for: the tool of that name and every tool whose
+/// sanitized form it is.
+fn tools_for<'a>(
+    tools: &'a ServerTools,
+    name: &'a str,
+) -> impl Iterator<Item = &'a Arc<ToolEntry>> {
+    let aliased = tools
+        .aliases
+        .get(name)
+        .into_iter()
+        .flatten()
+        .filter(move |real| real.as_str() != name)
+        .filter_map(|real| tools.tools.get(real.as_str()));
+    tools.tools.get(name).into_iter().chain(aliased)
+}
+
+/// Adds `name` to a sorted list of names, once.
+fn insert_name(list: &mut Vec<String>, name: &str) {
+    if let Err(at) = list.binary_search_by(|n| n.as_str().cmp(name)) {
+        list.insert(at, name.to_string());
+    }
 }
 
 fn unknown_on(server_id: &str, tool: &str) -> Resolution {
@@ -158,21 +247,11 @@ fn unknown_on(server_id: &str, tool: &str) -> Resolution {
     }
 }
 
-/// One entry, or the list of servers that make the name ambiguous.
-fn one_of(name: &str, entries: &[Arc<ToolEntry>]) -> Option<Resolution> {
-    match entries {
-        [] => None,
-        [one] => Some(Resolution::Found(one.clone())),
-        many => Some(Resolution::Ambiguous {
-            name: name.to_string(),
-            candidates: many.to_vec(),
-        }),
-    }
-}
-
-/// Replaces the entry of the same server, or inserts keeping the list sorted by server id.
+/// Replaces the entry of the same server and tool, or inserts keeping the list sorted by
+/// server id, then tool (one alias can stand for several tools of one server).
 fn upsert_sorted(list: &mut Vec<Arc<ToolEntry>>, entry: &Arc<ToolEntry>) {
-    match list.binary_search_by(|e| e.server_id.as_str().cmp(entry.server_id.as_str())) {
+    let key = (entry.server_id.as_str(), entry.tool.as_str());
+    match list.binary_search_by(|e| (e.server_id.as_str(), e.tool.as_str()).cmp(&key)) {
         Ok(at) => list[at] = entry.clone(),
         Err(at) => list.insert(at, entry.clone()),
     }

@@ -335,3 +335,83 @@ fn concurrent_readers_and_writers() {
         }
     }
 }
+
+#[test]
+fn colliding_sanitized_tool_names_are_ambiguous_not_first_registered() {
+    // `a.b`, `a-b` and `a_b` are all `a_b` to Codex; whichever was registered first must not
+    // answer for the others.
+    let registry = memory();
+    registry
+        .register(
+            "srv",
+            "stdio",
+            "",
+            &[
+                tool("a.b", "dot"),
+                tool("a-b", "dash"),
+                tool("a_b", "under"),
+            ],
+        )
+        .expect("register");
+    let patterns = NamePatterns::default();
+    let codex = CallQuery {
+        server_id: None,
+        name: "a_b",
+        namespace: Some("mcp__srv"),
+        stage: CallStage::Proposed,
+    };
+    for (what, q) in [
+        ("codex namespace", codex),
+        ("claude code form", query("mcp__srv__a_b")),
+        ("bare", query("a_b")),
+    ] {
+        match registry.resolve(&q, &patterns) {
+            Resolution::Ambiguous { candidates, .. } => {
+                let tools: Vec<_> = candidates.iter().map(|c| c.tool.as_str()).collect();
+                assert_eq!(tools, ["a-b", "a.b", "a_b"], "{what}");
+            }
+            other => panic!("{what}: expected ambiguity, got {other:?}"),
+        }
+    }
+    // A name only one tool can stand for is still found.
+    assert_eq!(
+        found(registry.resolve(&query("mcp__srv__a-b"), &patterns)),
+        ("srv".to_string(), "a-b".to_string())
+    );
+    // The shim and the filter proxy see the real name: exact is certain there.
+    let exact = CallQuery {
+        server_id: Some("srv"),
+        name: "a-b",
+        namespace: None,
+        stage: CallStage::Executing,
+    };
+    assert_eq!(
+        found(registry.resolve(&exact, &patterns)),
+        ("srv".to_string(), "a-b".to_string())
+    );
+}
+
+#[test]
+fn colliding_sanitized_server_ids_are_ambiguous() {
+    let registry = memory();
+    registry
+        .register("my.srv", "stdio", "", &[tool("run", "dot server")])
+        .expect("register");
+    registry
+        .register("my-srv", "stdio", "", &[tool("run", "dash server")])
+        .expect("register");
+    let patterns = NamePatterns::default();
+    let codex = CallQuery {
+        server_id: None,
+        name: "run",
+        namespace: Some("mcp__my_srv"),
+        stage: CallStage::Proposed,
+    };
+    match registry.resolve(&codex, &patterns) {
+        Resolution::Ambiguous { candidates, .. } => {
+            let servers: Vec<_> = candidates.iter().map(|c| c.server_id.as_str()).collect();
+            assert_eq!(servers, ["my-srv", "my.srv"]);
+        }
+        other => panic!("expected ambiguity, got {other:?}"),
+    }
+}

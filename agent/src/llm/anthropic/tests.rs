@@ -285,3 +285,29 @@ fn tool_use_without_index_fails_closed() {
     assert!(closed);
     assert!(!String::from_utf8_lossy(&out).contains("tool_use"));
 }
+
+#[test]
+fn tool_use_in_message_start_content_is_judged() {
+    // SDKs start the final message from `message_start`'s `message`, content included.
+    let start = r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_0","name":"mcp__fs__delete","input":{"SECRET":1}}],"model":"m","stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}"#;
+    let input = sse(&[
+        ("message_start", start),
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":1}}"#,
+        ),
+        ("message_stop", r#"{"type":"message_stop"}"#),
+    ]);
+    let out = assert_split_invariant(Dialect::Anthropic, &["mcp__fs__delete"], &input);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("SECRET"), "blocked call left: {text}");
+    assert!(!text.contains("\"tool_use\""), "{text}");
+    assert!(text.contains("[toolwall] Tool 'mcp__fs__delete' blocked by policy"));
+    assert_eq!(stop_reason(&data_values(&out)).as_deref(), Some("end_turn"));
+    let (_, records) = run(Dialect::Anthropic, &["mcp__fs__delete"], &input);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].decision.action, Action::Block);
+    // Allowed: byte-identical.
+    let (out, _) = run(Dialect::Anthropic, &[], &input);
+    assert_eq!(out, input);
+}

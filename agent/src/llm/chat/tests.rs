@@ -384,3 +384,54 @@ fn a_blocked_call_reusing_an_allowed_calls_index_never_gets_through() {
         );
     }
 }
+
+#[test]
+fn a_held_name_replaced_by_a_blocked_fragment_is_blocked() {
+    // A name held back in pieces, then a fragment with arguments: appended, the name is
+    // `xmcp__srv__delete_all` (not MCP, allowed); a client that replaces names instead keeps
+    // `mcp__srv__delete_all`, which must not reach it.
+    let input = chunks(&[
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"x"}}]},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"mcp__srv__delete_all","arguments":"{}"}}]},"finish_reason":null}"#,
+        &finish(0, "tool_calls"),
+    ]);
+    let out = assert_split_invariant(Dialect::OpenAiChat, &["mcp__srv__delete_all"], &input);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("delete_all\""), "blocked name left: {text}");
+    let got = assemble(&data_values(&out));
+    assert!(got[0].1.is_empty(), "{got:?}");
+    assert!(got[0].0.contains("blocked by policy"));
+    assert_eq!(got[0].2.as_deref(), Some("stop"));
+}
+
+#[test]
+fn legacy_function_call_names_are_kept_per_choice() {
+    // Two choices (`n: 2`) interleave their name fragments: choice 0 names the blocked
+    // `mcp__fs__delete`, choice 1 a harmless tool. Mixed into one buffer neither is seen.
+    let input = chunks(&[
+        r#"{"index":0,"delta":{"role":"assistant","content":null,"function_call":{"name":"mcp__fs__","arguments":""}},"finish_reason":null}"#,
+        r#"{"index":1,"delta":{"role":"assistant","content":null,"function_call":{"name":"get_","arguments":""}},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"function_call":{"name":"delete"}},"finish_reason":null}"#,
+        r#"{"index":1,"delta":{"function_call":{"name":"time"}},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"function_call":{"arguments":"{\"SECRET\":1}"}},"finish_reason":null}"#,
+    ]);
+    let (out, records, closed) = run_chunks(
+        Dialect::OpenAiChat,
+        &["mcp__fs__delete"],
+        &[&input],
+        1 << 20,
+    );
+    assert!(closed, "the blocked choice ends the stream");
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("SECRET"), "{text}");
+    assert!(!text.contains("\"delete\""), "{text}");
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].tool_name, "mcp__fs__delete");
+    // A harmless name made of two choices' fragments is not blocked by the mix.
+    let input = chunks(&[
+        r#"{"index":0,"delta":{"function_call":{"name":"mcp__fs__","arguments":""}},"finish_reason":null}"#,
+        r#"{"index":1,"delta":{"function_call":{"name":"delete","arguments":""}},"finish_reason":null}"#,
+    ]);
+    let (out, _) = run(Dialect::OpenAiChat, &["mcp__fs__delete"], &input);
+    assert_eq!(out, input);
+}

@@ -11,11 +11,26 @@ fn ev(ty: &str, rest: &str) -> (String, String) {
 
 /// A Codex-like stream: a message item then a function_call (namespace + name) at index 1.
 pub(crate) fn function_stream(namespace: &str, name: &str) -> Vec<u8> {
+    function_stream_changing((namespace, name), (namespace, name), (namespace, name))
+}
+
+/// [`function_stream`] whose call carries one (namespace, name) at `output_item.added`,
+/// another at `output_item.done` and a third in `response.completed`.
+fn function_stream_changing(
+    added: (&str, &str),
+    done: (&str, &str),
+    completed: (&str, &str),
+) -> Vec<u8> {
+    let ((namespace, name), (done_ns, done_name)) = (added, done);
     let item = format!(
         r#""id":"fc_1","type":"function_call","status":"in_progress","arguments":"","call_id":"call_1","name":"{name}","namespace":"{namespace}""#
     );
     let done_item = format!(
-        r#""id":"fc_1","type":"function_call","status":"completed","arguments":"{{\"a\":\"SECRET\"}}","call_id":"call_1","name":"{name}","namespace":"{namespace}""#
+        r#""id":"fc_1","type":"function_call","status":"completed","arguments":"{{\"a\":\"SECRET\"}}","call_id":"call_1","name":"{done_name}","namespace":"{done_ns}""#
+    );
+    let final_item = format!(
+        r#""id":"fc_1","type":"function_call","status":"completed","arguments":"{{\"a\":\"SECRET\"}}","call_id":"call_1","name":"{}","namespace":"{}""#,
+        completed.1, completed.0
     );
     let events = vec![
         ev(
@@ -69,7 +84,7 @@ pub(crate) fn function_stream(namespace: &str, name: &str) -> Vec<u8> {
         ev(
             "response.completed",
             &format!(
-                r#""sequence_number":12,"response":{{"id":"resp_1","object":"response","status":"completed","output":[{{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{{"type":"output_text","text":"Sure.","annotations":[]}}]}},{{{done_item}}}],"usage":{{"input_tokens":1,"output_tokens":2}}}}"#
+                r#""sequence_number":12,"response":{{"id":"resp_1","object":"response","status":"completed","output":[{{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{{"type":"output_text","text":"Sure.","annotations":[]}}]}},{{{final_item}}}],"usage":{{"input_tokens":1,"output_tokens":2}}}}"#
             ),
         ),
     ];
@@ -312,4 +327,131 @@ fn unknown_event_shapes_after_a_tool_item_pass() {
     );
     assert!(!closed);
     assert!(out.ends_with(&extra));
+}
+
+/// Every function call the agent's SDK would keep: `output_item.done` items and the
+/// `response.completed` output, as `namespace__name`.
+fn kept_calls(values: &[Value]) -> Vec<String> {
+    let done = values
+        .iter()
+        .filter(|v| v["type"] == "response.output_item.done")
+        .map(|v| v["item"].clone());
+    let completed = values
+        .iter()
+        .filter(|v| v["type"] == "response.completed")
+        .flat_map(|v| {
+            v["response"]["output"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        });
+    done.chain(completed)
+        .filter(|i| i["type"] == "function_call")
+        .map(|i| {
+            let name = i["name"].as_str().unwrap_or_default();
+            match i["namespace"].as_str() {
+                Some(ns) => format!("{ns}__{name}"),
+                None => name.to_owned(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_call_renamed_after_it_was_allowed_is_judged_again() {
+    const DENIED: &str = "mcp__everything__delete_all";
+    let allowed = ("mcp__everything", "get_sum");
+    let denied = ("mcp__everything", "delete_all");
+    struct Case {
+        name: &'static str,
+        added: (&'static str, &'static str),
+        done: (&'static str, &'static str),
+        completed: (&'static str, &'static str),
+    }
+    let cases = [
+        Case {
+            name: "renamed at done (and in completed)",
+            added: allowed,
+            done: denied,
+            completed: denied,
+        },
+        Case {
+            name: "renamed only in completed",
+            added: allowed,
+            done: allowed,
+            completed: denied,
+        },
+        Case {
+            name: "namespace changed at done",
+            added: ("mcp__other", "delete_all"),
+            done: denied,
+            completed: denied,
+        },
+        Case {
+            name: "a native call turned into a denied MCP call",
+            added: ("", "shell"),
+            done: denied,
+            completed: denied,
+        },
+    ];
+    for case in cases {
+        let input = function_stream_changing(case.added, case.done, case.completed);
+        let out = assert_split_invariant(Dialect::OpenAiResponses, &[DENIED], &input);
+        let values = data_values(&out);
+        let kept = kept_calls(&values);
+        assert!(
+            !kept.iter().any(|k| k == DENIED),
+            "{}: denied call reached the agent: {kept:?}",
+            case.name
+        );
+        assert_eq!(
+            output_types(&values),
+            ["message", "message"],
+            "{}",
+            case.name
+        );
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.contains("[toolwall] Tool 'mcp__everything__delete_all' blocked by policy"),
+            "{}",
+            case.name
+        );
+        let (_, records) = run(Dialect::OpenAiResponses, &[DENIED], &input);
+        assert!(
+            records
+                .iter()
+                .any(|r| r.tool_name == DENIED && r.decision.action == Action::Block),
+            "{}: {records:?}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn an_unchanged_allowed_call_is_judged_and_recorded_once() {
+    let input = function_stream("mcp__everything", "get_sum");
+    let (out, records) = run(Dialect::OpenAiResponses, &[], &input);
+    assert_eq!(out, input);
+    assert_eq!(records.len(), 1, "{records:?}");
+}
+
+#[test]
+fn code_mode_call_whose_final_code_differs_is_judged_again() {
+    let benign = serde_json::to_string("return 1;").expect("json");
+    let evil = serde_json::to_string("await tools.mcp__everything__echo({message: \"SECRET\"});")
+        .expect("json");
+    let input = custom_stream(&benign);
+    let input = String::from_utf8(input).expect("utf-8");
+    // The completed output carries other code than the streamed item.
+    let cut = input.find("event: response.completed").expect("completed");
+    let (head, tail) = input.split_at(cut);
+    let tampered = format!("{head}{}", tail.replace(&benign, &evil));
+    let out = assert_split_invariant(
+        Dialect::OpenAiResponses,
+        &["mcp__everything__echo"],
+        tampered.as_bytes(),
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("SECRET"), "blocked code reached the agent");
+    assert_eq!(output_types(&data_values(&out)), ["message"]);
 }

@@ -242,11 +242,11 @@ fn pump(f: &mut Filter, stream: &[u8], cut: usize, from_client: bool) -> (Vec<u8
     };
     for part in [&stream[..cut], &stream[cut..]] {
         framer.extend(part);
-        while let Some(line) = framer.next_line() {
+        while let Some(line) = framer.next_line().expect("within the limit") {
             handle(&line, &mut fwd, &mut rep);
         }
     }
-    if let Some(rest) = framer.finish() {
+    if let Some(rest) = framer.finish().expect("within the limit") {
         handle(&rest, &mut fwd, &mut rep);
     }
     (fwd, rep)

@@ -43,7 +43,16 @@ async fn denied_call_never_reaches_the_child() {
     let (shim_in, shim_out) = tokio::io::split(shim_side);
     let mut command = Command::new("python3");
     command.arg("-c").arg(SERVER).env("LOG", &log);
-    let shim = tokio::spawn(async move { serve(&mut command, ctx, shim_in, shim_out).await });
+    let shim = tokio::spawn(async move {
+        serve(
+            &mut command,
+            ctx,
+            shim_in,
+            shim_out,
+            DEFAULT_MAX_MESSAGE_BYTES,
+        )
+        .await
+    });
 
     client
         .write_all(concat!(
@@ -161,4 +170,97 @@ fn server_ids_from_command_lines() {
     assert_eq!(id(&["/opt/bin/my-server", "--port", "1"]), "my-server");
     assert_eq!(id(&["npx"]), "npx");
     assert_eq!(id(&[]), "");
+}
+
+fn plain_ctx() -> FilterContext {
+    FilterContext {
+        gate: crate::mcp::enforce::Enforcement::new(None, None, &[])
+            .expect("no patterns")
+            .gate,
+        server_id: "py".into(),
+        server_type: "stdio".into(),
+        layer: "shim",
+        session_id: String::new(),
+        events: None,
+    }
+}
+
+#[tokio::test]
+async fn a_client_message_over_the_limit_is_answered_and_never_forwarded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("received.log");
+    let (mut client, shim_side) = tokio::io::duplex(1 << 16);
+    let (shim_in, shim_out) = tokio::io::split(shim_side);
+    let mut command = Command::new("python3");
+    command.arg("-c").arg(SERVER).env("LOG", &log);
+    let shim =
+        tokio::spawn(async move { serve(&mut command, plain_ctx(), shim_in, shim_out, 256).await });
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"add","arguments":{{"pad":"{}"}}}}}}"#,
+        "SECRET".repeat(100)
+    );
+    // Sent without its newline first (the line-length bound must hold while it is open).
+    client.write_all(big.as_bytes()).await.expect("write");
+    client
+        .write_all(b"\n{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"tools/list\"}\n")
+        .await
+        .expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.iter().filter(|b| **b == b'\n').count() < 2 {
+        let n = tokio::time::timeout(Duration::from_secs(20), client.read(&mut buf))
+            .await
+            .expect("shim answers in time")
+            .expect("read");
+        assert!(
+            n > 0,
+            "shim closed early: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    drop(client);
+    let code = tokio::time::timeout(Duration::from_secs(20), shim)
+        .await
+        .expect("shim exits")
+        .expect("join")
+        .expect("shim ok");
+    assert_eq!(code, ExitCode::from(3));
+    let replies: Vec<serde_json::Value> = got
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("json"))
+        .collect();
+    assert_eq!(replies[0]["id"], 9);
+    assert_eq!(replies[0]["error"]["code"], -32600);
+    assert_eq!(replies[1]["id"], 10);
+    let received = std::fs::read_to_string(&log).expect("log");
+    assert!(!received.contains("SECRET"), "forwarded: {received}");
+    assert!(received.contains("tools/list"));
+}
+
+#[tokio::test]
+async fn a_server_message_over_the_limit_stops_the_shim() {
+    // A server that writes one endless line (no newline), then waits.
+    let script = "import sys, time\nsys.stdout.write('{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"' + 'SECRET' * 1000)\nsys.stdout.flush()\ntime.sleep(30)\n";
+    let (mut client, shim_side) = tokio::io::duplex(1 << 16);
+    let (shim_in, shim_out) = tokio::io::split(shim_side);
+    let mut command = Command::new("python3");
+    command.arg("-c").arg(script);
+    let shim =
+        tokio::spawn(
+            async move { serve(&mut command, plain_ctx(), shim_in, shim_out, 1024).await },
+        );
+    let result = tokio::time::timeout(Duration::from_secs(20), shim)
+        .await
+        .expect("the shim stops at once, not when the server exits")
+        .expect("join");
+    let error = result.expect_err("an error, so the command exits non-zero");
+    assert!(
+        format!("{error:#}").contains("larger than 1024 bytes"),
+        "{error:#}"
+    );
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(1), client.read_to_end(&mut got)).await;
+    assert!(!String::from_utf8_lossy(&got).contains("SECRET"));
 }

@@ -96,6 +96,31 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The session a process runs in, read from its cgroup v2 path (`0::/toolwall/<name>` in
+/// `/proc/<pid>/cgroup`; `pid` may be `self`). The kernel's record, so it holds whatever the
+/// agent did to its environment: Codex CLI, for one, starts MCP servers with a scrubbed
+/// environment, and the shim still knows its session.
+pub fn session_of(pid: &str) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    session_in(&text)
+}
+
+/// The session named in the text of a `/proc/<pid>/cgroup` file.
+fn session_in(text: &str) -> Option<String> {
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let (_, rest) = path.split_once("/toolwall/")?;
+    let name = rest.split('/').next()?;
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// The session of this process: its cgroup's, else `TOOLWALL_SESSION` (set by `toolwall
+/// exec`), else empty.
+pub fn current_session() -> String {
+    session_of("self")
+        .or_else(|| std::env::var("TOOLWALL_SESSION").ok())
+        .unwrap_or_default()
+}
+
 /// A cgroup v2 directory made for one agent session, `<cgroup2>/toolwall/<name>`.
 #[derive(Debug)]
 pub struct SessionCgroup {
@@ -207,6 +232,24 @@ fn validate_session_name(name: &str) -> Result<(), CgroupError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_session_is_read_from_the_cgroup_v2_line() {
+        let hybrid = "12:pids:/user.slice\n1:name=systemd:/user.slice\n0::/toolwall/s1\n";
+        assert_eq!(super::session_in(hybrid).as_deref(), Some("s1"));
+        assert_eq!(
+            super::session_in("0::/system.slice/toolwall/agent-7/sub\n").as_deref(),
+            Some("agent-7")
+        );
+        for none in [
+            "0::/user.slice\n",
+            "0::/toolwall/\n",
+            "1:cpu:/toolwall/x\n",
+            "",
+        ] {
+            assert_eq!(super::session_in(none), None, "{none:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

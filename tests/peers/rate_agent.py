@@ -32,7 +32,7 @@ async def call(name, arguments):
                 err = getattr(e, "error", None)
                 return {"error": getattr(err, "message", str(e))}
             text = " ".join(c.text for c in result.content if getattr(c, "text", None))
-            return {"error": text} if result.isError else {"ok": text}
+            return {"error": text} if result.is_error else {"ok": text}
 
 
 async def main():

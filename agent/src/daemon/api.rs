@@ -262,12 +262,7 @@ enum Peer {
 
 /// Whether `pid` runs inside a toolwall session cgroup (`.../toolwall/<session>`).
 fn in_session(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .map(|text| {
-            text.lines()
-                .any(|l| l.starts_with("0::") && l.contains("/toolwall/"))
-        })
-        .unwrap_or(false)
+    crate::cgroup::session_of(&pid.to_string()).is_some()
 }
 
 async fn serve_conn<I>(io: TokioIo<I>, state: Arc<DaemonState>, origin: String, peer: Peer)

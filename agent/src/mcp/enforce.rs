@@ -2,8 +2,8 @@
 //! they record it: the same [`Policy`] the daemon runs (the configuration, or the embedded
 //! default, plus the command line's `--deny` regexes), and with `--config` or `--db` the shared
 //! registry and event database, written directly (safe beside the daemon and other shims).
-//! Without either, inside a `toolwall exec` session (`TOOLWALL_API_SOCKET` set), events go to
-//! the session's daemon through its API. Inside a session every decision is also the daemon's
+//! Without either, inside a `toolwall exec` session (`TOOLWALL_API_SOCKET` set, or this process
+//! in a session cgroup), events go to the session's daemon through its API. Inside a session every decision is also the daemon's
 //! ([`super::daemon_gate::DaemonGate`]), so its registry, pins and rate limits cover the
 //! shim; the local policy then counts no rate limits of its own.
 
@@ -79,7 +79,14 @@ impl Enforcement {
     ) -> anyhow::Result<Self> {
         let patterns = deny_patterns(deny)?;
         let mut loaded = Config::load(config)?;
-        let daemon = std::env::var_os("TOOLWALL_API_SOCKET").map(PathBuf::from);
+        // Inside a session: the daemon that `toolwall exec` named, or — for agents that start
+        // their MCP servers with a scrubbed environment (Codex CLI) — the configured one.
+        let daemon = std::env::var_os("TOOLWALL_API_SOCKET")
+            .map(PathBuf::from)
+            .or_else(|| {
+                crate::cgroup::session_of("self")
+                    .map(|_| crate::daemon::api::socket_path(loaded.api.socket.as_deref()))
+            });
         if daemon.is_some() {
             // The daemon counts every call of the session once; a second, per-process count
             // here would only be a looser copy of it.

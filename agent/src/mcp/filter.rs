@@ -45,7 +45,7 @@ pub struct FilterContext {
     pub server_type: String,
     /// `shim` or `mcp-proxy`, recorded in `mcp_tool_called`.
     pub layer: &'static str,
-    /// The agent session (`TOOLWALL_SESSION`), or empty.
+    /// The agent session (see `cgroup::current_session`), or empty.
     pub session_id: String,
     /// Where `mcp_tool_seen` / `mcp_tool_called` go; `None` records nothing.
     pub events: Option<EventSink>,

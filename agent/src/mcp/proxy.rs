@@ -206,7 +206,7 @@ pub async fn run_proxy(
         server_id: args.server_id(),
         server_type: discovered.transport.server_type().to_owned(),
         layer: "mcp-proxy",
-        session_id: std::env::var("TOOLWALL_SESSION").unwrap_or_default(),
+        session_id: crate::cgroup::current_session(),
         events,
     };
     let total = discovered.tools.len();

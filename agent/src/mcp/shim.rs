@@ -144,7 +144,7 @@ pub async fn run_shim(
         server_id: args.server_id(),
         server_type: "stdio".to_owned(),
         layer: "shim",
-        session_id: std::env::var("TOOLWALL_SESSION").unwrap_or_default(),
+        session_id: crate::cgroup::current_session(),
         events,
     };
     serve(

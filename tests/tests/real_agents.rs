@@ -1,0 +1,370 @@
+//! The real coding agents under `toolwall exec`: Claude Code (`@anthropic-ai/claude-code`,
+//! Anthropic Messages API) and Codex CLI (`@openai/codex`, OpenAI Responses API), from npm, run
+//! non-interactively as a user would, with the reference `server-everything` behind
+//! `toolwall shim` as their MCP server. Their model is a fake LLM behind the daemon's proxy
+//! (`tests/peers/fake_llm.py`) that asks for `echo` (allowed) and `get-sum` (denied by policy)
+//! in each agent's own naming. Shown from what the agent sent back to its model, and from
+//! `toolwall mcp calls`: the allowed call ran through the shim, the denied one was replaced at
+//! the LLM layer and never ran.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use serde_json::Value;
+use toolwall_tests::{Daemon, is_root, peers_dir, server_everything, toolwall_bin};
+
+/// The fake model, logging every request into `dir`; killed on drop.
+struct FakeLlm {
+    child: std::process::Child,
+    url: String,
+    log: std::path::PathBuf,
+}
+
+impl FakeLlm {
+    fn start(dir: &Path) -> FakeLlm {
+        let log = dir.join("requests.jsonl");
+        let port_file = dir.join("port");
+        let child = Command::new("python3")
+            .arg(toolwall_tests::workspace_root().join("tests/peers/fake_llm.py"))
+            .arg("--log")
+            .arg(&log)
+            .arg("--port-file")
+            .arg(&port_file)
+            .spawn()
+            .expect("start fake_llm.py");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let port = loop {
+            if let Ok(port) = std::fs::read_to_string(&port_file) {
+                break port;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "fake_llm.py did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        FakeLlm {
+            child,
+            url: format!("http://127.0.0.1:{}", port.trim()),
+            log,
+        }
+    }
+
+    /// Every request the agent's model got, in order.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent_bin(name: &str) -> std::path::PathBuf {
+    let bin = peers_dir().join("node/node_modules/.bin").join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo xtask peers`",
+        bin.display()
+    );
+    bin
+}
+
+/// A daemon whose proxy forwards both providers to `llm` and whose policy denies `get-sum`.
+fn daemon(llm: &str) -> Daemon {
+    Daemon::start(&format!(
+        r#"proxy:
+  listen: 127.0.0.1:0
+  providers:
+    anthropic: {llm}
+    openai: {llm}
+sandbox:
+  mcp:
+    deny: ["^get-sum$"]
+    servers:
+      - id: everything
+        type: stdio
+        command: {everything}
+        args: [stdio]
+"#,
+        everything = server_everything().display()
+    ))
+}
+
+/// The shim command line the agents start their MCP server with.
+fn shim_args(daemon: &Daemon) -> Vec<String> {
+    vec![
+        "shim".into(),
+        "--config".into(),
+        daemon.config.display().to_string(),
+        "--server-id".into(),
+        "everything".into(),
+        "--".into(),
+        server_everything().display().to_string(),
+        "stdio".into(),
+    ]
+}
+
+/// `toolwall exec --session NAME -- program args...` in a fresh home, with `env`.
+fn exec(
+    daemon: &Daemon,
+    session: &str,
+    home: &Path,
+    env: &[(&str, &str)],
+    program: &Path,
+    args: &[String],
+) -> std::process::Output {
+    let mut cmd = Command::new(toolwall_bin());
+    cmd.args(["exec", "--session", session, "--config"])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .current_dir(home)
+        .env("HOME", home)
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("OPENAI_BASE_URL")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run toolwall exec");
+    println!(
+        "{session}: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `toolwall mcp calls --json --session S` once the correlation window has passed.
+fn calls(daemon: &Daemon, session: &str) -> Vec<Value> {
+    std::thread::sleep(Duration::from_millis(2500));
+    let out = Command::new(toolwall_bin())
+        .args(["mcp", "calls", "--json", "--session", session, "--config"])
+        .arg(&daemon.config)
+        .output()
+        .expect("toolwall mcp calls");
+    let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    for r in &records {
+        println!(
+            "call: {} {} {} {} llm={} exec={}",
+            r["server_id"],
+            r["tool"],
+            r["kind"],
+            r["action"],
+            r["intercept"]["layer"],
+            r["execution"]["layer"]
+        );
+    }
+    records
+}
+
+/// The allowed call joined across the LLM layer and the shim; the denied one blocked at the
+/// LLM layer with no execution.
+fn assert_calls(records: &[Value], llm_layer: &str) {
+    let find = |tool: &str| {
+        records
+            .iter()
+            .find(|r| r["server_id"] == "everything" && r["tool"] == tool)
+            .unwrap_or_else(|| panic!("no record for everything/{tool} in {records:#?}"))
+    };
+    let echo = find("echo");
+    assert_eq!(echo["kind"], "joined", "{echo:#}");
+    assert_eq!(echo["action"], "allow");
+    assert_eq!(echo["intercept"]["layer"], llm_layer);
+    assert_eq!(echo["execution"]["layer"], "shim");
+    let sum = find("get-sum");
+    assert_eq!(sum["kind"], "intercept_only", "{sum:#}");
+    assert_eq!(sum["action"], "block");
+    assert!(
+        records
+            .iter()
+            .all(|r| !(r["tool"] == "get-sum" && r["execution"].is_object())),
+        "get-sum must never run: {records:#?}"
+    );
+}
+
+#[test]
+#[ignore = "privileged: needs root (session cgroups); `cargo xtask test` runs it as root"]
+fn privileged_claude_code_under_exec_runs_allowed_tools_and_never_sees_denied_ones() {
+    assert!(is_root());
+    let home = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start(home.path());
+    let mut daemon = daemon(&llm.url);
+    let mcp = serde_json::json!({"mcpServers": {"everything": {
+        "command": toolwall_bin(), "args": shim_args(&daemon)}}});
+    let mcp_path = home.path().join("mcp.json");
+    std::fs::write(&mcp_path, mcp.to_string()).unwrap();
+    let args: Vec<String> = [
+        "-p",
+        "Call the echo tool with message hi, and get-sum of 1 and 2.",
+        "--mcp-config",
+        &mcp_path.display().to_string(),
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__everything__echo,mcp__everything__get-sum",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let quiet = [
+        ("ANTHROPIC_API_KEY", "sk-test"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+    ];
+    let out = exec(
+        &daemon,
+        "claude",
+        home.path(),
+        &quiet,
+        &agent_bin("claude"),
+        &args,
+    );
+    assert!(out.status.success());
+
+    let requests = llm.requests();
+    let turns: Vec<&Value> = requests
+        .iter()
+        .filter(|r| {
+            r["path"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("/v1/messages?beta=true")
+        })
+        .collect();
+    assert!(
+        turns.len() >= 2,
+        "Claude Code reached the model through the proxy, twice: {requests:#?}"
+    );
+    // get-sum was hidden from Claude Code's tools by the shim; asked for anyway, it was
+    // replaced by text: Claude Code sent back the echo result and that text, and ran nothing
+    // else (its tool results are the echo's alone).
+    let last = turns.last().expect("Claude Code asked the model");
+    let history = last["json"]["messages"].to_string();
+    assert!(history.contains("Echo: hi"), "{history}");
+    assert!(
+        history.contains("[toolwall] Tool 'mcp__everything__get-sum' blocked by policy"),
+        "{history}"
+    );
+    let results = last["json"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .count();
+    assert_eq!(results, 1, "{history}");
+    let tools = last["json"]["tools"].to_string();
+    assert!(tools.contains("mcp__everything__echo"), "{tools}");
+    assert!(
+        !tools.contains("get-sum"),
+        "the shim hid the denied tool: {tools}"
+    );
+
+    assert_calls(&calls(&daemon, "claude"), "llm/anthropic");
+    assert!(daemon.stop().success());
+}
+
+#[test]
+#[ignore = "privileged: needs root (session cgroups); `cargo xtask test` runs it as root"]
+fn privileged_codex_cli_under_exec_reaches_the_proxy_and_never_runs_denied_tools() {
+    assert!(is_root());
+    let home = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start(home.path());
+    let mut daemon = daemon(&llm.url);
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let shim = shim_args(&daemon)
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let args: Vec<String> = vec![
+        "exec".into(),
+        "--skip-git-repo-check".into(),
+        "--dangerously-bypass-approvals-and-sandbox".into(),
+        "--disable".into(),
+        "plugins".into(),
+        "-c".into(),
+        "analytics.enabled=false".into(),
+        "-c".into(),
+        "check_for_update_on_startup=false".into(),
+        // A model outside Codex's catalog gets the MCP tools offered directly.
+        "-m".into(),
+        "fake-model".into(),
+        "-c".into(),
+        format!(
+            "mcp_servers.everything.command={:?}",
+            toolwall_bin().display().to_string()
+        ),
+        "-c".into(),
+        format!("mcp_servers.everything.args=[{shim}]"),
+        "Call the echo tool with message hi, and get-sum of 1 and 2.".into(),
+    ];
+    let env = [
+        ("CODEX_HOME", codex_home.to_str().unwrap()),
+        // With `openai_base_url` (what exec sets), Codex reads its key from CODEX_API_KEY.
+        ("CODEX_API_KEY", "sk-test"),
+        ("OPENAI_API_KEY", "sk-test"),
+    ];
+    let out = exec(
+        &daemon,
+        "codex",
+        home.path(),
+        &env,
+        &agent_bin("codex"),
+        &args,
+    );
+    assert!(out.status.success());
+
+    let requests = llm.requests();
+    let turns: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == "/v1/responses")
+        .collect();
+    assert!(
+        turns.len() >= 2,
+        "Codex reached the model through the proxy: {requests:#?}"
+    );
+    let last = turns.last().unwrap();
+    let input = last["json"]["input"].as_array().expect("input items");
+    let outputs: Vec<String> = input
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].to_string())
+        .collect();
+    assert_eq!(outputs.len(), 1, "only the allowed call ran: {input:#?}");
+    assert!(outputs[0].contains("Echo: hi"), "{outputs:?}");
+    let history = last["json"]["input"].to_string();
+    let replaced = input.iter().any(|i| {
+        i["type"] == "message"
+            && i["content"].to_string().contains("[toolwall] Tool '")
+            && i["content"].to_string().contains("get_sum")
+            && i["content"].to_string().contains("blocked by policy")
+    });
+    assert!(
+        replaced,
+        "the replacement message is in the conversation: {history}"
+    );
+    assert!(
+        !input
+            .iter()
+            .any(|i| i["type"] == "function_call" && i["name"] == "get_sum"),
+        "{input:#?}"
+    );
+
+    assert_calls(&calls(&daemon, "codex"), "llm/openai-responses");
+    assert!(daemon.stop().success());
+}

@@ -92,14 +92,19 @@ impl Machine for Anthropic {
             return Ok(());
         };
         let body = trim_ws(&data);
-        // Hot path: text deltas while no blocked or followed block exists.
+        // Hot path: text deltas while no blocked or followed block exists. A delta must still
+        // not name a tool use: a repeated `"type"` key later in the object is the one most
+        // parsers keep, and could turn it into a block start.
         if self.blocked.is_empty()
             && self.tracked.is_empty()
-            && (body.starts_with(br#"{"type":"content_block_delta""#)
-                || !mentions(
+            && if body.starts_with(br#"{"type":"content_block_delta""#) {
+                !mentions(body, &[&TOOL_USE])
+            } else {
+                !mentions(
                     body,
                     &[&TOOL_USE, &CONTENT_BLOCK, &MESSAGE_DELTA, &MESSAGE_START],
-                ))
+                )
+            }
         {
             out.extend_from_slice(raw);
             return Ok(());

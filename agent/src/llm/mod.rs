@@ -422,9 +422,12 @@ fn trim_ws(data: &[u8]) -> &[u8] {
     &data[start..]
 }
 
-/// Whether `data` contains any of `keys` (memchr's SIMD substring search).
+/// Whether `data` may be about any of `keys`: it contains one (memchr's SIMD substring search)
+/// or a JSON `\u` escape.
 fn mentions(data: &[u8], keys: &[&memchr::memmem::Finder<'static>]) -> bool {
-    keys.iter().any(|k| k.find(data).is_some())
+    // `"\u0074ool_use"` is `"tool_use"` to every JSON parser: behind an escape any key may
+    // hide, so an escape counts as a mention and the event is parsed.
+    memchr::memmem::find(data, b"\\u").is_some() || keys.iter().any(|k| k.find(data).is_some())
 }
 
 #[cfg(test)]

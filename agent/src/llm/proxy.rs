@@ -50,6 +50,12 @@ use crate::decision::Gate;
 use crate::events::EventSink;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Most bytes read from upstream per step of an inspected stream. Whatever has arrived is
+/// handled at once (a small read is never held back), so this bounds only how much one step
+/// may batch when upstream is fast: larger steps spread the per-step costs (a task wake-up, a
+/// channel send, a write) over more bytes.
+const READ_CHUNK: usize = 64 * 1024;
 /// The body type of every response the proxy writes.
 type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
@@ -553,7 +559,7 @@ impl Exchange {
                 settings.on_malformed,
                 settings.max_stream_buffer,
             );
-            let mut buf = vec![0u8; 16 * 1024];
+            let mut buf = vec![0u8; READ_CHUNK];
             let mut out = BytesMut::with_capacity(32 * 1024);
             loop {
                 // A client that goes away (or a connection ended at shutdown) must end this task

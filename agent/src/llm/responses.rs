@@ -198,11 +198,13 @@ impl Machine for Responses {
             return Ok(());
         };
         let body = trim_ws(&data);
-        if TEXT_PREFIXES.iter().any(|p| body.starts_with(p)) {
+        let keys: [&Finder<'static>; 2] = [&CALL_KEYS[0], &CALL_KEYS[1]];
+        // A text delta passes unparsed unless it names a call (a repeated `"type"` key later in
+        // the object is the one most parsers keep).
+        if TEXT_PREFIXES.iter().any(|p| body.starts_with(p)) && !mentions(body, &keys) {
             out.extend_from_slice(raw);
             return Ok(());
         }
-        let keys: [&Finder<'static>; 2] = [&CALL_KEYS[0], &CALL_KEYS[1]];
         if self.items.is_empty() && !mentions(body, &keys) {
             out.extend_from_slice(raw);
             return Ok(());

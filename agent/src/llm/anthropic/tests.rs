@@ -311,3 +311,22 @@ fn tool_use_in_message_start_content_is_judged() {
     let (out, _) = run(Dialect::Anthropic, &[], &input);
     assert_eq!(out, input);
 }
+
+/// Events that hide a tool use from a literal pre-filter: a JSON unicode escape, and a
+/// repeated `"type"` key after a text delta's (Python's `json`, which the SDK uses, keeps the
+/// last). Both must be parsed and the call blocked.
+#[test]
+fn escaped_or_repeated_keys_cannot_slip_a_tool_use_past_the_hot_path() {
+    let escaped = r#"{"type":"\u0063ontent_block_start","index":1,"\u0063ontent_block":{"type":"\u0074ool_use","id":"t1","name":"mcp__x__y","input":{}}}"#;
+    let repeated = r#"{"type":"content_block_delta","index":1,"type":"content_block_start","content_block":{"type":"tool_use","id":"t1","name":"mcp__x__y","input":{}}}"#;
+    for data in [escaped, repeated] {
+        let input = sse(&[("message_start", START), ("", data)]);
+        let (out, _, _) = run_chunks(Dialect::Anthropic, &["mcp__x__y"], &[&input], 1 << 20);
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            !text.contains("mcp__x__y\",\"input"),
+            "{data} passed:\n{text}"
+        );
+        assert!(!text.contains(data), "{data} passed unchanged:\n{text}");
+    }
+}

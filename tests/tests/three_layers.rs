@@ -91,6 +91,32 @@ fn fake_llm(calls: &'static [(&'static str, &'static str)]) -> String {
     url
 }
 
+/// Runs `tests/peers/SCRIPT TOOLWALL CONFIG SERVER_EVERYTHING LAST` under `toolwall exec` in
+/// session `session`; the JSON report it prints.
+fn run_agent(daemon: &Daemon, session: &str, script: &str, last: &str) -> Value {
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--session", session, "--config"])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg(python())
+        .arg(workspace_root().join("tests/peers").join(script))
+        .arg(toolwall_bin())
+        .arg(&daemon.config)
+        .arg(server_everything())
+        .arg(last)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "agent failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the agent prints JSON");
+    println!("agent report: {report:#}");
+    report
+}
+
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_scripted_agent_is_seen_and_enforced_at_every_layer() {
@@ -116,26 +142,7 @@ sandbox:
 "#,
         everything = server_everything().display()
     ));
-    let out = Command::new(toolwall_bin())
-        .args(["exec", "--session", "scenario", "--config"])
-        .arg(&daemon.config)
-        .arg("--")
-        .arg(python())
-        .arg(workspace_root().join("tests/peers/scripted_agent.py"))
-        .arg(toolwall_bin())
-        .arg(&daemon.config)
-        .arg(server_everything())
-        .arg(&net_url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "agent failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("the agent prints JSON");
-    println!("agent report: {report:#}");
+    let report = run_agent(&daemon, "scenario", "scripted_agent.py", &net_url);
 
     // LLM layer: the denied call never reached the agent; the others did, arguments intact.
     assert_eq!(
@@ -257,26 +264,7 @@ sandbox:
 "#,
         everything = server_everything().display()
     ));
-    let out = Command::new(toolwall_bin())
-        .args(["exec", "--session", "rated", "--config"])
-        .arg(&daemon.config)
-        .arg("--")
-        .arg(python())
-        .arg(workspace_root().join("tests/peers/rate_agent.py"))
-        .arg(toolwall_bin())
-        .arg(&daemon.config)
-        .arg(server_everything())
-        .arg("1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "agent failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("the agent prints JSON");
-    println!("agent report: {report:#}");
+    let report = run_agent(&daemon, "rated", "rate_agent.py", "1");
     assert_eq!(
         report["tool_uses"],
         serde_json::json!(["mcp__everything__echo", "mcp__everything__echo"])

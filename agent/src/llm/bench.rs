@@ -319,10 +319,11 @@ async fn measure(
     Ok(ttfb.unwrap_or_default().as_secs_f64() * 1e6)
 }
 
-/// Measures per-event latency and time to first byte through the whole proxy on loopback
-/// (fake upstream, `runs` requests of `events` events), against the same upstream direct.
-pub async fn bench_proxy_latency(runs: usize, events: usize) -> anyhow::Result<LatencyReport> {
-    let (upstream, mut sent, ack) = paced_upstream(events).await?;
+/// The proxy in front of `upstream` for both providers, with the bench gate; it runs until the
+/// returned sender is used or dropped.
+async fn start_proxy(
+    upstream: std::net::SocketAddr,
+) -> anyhow::Result<(std::net::SocketAddr, tokio::sync::oneshot::Sender<()>)> {
     let settings = super::LlmProxySettings {
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         anthropic_upstream: format!("http://{upstream}"),
@@ -337,6 +338,14 @@ pub async fn bench_proxy_latency(runs: usize, events: usize) -> anyhow::Result<L
     tokio::spawn(proxy.run(async {
         let _ = stop_rx.await;
     }));
+    Ok((proxy_addr, stop_tx))
+}
+
+/// Measures per-event latency and time to first byte through the whole proxy on loopback
+/// (fake upstream, `runs` requests of `events` events), against the same upstream direct.
+pub async fn bench_proxy_latency(runs: usize, events: usize) -> anyhow::Result<LatencyReport> {
+    let (upstream, mut sent, ack) = paced_upstream(events).await?;
+    let (proxy_addr, stop_tx) = start_proxy(upstream).await?;
     let (mut direct_ev, mut proxied_ev) = (Vec::new(), Vec::new());
     let (mut direct_ttfb, mut proxied_ttfb) = (Vec::new(), Vec::new());
     for _ in 0..runs {
@@ -456,20 +465,7 @@ pub async fn bench_proxy_throughput(
     let tool = Bytes::from(tool_heavy_stream(stream_bytes));
     let (text_len, tool_len) = (text.len(), tool.len());
     let upstream = bulk_upstream(text, tool).await?;
-    let settings = super::LlmProxySettings {
-        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        anthropic_upstream: format!("http://{upstream}"),
-        openai_upstream: format!("http://{upstream}"),
-        ..super::LlmProxySettings::default()
-    };
-    let (sink, mut rx) = crate::events::EventSink::channel();
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    let proxy = super::LlmProxy::bind(settings, Arc::new(BenchGate), sink).await?;
-    let proxy_addr = proxy.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(proxy.run(async {
-        let _ = stop_rx.await;
-    }));
+    let (proxy_addr, stop_tx) = start_proxy(upstream).await?;
     // The tool-heavy stream shrinks where calls are blocked; the others arrive whole.
     let paths = [
         (

@@ -106,7 +106,7 @@ pub fn session_of(pid: &str) -> Option<String> {
 }
 
 /// The session named in the text of a `/proc/<pid>/cgroup` file.
-fn session_in(text: &str) -> Option<String> {
+pub fn session_in(text: &str) -> Option<String> {
     let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
     let (_, rest) = path.split_once("/toolwall/")?;
     let name = rest.split('/').next()?;

@@ -11,7 +11,7 @@
 //! | `GET /api/stream/events`, `GET /api/stream/calls` | live, as server-sent events |
 //! | `POST /api/events` | record events (JSON lines), e.g. from a shim |
 //! | `POST /api/check` | a call's decision (`{"server_id", "name", "namespace", "stage"}`; `stage` is `executing` unless `proposed`), spending the server's rate budget here, once for every process |
-//! | `POST /api/listed` | a `tools/list` page's decisions (`{"server_id", "server_type", "tools": [...]}`), registering and pinning the tools here |
+//! | `POST /api/listed` | listed tools' decisions (`{"server_id", "server_type", "tools": [...], "whole"}`; `whole`: the server's complete listing, which seals its set when pins are on), registering and pinning the tools here |
 //! | `POST /api/sessions` `{"name"}` / `DELETE /api/sessions/NAME` | open / close a session |
 //!
 //! Trust boundary: the loopback HTTP side is read-only and answers only requests addressed to
@@ -260,9 +260,12 @@ enum Peer {
     Socket { pid: Option<i32> },
 }
 
-/// Whether `pid` runs inside a toolwall session cgroup (`.../toolwall/<session>`).
-fn in_session(pid: i32) -> bool {
-    crate::cgroup::session_of(&pid.to_string()).is_some()
+/// Whether `pid` surely runs outside every toolwall session cgroup: its cgroup can be read
+/// and names none. A peer whose cgroup cannot be read (it exited after connecting and left the
+/// connection to a child, say) counts as inside one.
+fn outside_sessions(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|text| crate::cgroup::session_in(&text).is_none())
 }
 
 async fn serve_conn<I>(io: TokioIo<I>, state: Arc<DaemonState>, origin: String, peer: Peer)
@@ -336,9 +339,9 @@ async fn route(
             );
         }
     }
-    if let Peer::Socket { pid: Some(pid) } = peer
+    if let Peer::Socket { pid } = peer
         && path.starts_with("/api/sessions")
-        && in_session(pid)
+        && !pid.is_some_and(outside_sessions)
     {
         return error(
             StatusCode::FORBIDDEN,
@@ -560,6 +563,16 @@ async fn check(state: &DaemonState, req: Request<Incoming>) -> anyhow::Result<Re
     let r: CheckRequest = serde_json::from_slice(&body(req).await?).context(
         "expected {\"name\", \"server_id\"?, \"namespace\"?, \"stage\"?: \"proposed\"|\"executing\"}",
     )?;
+    for field in [Some(&r.name), r.server_id.as_ref(), r.namespace.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        // Names become rate-limit keys; no tool or server name is anywhere near this long.
+        anyhow::ensure!(
+            field.len() <= MAX_NAME,
+            "a name, server id or namespace is longer than {MAX_NAME} bytes"
+        );
+    }
     let decision = state.policy.check_call(&CallQuery {
         server_id: r.server_id.as_deref(),
         name: &r.name,
@@ -575,14 +588,35 @@ struct ListedRequest {
     server_id: String,
     server_type: String,
     tools: Vec<serde_json::Value>,
+    /// The server's whole listing (its tool set is then sealed when pins are on), or only
+    /// some of its tools.
+    whole: bool,
 }
+
+/// Longest tool name, server id or namespace `/api/check` takes.
+const MAX_NAME: usize = 512;
 
 async fn listed(state: &DaemonState, req: Request<Incoming>) -> anyhow::Result<Response<Body>> {
     let r: ListedRequest = serde_json::from_slice(&body(req).await?)
-        .context("expected {\"server_id\", \"server_type\", \"tools\": [...]}")?;
-    let decisions = state
-        .policy
-        .check_listed_all(&r.server_id, &r.server_type, &r.tools);
+        .context("expected {\"server_id\", \"server_type\", \"tools\": [...], \"whole\": bool}")?;
+    anyhow::ensure!(
+        r.server_id.len() <= MAX_NAME,
+        "the server id is longer than {MAX_NAME} bytes"
+    );
+    let decisions = if r.whole {
+        state
+            .policy
+            .check_listed_all(&r.server_id, &r.server_type, &r.tools)
+    } else {
+        r.tools
+            .iter()
+            .map(|tool| {
+                state
+                    .policy
+                    .check_listed(&r.server_id, &r.server_type, tool)
+            })
+            .collect()
+    };
     Ok(json_response(StatusCode::OK, &decisions))
 }
 
@@ -627,6 +661,16 @@ fn close_session(state: &DaemonState, name: &str) -> anyhow::Result<Response<Bod
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_counts_as_outside_sessions_only_when_its_cgroup_says_so() {
+        // This test runs outside any session; a pid that is gone (its connection handed to a
+        // child, say) cannot prove it is outside one.
+        let me = i32::try_from(std::process::id()).unwrap();
+        let outside = crate::cgroup::session_of("self").is_none();
+        assert_eq!(outside_sessions(me), outside);
+        assert!(!outside_sessions(i32::MAX));
+    }
 
     #[test]
     fn query_parameters_are_validated() {

@@ -125,6 +125,12 @@ impl Gate for DaemonGate {
             "stage": call.stage,
         });
         match self.ask::<Decision>("/api/check", body) {
+            // An alert of the local policy (a changed definition under `on_change: alert`)
+            // stays with the call when the daemon has nothing to say.
+            Ok(decision) if !decision.is_blocked() && decision.reason.is_empty() => Decision {
+                reason: local.reason,
+                ..decision
+            },
             Ok(decision) => decision,
             Err(why) => Decision {
                 tool: local.tool,
@@ -134,9 +140,16 @@ impl Gate for DaemonGate {
     }
 
     fn check_listed(&self, server_id: &str, server_type: &str, tool: &Value) -> Decision {
-        self.check_listed_all(server_id, server_type, std::slice::from_ref(tool))
-            .pop()
-            .unwrap_or_else(|| self.unreachable("no decision for the tool"))
+        let local = vec![self.local.check_listed(server_id, server_type, tool)];
+        self.listed(
+            server_id,
+            server_type,
+            std::slice::from_ref(tool),
+            local,
+            false,
+        )
+        .pop()
+        .unwrap_or_else(|| self.unreachable("no decision for the tool"))
     }
 
     fn check_listed_all(
@@ -146,7 +159,26 @@ impl Gate for DaemonGate {
         tools: &[Value],
     ) -> Vec<Decision> {
         let local = self.local.check_listed_all(server_id, server_type, tools);
-        let body = json!({ "server_id": server_id, "server_type": server_type, "tools": tools });
+        self.listed(server_id, server_type, tools, local, true)
+    }
+}
+
+impl DaemonGate {
+    /// The daemon's decisions on `tools`, each the stricter of it and `local`'s.
+    fn listed(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tools: &[Value],
+        local: Vec<Decision>,
+        whole: bool,
+    ) -> Vec<Decision> {
+        let body = json!({
+            "server_id": server_id,
+            "server_type": server_type,
+            "tools": tools,
+            "whole": whole,
+        });
         let remote = match self.ask::<Vec<Decision>>("/api/listed", body) {
             Ok(remote) if remote.len() == local.len() => remote,
             Ok(remote) => {

@@ -83,10 +83,15 @@ impl Enforcement {
         // their MCP servers with a scrubbed environment (Codex CLI) — the configured one.
         let daemon = std::env::var_os("TOOLWALL_API_SOCKET")
             .map(PathBuf::from)
+            .map(Ok)
             .or_else(|| {
-                crate::cgroup::session_of("self")
-                    .map(|_| crate::daemon::api::socket_path(loaded.api.socket.as_deref()))
-            });
+                // The default socket directory is checked as for any client: a path another
+                // user could have made must not be trusted to answer for the daemon.
+                crate::cgroup::session_of("self").map(|_| {
+                    crate::daemon::api::prepare_socket_dir(loaded.api.socket.as_deref(), false)
+                })
+            })
+            .transpose()?;
         if daemon.is_some() {
             // The daemon counts every call of the session once; a second, per-process count
             // here would only be a looser copy of it.

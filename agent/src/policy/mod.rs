@@ -447,6 +447,18 @@ impl Policy {
 impl Gate for Policy {
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         match self.registry.resolve(call, &self.patterns) {
+            // A registered tool of another server named like a declared server's tool whose
+            // server has not registered it (`mcp__github__delete_repo` listed by server `x`):
+            // it is the declared server's tool first, and is judged as such.
+            Resolution::Found(entry)
+                if call.server_id.is_none()
+                    && self
+                        .declared_form(call.name)
+                        .is_some_and(|(server, _)| server != entry.server_id) =>
+            {
+                let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
+                self.decide_unregistered(server_id, tool, Some(call.stage))
+            }
             Resolution::Found(entry) => self.decide_entry(&entry, Some(call.stage)),
             Resolution::Ambiguous { name, candidates } => {
                 self.decide_ambiguous(&name, &candidates, call.stage)

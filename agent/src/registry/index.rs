@@ -180,6 +180,22 @@ impl Index {
                 .into_resolution(name)
                 .unwrap_or_else(|| unknown_on(id.unwrap_or(server_part), name));
         }
+        // A name in a known server's form (`mcp__github__delete_repo`) is that server's tool,
+        // registered or not: a tool some other server (or a forged listing) registered under
+        // that very name must not stand in for it and be judged by the other server's rules.
+        for pattern in patterns.iter() {
+            let found = pattern.find_map(name, |server, tool| {
+                let mut hits = Hits::default();
+                let id = self.hits_on(server?, tool, &mut hits)?;
+                Some(
+                    hits.into_resolution(tool)
+                        .unwrap_or_else(|| unknown_on(id, tool)),
+                )
+            });
+            if let Some(found) = found {
+                return found;
+            }
+        }
         if let Some(found) = bare(self, name) {
             return found;
         }

@@ -72,8 +72,10 @@ struct Tracked {
 /// Streaming state of one Anthropic message.
 #[derive(Default)]
 pub(crate) struct Anthropic {
-    /// Indices of blocked blocks in this message (deltas/stops for them are dropped).
-    blocked: Vec<u64>,
+    /// Indices of blocked blocks in this message (deltas/stops for them are dropped, also after
+    /// the stop). A set: a message with thousands of blocked calls must not make every later
+    /// event a linear search.
+    blocked: std::collections::HashSet<u64>,
     tracked: Vec<Tracked>,
     tool_uses: u32,
     blocked_count: u32,
@@ -207,7 +209,7 @@ impl Anthropic {
         let decision = cx.check(name, None);
         if decision.is_blocked() {
             self.blocked_count += 1;
-            self.blocked.push(index);
+            self.blocked.insert(index);
             write_text_block(out, index, &blocked_message(name, &decision.reason));
             cx.record(name.to_owned(), id.to_owned(), None, decision);
         } else {

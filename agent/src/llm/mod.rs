@@ -427,7 +427,9 @@ fn trim_ws(data: &[u8]) -> &[u8] {
 fn mentions(data: &[u8], keys: &[&memchr::memmem::Finder<'static>]) -> bool {
     // `"\u0074ool_use"` is `"tool_use"` to every JSON parser: behind an escape any key may
     // hide, so an escape counts as a mention and the event is parsed.
-    memchr::memmem::find(data, b"\\u").is_some() || keys.iter().any(|k| k.find(data).is_some())
+    static ESCAPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
+    ESCAPE.find(data).is_some() || keys.iter().any(|k| k.find(data).is_some())
 }
 
 #[cfg(test)]

@@ -163,6 +163,18 @@ impl Daemon {
         self.child.wait().expect("wait for toolwall run")
     }
 
+    /// The JSON lines `toolwall ARGS... --json`-style views print, with this daemon's
+    /// configuration appended; panics (with what it printed) on a line that is not JSON.
+    pub fn json_lines(&self, args: &[&str]) -> Vec<serde_json::Value> {
+        let out = self.toolwall(args);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{args:?} printed {l:?}: {e}"))
+            })
+            .collect()
+    }
+
     /// `toolwall ARGS...` with this daemon's configuration appended.
     pub fn toolwall(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new(toolwall_bin())

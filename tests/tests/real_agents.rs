@@ -147,15 +147,7 @@ fn exec(
 /// `toolwall mcp calls --json --session S` once the correlation window has passed.
 fn calls(daemon: &Daemon, session: &str) -> Vec<Value> {
     std::thread::sleep(Duration::from_millis(2500));
-    let out = Command::new(toolwall_bin())
-        .args(["mcp", "calls", "--json", "--session", session, "--config"])
-        .arg(&daemon.config)
-        .output()
-        .expect("toolwall mcp calls");
-    let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let records = daemon.json_lines(&["mcp", "calls", "--json", "--session", session]);
     for r in &records {
         println!(
             "call: {} {} {} {} llm={} exec={}",

@@ -174,22 +174,7 @@ sandbox:
     );
 
     std::thread::sleep(std::time::Duration::from_millis(2500)); // past the correlation window
-    let calls = Command::new(toolwall_bin())
-        .args([
-            "mcp",
-            "calls",
-            "--json",
-            "--session",
-            "scenario",
-            "--config",
-        ])
-        .arg(&daemon.config)
-        .output()
-        .unwrap();
-    let records: Vec<Value> = String::from_utf8_lossy(&calls.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = daemon.json_lines(&["mcp", "calls", "--json", "--session", "scenario"]);
     for r in &records {
         println!(
             "call: {:<10} {:<8} {:<16} {:<5} llm={} exec={} conn={}",
@@ -289,22 +274,7 @@ sandbox:
 
     // The refusal's recorded reason is the daemon's rate limit.
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let events = Command::new(toolwall_bin())
-        .args([
-            "mcp",
-            "events",
-            "--json",
-            "--type",
-            "mcp_tool_called",
-            "--config",
-        ])
-        .arg(&daemon.config)
-        .output()
-        .unwrap();
-    let events: Vec<Value> = String::from_utf8_lossy(&events.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = daemon.json_lines(&["mcp", "events", "--json", "--type", "mcp_tool_called"]);
     let actions: Vec<(&str, &str)> = events
         .iter()
         .map(|e| (e["action"].as_str().unwrap(), e["reason"].as_str().unwrap()))

@@ -273,10 +273,12 @@ fn bench_policy() {
 /// 16 KiB reads: what any SSE-aware forwarder pays before inspecting anything.
 fn framing_mbps(stream: &[u8], iters: u32) -> f64 {
     let mut out = BytesMut::with_capacity(64 * 1024);
+    let stream = bytes::Bytes::copy_from_slice(stream);
     let start = Instant::now();
     for _ in 0..iters {
         let mut decoder = toolwall::llm::SseDecoder::new(16 << 20);
-        for chunk in stream.chunks(16 * 1024) {
+        for at in (0..stream.len()).step_by(16 * 1024) {
+            let chunk = stream.slice(at..(at + 16 * 1024).min(stream.len()));
             decoder.feed(black_box(chunk));
             while let Ok(Some(event)) = decoder.next_event() {
                 black_box(decoder.last_data().data(&event));

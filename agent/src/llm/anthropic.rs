@@ -11,21 +11,23 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
-use memchr::memmem::Finder;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_str};
 use super::sse::{write_event, write_with_data};
-use super::{Cx, Fatal, Machine, blocked_message, mentions, push_capped, trim_ws};
+use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
 use crate::decision::Decision;
 
-static TOOL_USE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"tool_use\""));
-static CONTENT_BLOCK: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("content_block"));
-static MESSAGE_DELTA: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new("\"message_delta\""));
-static MESSAGE_START: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new("\"message_start\""));
+static TOOL_USE: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["\"tool_use\""]));
+/// What may concern a tool call in a malformed event: a block of a blocked call must not leak
+/// because its event did not parse.
+static TOOL_OR_BLOCK: LazyLock<Keys> =
+    LazyLock::new(|| Keys::new(&["\"tool_use\"", "content_block"]));
+/// What may matter while no call is blocked or followed: a tool use starting, a new message
+/// (which resets the counts) and the stop reason.
+static QUIET: LazyLock<Keys> =
+    LazyLock::new(|| Keys::new(&["\"tool_use\"", "\"message_start\"", "\"message_delta\""]));
 
 /// The envelope fields every Anthropic stream event may carry.
 #[derive(Deserialize)]
@@ -94,27 +96,16 @@ impl Machine for Anthropic {
             return Ok(());
         };
         let body = trim_ws(&data);
-        // Hot path: text deltas while no blocked or followed block exists. A delta must still
-        // not name a tool use: a repeated `"type"` key later in the object is the one most
-        // parsers keep, and could turn it into a block start.
-        if self.blocked.is_empty()
-            && self.tracked.is_empty()
-            && if body.starts_with(br#"{"type":"content_block_delta""#) {
-                !mentions(body, &[&TOOL_USE])
-            } else {
-                !mentions(
-                    body,
-                    &[&TOOL_USE, &CONTENT_BLOCK, &MESSAGE_DELTA, &MESSAGE_START],
-                )
-            }
-        {
+        // Hot path: while no block is blocked or followed, only a tool use, a new message or
+        // the stop reason matters (text deltas are the bulk of a stream).
+        if self.quiet_keys().is_some_and(|keys| !keys.any_in(body)) {
             out.extend_from_slice(raw);
             return Ok(());
         }
         let env: Envelope<'_> = match serde_json::from_slice(body) {
             Ok(env) => env,
             Err(e) => {
-                cx.malformed(&e, mentions(body, &[&TOOL_USE, &CONTENT_BLOCK]))?;
+                cx.malformed(&e, TOOL_OR_BLOCK.any_in(body))?;
                 out.extend_from_slice(raw);
                 return Ok(());
             }
@@ -172,6 +163,10 @@ impl Machine for Anthropic {
             quote(message)
         );
         write_event(out, Some("error"), data.as_bytes());
+    }
+
+    fn quiet_keys(&self) -> Option<&'static Keys> {
+        (self.blocked.is_empty() && self.tracked.is_empty()).then(|| &*QUIET)
     }
 }
 
@@ -238,7 +233,7 @@ impl Anthropic {
         raw: &Bytes,
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
-        if !mentions(body, &[&TOOL_USE]) {
+        if !TOOL_USE.any_in(body) {
             out.extend_from_slice(raw);
             return Ok(());
         }

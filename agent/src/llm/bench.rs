@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Dialect, OnMalformed, StreamInterceptor};
+use super::{Dialect, OnMalformed, Output, StreamInterceptor};
 use crate::decision::{Action, CallQuery, Decision, Gate};
 
 /// One run's numbers (MB = 10^6 bytes).
@@ -143,7 +143,13 @@ fn time_copy(stream: &[u8], iters: u32) -> f64 {
 
 fn time_intercept(stream: &[u8], iters: u32) -> f64 {
     let gate: Arc<dyn Gate> = Arc::new(BenchGate);
-    let mut out = BytesMut::with_capacity(READ * 2);
+    // Reads as the proxy gets them: slices of buffers the network layer filled.
+    let stream = Bytes::copy_from_slice(stream);
+    let reads: Vec<Bytes> = (0..stream.len())
+        .step_by(READ)
+        .map(|at| stream.slice(at..(at + READ).min(stream.len())))
+        .collect();
+    let mut out = Output::default();
     let start = Instant::now();
     for _ in 0..iters {
         let mut i = StreamInterceptor::new(
@@ -152,14 +158,13 @@ fn time_intercept(stream: &[u8], iters: u32) -> f64 {
             OnMalformed::FailClosed,
             16 << 20,
         );
-        for chunk in stream.chunks(READ) {
-            i.feed(black_box(chunk), &mut out);
-            black_box(&out);
-            out.clear();
+        for read in &reads {
+            i.feed(black_box(read.clone()), &mut out);
+            out.drain().for_each(|b| drop(black_box(b)));
             i.drain_records().for_each(drop);
         }
         i.finish(&mut out);
-        out.clear();
+        out.drain().for_each(drop);
     }
     mbps(stream.len(), iters, start.elapsed())
 }
@@ -525,9 +530,10 @@ mod tests {
             OnMalformed::FailClosed,
             1 << 20,
         );
-        let mut out = BytesMut::new();
-        i.feed(&tool, &mut out);
+        let mut out = Output::default();
+        i.feed(Bytes::copy_from_slice(&tool), &mut out);
         i.finish(&mut out);
+        let out = out.take_all();
         let out = String::from_utf8_lossy(&out);
         assert!(!out.contains("\"name\":\"mcp__fs__read_blocked\""));
         assert!(out.contains("\"name\":\"mcp__fs__read\""));

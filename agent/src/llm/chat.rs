@@ -15,18 +15,17 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
-use memchr::memmem::Finder;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_array, raw_from_json, raw_str};
 use super::sse::{write_event, write_with_data};
-use super::{Cx, Fatal, Machine, blocked_message, mentions, push_capped, trim_ws};
+use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
 use crate::decision::Decision;
 
-static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"tool_calls\""));
-static FUNCTION_CALL: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new("\"function_call\""));
+/// The keys a tool call comes under (the legacy `function_call` too).
+static TOOL_KEYS: LazyLock<Keys> =
+    LazyLock::new(|| Keys::new(&["\"tool_calls\"", "\"function_call\""]));
 
 #[derive(Deserialize)]
 struct ChoiceView<'a> {
@@ -125,8 +124,8 @@ impl Machine for Chat {
             out.extend_from_slice(raw);
             return Ok(());
         }
-        let has_tool_key = mentions(body, &[&TOOL_CALLS, &FUNCTION_CALL]);
-        if self.calls.is_empty() && !has_tool_key {
+        let has_tool_key = TOOL_KEYS.any_in(body);
+        if self.quiet_keys().is_some() && !has_tool_key {
             out.extend_from_slice(raw);
             return Ok(());
         }
@@ -202,6 +201,10 @@ impl Machine for Chat {
             quote(message)
         );
         write_event(out, None, data.as_bytes());
+    }
+
+    fn quiet_keys(&self) -> Option<&'static Keys> {
+        self.calls.is_empty().then(|| &*TOOL_KEYS)
     }
 }
 

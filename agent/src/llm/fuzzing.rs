@@ -14,10 +14,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Dialect, Flow, OnMalformed, SseDecoder, SseEvent, StreamInterceptor};
+use super::{Dialect, Flow, OnMalformed, Output, SseDecoder, SseEvent, StreamInterceptor};
 use crate::decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
 
 /// The tools blocked in oracle runs (a Codex namespaced call counts as `namespace__name`).
@@ -60,7 +60,7 @@ impl Gate for FuzzGate {
 /// stream is not well-formed (a payload that is not JSON, or bytes after the last event).
 pub fn well_formed(stream: &[u8]) -> Option<Vec<Value>> {
     let mut d = SseDecoder::new(usize::MAX);
-    d.feed(stream);
+    d.feed(Bytes::copy_from_slice(stream));
     let mut values = Vec::new();
     while let Some(ev) = d.next_event().ok()? {
         if let Some(data) = SseEvent::new(&ev).data() {
@@ -76,7 +76,7 @@ pub fn well_formed(stream: &[u8]) -> Option<Vec<Value>> {
 /// The `data` payloads of every event of a stream that parse as JSON (the others skipped).
 fn parsed_events(stream: &[u8]) -> Vec<Value> {
     let mut d = SseDecoder::new(usize::MAX);
-    d.feed(stream);
+    d.feed(Bytes::copy_from_slice(stream));
     let mut values = Vec::new();
     let mut raws = Vec::new();
     while let Ok(Some(ev)) = d.next_event() {
@@ -153,7 +153,7 @@ pub fn intercept(
     pieces: &[usize],
 ) -> Vec<u8> {
     let mut i = StreamInterceptor::new(dialect, Arc::new(FuzzGate), on_malformed, 1 << 20);
-    let mut out = BytesMut::new();
+    let mut out = Output::default();
     let mut rest = input;
     let mut lens = pieces.iter().copied().filter(|&l| l > 0).cycle();
     let mut closed = false;
@@ -161,7 +161,7 @@ pub fn intercept(
         let len = lens.next().unwrap_or(rest.len()).min(rest.len());
         let (piece, tail) = rest.split_at(len);
         rest = tail;
-        let flow = i.feed(piece, &mut out);
+        let flow = i.feed(Bytes::copy_from_slice(piece), &mut out);
         i.drain_records().for_each(drop);
         if flow == Flow::Closed {
             closed = true;
@@ -171,7 +171,7 @@ pub fn intercept(
     if !closed {
         i.finish(&mut out);
     }
-    out.to_vec()
+    out.take_all()
 }
 
 /// Checks the oracle for one input at one chunking; panics with the evidence on a violation.

@@ -10,10 +10,12 @@
 //! chunking; [`proxy`] is the HTTP shell around them.
 //!
 //! Trust assumptions (documented because they bound what "blocked" means):
-//! - The upstream's JSON encoder writes object keys literally (no `\u` escapes inside keys); the
-//!   memchr pre-filters look for keys such as `"tool_calls"`, and an event that passes them
-//!   untouched is one in which no such key exists. Model output can only appear inside JSON
-//!   strings, where a `"` is always escaped, so it cannot forge or hide a key.
+//! - An event that holds no tool key (such as `"tool_calls"`) and no `\u` escape (behind which a
+//!   key could hide) cannot carry a tool call: the [`keys`] pre-filters pass it unparsed, and
+//!   while no call is open (nothing held, blocked or followed) whole runs of such events are
+//!   forwarded after one scan of their bytes, unframed and uncopied. Model output can only appear
+//!   inside JSON strings, where a `"` is always escaped, so it cannot forge a key; at worst it
+//!   makes an event be parsed.
 //! - Events are classified by their JSON `type` (what the SDKs dispatch on), not the SSE
 //!   `event:` line.
 
@@ -24,6 +26,7 @@ mod chat;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod json;
+pub mod keys;
 pub mod proxy;
 mod responses;
 pub mod sse;
@@ -44,6 +47,7 @@ pub use bench::{
     bench_proxy_throughput, text_heavy_stream, tool_heavy_stream,
 };
 pub use buffered::rewrite_buffered;
+pub use keys::Keys;
 pub use proxy::{LlmProxy, LlmProxySettings, serve};
 pub use sse::{DataHint, SseDecoder, SseError, SseEvent};
 
@@ -254,6 +258,10 @@ pub(crate) trait Machine {
     fn on_end(&mut self, cx: &mut Cx, out: &mut BytesMut);
     /// Writes a terminal error event the dialect's SDKs understand.
     fn write_error(&self, out: &mut BytesMut, message: &str);
+    /// While `Some`: an event in which none of these keys occurs passes verbatim and changes
+    /// nothing, so a run of such events may skip [`Machine::on_event`]. `None` while a call is
+    /// open (held, blocked or followed): then every event is looked at.
+    fn quiet_keys(&self) -> Option<&'static Keys>;
 }
 
 enum AnyMachine {
@@ -280,6 +288,39 @@ pub enum Flow {
     /// The interceptor ended the stream (fail closed); stop reading upstream and close the
     /// response after writing the output.
     Closed,
+}
+
+/// What an interceptor passes on, in order: runs of the input forwarded as they came (slices of
+/// the reads, not copies) and the bytes it wrote itself.
+#[derive(Debug, Default)]
+pub struct Output {
+    ready: Vec<Bytes>,
+    written: BytesMut,
+}
+
+impl Output {
+    fn run(&mut self, run: Bytes) {
+        self.seal();
+        self.ready.push(run);
+    }
+
+    fn seal(&mut self) {
+        if !self.written.is_empty() {
+            self.ready.push(self.written.split().freeze());
+        }
+    }
+
+    /// Takes everything produced so far, in order.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Bytes> {
+        self.seal();
+        self.ready.drain(..)
+    }
+
+    /// Takes everything produced so far as one buffer (for callers that want bytes, not
+    /// chunks: tests, fuzzers).
+    pub fn take_all(&mut self) -> Vec<u8> {
+        self.drain().flat_map(|b| b.to_vec()).collect()
+    }
 }
 
 /// Inspects one streamed (SSE) response: feed upstream bytes in any chunking, write the output
@@ -323,13 +364,20 @@ impl StreamInterceptor {
         }
     }
 
-    /// Feeds bytes read from upstream; appends what the client must receive to `out`.
-    pub fn feed(&mut self, input: &[u8], out: &mut BytesMut) -> Flow {
+    /// Feeds a read from upstream; appends what the client must receive to `out`.
+    pub fn feed(&mut self, input: Bytes, out: &mut Output) -> Flow {
         if self.closed {
             return Flow::Closed;
         }
         self.decoder.feed(input);
         loop {
+            if let Some(keys) = self.machine.get().quiet_keys()
+                && let Some(run) = self.decoder.take_run(keys)
+            {
+                out.run(run);
+                self.last_ended_cr = false;
+            }
+            let out = &mut out.written;
             match self.decoder.next_event() {
                 Ok(Some(raw)) => {
                     if self.decoder.is_crlf_tail() {
@@ -355,10 +403,11 @@ impl StreamInterceptor {
 
     /// Upstream ended: inspects an unterminated last event like any other, then closes the
     /// dialect state. Call once.
-    pub fn finish(&mut self, out: &mut BytesMut) {
+    pub fn finish(&mut self, out: &mut Output) {
         if self.closed {
             return;
         }
+        let out = &mut out.written;
         let rest = self.decoder.finish();
         if !rest.is_empty() {
             tracing::debug!(bytes = rest.len(), "stream ended inside an event");
@@ -422,17 +471,9 @@ fn trim_ws(data: &[u8]) -> &[u8] {
     &data[start..]
 }
 
-/// Whether `data` may be about any of `keys`: it contains one (memchr's SIMD substring search)
-/// or a JSON `\u` escape.
-fn mentions(data: &[u8], keys: &[&memchr::memmem::Finder<'static>]) -> bool {
-    // `"\u0074ool_use"` is `"tool_use"` to every JSON parser: behind an escape any key may
-    // hide, so an escape counts as a mention and the event is parsed.
-    static ESCAPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
-    ESCAPE.find(data).is_some() || keys.iter().any(|k| k.find(data).is_some())
-}
-
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
 pub(crate) mod testing;
+#[cfg(test)]
+mod tests;

@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 use async_compression::tokio::bufread::{BrotliDecoder, GzipDecoder, ZlibDecoder, ZstdDecoder};
-use bytes::{Bytes, BytesMut};
-use futures_util::TryStreamExt;
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyDataStream, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -43,19 +43,21 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio_util::io::StreamReader;
+use tokio_util::io::{ReaderStream, StreamReader};
 
-use super::{Dialect, Flow, OnMalformed, Record, StreamInterceptor, rewrite_buffered};
+use super::{Dialect, Flow, OnMalformed, Output, Record, StreamInterceptor, rewrite_buffered};
 use crate::decision::Gate;
 use crate::events::EventSink;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Most bytes read from upstream per step of an inspected stream. Whatever has arrived is
-/// handled at once (a small read is never held back), so this bounds only how much one step
-/// may batch when upstream is fast: larger steps spread the per-step costs (a task wake-up, a
-/// channel send, a write) over more bytes.
+/// Most bytes decoded per step of a compressed stream. Whatever has arrived is handled at once
+/// (a small read is never held back), so this bounds only how much one step may batch when
+/// upstream is fast: larger steps spread the per-step costs (a task wake-up, a channel send, a
+/// write) over more bytes. (An identity stream goes in the frames hyper read.)
 const READ_CHUNK: usize = 64 * 1024;
+/// The reads of an inspected stream, decoded.
+type Reads = Pin<Box<dyn futures_util::Stream<Item = io::Result<Bytes>> + Send>>;
 /// The body type of every response the proxy writes.
 type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
@@ -429,7 +431,6 @@ async fn handle(
     };
     parts.headers.remove(header::CONTENT_ENCODING);
     parts.headers.remove(header::CONTENT_LENGTH);
-    let reader = encoding.reader(body);
     let is_sse = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -442,9 +443,12 @@ async fn handle(
         session,
     };
     if is_sse {
-        Ok(Response::from_parts(parts, ctx.stream(reader)))
+        Ok(Response::from_parts(
+            parts,
+            ctx.stream(encoding.reads(body)),
+        ))
     } else {
-        match ctx.buffered(reader).await {
+        match ctx.buffered(encoding.reader(body)).await {
             Ok(body) => {
                 parts
                     .headers
@@ -528,6 +532,15 @@ impl Encoding {
             Encoding::Zstd => Box::pin(ZstdDecoder::new(raw)),
         }
     }
+
+    /// The decoded body as the reads to inspect: an identity body's frames as hyper read them
+    /// (shared, not copied), a compressed one's bytes as soon as they can be decoded.
+    fn reads(self, body: Incoming) -> Reads {
+        match self {
+            Encoding::Identity => Box::pin(BodyDataStream::new(body).map_err(io::Error::other)),
+            coded => Box::pin(ReaderStream::with_capacity(coded.reader(body), READ_CHUNK)),
+        }
+    }
 }
 
 /// One inspected exchange.
@@ -549,7 +562,7 @@ impl Exchange {
 
     /// Pumps upstream through the interceptor on its own task; each output chunk goes to the
     /// client as soon as it exists.
-    fn stream(self, mut reader: Pin<Box<dyn AsyncRead + Send>>) -> ProxyBody {
+    fn stream(self, mut reads: Reads) -> ProxyBody {
         let (tx, rx) = mpsc::channel::<Result<Bytes, BoxError>>(8);
         tokio::spawn(async move {
             let settings = &self.inner.settings;
@@ -559,34 +572,35 @@ impl Exchange {
                 settings.on_malformed,
                 settings.max_stream_buffer,
             );
-            let mut buf = vec![0u8; READ_CHUNK];
-            let mut out = BytesMut::with_capacity(32 * 1024);
+            let mut out = Output::default();
             loop {
                 // A client that goes away (or a connection ended at shutdown) must end this task
                 // too, even while upstream is silent: it holds the event sink.
                 let read = tokio::select! {
-                    read = reader.read(&mut buf) => read,
+                    read = reads.next() => read,
                     () = tx.closed() => {
                         tracing::info!(request_id = %self.request_id, "client went away mid-stream");
                         return;
                     }
                 };
                 let (flow, broke) = match read {
-                    Ok(0) => {
+                    None => {
                         interceptor.finish(&mut out);
                         (Flow::Closed, None)
                     }
-                    Ok(n) => (interceptor.feed(&buf[..n], &mut out), None),
-                    Err(e) => {
+                    Some(Ok(bytes)) => (interceptor.feed(bytes, &mut out), None),
+                    Some(Err(e)) => {
                         tracing::warn!(request_id = %self.request_id, error = %e, "upstream stream broke");
                         interceptor.finish(&mut out);
                         (Flow::Closed, Some(e))
                     }
                 };
                 self.emit(interceptor.drain_records());
-                if !out.is_empty() && tx.send(Ok(out.split().freeze())).await.is_err() {
-                    tracing::info!(request_id = %self.request_id, "client went away mid-stream");
-                    return;
+                for chunk in out.drain() {
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        tracing::info!(request_id = %self.request_id, "client went away mid-stream");
+                        return;
+                    }
                 }
                 if let Some(e) = broke {
                     // Let the client see the break, as it would without us.

@@ -20,20 +20,19 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
-use memchr::memmem::Finder;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::json::{RawObject, quote, raw_array, raw_from_json};
 use super::sse::{write_event, write_with_data};
-use super::{Cx, Fatal, Machine, blocked_message, mentions, trim_ws};
+use super::{Cx, Fatal, Keys, Machine, blocked_message, trim_ws};
 use crate::decision::Decision;
 
-static CALL_KEYS: [LazyLock<Finder<'static>>; 2] = [
-    LazyLock::new(|| Finder::new("function_call")),
-    LazyLock::new(|| Finder::new("custom_tool_call")),
-];
+/// The item types a tool call comes as (`function_call`, with its events, and Codex's
+/// `custom_tool_call`).
+static CALL_KEYS: LazyLock<Keys> =
+    LazyLock::new(|| Keys::new(&["function_call", "custom_tool_call"]));
 
 /// Event types that carry only text of message/reasoning items: never parsed.
 const TEXT_PREFIXES: [&[u8]; 4] = [
@@ -198,21 +197,20 @@ impl Machine for Responses {
             return Ok(());
         };
         let body = trim_ws(&data);
-        let keys: [&Finder<'static>; 2] = [&CALL_KEYS[0], &CALL_KEYS[1]];
         // A text delta passes unparsed unless it names a call (a repeated `"type"` key later in
         // the object is the one most parsers keep).
-        if TEXT_PREFIXES.iter().any(|p| body.starts_with(p)) && !mentions(body, &keys) {
+        if TEXT_PREFIXES.iter().any(|p| body.starts_with(p)) && !CALL_KEYS.any_in(body) {
             out.extend_from_slice(raw);
             return Ok(());
         }
-        if self.items.is_empty() && !mentions(body, &keys) {
+        if self.quiet_keys().is_some() && !CALL_KEYS.any_in(body) {
             out.extend_from_slice(raw);
             return Ok(());
         }
         let env: Envelope<'_> = match serde_json::from_slice(body) {
             Ok(e) => e,
             Err(e) => {
-                cx.malformed(&e, mentions(body, &keys))?;
+                cx.malformed(&e, CALL_KEYS.any_in(body))?;
                 out.extend_from_slice(raw);
                 return Ok(());
             }
@@ -297,6 +295,10 @@ impl Machine for Responses {
             quote(message)
         );
         write_event(out, Some("error"), data.as_bytes());
+    }
+
+    fn quiet_keys(&self) -> Option<&'static Keys> {
+        self.items.is_empty().then(|| &*CALL_KEYS)
     }
 }
 

@@ -1,10 +1,10 @@
 //! Server-sent events framing (WHATWG "event stream" rules), sans-IO.
 //!
 //! The interceptors must see every event whole, whatever the TCP reads looked like, and must
-//! forward the events they do not change byte for byte. So the decoder (mini-redis style) owns
-//! one [`BytesMut`], appends reads to it, and hands out each complete event as the exact bytes
-//! it came in as (a frozen `split_to`, no copy); an [`SseEvent`] view then finds the fields on
-//! demand.
+//! forward the events they do not change byte for byte. So the decoder (mini-redis style) takes
+//! each read as [`Bytes`] and hands out each complete event as the exact bytes it came in as: a
+//! slice of the read when the event lies within it (no copy), or the event assembled in its own
+//! [`BytesMut`] when it spans reads; an [`SseEvent`] view then finds the fields on demand.
 //!
 //! Line ends are LF, CR or CRLF. A CR that ends one read may be the first half of a CRLF whose LF
 //! starts the next read; the decoder remembers that and does not count the LF as a second (empty)
@@ -13,6 +13,8 @@
 use std::borrow::Cow;
 
 use bytes::{Bytes, BytesMut};
+
+use super::keys::Keys;
 
 /// Why a stream cannot be framed any further.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -28,13 +30,24 @@ pub enum SseError {
 
 /// Incremental SSE event splitter.
 ///
-/// `feed` bytes as they arrive, then call [`SseDecoder::next_event`] until it returns `Ok(None)`
-/// ("incomplete" is the normal state, not an error). At end of input, [`SseDecoder::finish`]
-/// returns what is left (an unterminated last event), so the caller can inspect it too.
+/// `feed` each read as it arrives, then call [`SseDecoder::next_event`] until it returns
+/// `Ok(None)` ("incomplete" is the normal state, not an error). At end of input,
+/// [`SseDecoder::finish`] returns what is left (an unterminated last event), so the caller can
+/// inspect it too.
+///
+/// An event wholly inside one read comes out as a slice of that read (shared, not copied); only
+/// an event that spans reads is copied, into `carry`. [`SseDecoder::take_run`] hands out a whole
+/// run of events at once, for a caller that knows none of them needs looking at.
 #[derive(Debug)]
 pub struct SseDecoder {
-    buf: BytesMut,
-    /// Bytes of `buf` already scanned for line ends (never rescanned: framing is O(n)).
+    /// The start of an event that began in an earlier read. While it is not empty it is the
+    /// buffer being framed (and the read it continues into has been appended up to a point
+    /// where an event must end, see [`SseDecoder::feed`]).
+    carry: BytesMut,
+    /// The read being framed; `input[pos..]` is the buffer when `carry` is empty.
+    input: Bytes,
+    pos: usize,
+    /// Bytes of the buffer already scanned for line ends (never rescanned: framing is O(n)).
     scanned: usize,
     /// Start of the line being scanned.
     line_start: usize,
@@ -47,27 +60,82 @@ pub struct SseDecoder {
     data: DataHint,
     /// Data lines of the event last returned.
     last_data: DataHint,
+    /// Where [`SseDecoder::take_run`] looked last in `input`, so a run's keys are searched once.
+    run: Option<RunScan>,
     limit: usize,
+}
+
+/// What one search of `input` for a run found (positions in `input`).
+#[derive(Debug, Clone, Copy)]
+struct RunScan {
+    /// The first key at or after where the search began (`input.len()` if none).
+    key: usize,
+    /// The end of the last `\n\n` before `key` (0 if none): the run may go up to here.
+    end: usize,
 }
 
 impl SseDecoder {
     /// A decoder that buffers at most `limit` bytes of one incomplete event.
     pub fn new(limit: usize) -> Self {
         SseDecoder {
-            buf: BytesMut::with_capacity(8 * 1024),
+            carry: BytesMut::new(),
+            input: Bytes::new(),
+            pos: 0,
             scanned: 0,
             line_start: 0,
             after_cr: false,
             crlf_tail: false,
             data: DataHint::None,
             last_data: DataHint::None,
+            run: None,
             limit,
         }
     }
 
-    /// Appends bytes read from the stream.
-    pub fn feed(&mut self, data: &[u8]) {
-        self.buf.extend_from_slice(data);
+    /// Takes the next read from the stream.
+    ///
+    /// While an event is open in `carry`, the read is appended to it only up to its first
+    /// `\n\n` (a blank line: every event open before it has ended there), so the events after
+    /// that are framed in place, uncopied.
+    pub fn feed(&mut self, input: Bytes) {
+        if self.pos < self.input.len() {
+            // Not drained: what is left joins the open event (offsets stay as they are: the
+            // buffer still starts where it did).
+            self.carry.extend_from_slice(&self.input[self.pos..]);
+        }
+        self.run = None;
+        let cut = if self.carry.is_empty() {
+            0
+        } else if self.carry.last() == Some(&b'\n') && input.first() == Some(&b'\n') {
+            1
+        } else {
+            memchr::memmem::find(&input, b"\n\n").map_or(input.len(), |p| p + 2)
+        };
+        self.carry.extend_from_slice(&input[..cut]);
+        self.input = input;
+        self.pos = cut;
+    }
+
+    /// The bytes being framed: the open event's start and what follows it.
+    fn buf(&self) -> &[u8] {
+        if self.carry.is_empty() {
+            &self.input[self.pos..]
+        } else {
+            &self.carry
+        }
+    }
+
+    /// Hands out the first `end` bytes of the buffer as an event.
+    fn take(&mut self, end: usize) -> Bytes {
+        self.scanned = 0;
+        self.line_start = 0;
+        if self.carry.is_empty() {
+            let raw = self.input.slice(self.pos..self.pos + end);
+            self.pos += end;
+            raw
+        } else {
+            self.carry.split_to(end).freeze()
+        }
     }
 
     /// The next complete event (its raw bytes, up to and including the blank line that ends it),
@@ -77,7 +145,7 @@ impl SseDecoder {
         self.crlf_tail = false;
         loop {
             if self.after_cr {
-                let Some(&b) = self.buf.get(self.scanned) else {
+                let Some(&b) = self.buf().get(self.scanned) else {
                     return self.incomplete();
                 };
                 self.after_cr = false;
@@ -87,26 +155,23 @@ impl SseDecoder {
                         // out on its own so it is forwarded even if the next event is rewritten.
                         self.crlf_tail = true;
                         self.last_data = DataHint::None;
-                        return Ok(Some(self.buf.split_to(1).freeze()));
+                        return Ok(Some(self.take(1)));
                     }
                     self.scanned += 1;
                     self.line_start = self.scanned;
                 }
             }
-            let Some(off) = memchr::memchr2(b'\r', b'\n', &self.buf[self.scanned..]) else {
-                self.scanned = self.buf.len();
+            let buf = self.buf();
+            let Some(off) = memchr::memchr2(b'\r', b'\n', &buf[self.scanned..]) else {
+                self.scanned = buf.len();
                 return self.incomplete();
             };
             let i = self.scanned + off;
             let blank = i == self.line_start;
-            let end = if self.buf[i] == b'\n' {
+            let end = if buf[i] == b'\n' {
                 i + 1
-            } else if i + 1 < self.buf.len() {
-                if self.buf[i + 1] == b'\n' {
-                    i + 2
-                } else {
-                    i + 1
-                }
+            } else if i + 1 < buf.len() {
+                if buf[i + 1] == b'\n' { i + 2 } else { i + 1 }
             } else {
                 // A CR at the end of what we have: the line has ended, but an LF may follow.
                 self.after_cr = true;
@@ -119,23 +184,50 @@ impl SseDecoder {
             self.line_start = end;
             if blank {
                 self.last_data = std::mem::take(&mut self.data);
-                let raw = self.buf.split_to(end).freeze();
-                self.scanned = 0;
-                self.line_start = 0;
-                return Ok(Some(raw));
+                return Ok(Some(self.take(end)));
             }
         }
+    }
+
+    /// A run of whole events, from the next one up to the last `\n\n` before the first match of
+    /// `keys` (over the run's raw bytes, all fields), handed out as one slice, unframed; `None`
+    /// when there is none (mid-event, or a match in the next event). Each byte is searched
+    /// once per read: what was found is kept until the events around it have been taken.
+    pub fn take_run(&mut self, keys: &Keys) -> Option<Bytes> {
+        if !self.carry.is_empty() || self.after_cr || self.scanned != 0 {
+            return None;
+        }
+        let scan = match self.run {
+            Some(scan) if self.pos <= scan.key => scan,
+            _ => {
+                let rest = &self.input[self.pos..];
+                let key = keys.find(rest).map_or(self.input.len(), |k| self.pos + k);
+                let end = memchr::memmem::rfind(&self.input[self.pos..key], b"\n\n")
+                    .map_or(0, |p| self.pos + p + 2);
+                let scan = RunScan { key, end };
+                self.run = Some(scan);
+                scan
+            }
+        };
+        if scan.end <= self.pos {
+            return None;
+        }
+        let run = self.input.slice(self.pos..scan.end);
+        self.pos = scan.end;
+        self.last_data = DataHint::None;
+        Some(run)
     }
 
     /// Notes where a `data:` line's value is, so the common one-line event needs no second
     /// pass to find its data.
     fn note_line(&mut self, start: usize, end: usize) {
-        let line = &self.buf[start..end];
+        let buf = self.buf();
+        let line = &buf[start..end];
         if !line.starts_with(b"data") || (line.len() > 4 && line[4] != b':') {
             return;
         }
         let mut from = start + line.len().min(5);
-        if self.buf.get(from) == Some(&b' ') && from < end {
+        if buf.get(from) == Some(&b' ') && from < end {
             from += 1;
         }
         self.data = match self.data {
@@ -149,8 +241,14 @@ impl SseDecoder {
         &self.last_data
     }
 
-    fn incomplete(&self) -> Result<Option<Bytes>, SseError> {
-        if self.buf.len() > self.limit {
+    fn incomplete(&mut self) -> Result<Option<Bytes>, SseError> {
+        if self.carry.is_empty() && self.pos < self.input.len() {
+            // The read ended inside an event: keep its start for the next read (the buffer
+            // starts at the same byte, so the scan offsets hold).
+            self.carry.extend_from_slice(&self.input[self.pos..]);
+            self.pos = self.input.len();
+        }
+        if self.carry.len() > self.limit {
             Err(SseError::TooLarge { limit: self.limit })
         } else {
             Ok(None)
@@ -165,7 +263,15 @@ impl SseDecoder {
         self.scanned = 0;
         self.line_start = 0;
         self.after_cr = false;
-        self.buf.split().freeze()
+        self.run = None;
+        let rest = self.input.slice(self.pos..);
+        self.pos = self.input.len();
+        if self.carry.is_empty() {
+            rest
+        } else {
+            self.carry.extend_from_slice(&rest);
+            self.carry.split().freeze()
+        }
     }
 
     /// Whether the event last returned is only the LF completing the CRLF that ended the one
@@ -176,7 +282,7 @@ impl SseDecoder {
 
     /// Bytes held for an incomplete event.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.carry.len() + self.input.len() - self.pos
     }
 }
 
@@ -362,7 +468,7 @@ mod tests {
         let mut d = SseDecoder::new(1 << 20);
         let mut events = Vec::new();
         for c in chunks {
-            d.feed(c);
+            d.feed(Bytes::copy_from_slice(c));
             while let Some(ev) = d.next_event().expect("within limit") {
                 events.push(ev.to_vec());
             }
@@ -373,7 +479,7 @@ mod tests {
     fn assert_hints_agree(chunks: &[&[u8]]) {
         let mut d = SseDecoder::new(1 << 20);
         for c in chunks {
-            d.feed(c);
+            d.feed(Bytes::copy_from_slice(c));
             while let Some(ev) = d.next_event().expect("within limit") {
                 assert_eq!(d.last_data().data(&ev), SseEvent::new(&ev).data());
             }
@@ -451,17 +557,106 @@ mod tests {
     fn long_lines_have_no_cut_off_but_a_limit() {
         let long = vec![b'x'; 300 * 1024];
         let mut d = SseDecoder::new(1 << 20);
-        d.feed(b"data: ");
-        d.feed(&long);
+        d.feed(Bytes::from_static(b"data: "));
+        d.feed(Bytes::copy_from_slice(&long));
         assert_eq!(d.next_event(), Ok(None));
-        d.feed(b"\n\n");
+        d.feed(Bytes::from_static(b"\n\n"));
         let ev = d.next_event().expect("ok").expect("complete");
         assert_eq!(SseEvent::new(&ev).data().map(|d| d.len()), Some(long.len()));
 
         let mut d = SseDecoder::new(1024);
-        d.feed(b"data: ");
-        d.feed(&long[..2000]);
+        d.feed(Bytes::from_static(b"data: "));
+        d.feed(Bytes::copy_from_slice(&long[..2000]));
         assert_eq!(d.next_event(), Err(SseError::TooLarge { limit: 1024 }));
+    }
+
+    /// Frames `chunks` as the interceptor does (a run whenever one is offered, else an event):
+    /// the runs and events in order, and what is left.
+    fn runs_and_events(chunks: &[&[u8]], keys: &Keys) -> (Vec<(bool, Vec<u8>)>, Vec<u8>) {
+        let mut d = SseDecoder::new(1 << 20);
+        let mut out = Vec::new();
+        for c in chunks {
+            d.feed(Bytes::copy_from_slice(c));
+            loop {
+                if let Some(run) = d.take_run(keys) {
+                    out.push((true, run.to_vec()));
+                }
+                match d.next_event().expect("within limit") {
+                    Some(ev) => out.push((false, ev.to_vec())),
+                    None => break,
+                }
+            }
+        }
+        (out, d.finish().to_vec())
+    }
+
+    #[test]
+    fn runs_are_whole_events_without_keys_at_every_split() {
+        let keys = Keys::new(&["\"tool_use\""]);
+        let inputs: [&[u8]; 4] = [
+            b"data: a\n\n: c\n\ndata: \"tool_use\"\n\ndata: b\n\ndata: \\u0074\n\ndata: c\n\n",
+            b"data: a\r\n\r\ndata: b\n\ndata: \"tool_use\"\r\rdata: c\n\n\n\ndata: d\r\n\n",
+            b"data: a\r\rdata: b\n\rdata: \"tool_use\"\n\n",
+            b"data: a\n\ndata: b\n\ndata: c",
+        ];
+        for input in inputs {
+            let (whole, whole_rest) = decode_all(&[input]);
+            for i in 0..=input.len() {
+                for j in i..=input.len() {
+                    let (parts, rest) =
+                        runs_and_events(&[&input[..i], &input[i..j], &input[j..]], &keys);
+                    assert_eq!(rest, whole_rest, "{i},{j}");
+                    let mut events = Vec::new();
+                    for (is_run, bytes) in &parts {
+                        if *is_run {
+                            assert!(keys.find(bytes).is_none(), "a key in a run at {i},{j}");
+                            let (inner, left) = decode_all(&[bytes]);
+                            assert!(left.is_empty(), "a run ends mid-event at {i},{j}");
+                            events.extend(inner);
+                        } else {
+                            events.push(bytes.clone());
+                        }
+                    }
+                    // The same bytes, and the same events but for the LF of a CRLF split
+                    // across reads, which comes out on its own.
+                    assert_eq!(events.concat(), whole.concat(), "at {i},{j}");
+                    let data = |evs: &[Vec<u8>]| -> Vec<Option<Vec<u8>>> {
+                        evs.iter()
+                            .filter(|e| e.as_slice() != b"\n")
+                            .map(|e| SseEvent::new(e).data().map(|d| d.to_vec()))
+                            .collect()
+                    };
+                    assert_eq!(
+                        data(&events),
+                        data(&whole),
+                        "{:?} at {i},{j}",
+                        String::from_utf8_lossy(input)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn runs_and_events_within_a_read_are_not_copied() {
+        let keys = Keys::new(&["\"tool_use\""]);
+        let read =
+            Bytes::from_static(b"data: a\n\ndata: b\n\ndata: \"tool_use\"\n\ndata: c\n\ndata: d");
+        let within = |b: &Bytes| {
+            let (start, end) = (read.as_ptr() as usize, read.as_ptr() as usize + read.len());
+            (start..end).contains(&(b.as_ptr() as usize))
+        };
+        let mut d = SseDecoder::new(1 << 20);
+        d.feed(read.clone());
+        let run = d.take_run(&keys).expect("a run before the key");
+        assert_eq!(&run[..], b"data: a\n\ndata: b\n\n");
+        assert!(within(&run));
+        let ev = d.next_event().expect("ok").expect("the event with the key");
+        assert_eq!(&ev[..], b"data: \"tool_use\"\n\n");
+        assert!(within(&ev));
+        assert_eq!(&d.take_run(&keys).expect("the rest")[..], b"data: c\n\n");
+        assert_eq!(d.next_event(), Ok(None));
+        assert_eq!(d.buffered(), 7);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::Bytes;
 
 use super::{Dialect, Flow, OnMalformed, Record, StreamInterceptor};
 use crate::decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
@@ -60,11 +60,11 @@ pub fn run_chunks(
     limit: usize,
 ) -> (Vec<u8>, Vec<Record>, bool) {
     let mut i = StreamInterceptor::new(dialect, gate(blocked), OnMalformed::FailClosed, limit);
-    let mut out = BytesMut::new();
+    let mut out = super::Output::default();
     let mut records = Vec::new();
     let mut closed = false;
     for c in chunks {
-        if i.feed(c, &mut out) == Flow::Closed {
+        if i.feed(Bytes::copy_from_slice(c), &mut out) == Flow::Closed {
             closed = true;
             break;
         }
@@ -74,7 +74,7 @@ pub fn run_chunks(
         i.finish(&mut out);
     }
     records.extend(i.drain_records());
-    (out.to_vec(), records, closed)
+    (out.take_all(), records, closed)
 }
 
 /// Runs `input` whole.
@@ -114,7 +114,7 @@ pub fn assert_split_invariant(dialect: Dialect, blocked: &[&'static str], input:
 /// malformed stream.
 pub fn data_values(stream: &[u8]) -> Vec<serde_json::Value> {
     let mut d = super::SseDecoder::new(usize::MAX);
-    d.feed(stream);
+    d.feed(Bytes::copy_from_slice(stream));
     let mut values = Vec::new();
     while let Some(ev) = d.next_event().expect("no limit") {
         if let Some(data) = super::SseEvent::new(&ev).data() {

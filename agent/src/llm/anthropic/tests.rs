@@ -239,9 +239,12 @@ fn malformed_tool_event_fails_closed_other_malformed_passes() {
         crate::llm::OnMalformed::FailOpen,
         1 << 20,
     );
-    let mut out = bytes::BytesMut::new();
-    assert_eq!(open.feed(bad_tool, &mut out), crate::llm::Flow::Continue);
-    assert_eq!(&out[..], bad_tool);
+    let mut out = crate::llm::Output::default();
+    assert_eq!(
+        open.feed(bytes::Bytes::copy_from_slice(bad_tool), &mut out),
+        crate::llm::Flow::Continue
+    );
+    assert_eq!(out.take_all(), bad_tool);
 }
 
 #[test]

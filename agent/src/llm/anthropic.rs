@@ -166,7 +166,15 @@ impl Machine for Anthropic {
     }
 
     fn quiet_keys(&self) -> Option<&'static Keys> {
-        (self.blocked.is_empty() && self.tracked.is_empty()).then(|| &*QUIET)
+        if !self.blocked.is_empty() || !self.tracked.is_empty() {
+            None
+        } else if self.tool_uses == 0 {
+            // Before any tool use a new message changes nothing and the stop reason is never
+            // rewritten: only a tool use matters (the common text-only turn).
+            Some(&TOOL_USE)
+        } else {
+            Some(&QUIET)
+        }
     }
 }
 

@@ -1,14 +1,14 @@
-//! Interceptor throughput, for `cargo xtask bench`.
+//! Interceptor throughput and proxy latency, for `cargo xtask bench`.
 //!
-//! Measured on the shared 2-core dev machine (release, 4 MB streams): text-heavy 2.0 GB/s,
-//! tool-heavy 0.3 GB/s, against an in-cache `memcpy` "plain copy" of ~33-43 GB/s (ratios 0.05
-//! and 0.01; the SSE framing alone runs at ~3.8 GB/s); through the proxy on loopback, +15 µs per
-//! event at p50 (direct 20 µs, proxied 34 µs; p99 69 / 123 µs).
+//! In memory (no I/O, [`bench_interceptor`]): a synthetic Anthropic stream fed in 16 KiB reads
+//! through the interceptor, against an in-cache copy of the same bytes — what inspection costs
+//! per byte. Measured on the shared 2-core dev machine: text-heavy 7–12 GB/s (runs of events
+//! with no tool key are forwarded after one key scan, unframed), tool-heavy 0.3 GB/s, memcpy
+//! ~30–40 GB/s.
 //!
-//! Lives in the library so the bench measures the same code the proxy runs, with no I/O: a
-//! synthetic Anthropic stream is fed in 16 KiB reads (a typical TLS record batch) through the
-//! interceptor, and the same bytes through a plain copy into a reused buffer; the ratio says
-//! what inspection costs relative to forwarding.
+//! Through the whole proxy on loopback ([`bench_proxy_throughput`], [`bench_proxy_latency`]):
+//! inspected text-heavy at 0.8–0.9x of the same proxy's plain copy of an uninspected path;
+//! per event +15–35 µs at p50.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -33,7 +33,8 @@ pub struct BenchReport {
 }
 
 impl BenchReport {
-    /// Interceptor / copy on the text-heavy stream (goal: ≥ 0.8).
+    /// Interceptor / in-memory copy on the text-heavy stream (the goal is judged through the
+    /// proxy: [`ThroughputReport::text_ratio`]).
     pub fn text_ratio(&self) -> f64 {
         self.intercept_text_mbps / self.copy_text_mbps
     }
@@ -381,12 +382,18 @@ pub struct ThroughputReport {
     pub text_mbps: f64,
     /// Through the proxy on `/v1/messages`, the tool-heavy stream inspected (half blocked).
     pub tool_mbps: f64,
+    /// Inspected text-heavy / plain copy, per round (the two measured back to back, so a
+    /// machine whose load drifts between rounds weighs on both alike), sorted.
+    pub text_ratios: Vec<f64>,
 }
 
 impl ThroughputReport {
-    /// Inspected text-heavy / plain copy through the proxy (goal: ≥ 0.8).
+    /// The median of the per-round ratios of inspected text-heavy to plain copy (goal: ≥ 0.8).
     pub fn text_ratio(&self) -> f64 {
-        self.text_mbps / self.copy_mbps
+        self.text_ratios
+            .get(self.text_ratios.len() / 2)
+            .copied()
+            .unwrap_or(0.0)
     }
 }
 
@@ -501,6 +508,12 @@ pub async fn bench_proxy_throughput(
         }
     }
     let _ = stop_tx.send(());
+    let mut text_ratios: Vec<f64> = results[2]
+        .iter()
+        .zip(&results[1])
+        .map(|(text, copy)| text / copy)
+        .collect();
+    text_ratios.sort_by(f64::total_cmp);
     let mut medians = results.into_iter().map(median_of);
     let mut next = || medians.next().unwrap_or(0.0);
     Ok(ThroughputReport {
@@ -509,6 +522,7 @@ pub async fn bench_proxy_throughput(
         copy_mbps: next(),
         text_mbps: next(),
         tool_mbps: next(),
+        text_ratios,
     })
 }
 

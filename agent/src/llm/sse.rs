@@ -197,6 +197,8 @@ impl SseDecoder {
         if !self.carry.is_empty() || self.after_cr || self.scanned != 0 {
             return None;
         }
+        // A kept scan only ever answers "no run" (the run it found was taken when it was made,
+        // and `pos` only grows), so a key set that changed since cannot widen a run.
         let scan = match self.run {
             Some(scan) if self.pos <= scan.key => scan,
             _ => {

@@ -5,6 +5,7 @@
 //! | `content_block_start`, `tool_use` | ask the gate; blocked: a text block (start, delta, stop) at the same index replaces it; allowed MCP: follow its input |
 //! | `content_block_delta` / `_stop` | suppressed for a blocked index |
 //! | `message_delta` | `stop_reason` `tool_use` → `end_turn` when every tool call was blocked |
+//! | any other event with a `tool_use` block (`content_block`, `message.content`) | a blocked one ends the stream (fail closed) |
 //! | anything else | passed through |
 
 use std::borrow::Cow;
@@ -40,6 +41,15 @@ struct Envelope<'a> {
     content_block: Option<&'a RawValue>,
     #[serde(default, borrow)]
     delta: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    message: Option<&'a RawValue>,
+}
+
+/// The part of a message that can hold tool uses.
+#[derive(Deserialize)]
+struct MessageContent<'a> {
+    #[serde(default, borrow)]
+    content: Vec<&'a RawValue>,
 }
 
 /// A content block as far as we care.
@@ -122,6 +132,7 @@ impl Machine for Anthropic {
                 if self.blocked.contains(&index) {
                     return Ok(());
                 }
+                blocked_in_other_event(cx, &env)?;
                 if let Some(t) = self.tracked.iter_mut().find(|t| t.index == index)
                     && let Some(delta) = env.delta
                     && let Ok(d) = serde_json::from_str::<InputDelta<'_>>(delta.get())
@@ -136,6 +147,7 @@ impl Machine for Anthropic {
                 if self.blocked.contains(&index) {
                     return Ok(());
                 }
+                blocked_in_other_event(cx, &env)?;
                 if let Some(pos) = self.tracked.iter().position(|t| t.index == index) {
                     let t = self.tracked.swap_remove(pos);
                     record_tracked(cx, t);
@@ -148,7 +160,10 @@ impl Machine for Anthropic {
                     None => out.extend_from_slice(raw),
                 }
             }
-            _ => out.extend_from_slice(raw),
+            _ => {
+                blocked_in_other_event(cx, &env)?;
+                out.extend_from_slice(raw);
+            }
         }
         Ok(())
     }
@@ -278,6 +293,31 @@ impl Anthropic {
             record_tracked(cx, t);
         }
     }
+}
+
+/// An event of a type that carries no block starts (or one unknown to us) may still hold a
+/// `tool_use` block, in `content_block` or `message.content`: a client that reads events raw
+/// would see it, so a blocked one ends the stream (fail closed).
+fn blocked_in_other_event(cx: &mut Cx, env: &Envelope<'_>) -> Result<(), Fatal> {
+    let content = env
+        .message
+        .and_then(|m| serde_json::from_str::<MessageContent<'_>>(m.get()).ok())
+        .map(|m| m.content)
+        .unwrap_or_default();
+    for raw in env.content_block.into_iter().chain(content) {
+        if let Ok(block) = serde_json::from_str::<Block<'_>>(raw.get())
+            && block.ty == "tool_use"
+            && cx
+                .check(block.name.as_deref().unwrap_or_default(), None)
+                .is_blocked()
+        {
+            return Err(Fatal::new(format!(
+                "a blocked tool use in a '{}' event",
+                env.ty
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn record_tracked(cx: &mut Cx, t: Tracked) {

@@ -7,6 +7,7 @@
 //! | `response.output_item.done` | blocked: the completed message item; allowed MCP: recorded with its arguments; an item whose name/namespace differs from what was judged at `added` is judged again (and replaced by a message item if now blocked) |
 //! | `response.output_item.added`, `custom_tool_call` | held back with its `custom_tool_call_input.*` events until its `output_item.done`; then its code is scanned for `mcp__<server>__<tool>` references and the whole item passes, or is replaced if one is blocked |
 //! | `response.completed/.incomplete/.failed` | blocked items in `response.output` replaced by the message items; a tool item not passed exactly as it stands (same id, type, name, namespace, code) is judged again |
+//! | any other event with a call item (`item`, `response.output`) | a blocked one ends the stream (fail closed) |
 //!
 //! Synthetic events reuse the `sequence_number` of the event they stand in for.
 //!
@@ -58,6 +59,15 @@ struct Envelope<'a> {
     delta: Option<&'a RawValue>,
     #[serde(default, borrow)]
     input: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    response: Option<&'a RawValue>,
+}
+
+/// The part of a `response` object that can hold calls.
+#[derive(Deserialize)]
+struct ResponseOutput<'a> {
+    #[serde(default, borrow)]
+    output: Vec<&'a RawValue>,
 }
 
 /// An output item as far as we care.
@@ -220,6 +230,7 @@ impl Machine for Responses {
             "response.output_item.added" => self.on_added(cx, raw, &env, &seq, out),
             "response.output_item.done" => self.on_done(cx, raw, &env, &seq, out),
             "response.function_call_arguments.delta" | "response.function_call_arguments.done" => {
+                blocked_in_other_event(cx, &env)?;
                 match self.find(&env).map(|i| &self.items[i].state) {
                     Some(ItemState::Blocked { .. }) => Ok(()),
                     _ => {
@@ -229,6 +240,7 @@ impl Machine for Responses {
                 }
             }
             "response.custom_tool_call_input.delta" | "response.custom_tool_call_input.done" => {
+                blocked_in_other_event(cx, &env)?;
                 let max = self.max_held;
                 match self.find(&env).map(|i| &mut self.items[i].state) {
                     Some(ItemState::Held {
@@ -268,6 +280,7 @@ impl Machine for Responses {
                     events.push(raw.clone());
                     return Ok(());
                 }
+                blocked_in_other_event(cx, &env)?;
                 out.extend_from_slice(raw);
                 Ok(())
             }
@@ -602,6 +615,29 @@ pub(crate) fn display_name(name: &str, namespace: Option<&str>) -> String {
         Some(ns) if !ns.is_empty() => format!("{ns}__{name}"),
         _ => name.to_owned(),
     }
+}
+
+/// An event of a type the SDKs do not build output from (a delta, `response.created`, or one
+/// unknown to us) may still carry a call item, in `item` or `response.output`: a client that reads events
+/// raw would see it, so a blocked one ends the stream (fail closed); allowed ones pass (they
+/// are recorded where the SDKs take them from: `output_item.done`, `response.completed`).
+fn blocked_in_other_event(cx: &mut Cx, env: &Envelope<'_>) -> Result<(), Fatal> {
+    let output = env
+        .response
+        .and_then(|r| serde_json::from_str::<ResponseOutput<'_>>(r.get()).ok())
+        .map(|r| r.output)
+        .unwrap_or_default();
+    for raw in env.item.into_iter().chain(output) {
+        if let Ok(item) = serde_json::from_str::<Item<'_>>(raw.get())
+            && judge_item(cx, &item, false).is_some()
+        {
+            return Err(Fatal::new(format!(
+                "a blocked tool call in a '{}' event",
+                env.ty
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Decides a complete item (buffered bodies, or an item seen only at `done`): the replacement

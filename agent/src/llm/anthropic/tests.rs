@@ -333,3 +333,27 @@ fn escaped_or_repeated_keys_cannot_slip_a_tool_use_past_the_hot_path() {
         assert!(!text.contains(data), "{data} passed unchanged:\n{text}");
     }
 }
+
+/// A tool use in an event that carries no blocks by its type (an unknown type here) is judged
+/// too: a blocked one ends the stream, an allowed one passes.
+#[test]
+fn a_blocked_tool_use_in_an_unexpected_event_ends_the_stream() {
+    let block = r#"{"type":"tool_use","id":"t1","name":"mcp__fs__delete","input":{"p":"SECRET"}}"#;
+    let input = sse(&[
+        ("message_start", START),
+        (
+            "x",
+            &format!(r#"{{"type":"xcontent_block_start","index":1,"content_block":{block}}}"#),
+        ),
+        (
+            "x",
+            &format!(r#"{{"type":"message_stop","message":{{"content":[{block}]}}}}"#),
+        ),
+    ]);
+    let out = assert_split_invariant(Dialect::Anthropic, &["mcp__fs__delete"], &input);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("SECRET"), "{text}");
+    assert!(text.contains("response stopped"), "{text}");
+    let (allowed, _) = run(Dialect::Anthropic, &[], &input);
+    assert_eq!(allowed, input);
+}

@@ -455,3 +455,34 @@ fn code_mode_call_whose_final_code_differs_is_judged_again() {
     assert!(!text.contains("SECRET"), "blocked code reached the agent");
     assert_eq!(output_types(&data_values(&out)), ["message"]);
 }
+
+/// A call item in an event the machine does not build output from (an unknown type here, as
+/// the fuzzer sent it) is judged too: a blocked one ends the stream, an allowed one passes.
+#[test]
+fn a_blocked_call_in_an_unexpected_event_ends_the_stream() {
+    let item = r#"{"type":"function_call","id":"fc","call_id":"c1","namespace":"mcp__fs","name":"delete","arguments":"{\"p\":\"SECRET\"}"}"#;
+    let input = sse(&[
+        (
+            "response.created",
+            r#"{"type":"response.created","response":{"id":"r","output":[]}}"#,
+        ),
+        (
+            "x",
+            &format!(
+                r#"{{"type":"messageresponse.output_item.added","output_index":0,"item":{item}}}"#
+            ),
+        ),
+        (
+            "response.in_progress",
+            &format!(
+                r#"{{"type":"response.in_progress","response":{{"id":"r","output":[{item}]}}}}"#
+            ),
+        ),
+    ]);
+    let out = assert_split_invariant(Dialect::OpenAiResponses, &["mcp__fs__delete"], &input);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("SECRET"), "{text}");
+    assert!(text.contains("toolwall_blocked"), "{text}");
+    let (allowed, _) = run(Dialect::OpenAiResponses, &[], &input);
+    assert_eq!(allowed, input);
+}

@@ -93,10 +93,12 @@ fn parsed_events(stream: &[u8]) -> Vec<Value> {
     values
 }
 
-/// Every tool name the events present as a call, any dialect: Anthropic `tool_use` blocks
-/// (streamed or in a message), Responses `function_call` items (namespace joined), and Chat
-/// Completions calls with their name pieces joined per choice and call index.
-pub fn called_names(events: &[Value]) -> Vec<String> {
+/// Every tool name the events present as a call to a client of `dialect`: Anthropic
+/// `tool_use` blocks (streamed or in a message), Responses `function_call` items (namespace
+/// joined), or Chat Completions calls with their name pieces joined per choice and call index.
+/// Another dialect's shapes are not calls to that client (its SDK dispatches on its own event
+/// types and never reads them), so they are not counted.
+pub fn called_names(dialect: Dialect, events: &[Value]) -> Vec<String> {
     let mut names = Vec::new();
     let mut chat: HashMap<(u64, u64), String> = HashMap::new();
     let anthropic_block = |b: &Value, names: &mut Vec<String>| {
@@ -116,13 +118,19 @@ pub fn called_names(events: &[Value]) -> Vec<String> {
         }
     };
     for v in events {
-        anthropic_block(&v["content_block"], &mut names);
-        for b in v["message"]["content"].as_array().into_iter().flatten() {
-            anthropic_block(b, &mut names);
+        if dialect == Dialect::Anthropic {
+            anthropic_block(&v["content_block"], &mut names);
+            for b in v["message"]["content"].as_array().into_iter().flatten() {
+                anthropic_block(b, &mut names);
+            }
+            continue;
         }
-        responses_item(&v["item"], &mut names);
-        for item in v["response"]["output"].as_array().into_iter().flatten() {
-            responses_item(item, &mut names);
+        if dialect == Dialect::OpenAiResponses {
+            responses_item(&v["item"], &mut names);
+            for item in v["response"]["output"].as_array().into_iter().flatten() {
+                responses_item(item, &mut names);
+            }
+            continue;
         }
         for (ci, c) in v["choices"].as_array().into_iter().flatten().enumerate() {
             let choice = c["index"].as_u64().unwrap_or(ci as u64);
@@ -177,7 +185,7 @@ pub fn intercept(
 /// Checks the oracle for one input at one chunking; panics with the evidence on a violation.
 pub fn check(dialect: Dialect, on_malformed: OnMalformed, input: &[u8], pieces: &[usize]) {
     let out = intercept(dialect, on_malformed, input, pieces);
-    let leaked: Vec<String> = called_names(&parsed_events(&out))
+    let leaked: Vec<String> = called_names(dialect, &parsed_events(&out))
         .into_iter()
         .filter(|n| BLOCKED.contains(&n.as_str()))
         .collect();
@@ -241,9 +249,18 @@ mod tests {
 data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"delete"}}]}}]}
 "#;
         let responses = br#"data: {"type":"response.output_item.added","item":{"type":"function_call","namespace":"mcp__fs","name":"delete"}}"#;
-        for stream in [&anthropic[..], &chat[..], &responses[..]] {
-            let names = called_names(&parsed_events(stream));
-            assert!(names.contains(&"mcp__fs__delete".to_owned()), "{names:?}");
+        let cases = [
+            (Dialect::Anthropic, &anthropic[..]),
+            (Dialect::OpenAiChat, &chat[..]),
+            (Dialect::OpenAiResponses, &responses[..]),
+        ];
+        for (dialect, stream) in cases {
+            let names = called_names(dialect, &parsed_events(stream));
+            assert_eq!(names, ["mcp__fs__delete"], "{dialect:?}");
+            // The same events are no call to another dialect's client.
+            for (other, _) in cases.iter().filter(|(d, _)| *d != dialect) {
+                assert!(called_names(*other, &parsed_events(stream)).is_empty());
+            }
         }
     }
 

@@ -325,6 +325,9 @@ impl Responses {
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
         let (Some(index), Some(item_raw)) = (env.output_index, env.item) else {
+            // Without an index no replacement can take the item's place: a blocked call in it
+            // ends the stream.
+            blocked_in_other_event(cx, env)?;
             out.extend_from_slice(raw);
             return Ok(());
         };
@@ -513,6 +516,9 @@ impl Responses {
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
         let (Some(index), Some(item_raw)) = (env.output_index, env.item) else {
+            // Without an index no replacement can take the item's place: a blocked call in it
+            // ends the stream.
+            blocked_in_other_event(cx, env)?;
             out.extend_from_slice(raw);
             return Ok(());
         };

@@ -486,3 +486,17 @@ fn a_blocked_call_in_an_unexpected_event_ends_the_stream() {
     let (allowed, _) = run(Dialect::OpenAiResponses, &[], &input);
     assert_eq!(allowed, input);
 }
+
+/// An `output_item.added`/`.done` without an `output_index` cannot have its item replaced in
+/// place: a blocked call in it ends the stream rather than passing.
+#[test]
+fn a_blocked_call_without_an_output_index_ends_the_stream() {
+    let item = r#"{"type":"function_call","id":"fc","call_id":"c1","namespace":"mcp__fs","name":"delete","arguments":"{\"p\":\"SECRET\"}"}"#;
+    for ty in ["response.output_item.added", "response.output_item.done"] {
+        let input = sse(&[(ty, &format!(r#"{{"type":"{ty}","item":{item}}}"#))]);
+        let out = assert_split_invariant(Dialect::OpenAiResponses, &["mcp__fs__delete"], &input);
+        let text = String::from_utf8_lossy(&out);
+        assert!(!text.contains("SECRET"), "{ty}: {text}");
+        assert!(text.contains("toolwall_blocked"), "{ty}: {text}");
+    }
+}

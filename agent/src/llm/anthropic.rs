@@ -33,7 +33,9 @@ static QUIET: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["\"tool_use\"", "\"m
 /// The envelope fields every Anthropic stream event may carry.
 #[derive(Deserialize)]
 struct Envelope<'a> {
-    #[serde(rename = "type", borrow)]
+    /// Empty when missing: such an event is no known type, not malformed JSON, and is still
+    /// looked at for call items.
+    #[serde(rename = "type", borrow, default)]
     ty: Cow<'a, str>,
     #[serde(default)]
     index: Option<u64>,

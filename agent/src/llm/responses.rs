@@ -45,7 +45,9 @@ const TEXT_PREFIXES: [&[u8]; 4] = [
 
 #[derive(Deserialize)]
 struct Envelope<'a> {
-    #[serde(rename = "type", borrow)]
+    /// Empty when missing: such an event is no known type, not malformed JSON, and is still
+    /// looked at for call items.
+    #[serde(rename = "type", borrow, default)]
     ty: Cow<'a, str>,
     #[serde(default)]
     output_index: Option<u64>,

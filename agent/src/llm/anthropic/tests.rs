@@ -357,3 +357,22 @@ fn a_blocked_tool_use_in_an_unexpected_event_ends_the_stream() {
     let (allowed, _) = run(Dialect::Anthropic, &[], &input);
     assert_eq!(allowed, input);
 }
+
+/// An event with no `type` is valid JSON, not malformed: with `fail_open` too, a blocked tool
+/// use in it ends the stream.
+#[test]
+fn a_blocked_tool_use_in_an_event_without_a_type_ends_the_stream_even_failing_open() {
+    let data = r#"{"tyze":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"mcp__fs__delete","input":{"p":"SECRET"}}}"#;
+    let input = sse(&[("message_start", START), ("content_block_start", data)]);
+    let mut open = crate::llm::StreamInterceptor::new(
+        Dialect::Anthropic,
+        crate::llm::testing::gate(&["mcp__fs__delete"]),
+        crate::llm::OnMalformed::FailOpen,
+        1 << 20,
+    );
+    let mut out = crate::llm::Output::default();
+    open.feed(bytes::Bytes::from(input), &mut out);
+    let text = String::from_utf8(out.take_all()).expect("utf-8");
+    assert!(!text.contains("SECRET"), "{text}");
+    assert!(text.contains("response stopped"), "{text}");
+}

@@ -103,7 +103,8 @@ impl Dialect {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnMalformed {
-    /// Pass malformed events through unchanged (logged).
+    /// Pass malformed events through unchanged (logged). Valid JSON our strict reading refuses
+    /// (a repeated key, a wrong type) that mentions a tool still ends the stream.
     FailOpen,
     /// End the stream cleanly when a malformed event mentions a tool; events that cannot be
     /// about a tool (no tool key at all) still pass. The default.
@@ -201,7 +202,11 @@ impl Cx {
     /// Decides about an event that did not parse: `Ok` to pass it, `Err` to end the stream.
     fn malformed(&self, err: &serde_json::Error, mentions_tool: bool) -> Result<(), Fatal> {
         tracing::warn!(dialect = self.dialect.as_str(), error = %err, mentions_tool, "malformed JSON in SSE event");
-        if mentions_tool && self.on_malformed == OnMalformed::FailClosed {
+        // Valid JSON that our strict reading refuses (a repeated key, a field of the wrong
+        // type) is no broken event: a client's parser reads it, its own way. That is the parser
+        // differential itself, so it ends the stream whatever the setting.
+        let valid_json = err.classify() == serde_json::error::Category::Data;
+        if mentions_tool && (self.on_malformed == OnMalformed::FailClosed || valid_json) {
             Err(Fatal::new("malformed tool call event"))
         } else {
             Ok(())

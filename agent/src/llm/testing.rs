@@ -77,6 +77,16 @@ pub fn run_chunks(
     (out.take_all(), records, closed)
 }
 
+/// Runs `input` whole through an interceptor set to `fail_open`; the output as text.
+pub fn run_failing_open(dialect: Dialect, blocked: &[&'static str], input: Vec<u8>) -> String {
+    let mut i = StreamInterceptor::new(dialect, gate(blocked), OnMalformed::FailOpen, 1 << 20);
+    let mut out = super::Output::default();
+    if i.feed(Bytes::from(input), &mut out) == Flow::Continue {
+        i.finish(&mut out);
+    }
+    String::from_utf8_lossy(&out.take_all()).into_owned()
+}
+
 /// Runs `input` whole.
 pub fn run(dialect: Dialect, blocked: &[&'static str], input: &[u8]) -> (Vec<u8>, Vec<Record>) {
     let (out, records, _) = run_chunks(dialect, blocked, &[input], 1 << 20);

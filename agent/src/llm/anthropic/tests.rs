@@ -364,15 +364,8 @@ fn a_blocked_tool_use_in_an_unexpected_event_ends_the_stream() {
 fn a_blocked_tool_use_in_an_event_without_a_type_ends_the_stream_even_failing_open() {
     let data = r#"{"tyze":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"mcp__fs__delete","input":{"p":"SECRET"}}}"#;
     let input = sse(&[("message_start", START), ("content_block_start", data)]);
-    let mut open = crate::llm::StreamInterceptor::new(
-        Dialect::Anthropic,
-        crate::llm::testing::gate(&["mcp__fs__delete"]),
-        crate::llm::OnMalformed::FailOpen,
-        1 << 20,
-    );
-    let mut out = crate::llm::Output::default();
-    open.feed(bytes::Bytes::from(input), &mut out);
-    let text = String::from_utf8(out.take_all()).expect("utf-8");
+    let text =
+        crate::llm::testing::run_failing_open(Dialect::Anthropic, &["mcp__fs__delete"], input);
     assert!(!text.contains("SECRET"), "{text}");
     assert!(text.contains("response stopped"), "{text}");
 }

@@ -443,15 +443,8 @@ fn a_repeated_key_hiding_a_call_ends_the_stream_even_failing_open() {
     let input = chunks(&[
         r#"{"index":0,"delta":{},"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"mcp__fs__delete","arguments":"SECRET"}}]},"finish_reason":null}"#,
     ]);
-    let mut open = crate::llm::StreamInterceptor::new(
-        Dialect::OpenAiChat,
-        crate::llm::testing::gate(&["mcp__fs__delete"]),
-        crate::llm::OnMalformed::FailOpen,
-        1 << 20,
-    );
-    let mut out = crate::llm::Output::default();
-    open.feed(bytes::Bytes::from(input), &mut out);
-    let text = String::from_utf8(out.take_all()).expect("utf-8");
+    let text =
+        crate::llm::testing::run_failing_open(Dialect::OpenAiChat, &["mcp__fs__delete"], input);
     assert!(!text.contains("SECRET"), "{text}");
     assert!(text.contains("toolwall_blocked"), "{text}");
 }

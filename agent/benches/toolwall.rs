@@ -16,6 +16,8 @@ use std::{
 
 use bytes::BytesMut;
 
+mod relay;
+
 use toolwall::{
     cgroup::{SessionCgroup, cgroup2_mount},
     decision::Action,
@@ -43,9 +45,11 @@ fn main() {
     }
     if wanted("llm-throughput") {
         bench_llm_throughput();
+        bench_relay_throughput();
     }
     if wanted("llm-latency") {
         bench_llm_latency();
+        bench_relay_latency();
     }
     if wanted("mcp-latency") {
         bench_mcp_latency();
@@ -421,6 +425,239 @@ fn bench_llm_latency() {
         report.events,
         if added < 50.0 { "MET" } else { "NOT MET" }
     );
+}
+
+/// The release binary and nginx as relays of one source, out of process (see `relay.rs`).
+struct Relays {
+    _dir: tempfile::TempDir,
+    _toolwall: Proc,
+    _nginx: Proc,
+    source: relay::Source,
+    bodies: std::sync::Arc<relay::Bodies>,
+    list: Vec<relay::Relay>,
+}
+
+impl Relays {
+    fn start(bytes: usize) -> Result<Relays, String> {
+        let bin = toolwall_bin();
+        if !bin.exists() {
+            return Err(format!(
+                "{} is missing (cargo build --release -p agent, or set TOOLWALL_BIN)",
+                bin.display()
+            ));
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let bodies = std::sync::Arc::new(relay::Bodies::new(bytes));
+        let source = relay::Source::start(bodies.clone()).map_err(|e| e.to_string())?;
+        let (toolwall, port) = relay::start_toolwall(&bin, dir.path(), source.addr)?;
+        let (nginx, buffered, unbuffered) = relay::start_nginx(dir.path(), source.addr)?;
+        let at = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let (tw, ng) = (Some(toolwall.0.id()), Some(nginx.0.id()));
+        let list = vec![
+            relay::Relay {
+                name: "direct (no relay)",
+                addr: source.addr,
+                path: "/v1/messages",
+                pid: None,
+            },
+            relay::Relay {
+                name: "nginx, default config",
+                addr: at(buffered),
+                path: "/v1/messages",
+                pid: ng,
+            },
+            relay::Relay {
+                name: "nginx, proxy_buffering off",
+                addr: at(unbuffered),
+                path: "/v1/messages",
+                pid: ng,
+            },
+            relay::Relay {
+                name: "toolwall, uninspected path",
+                addr: at(port),
+                path: "/v1/files",
+                pid: tw,
+            },
+            relay::Relay {
+                name: "toolwall, inspected",
+                addr: at(port),
+                path: "/v1/messages",
+                pid: tw,
+            },
+        ];
+        Ok(Relays {
+            _dir: dir,
+            _toolwall: toolwall,
+            _nginx: nginx,
+            source,
+            bodies,
+            list,
+        })
+    }
+}
+
+const NGINX: usize = 1;
+const TOOLWALL_COPY: usize = 3;
+const TOOLWALL: usize = 4;
+
+/// Throughput and CPU per GB of the release binary as a relay next to nginx, for the
+/// event-framed source and the 64 KiB-chunk one (issue 19's goals).
+fn bench_relay_throughput() {
+    const BYTES: usize = 16 << 20;
+    const ROUNDS: usize = 7;
+    println!(
+        "== LLM proxy as a relay, out of process, next to nginx: text-heavy stream of {} MB, median of {ROUNDS} rounds",
+        BYTES >> 20
+    );
+    let relays = match Relays::start(BYTES) {
+        Ok(r) => r,
+        Err(why) => {
+            println!("   SKIPPED: {why}");
+            return;
+        }
+    };
+    for (framing, query) in [
+        ("event-framed (one HTTP chunk per SSE event)", "events"),
+        ("64 KiB chunks", "bulk"),
+    ] {
+        println!("   {framing}:");
+        for r in &relays.list {
+            if let Err(why) = relay::verify(r, query, &relays.bodies.payload) {
+                println!("   FAILED: {why}");
+                return;
+            }
+        }
+        let n = relays.list.len();
+        let (mut mbps, mut cpu) = (vec![Vec::new(); n], vec![Duration::ZERO; n]);
+        for _ in 0..ROUNDS {
+            for (i, r) in relays.list.iter().enumerate() {
+                match relay::read_through(r, query) {
+                    Ok((wall, used)) => {
+                        mbps[i].push(relays.bodies.payload.len() as f64 / wall.as_secs_f64() / 1e6);
+                        cpu[i] += used;
+                    }
+                    Err(why) => {
+                        println!("   FAILED: {why}");
+                        return;
+                    }
+                }
+            }
+        }
+        let gb = (relays.bodies.payload.len() * ROUNDS) as f64 / 1e9;
+        let mbps: Vec<f64> = mbps
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            })
+            .collect();
+        let cpu_gb: Vec<f64> = cpu.iter().map(|c| c.as_secs_f64() / gb).collect();
+        for (i, r) in relays.list.iter().enumerate() {
+            let cpu = if r.pid.is_some() {
+                format!(
+                    "relay CPU {:>6.2} s/GB  {:.2}x of nginx's",
+                    cpu_gb[i],
+                    cpu_gb[i] / cpu_gb[NGINX]
+                )
+            } else {
+                String::new()
+            };
+            println!(
+                "     {:<28} {:>6.0} MB/s  {:.2}x of nginx  {cpu}",
+                r.name,
+                mbps[i],
+                mbps[i] / mbps[NGINX]
+            );
+        }
+        let met = |ok: bool| if ok { "MET" } else { "NOT MET" };
+        let thr = mbps[TOOLWALL] / mbps[NGINX];
+        let copy = mbps[TOOLWALL] / mbps[TOOLWALL_COPY];
+        if query == "events" {
+            let cpu = cpu_gb[TOOLWALL] / cpu_gb[NGINX];
+            println!(
+                "     (goals, inspected: throughput ≥ 1.0x nginx default: {} at {thr:.2}x; relay CPU per GB ≤ 1.0x nginx's: {} at {cpu:.2}x)",
+                met(thr >= 1.0),
+                met(cpu <= 1.0)
+            );
+        } else {
+            println!(
+                "     (goals, inspected: ≥ 0.8x the proxy's plain copy: {} at {copy:.2}x; ≥ 1.2x nginx default: {} at {thr:.2}x)",
+                met(copy >= 0.8),
+                met(thr >= 1.2)
+            );
+        }
+    }
+}
+
+/// Per-event delay of the release binary as a relay next to nginx, the source writing each
+/// event only after the client saw the one before (issue 19's goals).
+fn bench_relay_latency() {
+    const EVENTS: usize = 400;
+    const ROUNDS: usize = 5;
+    println!(
+        "== LLM proxy as a relay, out of process, next to nginx: delay per event, µs ({EVENTS} paced events x {ROUNDS} rounds per relay)"
+    );
+    let relays = match Relays::start(1 << 20) {
+        Ok(r) => r,
+        Err(why) => {
+            println!("   SKIPPED: {why}");
+            return;
+        }
+    };
+    let n = relays.list.len();
+    let mut delays = vec![Vec::new(); n];
+    for (i, r) in relays.list.iter().enumerate() {
+        // Warm-up, untimed.
+        if let Err(why) = relay::paced(&relays.source, r, 50, &mut Vec::new()) {
+            println!("   FAILED: {why}");
+            return;
+        }
+        let _ = i;
+    }
+    for _ in 0..ROUNDS {
+        for (i, r) in relays.list.iter().enumerate() {
+            if let Err(why) = relay::paced(&relays.source, r, EVENTS, &mut delays[i]) {
+                println!("   FAILED: {why}");
+                return;
+            }
+        }
+    }
+    let pct: Vec<(f64, f64)> = delays
+        .into_iter()
+        .map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+            (at(0.5), at(0.99))
+        })
+        .collect();
+    for (i, r) in relays.list.iter().enumerate() {
+        println!(
+            "     {:<28} p50 {:>6.0}  p99 {:>6.0}  p50 {:+.0} µs over nginx",
+            r.name,
+            pct[i].0,
+            pct[i].1,
+            pct[i].0 - pct[NGINX].0
+        );
+    }
+    let (p50, p99) = pct[TOOLWALL];
+    let (n50, n99) = pct[NGINX];
+    let met = |ok: bool| if ok { "MET" } else { "NOT MET" };
+    println!(
+        "     (goals, inspected: p50 ≤ nginx's + 20 µs: {} at {:+.0} µs; p99 ≤ nginx's: {} at {p99:.0} vs {n99:.0})",
+        met(p50 <= n50 + 20.0),
+        p50 - n50,
+        met(p99 <= n99)
+    );
+}
+
+fn toolwall_bin() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    std::env::var_os("TOOLWALL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/release/toolwall"))
 }
 
 /// A child process killed (and reaped) on drop.

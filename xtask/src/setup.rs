@@ -169,6 +169,27 @@ pub fn setup_if_possible() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The benchmarks' baseline relay: Debian's nginx (`cargo xtask bench` compares the LLM proxy
+/// with it). Installed when missing and possible; otherwise the bench says it skipped.
+pub fn bench_tools() -> anyhow::Result<()> {
+    if std::path::Path::new("/usr/sbin/nginx").exists() {
+        return Ok(());
+    }
+    if !(step::is_root() && std::path::Path::new("/etc/debian_version").exists()) {
+        eprintln!(
+            "xtask: nginx (the relay baseline) is missing; as root: apt-get install -y --no-install-recommends nginx"
+        );
+        return Ok(());
+    }
+    timed("apt-get install nginx (the relay baseline)", || {
+        step::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends", "nginx"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    })
+}
+
 /// `cargo xtask build-ebpf`: builds through agent/build.rs and reports the embedded object.
 pub fn build_ebpf() -> anyhow::Result<()> {
     setup()?;

@@ -86,9 +86,10 @@ fn privileged() -> anyhow::Result<()> {
 /// MCP latency group drives the release binary and the real peers, so both come first.
 pub fn bench(groups: &[String]) -> anyhow::Result<()> {
     setup::setup_if_possible()?;
+    setup::bench_tools()?;
     peers::install()?;
     timed(
-        "cargo build --release -p agent (the binary the MCP bench drives)",
+        "cargo build --release -p agent (the binary the MCP and relay benches drive)",
         || step::cargo(&["build", "--release", "-p", "agent"]),
     )?;
     let root = step::workspace_root();

@@ -28,8 +28,10 @@ pub mod fuzzing;
 pub mod json;
 pub mod keys;
 pub mod proxy;
+mod relay;
 mod responses;
 pub mod sse;
+mod upstream;
 
 use std::borrow::Cow;
 use std::sync::Arc;

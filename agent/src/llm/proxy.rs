@@ -11,8 +11,9 @@
 //! path is appended as is, so clients use `ANTHROPIC_BASE_URL=http://127.0.0.1:18080` and
 //! `OPENAI_BASE_URL=http://127.0.0.1:18080/v1`.
 //!
-//! Inspected responses: a 2xx `text/event-stream` is fed through a [`StreamInterceptor`] chunk
-//! by chunk (each output chunk is written as soon as it is produced); any other 2xx body is read
+//! Inspected responses: a 2xx `text/event-stream` is fed through a [`StreamInterceptor`] read
+//! by read, on the client connection's task (what is ready is written at once, coalesced into
+//! one write: `relay.rs`); any other 2xx body is read
 //! whole (up to the buffer limit) and rewritten. Upstream is asked for `identity`; a compressed
 //! answer (gzip, deflate, br, zstd) is decoded before inspection and sent on uncompressed; an
 //! unknown encoding is refused (502). Error statuses pass through, logged. WebSocket upgrades are
@@ -25,26 +26,25 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
 
 use anyhow::Context as _;
 use async_compression::tokio::bufread::{BrotliDecoder, GzipDecoder, ZlibDecoder, ZstdDecoder};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyDataStream, BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::{BodyDataStream, BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::uri::{Authority, Scheme};
 use hyper::{Request, Response, StatusCode, Uri};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio_util::io::{ReaderStream, StreamReader};
 
+use super::relay::{Pieces, Plain, Pump, Relay};
+use super::upstream::{Origin, UpstreamBody, Upstreams};
 use super::{Dialect, Flow, OnMalformed, Output, Record, StreamInterceptor, rewrite_buffered};
 use crate::decision::Gate;
 use crate::events::EventSink;
@@ -98,6 +98,7 @@ struct Upstream {
     scheme: Scheme,
     authority: Authority,
     prefix: String,
+    origin: Origin,
 }
 
 impl Upstream {
@@ -117,10 +118,21 @@ impl Upstream {
             .authority()
             .cloned()
             .with_context(|| format!("upstream URL {url:?} has no host"))?;
+        let tls = scheme == Scheme::HTTPS;
+        let origin = Origin {
+            tls,
+            host: authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port: authority.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+        };
         Ok(Upstream {
             scheme,
             authority,
             prefix: uri.path().trim_end_matches('/').to_owned(),
+            origin,
         })
     }
 
@@ -139,7 +151,7 @@ struct Inner {
     openai: Upstream,
     gate: Arc<dyn Gate>,
     sink: EventSink,
-    client: Client<HttpsConnector<HttpConnector>, Incoming>,
+    upstreams: Arc<Upstreams>,
     next_request: AtomicU64,
 }
 
@@ -150,7 +162,8 @@ pub struct LlmProxy {
 }
 
 impl LlmProxy {
-    /// Validates the settings, builds the upstream client (rustls with the system's roots) and
+    /// Validates the settings, builds the upstream client (`upstream.rs`: rustls with the
+    /// system's roots) and
     /// binds the listener, so the caller learns the address before serving.
     pub async fn bind(
         settings: LlmProxySettings,
@@ -162,7 +175,7 @@ impl LlmProxy {
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
-        let client = Client::builder(TokioExecutor::new()).build(https_connector()?);
+        let upstreams = Upstreams::new()?;
         Ok(LlmProxy {
             listener,
             inner: Arc::new(Inner {
@@ -171,7 +184,7 @@ impl LlmProxy {
                 openai,
                 gate,
                 sink,
-                client,
+                upstreams,
                 next_request: AtomicU64::new(1),
             }),
         })
@@ -247,31 +260,6 @@ pub async fn serve(
         .await?
         .run(shutdown)
         .await
-}
-
-fn https_connector() -> anyhow::Result<HttpsConnector<HttpConnector>> {
-    let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder = match builder
-        .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
-    {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::error!(error = %e, "no system CA certificates: HTTPS upstreams will fail (install ca-certificates)");
-            let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .context("TLS setup")?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth();
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
-        }
-    };
-    Ok(builder
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .build())
 }
 
 fn full(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
@@ -377,7 +365,6 @@ async fn handle(
     };
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    parts.headers.remove(header::HOST);
     if dialect.is_some() {
         parts.headers.insert(
             header::ACCEPT_ENCODING,
@@ -385,10 +372,13 @@ async fn handle(
         );
     }
     let method = parts.method.clone();
-    parts.uri = uri;
-    parts.version = hyper::Version::HTTP_11;
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
     tracing::debug!(%request_id, %method, path = %path_and_query, ?dialect, "forwarding");
-    let upstream_resp = match inner.client.request(Request::from_parts(parts, body)).await {
+    let upstream_resp = match inner
+        .upstreams
+        .send(&upstream.origin, &method, target, &parts.headers, body)
+        .await
+    {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(%request_id, error = %e, "upstream request failed");
@@ -403,20 +393,20 @@ async fn handle(
     let Some(dialect) = dialect else {
         return Ok(Response::from_parts(
             parts,
-            body.map_err(BoxError::from).boxed_unsync(),
+            Relay::new(Plain(body)).boxed_unsync(),
         ));
     };
     if !parts.status.is_success() {
         tracing::warn!(%request_id, status = %parts.status, "upstream error status (passed through)");
         return Ok(Response::from_parts(
             parts,
-            body.map_err(BoxError::from).boxed_unsync(),
+            Relay::new(Plain(body)).boxed_unsync(),
         ));
     }
     if method == hyper::Method::HEAD {
         return Ok(Response::from_parts(
             parts,
-            body.map_err(BoxError::from).boxed_unsync(),
+            Relay::new(Plain(body)).boxed_unsync(),
         ));
     }
     let encoding = match Encoding::of(&parts.headers) {
@@ -517,7 +507,7 @@ impl Encoding {
     }
 
     /// The decoded body as a reader that yields bytes as soon as they can be decoded.
-    fn reader(self, body: Incoming) -> Pin<Box<dyn AsyncRead + Send>> {
+    fn reader(self, body: UpstreamBody) -> Pin<Box<dyn AsyncRead + Send>> {
         let stream = BodyDataStream::new(body).map_err(io::Error::other);
         let raw = StreamReader::new(stream);
         match self {
@@ -535,10 +525,68 @@ impl Encoding {
 
     /// The decoded body as the reads to inspect: an identity body's frames as hyper read them
     /// (shared, not copied), a compressed one's bytes as soon as they can be decoded.
-    fn reads(self, body: Incoming) -> Reads {
+    fn reads(self, body: UpstreamBody) -> Reads {
         match self {
             Encoding::Identity => Box::pin(BodyDataStream::new(body).map_err(io::Error::other)),
             coded => Box::pin(ReaderStream::with_capacity(coded.reader(body), READ_CHUNK)),
+        }
+    }
+}
+
+/// An inspected stream as a [`Pump`]: each read fed to the interceptor, its output queued.
+struct Inspect {
+    exchange: Exchange,
+    reads: Reads,
+    interceptor: StreamInterceptor,
+    output: Output,
+    /// Upstream ended, broke, or the interceptor closed the stream.
+    done: bool,
+}
+
+impl Pump for Inspect {
+    fn poll_step(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Pieces,
+    ) -> Poll<Option<Result<(), BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let (flow, broke) = match ready!(self.reads.poll_next_unpin(cx)) {
+            None => {
+                self.interceptor.finish(&mut self.output);
+                (Flow::Closed, None)
+            }
+            Some(Ok(bytes)) => (self.interceptor.feed(bytes, &mut self.output), None),
+            Some(Err(e)) => {
+                tracing::warn!(request_id = %self.exchange.request_id, error = %e, "upstream stream broke");
+                self.interceptor.finish(&mut self.output);
+                (Flow::Closed, Some(e))
+            }
+        };
+        self.exchange.emit(self.interceptor.drain_records());
+        for chunk in self.output.drain() {
+            out.push(chunk);
+        }
+        if let Some(e) = broke {
+            // Let the client see the break, as it would without us.
+            self.done = true;
+            return Poll::Ready(Some(Err(Box::new(e))));
+        }
+        if flow == Flow::Closed {
+            self.done = true;
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Ok(())))
+    }
+}
+
+impl Drop for Inspect {
+    fn drop(&mut self) {
+        if !self.done {
+            // The client went away (or its connection was ended at shutdown): upstream and the
+            // event sink are released with this body.
+            tracing::info!(request_id = %self.exchange.request_id, "client went away mid-stream");
         }
     }
 }
@@ -560,62 +608,24 @@ impl Exchange {
         }
     }
 
-    /// Pumps upstream through the interceptor on its own task; each output chunk goes to the
-    /// client as soon as it exists.
-    fn stream(self, mut reads: Reads) -> ProxyBody {
-        let (tx, rx) = mpsc::channel::<Result<Bytes, BoxError>>(8);
-        tokio::spawn(async move {
-            let settings = &self.inner.settings;
-            let mut interceptor = StreamInterceptor::new(
-                self.dialect,
-                self.inner.gate.clone(),
-                settings.on_malformed,
-                settings.max_stream_buffer,
-            );
-            let mut out = Output::default();
-            loop {
-                // A client that goes away (or a connection ended at shutdown) must end this task
-                // too, even while upstream is silent: it holds the event sink.
-                let read = tokio::select! {
-                    read = reads.next() => read,
-                    () = tx.closed() => {
-                        tracing::info!(request_id = %self.request_id, "client went away mid-stream");
-                        return;
-                    }
-                };
-                let (flow, broke) = match read {
-                    None => {
-                        interceptor.finish(&mut out);
-                        (Flow::Closed, None)
-                    }
-                    Some(Ok(bytes)) => (interceptor.feed(bytes, &mut out), None),
-                    Some(Err(e)) => {
-                        tracing::warn!(request_id = %self.request_id, error = %e, "upstream stream broke");
-                        interceptor.finish(&mut out);
-                        (Flow::Closed, Some(e))
-                    }
-                };
-                self.emit(interceptor.drain_records());
-                for chunk in out.drain() {
-                    if tx.send(Ok(chunk)).await.is_err() {
-                        tracing::info!(request_id = %self.request_id, "client went away mid-stream");
-                        return;
-                    }
-                }
-                if let Some(e) = broke {
-                    // Let the client see the break, as it would without us.
-                    let _ = tx.send(Err(Box::new(e))).await;
-                    return;
-                }
-                if flow == Flow::Closed {
-                    return;
-                }
-            }
-        });
-        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item.map(Frame::data), rx))
-        });
-        StreamBody::new(stream).boxed_unsync()
+    /// The response body: upstream read, inspected and written on the client connection's
+    /// task, whatever is ready coalesced into one write ([`Relay`]).
+    fn stream(self, reads: Reads) -> ProxyBody {
+        let settings = &self.inner.settings;
+        let interceptor = StreamInterceptor::new(
+            self.dialect,
+            self.inner.gate.clone(),
+            settings.on_malformed,
+            settings.max_stream_buffer,
+        );
+        Relay::new(Inspect {
+            exchange: self,
+            reads,
+            interceptor,
+            output: Output::default(),
+            done: false,
+        })
+        .boxed_unsync()
     }
 
     /// Reads a whole body (bounded), inspects and rewrites it.

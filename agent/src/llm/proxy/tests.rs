@@ -487,3 +487,211 @@ fn a_session_prefix_is_split_off_and_tags_the_exchange() {
         );
     }
 }
+
+/// `bytes` chunked `size` bytes per HTTP chunk (an event split anywhere).
+fn chunked_every(bytes: &[u8], size: usize) -> Vec<u8> {
+    let mut out: Vec<u8> = bytes.chunks(size).flat_map(chunk).collect();
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+#[tokio::test]
+async fn small_chunks_split_anywhere_are_inspected_and_allowed_bytes_stay_identical() {
+    let mixed = anthropic_stream(&["mcp__fs__read", "mcp__fs__delete"]);
+    let allowed = anthropic_stream(&["mcp__fs__read"]);
+    for size in [1, 3, 7, 64] {
+        let mut wire = sse_head("");
+        wire.extend(chunked_every(&mixed, size));
+        let (upstream, _) = fake_upstream(vec![Step::Send(wire)]).await;
+        let (addr, mut rx, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+        let resp = client()
+            .request(post(addr, "/v1/messages", "{}"))
+            .await
+            .expect("response");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("\"name\":\"mcp__fs__read\""), "size {size}");
+        assert!(
+            !text.contains("\"name\":\"mcp__fs__delete\""),
+            "size {size}"
+        );
+        assert!(text.contains("blocked by policy"), "size {size}");
+        assert!(
+            intercepted(&mut rx)
+                .iter()
+                .any(|(t, a, _)| t == "mcp__fs__delete" && a == "block")
+        );
+
+        let mut wire = sse_head("");
+        wire.extend(chunked_every(&allowed, size));
+        let (upstream, _) = fake_upstream(vec![Step::Send(wire)]).await;
+        let (addr, _rx, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+        let resp = client()
+            .request(post(addr, "/v1/messages", "{}"))
+            .await
+            .expect("response");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(
+            &body[..],
+            &allowed[..],
+            "size {size}: allowed bytes identical"
+        );
+    }
+}
+
+#[tokio::test]
+async fn broken_chunk_framing_from_upstream_ends_the_stream_with_an_error() {
+    let mut wire = sse_head("");
+    wire.extend(chunk(b"event: ping\ndata: {\"type\":\"ping\"}\n\n"));
+    wire.extend_from_slice(b"zz\r\nevent: x\n\n\r\n");
+    let (upstream, _) = fake_upstream(vec![Step::Send(wire)]).await;
+    let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+    let resp = client()
+        .request(post(addr, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    let mut broke = false;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
+            Err(_) => {
+                broke = true;
+                break;
+            }
+        }
+    }
+    assert!(broke, "the client sees the break, not a clean end");
+    assert_eq!(got, b"event: ping\ndata: {\"type\":\"ping\"}\n\n");
+}
+
+/// An upstream serving any number of requests per connection (keep-alive), each answered with
+/// `body` by content-length; counts the connections it accepted. A `close_idle` upstream
+/// closes each connection right after its first response (as a server whose idle time-out ran
+/// out would).
+async fn keep_alive_upstream(
+    body: &'static str,
+    close_idle: bool,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Some(end) = memchr::memmem::find(&seen, b"\r\n\r\n") else {
+                        match sock.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while seen.len() < end + 4 + len {
+                        match sock.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    seen.drain(..end + 4 + len);
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if sock.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if close_idle {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn upstream_connections_are_reused_and_closed_idle_ones_replaced() {
+    use std::sync::atomic::Ordering;
+    let body = r#"{"id":"x","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn"}"#;
+    for close_idle in [false, true] {
+        let (upstream, accepted) = keep_alive_upstream(body, close_idle).await;
+        let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+        for _ in 0..3 {
+            let resp = client()
+                .request(post(addr, "/v1/messages", "{\"m\":1}"))
+                .await
+                .expect("response");
+            assert_eq!(resp.status(), StatusCode::OK);
+            let got = resp.into_body().collect().await.expect("body").to_bytes();
+            assert_eq!(got, body.as_bytes());
+            // Let a closing upstream's FIN arrive before the next request.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let want = if close_idle { 3 } else { 1 };
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            want,
+            "close_idle {close_idle}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_client_body_without_a_length_goes_upstream_chunked() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let upstream = listener.local_addr().expect("addr");
+    let (seen_tx, seen_rx) = oneshot::channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            return;
+        };
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !seen.ends_with(b"0\r\n\r\n") {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = sock
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+        let _ = seen_tx.send(seen);
+    });
+    let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+    let pieces = futures_util::stream::iter(
+        ["{\"a\":", "1}"]
+            .map(|p| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(p)))),
+    );
+    let req = Request::post(format!("http://{addr}/v1/files"))
+        .header("x-api-key", "k")
+        .body(http_body_util::StreamBody::new(pieces))
+        .expect("request");
+    let streaming: Client<HttpConnector, _> = Client::builder(TokioExecutor::new()).build_http();
+    let resp = streaming.request(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let seen = String::from_utf8(seen_rx.await.expect("upstream saw the request")).expect("text");
+    assert!(
+        seen.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked\r\n"),
+        "{seen}"
+    );
+    assert!(
+        seen.ends_with("\r\n\r\n5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n"),
+        "{seen}"
+    );
+}

@@ -2,7 +2,9 @@
 //! as a ratio, because absolute times on a shared 2-core machine say little.
 //!
 //! Run one group with `cargo bench -p agent --bench toolwall -- GROUP` (connect, store, policy,
-//! interceptor, llm-latency, mcp-latency). `mcp-latency` drives the release binary
+//! interceptor, llm-throughput, llm-latency, mcp-latency). `llm-throughput` and `llm-latency`
+//! also run the release binary as a relay next to nginx (`relay.rs`). `mcp-latency` drives the
+//! release binary
 //! (`TOOLWALL_BIN`, default `target/release/toolwall`) and the peers `cargo xtask peers`
 //! installs (`TOOLWALL_PEERS_DIR`, default `target/peers`); `cargo xtask bench` sets both up.
 

@@ -247,3 +247,77 @@ print(ask("GET", "{api}"), ask("GET", "evil.example:80"), ask("POST", "{api}"))
     );
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// `api.socket` pointing at a file that is not a socket (a typo naming the event database)
+/// stops the daemon with a clear error and leaves the file as it was (issue 15: it was deleted).
+#[test]
+fn an_api_socket_path_that_is_not_a_socket_is_refused_and_kept() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let precious = dir.path().join("events.db");
+    std::fs::write(&precious, b"the record").expect("write");
+    let config = dir.path().join("toolwall.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\n",
+            precious.display(),
+            dir.path().join("real.db").display()
+        ),
+    )
+    .expect("write config");
+    let out = std::process::Command::new(toolwall_bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run toolwall");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the daemon must refuse: {stderr}");
+    assert!(
+        stderr.contains("exists and is not a socket"),
+        "says why: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&precious).expect("the file is still there"),
+        b"the record"
+    );
+}
+
+/// A configuration of deeply nested brackets is refused at once, naming file and line, before
+/// the YAML parser spends its quadratic time on it (issue 15: 44 s of CPU for 200 KB).
+#[test]
+fn a_deeply_nested_config_is_refused_at_once_with_its_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("deep.yaml");
+    let deep = format!(
+        "sandbox:\n  mcp:\n    deny: {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    std::fs::write(&config, deep).expect("write");
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(toolwall_bin())
+        .args(["config", "check"])
+        .arg(&config)
+        .output()
+        .expect("run toolwall");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:3:", config.display())) && stderr.contains("nested deeper"),
+        "names the file and line: {stderr}"
+    );
+    // Not a timing goal: the unbounded parse took 44 s; anything near that is the old path.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, format!("# {}\n", "x".repeat(2 << 20))).expect("write");
+    let out = std::process::Command::new(toolwall_bin())
+        .args(["config", "check"])
+        .arg(&big)
+        .output()
+        .expect("run toolwall");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("over the limit"),
+        "{stderr}"
+    );
+}

@@ -28,6 +28,75 @@ pub use types::*;
 /// The embedded default configuration, as YAML (`toolwall config default` prints it).
 pub const DEFAULT_YAML: &str = include_str!("default.yaml");
 
+/// Largest configuration accepted: far above any real policy, far below what makes the YAML
+/// parser slow.
+pub(crate) const MAX_CONFIG_BYTES: usize = 1024 * 1024;
+/// Deepest nesting accepted, of flow collections (`[`, `{`) and of indentation (in columns).
+/// The YAML parser's cost grows with the square of the depth (a 200 KB file of nested `[` took
+/// 44 s of CPU); no toolwall key is nested more than a few levels.
+pub(crate) const MAX_FLOW_DEPTH: usize = 32;
+pub(crate) const MAX_INDENT: usize = 128;
+
+/// Refuses, before parsing, a file too large or nested too deep, naming the line.
+fn check_bounds(text: &str, origin: &str) -> Result<(), ConfigError> {
+    let refuse = |line: Option<usize>, column: Option<usize>, message: String| {
+        Err(ConfigError::Syntax {
+            location: error::Location {
+                file: origin.to_string(),
+                line,
+                column,
+            },
+            message,
+            hint: "a toolwall configuration is small and shallow; `toolwall config default` prints a valid file",
+        })
+    };
+    if text.len() > MAX_CONFIG_BYTES {
+        return refuse(
+            None,
+            None,
+            format!(
+                "the file is {} bytes, over the limit of {MAX_CONFIG_BYTES}",
+                text.len()
+            ),
+        );
+    }
+    let mut depth = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+        if indent > MAX_INDENT && !line.trim().is_empty() {
+            return refuse(
+                Some(n + 1),
+                Some(indent + 1),
+                format!("indented {indent} columns, deeper than the limit of {MAX_INDENT}"),
+            );
+        }
+        // Flow nesting outside quoted scalars and comments. (A block scalar holding brackets
+        // may count too high; no toolwall key takes one.)
+        let mut quote = None;
+        for (col, c) in line.char_indices() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '#') if col == 0 || line[..col].ends_with([' ', '\t']) => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    if depth > MAX_FLOW_DEPTH {
+                        return refuse(
+                            Some(n + 1),
+                            Some(col + 1),
+                            format!("brackets nested deeper than the limit of {MAX_FLOW_DEPTH}"),
+                        );
+                    }
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// How the embedded default is named in errors and in [`Config::origin`].
 pub const EMBEDDED_ORIGIN: &str = "<embedded default>";
 
@@ -48,6 +117,7 @@ impl Config {
 
     /// Parses and validates YAML text; `origin` names it in errors (usually the file path).
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        check_bounds(text, origin)?;
         // An empty file (or only comments) is the default configuration, not an error.
         let mut config = if text.lines().all(|l| {
             let l = l.trim();

@@ -79,7 +79,15 @@ impl ApiHandle {
                 _ = &mut deadline => { self.tasks.abort_all(); break }
             }
         }
-        let _ = std::fs::remove_file(&self.socket);
+        remove_socket(&self.socket);
+    }
+}
+
+/// Removes the daemon's socket at exit, if a socket is still what the path holds.
+fn remove_socket(path: &std::path::Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -183,9 +191,18 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
     {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     }
-    // A socket file left by a daemon that died: nothing listens on it, so replace it.
-    if socket.exists() && std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        let _ = std::fs::remove_file(&socket);
+    // A socket file left by a daemon that died: nothing listens on it, so replace it. Never
+    // anything else: `api.socket` pointing at the event database must not delete the record.
+    if let Ok(meta) = std::fs::symlink_metadata(&socket) {
+        use std::os::unix::fs::FileTypeExt;
+        anyhow::ensure!(
+            meta.file_type().is_socket(),
+            "the API socket path {} (api.socket) exists and is not a socket; refusing to replace it: choose another path",
+            socket.display()
+        );
+        if std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            let _ = std::fs::remove_file(&socket);
+        }
     }
     let unix = UnixListener::bind(&socket).with_context(|| {
         format!(

@@ -16,7 +16,8 @@
 //! one write: `relay.rs`); any other 2xx body is read
 //! whole (up to the buffer limit) and rewritten. Upstream is asked for `identity`; a compressed
 //! answer (gzip, deflate, br, zstd) is decoded before inspection and sent on uncompressed; an
-//! unknown encoding is refused (502). Error statuses pass through, logged. WebSocket upgrades are
+//! unknown encoding is refused (502). A redirect (3xx) is refused (502): the client would follow
+//! it, possibly to a path that is not inspected. Error statuses pass through, logged. WebSocket upgrades are
 //! refused with 426 (Codex then falls back to HTTP streaming), never tunnelled uninspected.
 
 use std::convert::Infallible;
@@ -396,6 +397,15 @@ async fn handle(
             Relay::new(Plain(body)).boxed_unsync(),
         ));
     };
+    if parts.status.is_redirection() {
+        // The SDKs follow a redirect, and back through this proxy it could lead to a path that
+        // is not inspected: a redirect never leaves an inspected route.
+        tracing::error!(%request_id, status = %parts.status, location = ?parts.headers.get(header::LOCATION), "upstream redirected an inspected request: refused (502)");
+        return Ok(full(
+            StatusCode::BAD_GATEWAY,
+            "toolwall: the upstream answered an inspected request with a redirect; toolwall does not pass redirects on inspected routes",
+        ));
+    }
     if !parts.status.is_success() {
         tracing::warn!(%request_id, status = %parts.status, "upstream error status (passed through)");
         return Ok(Response::from_parts(

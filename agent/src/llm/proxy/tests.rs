@@ -695,3 +695,33 @@ async fn a_client_body_without_a_length_goes_upstream_chunked() {
         "{seen}"
     );
 }
+
+#[tokio::test]
+async fn a_redirect_never_leaves_an_inspected_route() {
+    for (path, status) in [
+        ("/v1/messages", "307 Temporary Redirect"),
+        ("/v1/chat/completions", "302 Found"),
+        ("/v1/responses", "308 Permanent Redirect"),
+    ] {
+        let head =
+            format!("HTTP/1.1 {status}\r\nlocation: /v1/messages-x\r\ncontent-length: 0\r\n\r\n");
+        let (upstream, _) = fake_upstream(vec![Step::Send(head.into_bytes())]).await;
+        let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+        let resp = client()
+            .request(post(addr, path, "{}"))
+            .await
+            .expect("response");
+        assert_eq!(resp.status(), StatusCode::BAD_GATEWAY, "{path}");
+        assert!(resp.headers().get("location").is_none(), "{path}");
+    }
+    // An uninspected path passes its redirect on (nothing to inspect there).
+    let head =
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: /v1/files/2\r\ncontent-length: 0\r\n\r\n";
+    let (upstream, _) = fake_upstream(vec![Step::Send(head.as_bytes().to_vec())]).await;
+    let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+    let resp = client()
+        .request(post(addr, "/v1/files", "{}"))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::TEMPORARY_REDIRECT);
+}

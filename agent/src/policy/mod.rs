@@ -444,6 +444,29 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// Why the deny rules block a name that is in no registry: the name as written, and the
+    /// tool part of `mcp__<server>__<tool>` or of Codex's namespace `mcp__<server>`, each with
+    /// the server it names (if any).
+    fn denied_unknown(&self, call: &CallQuery<'_>) -> Option<String> {
+        let mut forms: Vec<(&str, &str)> = vec![("", call.name)];
+        if let Some(rest) = call.name.strip_prefix("mcp__")
+            && let Some((server, tool)) = rest.split_once("__")
+        {
+            forms.push((server, tool));
+        }
+        if let Some(server) = call.namespace.and_then(|ns| ns.strip_prefix("mcp__")) {
+            forms.push((server, call.name));
+        }
+        forms.into_iter().find_map(|(server, tool)| {
+            self.deny
+                .check(tool)
+                .or_else(|| self.tools.denied(server, tool))
+                .map(|why| format!("unregistered tool {:?}: {why}", call.name))
+        })
+    }
+}
+
 impl Gate for Policy {
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         match self.registry.resolve(call, &self.patterns) {
@@ -482,12 +505,17 @@ impl Gate for Policy {
                 let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
                 self.decide_unregistered(server_id, tool, Some(call.stage))
             }
-            Resolution::Unknown if self.fail_closed => self.finish(
-                Action::Block,
-                format!("unknown tool {:?}, fail closed", call.name),
-                None,
-            ),
-            Resolution::Unknown => Decision::not_mcp(),
+            // A name nobody registered still meets the deny rules: a `deny:` regex or a
+            // `denied_tools` glob that matches it always blocks (issue 12, class 7).
+            Resolution::Unknown => match self.denied_unknown(call) {
+                Some(reason) => self.finish(Action::Block, reason, None),
+                None if self.fail_closed => self.finish(
+                    Action::Block,
+                    format!("unknown tool {:?}, fail closed", call.name),
+                    None,
+                ),
+                None => Decision::not_mcp(),
+            },
         }
     }
 

@@ -176,6 +176,20 @@ impl ToolRules {
     }
 }
 
+impl ToolRules {
+    /// Why a `denied_tools` rule blocks `tool` on `server_id` (empty when unknown), if one
+    /// does and no allowed rule is more specific; the list policy is not applied (a name
+    /// nobody registered is decided by `fail_closed`, not by an allowlist).
+    pub fn denied(&self, server_id: &str, tool: &str) -> Option<String> {
+        let allow = best_tool_rule(&self.allowed, server_id, tool, "");
+        let (deny, deny_spec) = best_tool_rule(&self.denied, server_id, tool, "")?;
+        allow
+            .as_ref()
+            .is_none_or(|(_, a)| *a <= deny_spec)
+            .then(|| format!("tool denied by {}", deny.describe("denied_tools")))
+    }
+}
+
 /// The most specific matching server rule (the first in the file among equals).
 fn best_server_rule<'r>(
     rules: &'r [CompiledServerRule],

@@ -818,3 +818,44 @@ sandbox:
     assert_decision(&after, Action::Block, "delete_");
     assert_eq!(after.tool.map(|t| t.server_id).as_deref(), Some("github"));
 }
+
+#[test]
+fn deny_rules_block_names_no_registry_knows() {
+    // Nothing declared: a bare `echo`, Claude Code's form and Codex's namespace form all meet
+    // the deny regex and the denied_tools glob; a name matching nothing stays a native tool.
+    let p = policy(
+        "sandbox:\n  mcp:\n    deny: [\"^echo$\"]\n    denied_tools:\n      - { server: \"*\", tool: \"drop_*\" }\n",
+    );
+    assert_decision(&p.check_call(&call("echo")), Action::Block, "deny regex");
+    assert_decision(
+        &p.check_call(&call("mcp__s__echo")),
+        Action::Block,
+        "deny regex",
+    );
+    let codex = CallQuery {
+        namespace: Some("mcp__s"),
+        ..call("echo")
+    };
+    assert_decision(&p.check_call(&codex), Action::Block, "deny regex");
+    assert_decision(
+        &p.check_call(&call("drop_table")),
+        Action::Block,
+        "denied_tools",
+    );
+    assert_decision(
+        &p.check_call(&call("mcp__db__drop_all")),
+        Action::Block,
+        "denied_tools",
+    );
+    assert_eq!(p.check_call(&call("read_file")).action, Action::Allow);
+    // A server-specific glob applies where the name says which server it is.
+    let p = policy(
+        "sandbox:\n  mcp:\n    denied_tools:\n      - { server: github, tool: \"delete_*\" }\n",
+    );
+    assert_decision(
+        &p.check_call(&call("mcp__github__delete_repo")),
+        Action::Block,
+        "denied_tools",
+    );
+    assert_eq!(p.check_call(&call("delete_repo")).action, Action::Allow);
+}

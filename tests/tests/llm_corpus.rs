@@ -1,18 +1,23 @@
 //! The hostile-upstream corpus (`tests/corpus/llm/*.json`, issue 12) replayed through the real
-//! `toolwall run` to the official Python SDKs (`tests/peers/llm_corpus.py`): for every case, no
-//! call of a denied tool may reach what the SDK assembles; a case's `expect`ed (allowed) calls
-//! must. Each case also runs direct (no proxy), where a hostile one must yield a denied call,
-//! so a case that stopped being an attack (an SDK change) fails loudly. The policy denies `echo` in every spelling: `deny: ["(^|__)echo$"]`, nothing declared.
+//! `toolwall run` to the official SDKs — Python (`tests/peers/llm_corpus.py`: `anthropic`,
+//! `openai`) and TypeScript (`tests/peers/llm_corpus.mjs`: `@anthropic-ai/sdk`, `openai`), whose
+//! response parsers differ: for every case and peer, no call of a denied tool may reach what the
+//! SDK assembles; a case's `expect`ed (allowed) calls must. Each case also runs direct (no proxy),
+//! where a hostile one must yield a denied call in that peer's SDK, so a case that stopped being
+//! an attack (an SDK change) fails loudly. The policy denies `echo` in every spelling:
+//! `deny: ["(^|__)echo$"]`, nothing declared.
+
+use std::{path::PathBuf, process::Command};
 
 use serde_json::Value;
-use toolwall_tests::{Daemon, python, workspace_root};
+use toolwall_tests::{Daemon, peers_dir, python, workspace_root};
 
 fn denied(name: &str) -> bool {
     name == "echo" || name.ends_with("__echo")
 }
 
 #[test]
-fn no_denied_call_of_the_hostile_corpus_reaches_the_python_sdks() {
+fn no_denied_call_of_the_hostile_corpus_reaches_the_official_sdks() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -29,54 +34,71 @@ fn no_denied_call_of_the_hostile_corpus_reaches_the_python_sdks() {
         .collect();
     cases.sort();
     assert!(cases.len() >= 5, "the corpus is checked in");
-    let out = std::process::Command::new(python())
-        .arg(root.join("tests/peers/llm_corpus.py"))
-        .arg(port.to_string())
-        .arg(&proxy)
-        .args(&cases)
-        .output()
-        .expect("run the SDK peer");
+    let node_sdks = peers_dir().join("node/node_modules/openai");
     assert!(
-        out.status.success(),
-        "llm_corpus.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        node_sdks.exists(),
+        "{} does not exist: run `cargo xtask peers` (or `cargo xtask test`)",
+        node_sdks.display()
     );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("the peer prints JSON");
+    // Each peer binds the fake upstream's port itself, so they run one after the other.
+    let peers: [(&str, PathBuf, &str); 2] = [
+        ("Python", python(), "llm_corpus.py"),
+        ("TypeScript", PathBuf::from("node"), "llm_corpus.mjs"),
+    ];
     let mut failures = Vec::new();
-    for case in &cases {
-        let spec: Value =
-            serde_json::from_str(&std::fs::read_to_string(case).expect("read case")).expect("case");
-        let both = &report[case.display().to_string()];
-        let calls_of = |label: &str| -> Vec<String> {
-            both[label]["calls"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let (direct, calls) = (calls_of("direct"), calls_of("proxied"));
-        let got = &both["proxied"];
-        let name = case.file_name().unwrap_or_default().to_string_lossy();
-        // A hostile case must be one the SDK acts on without toolwall: a denied call direct.
-        if spec["expect"].is_null() && !direct.iter().any(|c| denied(c)) {
-            failures.push(format!(
-                "{name}: not an attack: direct, the SDK assembled no denied call: {}",
-                both["direct"]
-            ));
-        }
-        if calls.iter().any(|c| denied(c)) {
-            failures.push(format!("{name}: a denied call reached the SDK: {calls:?}"));
-        }
-        for want in spec["expect"].as_array().into_iter().flatten() {
-            let want = want.as_str().unwrap_or_default();
-            if !calls.iter().any(|c| c == want) {
+    for (peer, interpreter, script) in peers {
+        let out = Command::new(interpreter)
+            .arg(root.join("tests/peers").join(script))
+            .arg(port.to_string())
+            .arg(&proxy)
+            .args(&cases)
+            .env("TOOLWALL_PEERS_DIR", peers_dir())
+            .output()
+            .expect("run the SDK peer");
+        assert!(
+            out.status.success(),
+            "{script} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).expect("the peer prints JSON");
+        for case in &cases {
+            let spec: Value =
+                serde_json::from_str(&std::fs::read_to_string(case).expect("read case"))
+                    .expect("case");
+            let both = &report[case.display().to_string()];
+            let calls_of = |label: &str| -> Vec<String> {
+                both[label]["calls"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let (direct, calls) = (calls_of("direct"), calls_of("proxied"));
+            let got = &both["proxied"];
+            let name = case.file_name().unwrap_or_default().to_string_lossy();
+            // A hostile case must be one this SDK acts on without toolwall: a denied call direct.
+            if spec["expect"].is_null() && !direct.iter().any(|c| denied(c)) {
                 failures.push(format!(
-                    "{name}: allowed call {want:?} did not arrive: {got}"
+                    "{peer} {name}: not an attack: direct, the SDK assembled no denied call: {}",
+                    both["direct"]
                 ));
+            }
+            if calls.iter().any(|c| denied(c)) {
+                failures.push(format!(
+                    "{peer} {name}: a denied call reached the SDK: {calls:?}"
+                ));
+            }
+            for want in spec["expect"].as_array().into_iter().flatten() {
+                let want = want.as_str().unwrap_or_default();
+                if !calls.iter().any(|c| c == want) {
+                    failures.push(format!(
+                        "{peer} {name}: allowed call {want:?} did not arrive: {got}"
+                    ));
+                }
             }
         }
     }

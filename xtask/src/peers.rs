@@ -66,7 +66,7 @@ pub fn install() -> anyhow::Result<()> {
         eprintln!("xtask: npm peers up to date ({})", node.display());
     } else {
         timed(
-            "npm peers (server-everything, Claude Code, Codex CLI, playwright-core) into target/peers/node",
+            "npm peers (server-everything, @anthropic-ai/sdk, openai, Claude Code, Codex CLI, playwright-core) into target/peers/node",
             || {
                 fs::create_dir_all(&node)?;
                 fs::copy(&package, node.join("package.json"))?;

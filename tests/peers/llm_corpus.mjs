@@ -1,0 +1,114 @@
+// Replays a corpus of hostile upstream responses through toolwall's LLM proxy to the official
+// TypeScript SDKs (@anthropic-ai/sdk, openai), and reports which tool calls each SDK call
+// assembled (or the error it threw). The twin of llm_corpus.py: same arguments, same cases,
+// same report.
+//
+// Usage: node llm_corpus.mjs UPSTREAM_PORT PROXY_URL CASE.json...
+//
+// It starts its own fake upstream on UPSTREAM_PORT (run it after the Python peer, not beside
+// it). The SDKs come from $TOOLWALL_PEERS_DIR/node/node_modules (default: target/peers).
+// Every case runs twice: direct (the SDK against the fake upstream: proves the case is an
+// attack the SDK would act on) and through the proxy. The fake upstream answers every request
+// with the current case; a request to any path that contains "-x" (a redirect's target) gets
+// the case's "then".
+
+import { readFileSync } from "node:fs";
+import http from "node:http";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const peers = process.env.TOOLWALL_PEERS_DIR || path.join(here, "../../target/peers");
+const require = createRequire(path.join(peers, "node", "package.json"));
+const Anthropic = require("@anthropic-ai/sdk").default;
+const OpenAI = require("openai").default;
+
+let current = null;
+
+const server = http.createServer((req, res) => {
+  req.resume();
+  req.on("end", () => {
+    const c = req.url.includes("-x") && current.then ? current.then : current;
+    const body = Buffer.from(c.body);
+    res.writeHead(c.status ?? 200, { ...(c.headers ?? {}), "content-length": body.length });
+    res.end(body);
+  });
+});
+
+const callsAnthropic = (message) =>
+  message.content
+    .filter((b) => ["tool_use", "server_tool_use", "mcp_tool_use"].includes(b.type))
+    .map((b) => b.name);
+
+function callsChat(completion) {
+  const out = [];
+  for (const ch of completion.choices) {
+    const m = ch.message;
+    for (const tc of m.tool_calls ?? []) {
+      if (tc.type === "function") out.push(tc.function.name);
+      else if (tc.type === "custom") out.push(tc.custom.name);
+    }
+    if (m.function_call) out.push(m.function_call.name);
+  }
+  return out;
+}
+
+const callsResponses = (response) =>
+  response.output
+    .filter((i) => ["function_call", "custom_tool_call", "mcp_call"].includes(i.type))
+    .map((i) => i.name);
+
+async function drain(stream) {
+  for await (const _ of stream);
+}
+
+async function run(c, base) {
+  const a = new Anthropic({ baseURL: base, apiKey: "sk-test", maxRetries: 0 });
+  const o = new OpenAI({ baseURL: base + "/v1", apiKey: "sk-test", maxRetries: 0 });
+  const messages = [{ role: "user", content: "go" }];
+  switch (c.sdk) {
+    case "anthropic.create":
+      return callsAnthropic(await a.messages.create({ model: "claude", max_tokens: 10, messages }));
+    case "anthropic.stream": {
+      const s = a.messages.stream({ model: "claude", max_tokens: 10, messages });
+      await drain(s);
+      return callsAnthropic(await s.finalMessage());
+    }
+    case "chat.create":
+      return callsChat(await o.chat.completions.create({ model: "gpt", messages }));
+    case "chat.stream": {
+      const s = o.chat.completions.stream({ model: "gpt", messages });
+      await drain(s);
+      return callsChat(await s.finalChatCompletion());
+    }
+    case "responses.create":
+      return callsResponses(await o.responses.create({ model: "gpt", input: "go" }));
+    case "responses.stream": {
+      const s = o.responses.stream({ model: "gpt", input: "go" });
+      await drain(s);
+      return callsResponses(await s.finalResponse());
+    }
+    default:
+      throw new Error(`unknown sdk ${JSON.stringify(c.sdk)}`);
+  }
+}
+
+const [port, base, ...files] = process.argv.slice(2);
+await new Promise((ok) => server.listen(Number(port), "127.0.0.1", ok));
+const report = {};
+for (const file of files) {
+  current = JSON.parse(readFileSync(file, "utf8"));
+  report[file] = {};
+  for (const [label, url] of [["direct", `http://127.0.0.1:${port}`], ["proxied", base]]) {
+    try {
+      report[file][label] = { calls: await run(current, url), error: null };
+    } catch (e) {
+      // an SDK error is a refusal, never a call
+      report[file][label] = { calls: [], error: `${e?.constructor?.name}: ${e?.message ?? e}`.slice(0, 300) };
+    }
+  }
+}
+console.log(JSON.stringify(report));
+server.closeAllConnections();
+server.close();

@@ -80,6 +80,16 @@ pub enum CallStage {
     Proposed,
     /// The call is about to run (the stdio shim, the filter proxy).
     Executing,
+    /// A second look at a call a layer already decided (the LLM layer's backstop over what it
+    /// forwards, `llm/backstop.rs`): judged by the same rules, spends no rate-limit budget.
+    Inspected,
+}
+
+impl CallStage {
+    /// The stage that spends rate-limit budget, if this one does.
+    pub fn spends(self) -> Option<CallStage> {
+        (self != CallStage::Inspected).then_some(self)
+    }
 }
 
 /// A tool call as a layer sees it.

@@ -81,7 +81,11 @@ fn no_denied_call_of_the_hostile_corpus_reaches_the_official_sdks() {
             let got = &both["proxied"];
             let name = case.file_name().unwrap_or_default().to_string_lossy();
             // A hostile case must be one this SDK acts on without toolwall: a denied call direct.
-            if spec["expect"].is_null() && !direct.iter().any(|c| denied(c)) {
+            // `attacks`: the peers a case is an attack on (the SDKs' parsers differ), all if absent.
+            let attacks = spec["attacks"]
+                .as_array()
+                .is_none_or(|a| a.iter().any(|p| p.as_str() == Some(peer)));
+            if spec["expect"].is_null() && attacks && !direct.iter().any(|c| denied(c)) {
                 failures.push(format!(
                     "{peer} {name}: not an attack: direct, the SDK assembled no denied call: {}",
                     both["direct"]

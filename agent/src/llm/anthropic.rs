@@ -123,11 +123,12 @@ impl Machine for Anthropic {
             }
         };
         match env.ty.as_ref() {
-            "message_start" => {
-                self.finish_tracked(cx);
-                *self = Anthropic::default();
-                self.on_message_start(cx, body, raw, out)?;
-            }
+            // One response is one message to the SDKs: their accumulators (anthropic 0.x
+            // `accumulate_event`, @anthropic-ai/sdk `MessageStream`) keep the first snapshot and
+            // ignore a later `message_start`, so block indices keep pointing into the first
+            // message's content. Nothing is reset: a blocked block stays blocked (issue 12,
+            // class 10: a reset let the blocked call's input deltas through).
+            "message_start" => self.on_message_start(cx, body, raw, out)?,
             "content_block_start" => self.on_block_start(cx, raw, &env, out)?,
             "content_block_delta" => {
                 let index = env.index.unwrap_or(u64::MAX);

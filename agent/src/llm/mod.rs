@@ -20,6 +20,7 @@
 //!   `event:` line.
 
 mod anthropic;
+mod backstop;
 mod bench;
 mod buffered;
 mod chat;

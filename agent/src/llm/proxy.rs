@@ -40,10 +40,11 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::uri::{Authority, Scheme};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 use tokio::net::TcpListener;
 use tokio_util::io::{ReaderStream, StreamReader};
 
+use super::backstop;
 use super::relay::{Pieces, Plain, Pump, Relay};
 use super::upstream::{Origin, UpstreamBody, Upstreams};
 use super::{Dialect, Flow, OnMalformed, Output, Record, StreamInterceptor, rewrite_buffered};
@@ -366,12 +367,12 @@ async fn handle(
     };
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    if dialect.is_some() {
-        parts.headers.insert(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-    }
+    // Every route is read (the backstop reads the ones no dialect machine does): ask for the
+    // bytes as they are; a compressed answer is decoded anyway.
+    parts.headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     let method = parts.method.clone();
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
     tracing::debug!(%request_id, %method, path = %path_and_query, ?dialect, "forwarding");
@@ -391,26 +392,13 @@ async fn handle(
     };
     let (mut parts, body) = upstream_resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let Some(dialect) = dialect else {
-        return Ok(Response::from_parts(
-            parts,
-            Relay::new(Plain(body)).boxed_unsync(),
-        ));
-    };
-    if parts.status.is_redirection() {
+    if dialect.is_some() && parts.status.is_redirection() {
         // The SDKs follow a redirect, and back through this proxy it could lead to a path that
         // is not inspected: a redirect never leaves an inspected route.
         tracing::error!(%request_id, status = %parts.status, location = ?parts.headers.get(header::LOCATION), "upstream redirected an inspected request: refused (502)");
         return Ok(full(
             StatusCode::BAD_GATEWAY,
             "toolwall: the upstream answered an inspected request with a redirect; toolwall does not pass redirects on inspected routes",
-        ));
-    }
-    if !parts.status.is_success() {
-        tracing::warn!(%request_id, status = %parts.status, "upstream error status (passed through)");
-        return Ok(Response::from_parts(
-            parts,
-            Relay::new(Plain(body)).boxed_unsync(),
         ));
     }
     if method == hyper::Method::HEAD {
@@ -431,38 +419,105 @@ async fn handle(
     };
     parts.headers.remove(header::CONTENT_ENCODING);
     parts.headers.remove(header::CONTENT_LENGTH);
-    let is_sse = parts
+    let ctx = Exchange {
+        inner: inner.clone(),
+        // The dialect the route speaks, or for other routes the provider's main one (it only
+        // labels what the backstop records).
+        dialect: dialect.unwrap_or(if std::ptr::eq(upstream, &inner.anthropic) {
+            Dialect::Anthropic
+        } else {
+            Dialect::OpenAiChat
+        }),
+        request_id,
+        session,
+    };
+    let mut reads = encoding.reads(body);
+    let Some(dialect) = dialect.filter(|_| parts.status.is_success()) else {
+        // Other routes (batch results, files, unknown paths) and error statuses: relayed line
+        // by line behind the backstop.
+        if !parts.status.is_success() {
+            tracing::warn!(request_id = %ctx.request_id, status = %parts.status, "upstream error status (passed on, behind the backstop)");
+        }
+        return Ok(Response::from_parts(parts, ctx.guarded(reads)));
+    };
+    // What the body is decides how it is read, not its label (issue 12, class 2): the SDKs
+    // parse a JSON document as JSON whatever its content-type says.
+    let peeked = match sniff(&mut reads, inner.settings.max_stream_buffer).await {
+        Ok(peeked) => peeked,
+        Err(e) => {
+            tracing::warn!(request_id = %ctx.request_id, error = %e, "upstream body broke");
+            return Ok(full(
+                StatusCode::BAD_GATEWAY,
+                "toolwall: upstream body broke",
+            ));
+        }
+    };
+    let json = peeked.json;
+    let reads: Reads =
+        Box::pin(futures_util::stream::iter(peeked.reads.into_iter().map(Ok)).chain(reads));
+    let labelled_sse = parts
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("text/event-stream"));
-    let ctx = Exchange {
-        inner: inner.clone(),
-        dialect,
-        request_id,
-        session,
+    if labelled_sse == json {
+        tracing::warn!(request_id = %ctx.request_id, ?dialect, labelled_sse, "the body is not what its content-type says: read as what it is");
+    }
+    if !json {
+        return Ok(Response::from_parts(parts, ctx.stream(reads)));
+    }
+    match ctx.buffered(reads).await {
+        Ok(body) => {
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+            Ok(Response::from_parts(
+                parts,
+                Full::new(body)
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            ))
+        }
+        Err(resp) => Ok(resp),
+    }
+}
+
+/// The first reads of a body, up to its first byte that is not whitespace (or a byte order
+/// mark), and whether that byte opens a JSON document.
+struct Peeked {
+    reads: Vec<Bytes>,
+    json: bool,
+}
+
+async fn sniff(reads: &mut Reads, limit: usize) -> io::Result<Peeked> {
+    let mut peeked = Peeked {
+        reads: Vec::new(),
+        json: false,
     };
-    if is_sse {
-        Ok(Response::from_parts(
-            parts,
-            ctx.stream(encoding.reads(body)),
-        ))
-    } else {
-        match ctx.buffered(encoding.reader(body)).await {
-            Ok(body) => {
-                parts
-                    .headers
-                    .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-                Ok(Response::from_parts(
-                    parts,
-                    Full::new(body)
-                        .map_err(|never| match never {})
-                        .boxed_unsync(),
-                ))
-            }
-            Err(resp) => Ok(resp),
+    let mut seen = 0usize;
+    while let Some(read) = reads.next().await {
+        let read = read?;
+        let first = read
+            .iter()
+            .enumerate()
+            .find(|&(i, b)| {
+                let bom = seen + i < 3 && b"\xEF\xBB\xBF"[seen + i] == *b;
+                !(b.is_ascii_whitespace() || bom)
+            })
+            .map(|(_, b)| *b);
+        seen += read.len();
+        peeked.reads.push(read);
+        if let Some(b) = first {
+            peeked.json = matches!(b, b'{' | b'[');
+            return Ok(peeked);
+        }
+        if seen > limit {
+            break;
         }
     }
+    // Empty or only whitespace: a (trivially) whole body.
+    peeked.json = true;
+    Ok(peeked)
 }
 
 fn pick_upstream<'a>(
@@ -601,6 +656,59 @@ impl Drop for Inspect {
     }
 }
 
+/// A route no dialect machine reads, as a [`Pump`]: complete lines judged by the backstop
+/// before they leave.
+struct Guard {
+    exchange: Exchange,
+    reads: Reads,
+    guard: backstop::LineGuard,
+    done: bool,
+}
+
+impl Pump for Guard {
+    fn poll_step(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Pieces,
+    ) -> Poll<Option<Result<(), BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let gate = self.exchange.inner.gate.clone();
+        let verdict = match ready!(self.reads.poll_next_unpin(cx)) {
+            Some(Ok(read)) => self.guard.feed(read, gate.as_ref()),
+            None => {
+                self.done = true;
+                self.guard.finish(gate.as_ref())
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                return Poll::Ready(Some(Err(Box::new(e))));
+            }
+        };
+        match verdict {
+            backstop::Guarded::Pass(pieces) => {
+                for piece in pieces {
+                    out.push(piece);
+                }
+                Poll::Ready(if self.done { None } else { Some(Ok(())) })
+            }
+            backstop::Guarded::Blocked(found) => {
+                self.done = true;
+                self.exchange.refused(found);
+                Poll::Ready(Some(Err(
+                    "toolwall: a blocked tool call in the response".into()
+                )))
+            }
+            backstop::Guarded::Unjudgeable => {
+                self.done = true;
+                tracing::error!(request_id = %self.exchange.request_id, "backstop: a line that may hold a tool call is too long to judge; response cut");
+                Poll::Ready(Some(Err("toolwall: a line too long to inspect".into())))
+            }
+        }
+    }
+}
+
 /// One inspected exchange.
 struct Exchange {
     inner: Arc<Inner>,
@@ -610,6 +718,30 @@ struct Exchange {
 }
 
 impl Exchange {
+    /// Records and logs a blocked call the backstop found; the caller ends the response.
+    fn refused(&self, found: backstop::Found) {
+        tracing::error!(request_id = %self.request_id, tool = %found.name, reason = %found.decision.reason, "backstop: a blocked tool call in a response; refused");
+        self.emit(std::iter::once(Record {
+            dialect: self.dialect,
+            tool_name: found.name,
+            tool_call_id: String::new(),
+            input: None,
+            decision: found.decision,
+        }));
+    }
+
+    /// The body of a route no dialect machine reads, relayed behind the backstop's line guard.
+    fn guarded(self, reads: Reads) -> ProxyBody {
+        let guard = backstop::LineGuard::new(self.inner.settings.max_stream_buffer);
+        Relay::new(Guard {
+            exchange: self,
+            reads,
+            guard,
+            done: false,
+        })
+        .boxed_unsync()
+    }
+
     fn emit(&self, records: impl Iterator<Item = Record>) {
         for r in records {
             self.inner
@@ -638,20 +770,26 @@ impl Exchange {
         .boxed_unsync()
     }
 
-    /// Reads a whole body (bounded), inspects and rewrites it.
-    async fn buffered(
-        self,
-        reader: Pin<Box<dyn AsyncRead + Send>>,
-    ) -> Result<Bytes, Response<ProxyBody>> {
+    /// Reads a whole body (bounded), inspects and rewrites it, and runs the backstop over what
+    /// is to be sent.
+    async fn buffered(self, mut reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
         let limit = self.inner.settings.max_stream_buffer;
         let mut body = Vec::new();
-        let mut limited = reader.take(limit as u64 + 1);
-        if let Err(e) = limited.read_to_end(&mut body).await {
-            tracing::warn!(request_id = %self.request_id, error = %e, "upstream body broke");
-            return Err(full(
-                StatusCode::BAD_GATEWAY,
-                "toolwall: upstream body broke",
-            ));
+        while let Some(read) = reads.next().await {
+            match read {
+                Ok(read) if body.len() + read.len() <= limit => body.extend_from_slice(&read),
+                Ok(_) => {
+                    body.resize(limit + 1, 0);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(request_id = %self.request_id, error = %e, "upstream body broke");
+                    return Err(full(
+                        StatusCode::BAD_GATEWAY,
+                        "toolwall: upstream body broke",
+                    ));
+                }
+            }
         }
         if body.len() > limit {
             tracing::error!(request_id = %self.request_id, limit, "response body over the buffer limit: refused");
@@ -671,7 +809,17 @@ impl Exchange {
         ) {
             Ok((new, records)) => {
                 self.emit(records.into_iter());
-                Ok(new.map_or_else(|| Bytes::from(body), Bytes::from))
+                let out = new.map_or_else(|| Bytes::from(body), Bytes::from);
+                // Whatever the dialect reading made of it (fail_open included), what leaves is
+                // judged by call shape too (issue 12, classes 3, 5 and 9).
+                if let Some(found) = backstop::scan_body(&out, self.inner.gate.as_ref()) {
+                    self.refused(found);
+                    return Err(full(
+                        StatusCode::BAD_GATEWAY,
+                        "toolwall: the response holds a blocked tool call toolwall could not rewrite; refused",
+                    ));
+                }
+                Ok(out)
             }
             Err(e) => {
                 tracing::error!(request_id = %self.request_id, error = %e, "refusing an uninspectable body");

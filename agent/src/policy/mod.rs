@@ -340,7 +340,7 @@ impl Policy {
         let Some(first) = candidates.first() else {
             return Decision::not_mcp();
         };
-        let mut decision = self.decide_entry(first, Some(stage));
+        let mut decision = self.decide_entry(first, stage.spends());
         if !decision.is_blocked() {
             decision.reason = format!(
                 "ambiguous tool name {name:?} (servers {servers}); allowed by every one{}{}",
@@ -480,9 +480,9 @@ impl Gate for Policy {
                         .is_some_and(|(server, _)| server != entry.server_id) =>
             {
                 let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
-                self.decide_unregistered(server_id, tool, Some(call.stage))
+                self.decide_unregistered(server_id, tool, call.stage.spends())
             }
-            Resolution::Found(entry) => self.decide_entry(&entry, Some(call.stage)),
+            Resolution::Found(entry) => self.decide_entry(&entry, call.stage.spends()),
             Resolution::Ambiguous { name, candidates } => {
                 self.decide_ambiguous(&name, &candidates, call.stage)
             }
@@ -496,14 +496,14 @@ impl Gate for Policy {
                         return hyphenated;
                     }
                 }
-                self.decide_unregistered(&server_id, &tool, Some(call.stage))
+                self.decide_unregistered(&server_id, &tool, call.stage.spends())
             }
             // Not registered yet, but named in the form of a declared server's tool (a stdio
             // server whose shim has not listed its tools yet): that server's tool, decided by
             // the rules, never waved through as a native tool.
             Resolution::Unknown if self.declared_form(call.name).is_some() => {
                 let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
-                self.decide_unregistered(server_id, tool, Some(call.stage))
+                self.decide_unregistered(server_id, tool, call.stage.spends())
             }
             // A name nobody registered still meets the deny rules: a `deny:` regex or a
             // `denied_tools` glob that matches it always blocks (issue 12, class 7).

@@ -369,3 +369,27 @@ fn a_blocked_tool_use_in_an_event_without_a_type_ends_the_stream_even_failing_op
     assert!(!text.contains("SECRET"), "{text}");
     assert!(text.contains("response stopped"), "{text}");
 }
+
+#[test]
+fn a_second_message_start_does_not_unblock_a_blocked_block() {
+    // Issue 12, class 10: the SDKs keep the first message and ignore a later message_start,
+    // so the blocked block's deltas after it still belong to the replaced block.
+    let block = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"mcp__fs__delete","input":{}}}"#;
+    let delta = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"path\":\"SECRET_ARGS\"}"}}"#;
+    let input = sse(&[
+        ("message_start", START),
+        ("content_block_start", block),
+        ("message_start", START),
+        ("content_block_delta", delta),
+        (
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":0}"#,
+        ),
+        ("message_stop", r#"{"type":"message_stop"}"#),
+    ]);
+    let out = assert_split_invariant(Dialect::Anthropic, &["mcp__fs__delete"], &input);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("SECRET_ARGS"), "{text}");
+    assert!(!text.contains("\"name\":\"mcp__fs__delete\""), "{text}");
+    assert!(text.contains("blocked by policy"), "{text}");
+}

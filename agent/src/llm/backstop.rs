@@ -1,0 +1,404 @@
+//! The second line behind the dialect machines (issue 12): whatever the route, the label or
+//! the dialect, any JSON object in a response that has the shape of a tool call of any dialect
+//! and names a blocked tool stops the response.
+//!
+//! The dialect machines (`anthropic.rs`, `chat.rs`, `responses.rs`, `buffered.rs`) know each
+//! API's grammar and rewrite blocked calls in place; this module knows only call *shapes*, and
+//! refuses instead of rewriting. It runs over every buffered body the proxy sends on an
+//! inspected route (after the rewrite: what leaves is what is judged) and over every body of
+//! the providers' other routes (message batch results, files, paths that do not exist yet).
+//!
+//! Call shapes (what the SDKs act on; a repeated key counts as its last value, as in Python's
+//! `json` and JavaScript's `JSON.parse`):
+//! - an object whose `type` is `tool_use`, `server_tool_use`, `mcp_tool_use` (Anthropic),
+//!   `function_call`, `custom_tool_call` or `mcp_call` (Responses), by its `name` (with
+//!   Codex's `namespace`, and an MCP block's `server_name` / `server_label`);
+//! - an element of a `tool_calls` array or the value of a `function_call` key (Chat), by the
+//!   `name` of its `function` or `custom` object, or its own `name`.
+//!
+//! Checks use `CallStage::Inspected`: the same rules, no rate-limit budget spent.
+
+use bytes::Bytes;
+use memchr::memmem;
+use serde_json::{Map, Value};
+
+use crate::decision::{CallQuery, CallStage, Decision, Gate};
+
+/// A call the backstop found, with the gate's answer.
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub(crate) name: String,
+    pub(crate) decision: Decision,
+}
+
+const CALL_TYPES: [&str; 6] = [
+    "tool_use",
+    "server_tool_use",
+    "mcp_tool_use",
+    "function_call",
+    "custom_tool_call",
+    "mcp_call",
+];
+
+/// Bytes that every call shape's JSON holds (a key or a type value), or behind which one could
+/// hide (`\u` escapes): text without any of them cannot carry a call.
+const MARKERS: [&[u8]; 5] = [
+    b"tool_use",
+    b"function_call",
+    b"tool_calls",
+    b"mcp_call",
+    b"\\u",
+];
+
+fn may_hold_a_call(bytes: &[u8]) -> bool {
+    MARKERS.iter().any(|m| memmem::find(bytes, m).is_some())
+        || memmem::find(bytes, b"custom_tool_call").is_some()
+}
+
+fn str_of<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    map.get(key).and_then(Value::as_str)
+}
+
+/// The first blocked call in `value`, searched depth first.
+pub(crate) fn find_blocked(value: &Value, gate: &dyn Gate) -> Option<Found> {
+    walk(value, None, gate)
+}
+
+fn walk(value: &Value, key: Option<&str>, gate: &dyn Gate) -> Option<Found> {
+    match value {
+        Value::Object(map) => judge(map, key, gate).or_else(|| {
+            map.iter()
+                .find_map(|(k, v)| walk(v, Some(k.as_str()), gate))
+        }),
+        // An array's elements stand where the array stands (`tool_calls: [call, ...]`).
+        Value::Array(items) => items.iter().find_map(|v| walk(v, key, gate)),
+        _ => None,
+    }
+}
+
+fn judge(map: &Map<String, Value>, key: Option<&str>, gate: &dyn Gate) -> Option<Found> {
+    let mut names: Vec<(String, Option<&str>)> = Vec::new();
+    if str_of(map, "type").is_some_and(|t| CALL_TYPES.contains(&t))
+        && let Some(name) = str_of(map, "name")
+    {
+        names.push((name.to_owned(), str_of(map, "namespace")));
+        if let Some(server) = str_of(map, "server_name").or_else(|| str_of(map, "server_label")) {
+            names.push((format!("mcp__{server}__{name}"), None));
+        }
+    }
+    if matches!(key, Some("tool_calls" | "function_call")) {
+        for inner in ["function", "custom"] {
+            if let Some(name) = map
+                .get(inner)
+                .and_then(Value::as_object)
+                .and_then(|f| str_of(f, "name"))
+            {
+                names.push((name.to_owned(), None));
+            }
+        }
+        if let Some(name) = str_of(map, "name") {
+            names.push((name.to_owned(), None));
+        }
+    }
+    names.into_iter().find_map(|(name, namespace)| {
+        let decision = gate.check_call(&CallQuery {
+            server_id: None,
+            name: &name,
+            namespace,
+            stage: CallStage::Inspected,
+        });
+        decision.is_blocked().then(|| Found {
+            name: match namespace {
+                Some(ns) => format!("{ns}__{name}"),
+                None => name.clone(),
+            },
+            decision,
+        })
+    })
+}
+
+/// Parses JSON as the SDKs do: a UTF-8 byte order mark before it is allowed (Python's `json`
+/// skips one).
+fn parse(text: &[u8]) -> Option<Value> {
+    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
+    serde_json::from_slice(text).ok()
+}
+
+/// The first blocked call in a whole body, read every way a client could read it: one JSON
+/// document, JSON lines, and the `data` of SSE events.
+pub(crate) fn scan_body(body: &[u8], gate: &dyn Gate) -> Option<Found> {
+    if !may_hold_a_call(body) {
+        return None;
+    }
+    if let Some(value) = parse(body) {
+        return find_blocked(&value, gate);
+    }
+    scan_lines(body, gate).or_else(|| scan_sse(body, gate))
+}
+
+/// Each line as a JSON document (JSON lines; also catches one-line SSE `data:` payloads'
+/// neighbours harmlessly).
+fn scan_lines(body: &[u8], gate: &dyn Gate) -> Option<Found> {
+    body.split(|&b| b == b'\n')
+        .filter(|line| may_hold_a_call(line))
+        .filter_map(|line| parse(line.strip_suffix(b"\r").unwrap_or(line)))
+        .find_map(|value| find_blocked(&value, gate))
+}
+
+/// Each SSE event's `data` (its `data:` lines joined by LF), for any of the line ends WHATWG
+/// allows.
+fn scan_sse(body: &[u8], gate: &dyn Gate) -> Option<Found> {
+    let text = String::from_utf8_lossy(body)
+        .replace("\r\n", "\n")
+        .replace('\r', "\n");
+    text.split("\n\n").find_map(|event| {
+        let data: Vec<&str> = event
+            .lines()
+            .filter_map(|l| l.strip_prefix("data"))
+            .filter_map(|l| {
+                if l.is_empty() {
+                    Some("")
+                } else {
+                    l.strip_prefix(':')
+                        .map(|v| v.strip_prefix(' ').unwrap_or(v))
+                }
+            })
+            .collect();
+        let data = data.join("\n");
+        (!data.is_empty() && may_hold_a_call(data.as_bytes()))
+            .then(|| parse(data.as_bytes()))
+            .flatten()
+            .and_then(|value| find_blocked(&value, gate))
+    })
+}
+
+/// The backstop over a streamed body of a route no dialect machine reads (batch results,
+/// files, unknown paths): complete lines are judged before they leave; a line that could hold
+/// a call is held until it is complete (up to `max_line` bytes; past that, or when the start of
+/// the line already left, the response is cut: fail closed); other bytes leave as they came
+/// (slices of the reads, not copies).
+pub(crate) struct LineGuard {
+    /// The incomplete last line (or, of a line already partly passed on, its tail).
+    held: Vec<u8>,
+    /// The start of the held line was passed on (it held no marker then).
+    partly_passed: bool,
+    max_line: usize,
+}
+
+/// What [`LineGuard::feed`] decided.
+#[derive(Debug)]
+pub(crate) enum Guarded {
+    /// These bytes may leave (in order).
+    Pass(Vec<Bytes>),
+    /// A blocked call: end the response here.
+    Blocked(Found),
+    /// A line that may hold a call cannot be judged (past the bound, or its start already
+    /// left): end the response here.
+    Unjudgeable,
+}
+
+impl LineGuard {
+    pub(crate) fn new(max_line: usize) -> Self {
+        LineGuard {
+            held: Vec::new(),
+            partly_passed: false,
+            max_line,
+        }
+    }
+
+    /// Judges the lines `input` completes; returns what may leave now.
+    pub(crate) fn feed(&mut self, mut input: Bytes, gate: &dyn Gate) -> Guarded {
+        let mut out = Vec::new();
+        if !self.held.is_empty() || self.partly_passed {
+            // Finish the held line first (a copy of one line at most).
+            let Some(lf) = memchr::memchr(b'\n', &input) else {
+                self.held.extend_from_slice(&input);
+                return self.hold_tail(out);
+            };
+            let rest = input.split_off(lf + 1);
+            self.held.extend_from_slice(&input);
+            let line = std::mem::take(&mut self.held);
+            if std::mem::take(&mut self.partly_passed) && may_hold_a_call(&line) {
+                return Guarded::Unjudgeable;
+            }
+            if let Some(found) = judge_text(&line, gate) {
+                return Guarded::Blocked(found);
+            }
+            out.push(Bytes::from(line));
+            input = rest;
+        }
+        if let Some(lf) = memchr::memrchr(b'\n', &input) {
+            let tail = input.split_off(lf + 1);
+            if let Some(found) = judge_text(&input, gate) {
+                return Guarded::Blocked(found);
+            }
+            out.push(input);
+            input = tail;
+        }
+        self.held.extend_from_slice(&input);
+        self.hold_tail(out)
+    }
+
+    /// The incomplete line in `held`: kept whole up to the bound (so a line is judged whole
+    /// whatever it holds); past it, cut if it may hold a call, else passed on but for a tail
+    /// long enough to complete a marker split over reads (a binary file with no line ends).
+    fn hold_tail(&mut self, mut out: Vec<Bytes>) -> Guarded {
+        if self.held.len() <= self.max_line && !self.partly_passed {
+            return Guarded::Pass(out);
+        }
+        if may_hold_a_call(&self.held) {
+            return Guarded::Unjudgeable;
+        }
+        let keep = self.held.len().min(MARKER_TAIL);
+        let tail = self.held.split_off(self.held.len() - keep);
+        let passed = std::mem::replace(&mut self.held, tail);
+        if !passed.is_empty() {
+            self.partly_passed = true;
+            out.push(Bytes::from(passed));
+        }
+        Guarded::Pass(out)
+    }
+
+    /// The end of the body: the last line, judged.
+    pub(crate) fn finish(&mut self, gate: &dyn Gate) -> Guarded {
+        let rest = std::mem::take(&mut self.held);
+        if self.partly_passed && may_hold_a_call(&rest) {
+            return Guarded::Unjudgeable;
+        }
+        match judge_text(&rest, gate) {
+            Some(found) => Guarded::Blocked(found),
+            None => Guarded::Pass(vec![Bytes::from(rest)]),
+        }
+    }
+}
+
+/// Complete lines, as JSON lines and as SSE events.
+fn judge_text(text: &[u8], gate: &dyn Gate) -> Option<Found> {
+    if !may_hold_a_call(text) {
+        return None;
+    }
+    scan_lines(text, gate).or_else(|| scan_sse(text, gate))
+}
+
+/// Bytes kept back from an unheld line: one less than the longest marker.
+const MARKER_TAIL: usize = b"custom_tool_call".len() - 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::testing::gate;
+
+    fn blocked(body: &str) -> Option<String> {
+        scan_body(body.as_bytes(), gate(&["echo", "mcp__s__echo"]).as_ref()).map(|f| f.name)
+    }
+
+    #[test]
+    fn every_dialects_call_shape_is_found_anywhere() {
+        for body in [
+            r#"{"content":[{"type":"tool_use","id":"t","name":"echo","input":{}}]}"#,
+            r#"{"x":{"y":[{"type":"server_tool_use","name":"echo"}]}}"#,
+            r#"{"type":"mcp_tool_use","server_name":"s","name":"echo"}"#,
+            r#"{"output":[{"type":"function_call","name":"echo","arguments":"{}"}]}"#,
+            r#"{"output":[{"type":"custom_tool_call","name":"echo","input":""}]}"#,
+            r#"{"choices":[{"message":{"tool_calls":[{"id":"c","type":"function","function":{"name":"echo","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"message":{"tool_calls":[{"type":"custom","custom":{"name":"echo","input":"x"}}]}}]}"#,
+            r#"{"choices":[{"message":{"function_call":{"name":"echo","arguments":"{}"}}}]}"#,
+            // A repeated key: the last value is what the SDKs read.
+            r#"{"content":[{"type":"tool_use","name":"ping","name":"echo"}]}"#,
+            // Escaped, with a byte order mark.
+            "\u{feff}{\"content\":[{\"type\":\"tool_\\u0075se\",\"name\":\"\\u0065cho\"}]}",
+            // JSON lines (batch results) and SSE.
+            "{\"a\":1}\n{\"result\":{\"message\":{\"content\":[{\"type\":\"tool_use\",\"name\":\"echo\"}]}}}\n",
+            "event: x\ndata: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"tool_use\",\"name\":\"echo\"}}\n\n",
+        ] {
+            assert!(blocked(body).is_some(), "missed: {body}");
+        }
+    }
+
+    #[test]
+    fn definitions_text_and_allowed_calls_are_not_calls() {
+        for body in [
+            // Tool definitions echoed by the Responses API, and Chat's.
+            r#"{"tools":[{"type":"function","name":"echo","parameters":{}}]}"#,
+            r#"{"tools":[{"type":"function","function":{"name":"echo"}}]}"#,
+            r#"{"content":[{"type":"text","text":"call the tool_use named echo"}]}"#,
+            r#"{"content":[{"type":"tool_use","name":"ping"}]}"#,
+            "not json at all, tool_use echo",
+        ] {
+            assert_eq!(blocked(body), None, "{body}");
+        }
+    }
+
+    fn passed(g: Guarded) -> Vec<u8> {
+        match g {
+            Guarded::Pass(v) => v.concat(),
+            other => panic!("expected Pass, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_line_guard_holds_only_lines_that_may_hold_a_call() {
+        let g = gate(&["echo"]);
+        let g = g.as_ref();
+        let feed = |guard: &mut LineGuard, b: &'static [u8]| guard.feed(Bytes::from_static(b), g);
+        let mut guard = LineGuard::new(1024);
+        let out = passed(feed(&mut guard, b"{\"a\":\"plain\"}\n{\"b\":"));
+        assert!(
+            out.starts_with(b"{\"a\":\"plain\"}\n"),
+            "complete lines leave"
+        );
+        // A call split over reads, its marker too: held, then judged whole.
+        let held = passed(feed(&mut guard, b"[{\"type\":\"tool_u"));
+        assert!(held.is_empty(), "{held:?}");
+        assert!(matches!(
+            feed(&mut guard, b"se\",\"name\":\"echo\"}]}\n"),
+            Guarded::Blocked(_)
+        ));
+        // An allowed call on a held line leaves whole, once complete.
+        let mut guard = LineGuard::new(1024);
+        assert!(passed(feed(&mut guard, b"{\"type\":\"tool_use\",")).is_empty());
+        assert_eq!(
+            passed(feed(&mut guard, b"\"name\":\"ping\"}\nnext")),
+            b"{\"type\":\"tool_use\",\"name\":\"ping\"}\n".to_vec()
+        );
+        assert_eq!(passed(guard.finish(g)), b"next".to_vec());
+        // Bounded.
+        let mut guard = LineGuard::new(64);
+        let long: &'static [u8] = Box::leak(
+            [b"{\"type\":\"tool_use\",\"x\":\"".as_slice(), &[b'y'; 100]]
+                .concat()
+                .into_boxed_slice(),
+        );
+        assert!(matches!(feed(&mut guard, long), Guarded::Unjudgeable));
+        // The last line, at the end.
+        let mut guard = LineGuard::new(64);
+        assert!(
+            passed(feed(
+                &mut guard,
+                b"{\"type\":\"tool_use\",\"name\":\"echo\"}"
+            ))
+            .is_empty()
+        );
+        assert!(matches!(guard.finish(g), Guarded::Blocked(_)));
+        // A line past the bound with no marker is passed on; a marker after that cannot be
+        // judged.
+        let mut guard = LineGuard::new(64);
+        assert!(passed(feed(&mut guard, &[b'x'; 200])).len() > 150);
+        assert!(matches!(
+            feed(&mut guard, b"\"type\":\"tool_use\"}\n"),
+            Guarded::Unjudgeable
+        ));
+    }
+
+    #[test]
+    fn the_line_guard_passes_clean_reads_uncopied() {
+        let g = gate(&["echo"]);
+        let mut guard = LineGuard::new(64);
+        let read = Bytes::from_static(b"data: {\"type\":\"text\"}\n\ndata: more\n\n");
+        let Guarded::Pass(out) = guard.feed(read.clone(), g.as_ref()) else {
+            panic!("passes");
+        };
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].as_ptr(), read.as_ptr());
+    }
+}

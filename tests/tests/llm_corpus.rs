@@ -22,10 +22,6 @@ fn no_denied_call_of_the_hostile_corpus_reaches_the_official_sdks() {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let daemon = Daemon::start(&format!(
-        "sandbox:\n  mcp:\n    deny: [\"(^|__)echo$\"]\nproxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: http://127.0.0.1:{port}\n    openai: http://127.0.0.1:{port}\nnetmon:\n  enabled: false\n"
-    ));
-    let proxy = daemon.proxy.clone().expect("the LLM proxy is on");
     let root = workspace_root();
     let mut cases: Vec<_> = std::fs::read_dir(root.join("tests/corpus/llm"))
         .expect("corpus directory")
@@ -46,70 +42,81 @@ fn no_denied_call_of_the_hostile_corpus_reaches_the_official_sdks() {
         ("TypeScript", PathBuf::from("node"), "llm_corpus.mjs"),
     ];
     let mut failures = Vec::new();
-    for (peer, interpreter, script) in peers {
-        let out = Command::new(interpreter)
-            .arg(root.join("tests/peers").join(script))
-            .arg(port.to_string())
-            .arg(&proxy)
-            .args(&cases)
-            .env("TOOLWALL_PEERS_DIR", peers_dir())
-            .output()
-            .expect("run the SDK peer");
-        assert!(
-            out.status.success(),
-            "{script} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: Value = serde_json::from_slice(&out.stdout).expect("the peer prints JSON");
-        for case in &cases {
-            let spec: Value =
-                serde_json::from_str(&std::fs::read_to_string(case).expect("read case"))
-                    .expect("case");
-            let both = &report[case.display().to_string()];
-            let calls_of = |label: &str| -> Vec<String> {
-                both[label]["calls"]
+    // Both settings of `interceptor.on_malformed`: fail_open may pass only what cannot carry a
+    // call (issue 12, class 9).
+    for on_malformed in ["fail_closed", "fail_open"] {
+        let daemon = Daemon::start(&format!(
+            "sandbox:\n  mcp:\n    deny: [\"(^|__)echo$\"]\nproxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: http://127.0.0.1:{port}\n    openai: http://127.0.0.1:{port}\nnetmon:\n  enabled: false\ninterceptor:\n  on_malformed: {on_malformed}\n"
+        ));
+        let proxy = daemon.proxy.clone().expect("the LLM proxy is on");
+        for (peer, interpreter, script) in &peers {
+            let peer = format!("{peer} ({on_malformed})");
+            let peer_name = peer.split(' ').next().unwrap_or_default().to_owned();
+            let out = Command::new(interpreter)
+                .arg(root.join("tests/peers").join(script))
+                .arg(port.to_string())
+                .arg(&proxy)
+                .args(&cases)
+                .env("TOOLWALL_PEERS_DIR", peers_dir())
+                .output()
+                .expect("run the SDK peer");
+            assert!(
+                out.status.success(),
+                "{script} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: Value = serde_json::from_slice(&out.stdout).expect("the peer prints JSON");
+            for case in &cases {
+                let spec: Value =
+                    serde_json::from_str(&std::fs::read_to_string(case).expect("read case"))
+                        .expect("case");
+                let both = &report[case.display().to_string()];
+                let calls_of = |label: &str| -> Vec<String> {
+                    both[label]["calls"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_owned)
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let (direct, calls) = (calls_of("direct"), calls_of("proxied"));
+                let got = &both["proxied"];
+                let name = case.file_name().unwrap_or_default().to_string_lossy();
+                // A hostile case must be one this SDK acts on without toolwall: a denied call direct.
+                // `attacks`: the peers a case is an attack on (the SDKs' parsers differ), all if absent.
+                let attacks = spec["attacks"]
                     .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
-            let (direct, calls) = (calls_of("direct"), calls_of("proxied"));
-            let got = &both["proxied"];
-            let name = case.file_name().unwrap_or_default().to_string_lossy();
-            // A hostile case must be one this SDK acts on without toolwall: a denied call direct.
-            // `attacks`: the peers a case is an attack on (the SDKs' parsers differ), all if absent.
-            let attacks = spec["attacks"]
-                .as_array()
-                .is_none_or(|a| a.iter().any(|p| p.as_str() == Some(peer)));
-            if spec["expect"].is_null() && attacks && !direct.iter().any(|c| denied(c)) {
-                failures.push(format!(
+                    .is_none_or(|a| a.iter().any(|p| p.as_str() == Some(peer_name.as_str())));
+                if spec["expect"].is_null() && attacks && !direct.iter().any(|c| denied(c)) {
+                    failures.push(format!(
                     "{peer} {name}: not an attack: direct, the SDK assembled no denied call: {}",
                     both["direct"]
                 ));
-            }
-            if calls.iter().any(|c| denied(c)) {
-                failures.push(format!(
-                    "{peer} {name}: a denied call reached the SDK: {calls:?}"
-                ));
-            }
-            for want in spec["expect"].as_array().into_iter().flatten() {
-                let want = want.as_str().unwrap_or_default();
-                if !calls.iter().any(|c| c == want) {
+                }
+                if calls.iter().any(|c| denied(c)) {
                     failures.push(format!(
-                        "{peer} {name}: allowed call {want:?} did not arrive: {got}"
+                        "{peer} {name}: a denied call reached the SDK: {calls:?}"
                     ));
+                }
+                for want in spec["expect"].as_array().into_iter().flatten() {
+                    let want = want.as_str().unwrap_or_default();
+                    if !calls.iter().any(|c| c == want) {
+                        failures.push(format!(
+                            "{peer} {name}: allowed call {want:?} did not arrive: {got}"
+                        ));
+                    }
                 }
             }
         }
+        if !failures.is_empty() {
+            failures.push(format!(
+                "daemon ({on_malformed}) stderr:\n{}",
+                daemon.stderr()
+            ));
+        }
     }
-    assert!(
-        failures.is_empty(),
-        "{}\n\ndaemon stderr:\n{}",
-        failures.join("\n"),
-        daemon.stderr()
-    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -273,7 +273,7 @@ impl LineGuard {
 }
 
 /// Complete lines, as JSON lines and as SSE events.
-fn judge_text(text: &[u8], gate: &dyn Gate) -> Option<Found> {
+pub(crate) fn judge_text(text: &[u8], gate: &dyn Gate) -> Option<Found> {
     if !may_hold_a_call(text) {
         return None;
     }

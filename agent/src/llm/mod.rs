@@ -303,6 +303,9 @@ pub enum Flow {
 #[derive(Debug, Default)]
 pub struct Output {
     ready: Vec<Bytes>,
+    /// Which of `ready` a machine wrote (the others are runs forwarded unparsed, which hold no
+    /// tool key).
+    machine_written: Vec<bool>,
     written: BytesMut,
 }
 
@@ -310,18 +313,28 @@ impl Output {
     fn run(&mut self, run: Bytes) {
         self.seal();
         self.ready.push(run);
+        self.machine_written.push(false);
     }
 
     fn seal(&mut self) {
         if !self.written.is_empty() {
             self.ready.push(self.written.split().freeze());
+            self.machine_written.push(true);
         }
     }
 
     /// Takes everything produced so far, in order.
     pub fn drain(&mut self) -> std::vec::Drain<'_, Bytes> {
         self.seal();
+        self.machine_written.clear();
         self.ready.drain(..)
+    }
+
+    /// Takes everything produced so far, in order, each piece with whether a machine wrote it
+    /// (whole events, which the backstop reads again: `backstop.rs`).
+    pub(crate) fn drain_marked(&mut self) -> impl Iterator<Item = (Bytes, bool)> + '_ {
+        self.seal();
+        self.ready.drain(..).zip(self.machine_written.drain(..))
     }
 
     /// Takes everything produced so far as one buffer (for callers that want bytes, not

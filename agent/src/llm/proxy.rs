@@ -630,7 +630,17 @@ impl Pump for Inspect {
             }
         };
         self.exchange.emit(self.interceptor.drain_records());
-        for chunk in self.output.drain() {
+        let gate = self.exchange.inner.gate.clone();
+        for (chunk, machine_written) in self.output.drain_marked() {
+            // The events the machine wrote are read again by call shape (the second line: an
+            // item its typed reading could not take must not pass unjudged).
+            if machine_written && let Some(found) = backstop::judge_text(&chunk, gate.as_ref()) {
+                self.done = true;
+                self.exchange.refused(found);
+                return Poll::Ready(Some(Err(
+                    "toolwall: a blocked tool call the stream's reading missed".into(),
+                )));
+            }
             out.push(chunk);
         }
         if let Some(e) = broke {

@@ -18,6 +18,8 @@
 //!
 //! Checks use `CallStage::Inspected`: the same rules, no rate-limit budget spent.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
 use memchr::memmem;
 use serde_json::{Map, Value};
@@ -40,19 +42,20 @@ const CALL_TYPES: [&str; 6] = [
     "mcp_call",
 ];
 
-/// Bytes that every call shape's JSON holds (a key or a type value), or behind which one could
-/// hide (`\u` escapes): text without any of them cannot carry a call.
-const MARKERS: [&[u8]; 5] = [
-    b"tool_use",
-    b"function_call",
-    b"tool_calls",
-    b"mcp_call",
-    b"\\u",
-];
+/// Bytes that every call shape's JSON holds (`tool_` of `tool_use`, `tool_calls`,
+/// `custom_tool_call`; `_call` of `function_call`, `mcp_call`), or behind which one could hide
+/// (`\u` escapes): text without any of them cannot carry a call. Three searches, each built
+/// once.
+static MARKERS: LazyLock<[memmem::Finder<'static>; 3]> = LazyLock::new(|| {
+    [
+        memmem::Finder::new(b"tool_"),
+        memmem::Finder::new(b"_call"),
+        memmem::Finder::new(b"\\u"),
+    ]
+});
 
-fn may_hold_a_call(bytes: &[u8]) -> bool {
-    MARKERS.iter().any(|m| memmem::find(bytes, m).is_some())
-        || memmem::find(bytes, b"custom_tool_call").is_some()
+pub(crate) fn may_hold_a_call(bytes: &[u8]) -> bool {
+    MARKERS.iter().any(|m| m.find(bytes).is_some())
 }
 
 fn str_of<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
@@ -146,30 +149,44 @@ fn scan_lines(body: &[u8], gate: &dyn Gate) -> Option<Found> {
 }
 
 /// Each SSE event's `data` (its `data:` lines joined by LF), for any of the line ends WHATWG
-/// allows.
-fn scan_sse(body: &[u8], gate: &dyn Gate) -> Option<Found> {
-    let text = String::from_utf8_lossy(body)
-        .replace("\r\n", "\n")
-        .replace('\r', "\n");
-    text.split("\n\n").find_map(|event| {
-        let data: Vec<&str> = event
-            .lines()
-            .filter_map(|l| l.strip_prefix("data"))
-            .filter_map(|l| {
-                if l.is_empty() {
-                    Some("")
-                } else {
-                    l.strip_prefix(':')
-                        .map(|v| v.strip_prefix(' ').unwrap_or(v))
+/// allows; only events that may hold a call are parsed.
+pub(crate) fn scan_sse(body: &[u8], gate: &dyn Gate) -> Option<Found> {
+    let normalised;
+    let text: &[u8] = if memchr::memchr(b'\r', body).is_some() {
+        normalised = String::from_utf8_lossy(body)
+            .replace("\r\n", "\n")
+            .replace('\r', "\n")
+            .into_bytes();
+        &normalised
+    } else {
+        body
+    };
+    memmem::find_iter(text, b"\n\n")
+        .chain(std::iter::once(text.len()))
+        .scan(0usize, |start, end| {
+            let event = &text[(*start).min(end)..end];
+            *start = end + 2;
+            Some(event)
+        })
+        .filter(|event| may_hold_a_call(event))
+        .find_map(|event| {
+            let mut data = Vec::new();
+            for line in event.split(|&b| b == b'\n') {
+                let Some(value) = line.strip_prefix(b"data") else {
+                    continue;
+                };
+                let value = match value.strip_prefix(b":") {
+                    Some(v) => v.strip_prefix(b" ").unwrap_or(v),
+                    None if value.is_empty() => value,
+                    None => continue,
+                };
+                if !data.is_empty() {
+                    data.push(b'\n');
                 }
-            })
-            .collect();
-        let data = data.join("\n");
-        (!data.is_empty() && may_hold_a_call(data.as_bytes()))
-            .then(|| parse(data.as_bytes()))
-            .flatten()
-            .and_then(|value| find_blocked(&value, gate))
-    })
+                data.extend_from_slice(value);
+            }
+            parse(&data).and_then(|value| find_blocked(&value, gate))
+        })
 }
 
 /// The backstop over a streamed body of a route no dialect machine reads (batch results,
@@ -281,7 +298,7 @@ pub(crate) fn judge_text(text: &[u8], gate: &dyn Gate) -> Option<Found> {
 }
 
 /// Bytes kept back from an unheld line: one less than the longest marker.
-const MARKER_TAIL: usize = b"custom_tool_call".len() - 1;
+const MARKER_TAIL: usize = b"tool_".len() - 1;
 
 #[cfg(test)]
 mod tests {

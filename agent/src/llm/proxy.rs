@@ -634,7 +634,10 @@ impl Pump for Inspect {
         for (chunk, machine_written) in self.output.drain_marked() {
             // The events the machine wrote are read again by call shape (the second line: an
             // item its typed reading could not take must not pass unjudged).
-            if machine_written && let Some(found) = backstop::judge_text(&chunk, gate.as_ref()) {
+            if machine_written
+                && backstop::may_hold_a_call(&chunk)
+                && let Some(found) = backstop::scan_sse(&chunk, gate.as_ref())
+            {
                 self.done = true;
                 self.exchange.refused(found);
                 return Poll::Ready(Some(Err(

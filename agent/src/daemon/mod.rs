@@ -314,6 +314,7 @@ async fn start_proxy(
         max_stream_buffer: usize::try_from(config.interceptor.max_stream_buffer_bytes)
             .unwrap_or(usize::MAX),
         session_id: String::new(),
+        ..LlmProxySettings::default()
     };
     let proxy = LlmProxy::bind(settings, policy.clone(), sink.clone())
         .await

@@ -39,7 +39,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::uri::{Authority, Scheme};
 use hyper::{Request, Response, StatusCode, Uri};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncRead;
 use tokio::net::TcpListener;
 use tokio_util::io::{ReaderStream, StreamReader};
@@ -79,6 +79,9 @@ pub struct LlmProxySettings {
     pub max_stream_buffer: usize,
     /// The agent session the events belong to.
     pub session_id: String,
+    /// How long a client may take to send a request head (each request on a kept-alive
+    /// connection too): a client that never finishes one must not hold a descriptor for ever.
+    pub header_read_timeout: std::time::Duration,
 }
 
 impl Default for LlmProxySettings {
@@ -90,6 +93,7 @@ impl Default for LlmProxySettings {
             on_malformed: OnMalformed::FailClosed,
             max_stream_buffer: 16 * 1024 * 1024,
             session_id: String::new(),
+            header_read_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -220,9 +224,17 @@ impl LlmProxy {
                 }
             };
             let inner = self.inner.clone();
+            let header_read_timeout = inner.settings.header_read_timeout;
             conns.spawn(async move {
                 let service = hyper::service::service_fn(move |req| handle(inner.clone(), req));
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // A client that never finishes its request head must not hold a descriptor
+                // for ever (issue 12: partial heads exhausted the proxy's descriptors).
+                builder
+                    .http1()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_read_timeout);
                 if let Err(e) = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .await

@@ -725,3 +725,29 @@ async fn a_redirect_never_leaves_an_inspected_route() {
         .expect("response");
     assert_eq!(resp.status(), StatusCode::TEMPORARY_REDIRECT);
 }
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
+    let settings = LlmProxySettings {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        header_read_timeout: Duration::from_millis(300),
+        ..LlmProxySettings::default()
+    };
+    let (sink, _rx) = EventSink::channel();
+    let proxy = LlmProxy::bind(settings, gate(&[]), sink)
+        .await
+        .expect("bind proxy");
+    let addr = proxy.local_addr().expect("addr");
+    tokio::spawn(proxy.run(std::future::pending()));
+    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    sock.write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .expect("partial head");
+    let mut buf = [0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(120), sock.read(&mut buf))
+        .await
+        .expect("the proxy answers or closes long before two minutes")
+        .unwrap_or(0);
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(n == 0 || answer.starts_with("HTTP/1.1 408"), "{answer}");
+}

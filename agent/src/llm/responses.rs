@@ -695,7 +695,14 @@ fn judge_custom(cx: &mut Cx, name: &str, call_id: &str, input: &str) -> Option<S
     }
     let code = serde_json::Value::String(input.to_owned());
     cx.record(name.to_owned(), call_id.to_owned(), Some(code.clone()), own);
-    for (server, tool) in mcp_references(input) {
+    let normalised = normalise_code(input);
+    let mut refs: Vec<(&str, &str)> = mcp_references(input);
+    for r in mcp_references(&normalised) {
+        if !refs.contains(&r) {
+            refs.push(r);
+        }
+    }
+    for (server, tool) in refs {
         let namespace = format!("mcp__{server}");
         let decision = cx.check(tool, Some(&namespace));
         let shown = display_name(tool, Some(&namespace));
@@ -705,6 +712,33 @@ fn judge_custom(cx: &mut Cx, name: &str, call_id: &str, input: &str) -> Option<S
         cx.record(shown, call_id.to_owned(), Some(code.clone()), decision);
     }
     blocked
+}
+
+/// The spellings of a name that code can use and this layer can undo, undone (issue 12,
+/// class 6): `\uXXXX`, `\u{X…}` and `\xNN` escapes (in JavaScript identifiers and strings)
+/// decoded, and string literals joined by `+` merged (`"mcp__s__ec" + 'ho'`, which bracket
+/// access `tools["…" + "…"]` uses). Arbitrary code (names computed at run time, template
+/// substitutions, `String.fromCharCode`) cannot be decided here: the MCP layer decides those
+/// calls when they run (README, "What the LLM layer cannot decide").
+pub(crate) fn normalise_code(code: &str) -> String {
+    static ESCAPE: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(r"\\u\{([0-9a-fA-F]{1,6})\}|\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")
+            .expect("a valid pattern")
+    });
+    static JOIN: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(r#"["'`]\s*\+\s*["'`]"#).expect("a valid pattern"));
+    let decoded = ESCAPE.replace_all(code, |c: &regex::Captures<'_>| {
+        let hex = c
+            .get(1)
+            .or(c.get(2))
+            .or(c.get(3))
+            .map_or("", |m| m.as_str());
+        u32::from_str_radix(hex, 16)
+            .ok()
+            .and_then(char::from_u32)
+            .map_or_else(|| c[0].to_owned(), String::from)
+    });
+    JOIN.replace_all(&decoded, "").into_owned()
 }
 
 /// Every `mcp__<server>__<tool>` identifier in `code` (deduplicated, in order). Any mention

@@ -500,3 +500,21 @@ fn a_blocked_call_without_an_output_index_ends_the_stream() {
         assert!(text.contains("toolwall_blocked"), "{ty}: {text}");
     }
 }
+
+#[test]
+fn code_mode_spellings_are_normalised_before_the_scan() {
+    // Issue 12, class 6: the literal scan missed these.
+    for (code, want) in [
+        (r#"tools["mcp__s__ec"+"ho"]({})"#, ("s", "echo")),
+        (r#"tools['mcp__s__e' + "c" +  `ho`]({})"#, ("s", "echo")),
+        (r"tools.mcp__s__\u0065cho({})", ("s", "echo")),
+        (r"tools.mcp__s__\u{65}cho({})", ("s", "echo")),
+        (r#"tools["mcp__s__\x65cho"]()"#, ("s", "echo")),
+    ] {
+        let normalised = super::normalise_code(code);
+        assert!(
+            mcp_references(&normalised).contains(&want),
+            "{code} -> {normalised}"
+        );
+    }
+}

@@ -120,6 +120,21 @@ fn judge(map: &Map<String, Value>, key: Option<&str>, gate: &dyn Gate) -> Option
     })
 }
 
+/// Whether a body opens a JSON document (`Some(true)`), something else (`Some(false)`), or has
+/// shown only whitespace and a byte order mark so far (`None`): how the proxy decides to read a
+/// response, whatever its label says (the SDKs parse a JSON document as JSON regardless).
+pub(crate) fn opens_json(prefix: &[u8]) -> Option<bool> {
+    let prefix = prefix.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(prefix);
+    // A partial byte order mark is not yet an answer.
+    if !prefix.is_empty() && b"\xEF\xBB\xBF".starts_with(prefix) {
+        return None;
+    }
+    prefix
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .map(|b| matches!(b, b'{' | b'['))
+}
+
 /// Parses JSON as the SDKs do: a UTF-8 byte order mark before it is allowed (Python's `json`
 /// skips one).
 fn parse(text: &[u8]) -> Option<Value> {

@@ -142,8 +142,10 @@ pub fn called_names(dialect: Dialect, events: &[Value]) -> Vec<String> {
                     .enumerate()
                 {
                     let index = tc["index"].as_u64().unwrap_or(ti as u64);
-                    if let Some(part) = tc["function"]["name"].as_str() {
-                        chat.entry((choice, index)).or_default().push_str(part);
+                    for part in [&tc["function"]["name"], &tc["custom"]["name"]] {
+                        if let Some(part) = part.as_str() {
+                            chat.entry((choice, index)).or_default().push_str(part);
+                        }
                     }
                 }
             }
@@ -205,9 +207,49 @@ pub fn check(dialect: Dialect, on_malformed: OnMalformed, input: &[u8], pieces: 
     }
 }
 
-/// The fuzz entry point. The first byte picks the dialect (low two bits) and the malformed-event
-/// policy (bit 2); the second seeds the chunking; the rest is the upstream stream, checked whole
-/// and in pieces.
+/// A whole response body as the proxy reads it (`proxy.rs`): by what it is, whatever its
+/// label — a JSON document is rewritten (`rewrite_buffered`) and what would leave is judged by
+/// the backstop (refused: nothing leaves); anything else is a stream. The oracle reads the
+/// output as the SDKs read a JSON body (Python's `json`: a byte order mark skipped, the last of
+/// a repeated key) and finds no blocked call in the dialect's buffered shapes.
+pub fn check_body(dialect: Dialect, on_malformed: OnMalformed, body: &[u8]) {
+    if super::backstop::opens_json(body) == Some(false) {
+        return check(dialect, on_malformed, body, &[body.len()]);
+    }
+    let gate: Arc<dyn Gate> = Arc::new(FuzzGate);
+    let out = match super::rewrite_buffered(dialect, body, gate.clone(), on_malformed) {
+        Ok((new, _)) => new.unwrap_or_else(|| body.to_vec()),
+        Err(_) => return,
+    };
+    if super::backstop::scan_body(&out, gate.as_ref()).is_some() {
+        return;
+    }
+    let text = out.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&out);
+    let Ok(value) = serde_json::from_slice::<Value>(text) else {
+        return;
+    };
+    // The buffered shapes, as events the stream oracle reads.
+    let as_event = match dialect {
+        Dialect::Anthropic => serde_json::json!({ "message": value }),
+        Dialect::OpenAiChat => value,
+        Dialect::OpenAiResponses => serde_json::json!({ "response": value }),
+    };
+    let leaked: Vec<String> = called_names(dialect, &[as_event])
+        .into_iter()
+        .filter(|n| BLOCKED.contains(&n.as_str()))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "blocked call {leaked:?} reached the client in a whole body ({dialect:?}, {on_malformed:?})\ninput:  {:?}\noutput: {:?}",
+        String::from_utf8_lossy(body),
+        String::from_utf8_lossy(&out)
+    );
+}
+
+/// The fuzz entry point. The first byte picks the dialect (low two bits), the malformed-event
+/// policy (bit 2) and whether the rest is a whole body (bit 3: judged as the proxy judges a
+/// body whatever its label, [`check_body`]); the second seeds the chunking; the rest is the
+/// upstream response, a stream checked whole and in pieces.
 pub fn run(input: &[u8]) {
     let [control, seed, stream @ ..] = input else {
         return;
@@ -222,6 +264,9 @@ pub fn run(input: &[u8]) {
     } else {
         OnMalformed::FailOpen
     };
+    if control & 8 != 0 {
+        return check_body(dialect, on_malformed, stream);
+    }
     check(dialect, on_malformed, stream, &[stream.len()]);
     // Piece lengths from the seed: 1..=8 bytes, then longer, so event and line boundaries fall
     // anywhere.
@@ -261,6 +306,21 @@ data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name
             for (other, _) in cases.iter().filter(|(d, _)| *d != dialect) {
                 assert!(called_names(*other, &parsed_events(stream)).is_empty());
             }
+        }
+    }
+
+    #[test]
+    fn whole_bodies_keep_the_oracle_whatever_they_are() {
+        let bodies: [(u8, &[u8]); 4] = [
+            (8, br#"{"content":[{"type":"tool_use","id":"t","name":"mcp__fs__delete","input":{}}],"stop_reason":"tool_use"}"#),
+            (9, br#"{"choices":[{"index":0,"message":{"tool_calls":[{"id":"c","type":"custom","custom":{"name":"Bash","input":"x"}}]}}]}"#),
+            (10, b"\xEF\xBB\xBF {\"output\":[{\"type\":\"function_call\",\"name\":\"x\",\"name\":\"Bash\",\"input\":0}]}"),
+            (8 | 4, br#"{"content":[{"type":"text","text":"a"}],"content":[{"type":"tool_use","name":"Bash"}]}"#),
+        ];
+        for (control, body) in bodies {
+            let mut input = vec![control, 0];
+            input.extend_from_slice(body);
+            run(&input);
         }
     }
 

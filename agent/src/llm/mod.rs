@@ -306,6 +306,8 @@ pub struct Output {
     /// Which of `ready` a machine wrote (the others are runs forwarded unparsed, which hold no
     /// tool key).
     machine_written: Vec<bool>,
+    /// How many of `ready` the backstop has read.
+    checked: usize,
     written: BytesMut,
 }
 
@@ -327,14 +329,8 @@ impl Output {
     pub fn drain(&mut self) -> std::vec::Drain<'_, Bytes> {
         self.seal();
         self.machine_written.clear();
+        self.checked = 0;
         self.ready.drain(..)
-    }
-
-    /// Takes everything produced so far, in order, each piece with whether a machine wrote it
-    /// (whole events, which the backstop reads again: `backstop.rs`).
-    pub(crate) fn drain_marked(&mut self) -> impl Iterator<Item = (Bytes, bool)> + '_ {
-        self.seal();
-        self.ready.drain(..).zip(self.machine_written.drain(..))
     }
 
     /// Takes everything produced so far as one buffer (for callers that want bytes, not
@@ -387,6 +383,14 @@ impl StreamInterceptor {
 
     /// Feeds a read from upstream; appends what the client must receive to `out`.
     pub fn feed(&mut self, input: Bytes, out: &mut Output) -> Flow {
+        let flow = self.feed_events(input, out);
+        if self.backstop(out) {
+            return Flow::Closed;
+        }
+        flow
+    }
+
+    fn feed_events(&mut self, input: Bytes, out: &mut Output) -> Flow {
         if self.closed {
             return Flow::Closed;
         }
@@ -425,6 +429,42 @@ impl StreamInterceptor {
     /// Upstream ended: inspects an unterminated last event like any other, then closes the
     /// dialect state. Call once.
     pub fn finish(&mut self, out: &mut Output) {
+        self.finish_events(out);
+        self.backstop(out);
+    }
+
+    /// The second line (`backstop.rs`): the events a machine wrote since the last look are
+    /// read again by call shape; one that presents a blocked call is dropped with everything
+    /// after it, and the stream ends (fail closed) — an item the dialect's typed reading could
+    /// not take must not pass unjudged. Runs are not read again: they hold no tool key.
+    fn backstop(&mut self, out: &mut Output) -> bool {
+        out.seal();
+        while out.checked < out.ready.len() {
+            let i = out.checked;
+            out.checked += 1;
+            if !out.machine_written[i] || !backstop::may_hold_a_call(&out.ready[i]) {
+                continue;
+            }
+            let Some(found) = backstop::scan_sse(&out.ready[i], self.cx.gate.as_ref()) else {
+                continue;
+            };
+            out.ready.truncate(i);
+            out.machine_written.truncate(i);
+            let why = format!(
+                "a blocked tool call ({}) that the {} reading missed",
+                found.name,
+                self.cx.dialect.as_str()
+            );
+            self.cx.record(found.name, String::new(), None, found.decision);
+            self.close(&mut out.written, &why);
+            out.seal();
+            out.checked = out.ready.len();
+            return true;
+        }
+        false
+    }
+
+    fn finish_events(&mut self, out: &mut Output) {
         if self.closed {
             return;
         }

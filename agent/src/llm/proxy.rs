@@ -504,31 +504,28 @@ struct Peeked {
 async fn sniff(reads: &mut Reads, limit: usize) -> io::Result<Peeked> {
     let mut peeked = Peeked {
         reads: Vec::new(),
-        json: false,
+        json: true,
     };
-    let mut seen = 0usize;
+    // Only whitespace (and a byte order mark) is kept here: the first other byte decides.
+    let mut prefix = Vec::new();
     while let Some(read) = reads.next().await {
         let read = read?;
-        let first = read
+        // Up to the first byte that is neither whitespace nor part of a byte order mark.
+        let upto = read
             .iter()
-            .enumerate()
-            .find(|&(i, b)| {
-                let bom = seen + i < 3 && b"\xEF\xBB\xBF"[seen + i] == *b;
-                !(b.is_ascii_whitespace() || bom)
-            })
-            .map(|(_, b)| *b);
-        seen += read.len();
+            .position(|b| !b.is_ascii_whitespace() && !matches!(b, 0xEF | 0xBB | 0xBF))
+            .map_or(read.len(), |i| i + 1);
+        prefix.extend_from_slice(&read[..upto]);
         peeked.reads.push(read);
-        if let Some(b) = first {
-            peeked.json = matches!(b, b'{' | b'[');
+        if let Some(json) = backstop::opens_json(&prefix) {
+            peeked.json = json;
             return Ok(peeked);
         }
-        if seen > limit {
+        if prefix.len() > limit {
             break;
         }
     }
     // Empty or only whitespace: a (trivially) whole body.
-    peeked.json = true;
     Ok(peeked)
 }
 
@@ -642,20 +639,7 @@ impl Pump for Inspect {
             }
         };
         self.exchange.emit(self.interceptor.drain_records());
-        let gate = self.exchange.inner.gate.clone();
-        for (chunk, machine_written) in self.output.drain_marked() {
-            // The events the machine wrote are read again by call shape (the second line: an
-            // item its typed reading could not take must not pass unjudged).
-            if machine_written
-                && backstop::may_hold_a_call(&chunk)
-                && let Some(found) = backstop::scan_sse(&chunk, gate.as_ref())
-            {
-                self.done = true;
-                self.exchange.refused(found);
-                return Poll::Ready(Some(Err(
-                    "toolwall: a blocked tool call the stream's reading missed".into(),
-                )));
-            }
+        for chunk in self.output.drain() {
             out.push(chunk);
         }
         if let Some(e) = broke {

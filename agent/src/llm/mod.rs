@@ -455,7 +455,8 @@ impl StreamInterceptor {
                 found.name,
                 self.cx.dialect.as_str()
             );
-            self.cx.record(found.name, String::new(), None, found.decision);
+            self.cx
+                .record(found.name, String::new(), None, found.decision);
             self.close(&mut out.written, &why);
             out.seal();
             out.checked = out.ready.len();

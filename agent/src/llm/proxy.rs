@@ -403,6 +403,7 @@ async fn handle(
         }
     };
     let (mut parts, body) = upstream_resp.into_parts();
+    let encoding = Encoding::of(&parts.headers);
     strip_hop_by_hop(&mut parts.headers);
     if dialect.is_some() && parts.status.is_redirection() {
         // The SDKs follow a redirect, and back through this proxy it could lead to a path that
@@ -419,7 +420,7 @@ async fn handle(
             Relay::new(Plain(body)).boxed_unsync(),
         ));
     }
-    let encoding = match Encoding::of(&parts.headers) {
+    let encoding = match encoding {
         Ok(e) => e,
         Err(name) => {
             tracing::error!(%request_id, encoding = %name, "unknown content-encoding: refusing the response");
@@ -565,18 +566,29 @@ enum Encoding {
 impl Encoding {
     /// The coding of a response; `Err` with the name for one we cannot decode (stacked codings
     /// included: they are never sent in practice and would need care to undo in order).
+    /// Every `Content-Encoding` field counts (a second one must not hide behind a first
+    /// `identity`), read before hop-by-hop headers are stripped (a `Connection` header naming
+    /// it must not make it vanish).
     fn of(headers: &HeaderMap) -> Result<Encoding, String> {
-        let Some(value) = headers.get(header::CONTENT_ENCODING) else {
-            return Ok(Encoding::Identity);
-        };
-        let text = value.to_str().map_err(|_| "(not text)".to_owned())?;
-        match text.trim().to_ascii_lowercase().as_str() {
-            "" | "identity" => Ok(Encoding::Identity),
-            "gzip" | "x-gzip" => Ok(Encoding::Gzip),
-            "deflate" => Ok(Encoding::Deflate),
-            "br" => Ok(Encoding::Brotli),
-            "zstd" => Ok(Encoding::Zstd),
-            other => Err(other.to_owned()),
+        let mut codings = Vec::new();
+        for value in headers.get_all(header::CONTENT_ENCODING) {
+            let text = value.to_str().map_err(|_| "(not text)".to_owned())?;
+            codings.extend(
+                text.split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .filter(|c| !c.is_empty() && c != "identity"),
+            );
+        }
+        match codings.as_slice() {
+            [] => Ok(Encoding::Identity),
+            [one] => match one.as_str() {
+                "gzip" | "x-gzip" => Ok(Encoding::Gzip),
+                "deflate" => Ok(Encoding::Deflate),
+                "br" => Ok(Encoding::Brotli),
+                "zstd" => Ok(Encoding::Zstd),
+                other => Err(other.to_owned()),
+            },
+            many => Err(many.join(", ")),
         }
     }
 

@@ -751,3 +751,118 @@ async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
     let answer = String::from_utf8_lossy(&buf[..n]);
     assert!(n == 0 || answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
+
+#[tokio::test]
+async fn a_second_content_encoding_or_one_named_by_connection_is_not_missed() {
+    for extra in [
+        "content-encoding: identity\r\ncontent-encoding: gzip\r\n",
+        "content-encoding: gzip, br\r\n",
+    ] {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{extra}content-length: 2\r\n\r\n{{}}"
+        );
+        let (upstream, _) = fake_upstream(vec![Step::Send(head.into_bytes())]).await;
+        let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+        let resp = client()
+            .request(post(addr, "/v1/messages", "{}"))
+            .await
+            .expect("response");
+        assert_eq!(resp.status(), StatusCode::BAD_GATEWAY, "{extra}");
+    }
+    // A gzip body whose content-encoding a Connection header names is still decoded.
+    let mut gz = Vec::new();
+    async_compression::tokio::bufread::GzipEncoder::new(
+        &br#"{"id":"m","type":"message","role":"assistant","content":[],"stop_reason":"end_turn"}"#
+            [..],
+    )
+    .read_to_end(&mut gz)
+    .await
+    .expect("gzip");
+    let mut wire = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: content-encoding\r\ncontent-encoding: gzip\r\ncontent-length: {}\r\n\r\n",
+        gz.len()
+    )
+    .into_bytes();
+    wire.extend_from_slice(&gz);
+    let (upstream, _) = fake_upstream(vec![Step::Send(wire)]).await;
+    let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+    let resp = client()
+        .request(post(addr, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert!(body.starts_with(b"{\"id\":\"m\""), "{body:?}");
+}
+
+#[tokio::test]
+async fn connect_trace_and_bodies_on_get_are_not_forwarded() {
+    let (upstream, accepted) = keep_alive_upstream("{}", false).await;
+    let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+    for method in ["TRACE", "CONNECT"] {
+        let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let req = if method == "CONNECT" {
+            "CONNECT 127.0.0.1:1 HTTP/1.1\r\nhost: 127.0.0.1:1\r\n\r\n".to_owned()
+        } else {
+            format!("{method} /v1/messages HTTP/1.1\r\nhost: x\r\n\r\n")
+        };
+        sock.write_all(req.as_bytes()).await.expect("write");
+        let mut buf = [0u8; 64];
+        let n = sock.read(&mut buf).await.unwrap_or(0);
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(!answer.starts_with("HTTP/1.1 200"), "{method}: {answer}");
+    }
+    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    sock.write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        .await
+        .expect("write");
+    let mut buf = [0u8; 64];
+    let n = sock.read(&mut buf).await.unwrap_or(0);
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 502"));
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached upstream"
+    );
+}
+
+#[tokio::test]
+async fn an_early_answer_to_a_large_request_reaches_the_client() {
+    // The upstream answers 413 at once and never reads the body (which outgrows the socket
+    // buffers): the answer must reach the client, not a 502, and nothing may hang.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let upstream = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            return;
+        };
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while memchr::memmem::find(&seen, b"\r\n\r\n").is_none() {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        let body = r#"{"type":"error","error":{"type":"request_too_large","message":"too large"}}"#;
+        let _ = sock
+            .write_all(
+                format!(
+                    "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+    let big = "x".repeat(16 << 20);
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client().request(post(addr, "/v1/messages", &big)),
+    )
+    .await
+    .expect("no hang")
+    .expect("response");
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}

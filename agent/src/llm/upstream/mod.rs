@@ -39,6 +39,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Idle connections kept per upstream.
 const MAX_IDLE: usize = 32;
+/// Longest wait for a response head, request body included: a non-streamed completion may
+/// take minutes before its first byte (the SDKs' own time-out is 10 minutes).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// Interim (1xx) responses accepted before the final one.
+const MAX_INTERIM: usize = 8;
 
 /// Why an exchange with the upstream failed (the client gets a 502 naming it).
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +64,10 @@ pub(crate) enum UpstreamError {
     Closed,
     #[error("invalid response head: {0}")]
     Head(String),
+    #[error("{0} with this body is not forwarded")]
+    Method(Method),
+    #[error("no response head within {} s", HEAD_TIMEOUT.as_secs())]
+    HeadTimeout,
 }
 
 /// Where requests go: scheme, host and port of one upstream.
@@ -132,11 +141,37 @@ impl AsyncWrite for Conn {
 }
 
 impl Conn {
-    /// An idle connection the server has not closed: nothing to read yet. (Polled with a no-op
-    /// waker: a TLS session ticket is consumed and the answer is still "nothing".)
+    /// An idle connection the server has not closed: the kernel has nothing to read on it
+    /// (asked directly: the reactor's readiness may not have seen a FIN yet). A TLS connection
+    /// with bytes waiting (a session ticket) is then polled once, with a no-op waker.
     fn is_reusable(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        let mut buf = ReadBuf::new(&mut byte);
+        use std::os::fd::AsRawFd as _;
+        let fd = match self {
+            Conn::Plain(s) => s.as_raw_fd(),
+            Conn::Tls(s) => s.get_ref().0.as_raw_fd(),
+        };
+        let mut byte = 0u8;
+        // SAFETY: a one-byte peek into a valid buffer on a socket this connection owns.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                (&raw mut byte).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n == 0 {
+            return false;
+        }
+        if n < 0 {
+            return std::io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock;
+        }
+        let Conn::Tls(_) = self else {
+            // Unsolicited bytes on a plain idle connection: not the start of our response.
+            return false;
+        };
+        let mut one = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut one);
         let mut cx = Context::from_waker(std::task::Waker::noop());
         matches!(Pin::new(self).poll_read(&mut cx, &mut buf), Poll::Pending)
     }
@@ -216,7 +251,9 @@ impl Upstreams {
     }
 
     /// Sends one request (`target`: path and query) with the client's headers (hop-by-hop ones
-    /// already removed) and body, and reads the response head.
+    /// already removed) and body, and reads the response head. The head is read while the
+    /// body is still being written: an upstream that answers early (401, 413, 429) and stops
+    /// reading is heard, not waited on for ever.
     pub(crate) async fn send(
         self: &Arc<Self>,
         origin: &Origin,
@@ -225,55 +262,104 @@ impl Upstreams {
         headers: &HeaderMap,
         body: Incoming,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let mut conn = match self.checkout(origin) {
+        let (head, chunked) = request_head(origin, method, target, headers, &body)?;
+        let conn = match self.checkout(origin) {
             Some(conn) => conn,
             None => self.connect(origin).await?,
         };
-        let (head, chunked) = request_head(origin, method, target, headers, &body);
-        write_request(&mut conn, head, body, chunked).await?;
+        let (mut rd, mut wr) = tokio::io::split(conn);
         let mut buf = BytesMut::with_capacity(READ_SIZE);
-        let (mut response, framing) = loop {
-            let (response, framing, used) = match parse_head(&buf, method)? {
-                Some(parsed) => parsed,
-                None => {
-                    if buf.len() >= MAX_HEAD {
-                        return Err(UpstreamError::Head(format!("over {MAX_HEAD} bytes")));
-                    }
-                    buf.reserve(READ_SIZE);
-                    let n = std::future::poll_fn(|cx| {
-                        tokio_util::io::poll_read_buf(Pin::new(&mut conn), cx, &mut buf)
-                    })
-                    .await
-                    .map_err(UpstreamError::Read)?;
-                    if n == 0 {
-                        return Err(UpstreamError::Closed);
-                    }
-                    continue;
+        let exchange = async {
+            let write = write_request(&mut wr, head, body, chunked);
+            let read = read_head(&mut rd, &mut buf, method);
+            tokio::pin!(write, read);
+            let mut written = false;
+            loop {
+                tokio::select! {
+                    // Once written, only the head is awaited.
+                    result = &mut write, if !written => match result {
+                        Ok(()) => written = true,
+                        // The upstream may have answered and closed: its answer, if any.
+                        Err(e) => return (read.await.map_err(|_| e), false),
+                    },
+                    head = &mut read => return (head, written),
                 }
-            };
+            }
+        };
+        let (head, written) = tokio::time::timeout(HEAD_TIMEOUT, exchange)
+            .await
+            .map_err(|_| UpstreamError::HeadTimeout)?;
+        let (mut response, framing) = head?;
+        let conn = rd.unsplit(wr);
+        // Reused only when the whole request left, the response did not say close, and its
+        // framing was unambiguous.
+        let reusable = written && keep_alive(response.headers()) && framing.reusable;
+        let mut body = UpstreamBody {
+            conn: Some(conn),
+            buf,
+            framing: framing.framing,
+            reuse: reusable.then(|| (self.clone(), origin.clone())),
+        };
+        if matches!(body.framing, Framing::Length(0)) {
+            // Nothing to read: hyper never polls an empty body, so the connection goes back now.
+            body.finished();
+        }
+        *response.body_mut() = body;
+        Ok(response)
+    }
+}
+
+/// Whether a response lets its connection be kept: no `close` token in `Connection`.
+fn keep_alive(headers: &HeaderMap) -> bool {
+    !headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+}
+
+/// Reads until a final (non-1xx) response head; parses only once a blank line has arrived.
+async fn read_head<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    method: &Method,
+) -> Result<(Response<UpstreamBody>, Framed), UpstreamError> {
+    let mut interim = 0;
+    let mut scanned = 0usize;
+    loop {
+        let complete = memchr::memmem::find(&buf[scanned.saturating_sub(3)..], b"\r\n\r\n")
+            .is_some()
+            || memchr::memmem::find(&buf[scanned.saturating_sub(1)..], b"\n\n").is_some();
+        scanned = buf.len();
+        if complete && let Some((response, framing, used)) = parse_head(buf, method)? {
             let _ = buf.split_to(used);
+            scanned = 0;
             // Interim responses (100 Continue, 103 Early Hints) are read and dropped.
             if response.status().is_informational() {
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     return Err(UpstreamError::Head("upstream switched protocols".into()));
                 }
+                interim += 1;
+                if interim > MAX_INTERIM {
+                    return Err(UpstreamError::Head(format!(
+                        "over {MAX_INTERIM} interim responses"
+                    )));
+                }
                 continue;
             }
-            break (response, framing);
-        };
-        let keep_alive = !response
-            .headers()
-            .get_all(header::CONNECTION)
-            .iter()
-            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
-        let body = UpstreamBody {
-            conn: Some(conn),
-            buf,
-            framing,
-            reuse: keep_alive.then(|| (self.clone(), origin.clone())),
-        };
-        *response.body_mut() = body;
-        Ok(response)
+            return Ok((response, framing));
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(UpstreamError::Head(format!("over {MAX_HEAD} bytes")));
+        }
+        buf.reserve(READ_SIZE);
+        let n =
+            std::future::poll_fn(|cx| tokio_util::io::poll_read_buf(Pin::new(&mut *rd), cx, buf))
+                .await
+                .map_err(UpstreamError::Read)?;
+        if n == 0 {
+            return Err(UpstreamError::Closed);
+        }
     }
 }
 
@@ -284,7 +370,10 @@ fn request_head(
     target: &str,
     headers: &HeaderMap,
     body: &Incoming,
-) -> (Vec<u8>, bool) {
+) -> Result<(Vec<u8>, bool), UpstreamError> {
+    if matches!(*method, Method::CONNECT | Method::TRACE) {
+        return Err(UpstreamError::Method(method.clone()));
+    }
     let mut head = Vec::with_capacity(1024);
     head.extend_from_slice(method.as_str().as_bytes());
     head.push(b' ');
@@ -310,25 +399,28 @@ fn request_head(
         head.extend_from_slice(value.as_bytes());
         head.extend_from_slice(b"\r\n");
     }
+    let bodiless = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
     let chunked = match body.size_hint().exact() {
-        Some(0) if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) => false,
+        Some(0) if bodiless => false,
         Some(n) => {
             head.extend_from_slice(format!("content-length: {n}\r\n").as_bytes());
             false
         }
+        // A server that ignores such a body would read its chunks as a second request.
+        None if bodiless => return Err(UpstreamError::Method(method.clone())),
         None => {
             head.extend_from_slice(b"transfer-encoding: chunked\r\n");
             true
         }
     };
     head.extend_from_slice(b"\r\n");
-    (head, chunked)
+    Ok((head, chunked))
 }
 
 /// Writes the head and the body, gathered into writes of up to [`READ_SIZE`] (a small request
 /// leaves in one segment, as from any HTTP client).
-async fn write_request(
-    conn: &mut Conn,
+async fn write_request<W: AsyncWrite + Unpin>(
+    conn: &mut W,
     mut out: Vec<u8>,
     mut body: Incoming,
     chunked: bool,
@@ -369,11 +461,19 @@ enum Framing {
     Close,
 }
 
+/// A body's framing, and whether the connection may carry another exchange after it (not
+/// when the head framed the body ambiguously: leftover bytes must never become the next
+/// response).
+struct Framed {
+    framing: Framing,
+    reusable: bool,
+}
+
 /// A response head, its body's framing and the bytes it took; `None` while incomplete.
 fn parse_head(
     buf: &[u8],
     method: &Method,
-) -> Result<Option<(Response<UpstreamBody>, Framing, usize)>, UpstreamError> {
+) -> Result<Option<(Response<UpstreamBody>, Framed, usize)>, UpstreamError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut slots);
     let used = match parsed.parse(buf) {
@@ -406,13 +506,26 @@ fn framing(
     headers: &HeaderMap,
     status: StatusCode,
     method: &Method,
-) -> Result<Framing, UpstreamError> {
+) -> Result<Framed, UpstreamError> {
+    let has_te = headers.contains_key(header::TRANSFER_ENCODING);
+    let has_cl = headers.contains_key(header::CONTENT_LENGTH);
     if *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
-        return Ok(Framing::Length(0));
+        // A body after such a head would be read as the next response: not reused if the
+        // head announced one.
+        let announced = has_te
+            || (status != StatusCode::NOT_MODIFIED
+                && *method != Method::HEAD
+                && headers
+                    .get(header::CONTENT_LENGTH)
+                    .is_some_and(|v| v.as_bytes() != b"0"));
+        return Ok(Framed {
+            framing: Framing::Length(0),
+            reusable: !announced,
+        });
     }
     let codings: Vec<String> = headers
         .get_all(header::TRANSFER_ENCODING)
@@ -421,10 +534,14 @@ fn framing(
         .map(|c| c.trim().to_ascii_lowercase())
         .filter(|c| !c.is_empty())
         .collect();
-    if !codings.is_empty() {
+    if has_te {
         // Chunked must be the last coding, and we undo no other transfer coding.
         return if codings == ["chunked"] {
-            Ok(Framing::Chunked(Chunked::default()))
+            Ok(Framed {
+                framing: Framing::Chunked(Chunked::default()),
+                // Both framings announced: read as chunked (RFC 9112 §6.3), never reused.
+                reusable: !has_cl,
+            })
         } else {
             Err(UpstreamError::Head(format!(
                 "transfer-encoding {codings:?} is not handled"
@@ -433,11 +550,13 @@ fn framing(
     }
     let mut length = None;
     for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.to_str().unwrap_or("x").split(',') {
-            let n: u64 = part
-                .trim()
-                .parse()
-                .map_err(|_| UpstreamError::Head(format!("content-length {value:?}")))?;
+        for part in value.as_bytes().split(|&b| b == b',') {
+            let part = part.trim_ascii();
+            // Digits only (`u64::from_str` would take a leading `+`).
+            let n = (!part.is_empty() && part.iter().all(u8::is_ascii_digit))
+                .then(|| std::str::from_utf8(part).ok()?.parse::<u64>().ok())
+                .flatten()
+                .ok_or_else(|| UpstreamError::Head(format!("content-length {value:?}")))?;
             if length.is_some_and(|l| l != n) {
                 return Err(UpstreamError::Head(
                     "conflicting content-length values".into(),
@@ -446,7 +565,10 @@ fn framing(
             length = Some(n);
         }
     }
-    Ok(length.map_or(Framing::Close, Framing::Length))
+    Ok(Framed {
+        framing: length.map_or(Framing::Close, Framing::Length),
+        reusable: length.is_some(),
+    })
 }
 
 /// A response body from [`Upstreams::send`]; the connection goes back to the pool when the

@@ -339,6 +339,27 @@ fn bench_interceptor() {
     println!(
         "   (in memory, no I/O: what inspection costs per byte against an in-cache memcpy; the tool-heavy stream blocks every other call; the 0.80x goal is judged through the proxy: llm-throughput)"
     );
+    // Per-call bookkeeping must be O(1): 4x the calls, about 4x the time (issue 12 measured
+    // 17x for 60k against 15k calls when calls were found by linear search).
+    println!("   many calls in one response (every other blocked): time for 60k calls / 15k calls");
+    for (name, dialect) in [
+        ("Anthropic", toolwall::llm::Dialect::Anthropic),
+        ("Chat Completions", toolwall::llm::Dialect::OpenAiChat),
+        ("Responses", toolwall::llm::Dialect::OpenAiResponses),
+    ] {
+        let small = toolwall::llm::many_calls_stream(dialect, 15_000);
+        let large = toolwall::llm::many_calls_stream(dialect, 60_000);
+        toolwall::llm::time_many_calls(dialect, &small); // warm-up
+        let t_small = toolwall::llm::time_many_calls(dialect, &small);
+        let t_large = toolwall::llm::time_many_calls(dialect, &large);
+        let ratio = t_large / t_small;
+        println!(
+            "     {name:<18} 15k {:>7.1} ms  60k {:>7.1} ms  {ratio:.1}x (goal ≤ 6x, linear is 4x: {})",
+            t_small * 1e3,
+            t_large * 1e3,
+            if ratio <= 6.0 { "MET" } else { "NOT MET" }
+        );
+    }
 }
 
 /// Stream throughput through the whole LLM proxy on loopback: inspected (text-heavy and

@@ -55,6 +55,14 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             .context("parse the daemon's session reply")?;
 
         let mut cmd = build_command(&args.command, &session, &socket, reply.proxy.as_deref());
+        if is_codex(&args.command[0]) {
+            for (name, command) in unshimmed_codex_servers(&codex_config_path()) {
+                eprintln!(
+                    "toolwall: WARNING: session {session}: Codex MCP server {name:?} runs {command:?} directly, not through `toolwall shim`: in code mode a tool whose name the code computes at run time passes the LLM layer undecided, and nothing decides it when it runs. Wrap it in {}: command = \"toolwall\", args = [\"shim\", \"--server-id\", \"{name}\", \"--\", ...its command and args]",
+                    codex_config_path().display()
+                );
+            }
+        }
         match &reply.proxy {
             Some(proxy) => eprintln!("toolwall: session {session}: LLM traffic through {proxy}"),
             None => eprintln!("toolwall: WARNING: session {session}: the daemon's LLM proxy is off; LLM calls go directly to the providers, unseen"),
@@ -116,6 +124,51 @@ fn build_command(
     cmd
 }
 
+fn is_codex(program: &OsString) -> bool {
+    std::path::Path::new(program).file_name() == Some(std::ffi::OsStr::new("codex"))
+}
+
+/// Codex's configuration: `$CODEX_HOME/config.toml`, default `~/.codex/config.toml`.
+fn codex_config_path() -> PathBuf {
+    std::env::var_os("CODEX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")))
+        .unwrap_or_default()
+        .join("config.toml")
+}
+
+/// The stdio MCP servers of a Codex configuration that do not run through `toolwall shim`
+/// (name, command): Codex's code mode can call their tools under names computed at run time,
+/// which only the shim decides (issue 12, class 6). A file that is missing or not TOML lists
+/// nothing (Codex itself reports a broken file).
+fn unshimmed_codex_servers(config: &std::path::Path) -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(config) else {
+        return Vec::new();
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let Some(servers) = table.get("mcp_servers").and_then(toml::Value::as_table) else {
+        return Vec::new();
+    };
+    servers
+        .iter()
+        .filter_map(|(name, server)| {
+            let command = server.get("command")?.as_str()?;
+            let args: Vec<&str> = server
+                .get("args")
+                .and_then(toml::Value::as_array)
+                .map(|a| a.iter().filter_map(toml::Value::as_str).collect())
+                .unwrap_or_default();
+            let shimmed = std::path::Path::new(command)
+                .file_name()
+                .is_some_and(|f| f == "toolwall")
+                && args.first() == Some(&"shim");
+            (!shimmed).then(|| (name.clone(), command.to_owned()))
+        })
+        .collect()
+}
+
 /// Runs the child, forwarding SIGTERM and SIGHUP to it (SIGINT from a terminal reaches it on
 /// its own, as it shares our process group).
 async fn run_child(cmd: std::process::Command) -> anyhow::Result<std::process::ExitStatus> {
@@ -154,6 +207,23 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn codex_servers_outside_the_shim_are_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            "model = \"x\"\n[mcp_servers.raw]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-everything\"]\n[mcp_servers.wrapped]\ncommand = \"/usr/local/bin/toolwall\"\nargs = [\"shim\", \"--server-id\", \"wrapped\", \"--\", \"npx\"]\n[mcp_servers.remote]\nurl = \"http://127.0.0.1:1/mcp\"\n",
+        )
+        .expect("write");
+        assert_eq!(
+            unshimmed_codex_servers(&config),
+            vec![("raw".to_owned(), "npx".to_owned())]
+        );
+        assert!(unshimmed_codex_servers(&dir.path().join("missing.toml")).is_empty());
+        assert!(is_codex(&"/usr/bin/codex".into()) && !is_codex(&"claude".into()));
+    }
 
     fn args_of(cmd: &std::process::Command) -> Vec<String> {
         cmd.get_args()

@@ -186,6 +186,67 @@ pub fn bench_interceptor(stream_bytes: usize, iters: u32) -> BenchReport {
     }
 }
 
+/// A stream of `calls` tool calls in `dialect`, every other one blocked (named `…_blocked`),
+/// each call in its own events as the APIs send them.
+pub fn many_calls_stream(dialect: Dialect, calls: usize) -> Vec<u8> {
+    let mut s = String::new();
+    let name = |i: usize| {
+        if i.is_multiple_of(2) {
+            format!("mcp__fs__t{i}_blocked")
+        } else {
+            format!("mcp__fs__t{i}")
+        }
+    };
+    match dialect {
+        Dialect::Anthropic => {
+            s.push_str("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"c\",\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n");
+            for i in 0..calls {
+                s.push_str(&format!("event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":{i},\"content_block\":{{\"type\":\"tool_use\",\"id\":\"t{i}\",\"name\":\"{}\",\"input\":{{}}}}}}\n\n", name(i)));
+                s.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{i},\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":\"{{}}\"}}}}\n\n"));
+                s.push_str(&format!("event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":{i}}}\n\n"));
+            }
+        }
+        Dialect::OpenAiChat => {
+            for i in 0..calls {
+                s.push_str(&format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":{i},\"id\":\"call_{i}\",\"type\":\"function\",\"function\":{{\"name\":\"{}\",\"arguments\":\"\"}}}}]}},\"finish_reason\":null}}]}}\n\n", name(i)));
+                s.push_str(&format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":{i},\"function\":{{\"arguments\":\"{{}}\"}}}}]}},\"finish_reason\":null}}]}}\n\n"));
+            }
+            s.push_str("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n");
+        }
+        Dialect::OpenAiResponses => {
+            for i in 0..calls {
+                let item = |status: &str, args: &str| format!("{{\"type\":\"function_call\",\"id\":\"fc_{i}\",\"call_id\":\"call_{i}\",\"name\":\"{}\",\"arguments\":\"{args}\",\"status\":\"{status}\"}}", name(i));
+                s.push_str(&format!("event: response.output_item.added\ndata: {{\"type\":\"response.output_item.added\",\"output_index\":{i},\"item\":{}}}\n\n", item("in_progress", "")));
+                s.push_str(&format!("event: response.function_call_arguments.delta\ndata: {{\"type\":\"response.function_call_arguments.delta\",\"output_index\":{i},\"item_id\":\"fc_{i}\",\"delta\":\"{{}}\"}}\n\n"));
+                s.push_str(&format!("event: response.output_item.done\ndata: {{\"type\":\"response.output_item.done\",\"output_index\":{i},\"item\":{}}}\n\n", item("completed", "{}")));
+            }
+        }
+    }
+    s.into_bytes()
+}
+
+/// Seconds to intercept `stream` once, in 16 KiB reads.
+pub fn time_many_calls(dialect: Dialect, stream: &[u8]) -> f64 {
+    let start = Instant::now();
+    let mut i = StreamInterceptor::new(
+        dialect,
+        Arc::new(BenchGate),
+        OnMalformed::FailClosed,
+        64 << 20,
+    );
+    let mut out = Output::default();
+    for piece in stream.chunks(16 * 1024) {
+        i.feed(Bytes::copy_from_slice(piece), &mut out);
+        out.drain().for_each(|b| {
+            black_box(b);
+        });
+        i.drain_records().for_each(drop);
+    }
+    i.finish(&mut out);
+    black_box(out.take_all());
+    start.elapsed().as_secs_f64()
+}
+
 /// Latency through the whole proxy on loopback, against the same exchange without it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatencyReport {

@@ -47,7 +47,8 @@ use crate::events::{Event, ToolCallIntercepted};
 
 pub use bench::{
     BenchReport, LatencyReport, ThroughputReport, bench_interceptor, bench_proxy_latency,
-    bench_proxy_throughput, text_heavy_stream, tool_heavy_stream,
+    bench_proxy_throughput, many_calls_stream, text_heavy_stream, time_many_calls,
+    tool_heavy_stream,
 };
 pub use buffered::rewrite_buffered;
 pub use keys::Keys;

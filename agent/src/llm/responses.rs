@@ -18,6 +18,7 @@
 //! spends the server's rate-limit budget, and would be recorded twice).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
@@ -156,9 +157,14 @@ struct Entry {
 /// Streaming state of one Responses API response.
 pub(crate) struct Responses {
     items: Vec<Entry>,
+    /// Where in `items` each output index and item id is (the first entry that has it): every
+    /// event finds its item in O(1), however many calls the response holds (issue 12: linear
+    /// searches made CPU grow with the square of the calls).
+    by_output: HashMap<u64, usize>,
+    by_id: HashMap<String, usize>,
     /// Tool items already decided and passed, by id, with what they were judged on: one that
     /// comes again unchanged is not re-asked; a changed one is.
-    passed: Vec<(String, Judged)>,
+    passed: HashMap<String, Judged>,
     max_held: usize,
 }
 
@@ -166,17 +172,16 @@ impl Responses {
     pub(crate) fn new(max_held: usize) -> Self {
         Responses {
             items: Vec::new(),
-            passed: Vec::new(),
+            by_output: HashMap::new(),
+            by_id: HashMap::new(),
+            passed: HashMap::new(),
             max_held,
         }
     }
 
     /// Notes an item as passed, as judged (replacing an earlier entry for the same id).
     fn mark_passed(&mut self, id: String, judged: Judged) {
-        match self.passed.iter_mut().find(|(p, _)| *p == id) {
-            Some(entry) => entry.1 = judged,
-            None => self.passed.push((id, judged)),
-        }
+        self.passed.insert(id, judged);
     }
 
     /// Whether this exact item (same id, same fingerprint) was already passed.
@@ -184,15 +189,46 @@ impl Responses {
         let Some(id) = item.id.as_deref() else {
             return false;
         };
-        let judged = Judged::item(item);
-        self.passed.iter().any(|(p, j)| p == id && *j == judged)
+        self.passed.get(id) == Some(&Judged::item(item))
     }
 
     fn find(&self, env: &Envelope<'_>) -> Option<usize> {
-        self.items.iter().position(|e| {
-            env.output_index == Some(e.output_index)
-                || env.item_id.as_deref().is_some_and(|id| id == e.item_id)
-        })
+        env.output_index
+            .and_then(|i| self.by_output.get(&i))
+            .or_else(|| env.item_id.as_deref().and_then(|id| self.by_id.get(id)))
+            .copied()
+    }
+
+    fn push_item(&mut self, entry: Entry) {
+        let pos = self.items.len();
+        self.by_output.entry(entry.output_index).or_insert(pos);
+        self.by_id.entry(entry.item_id.clone()).or_insert(pos);
+        self.items.push(entry);
+    }
+
+    /// Removes the entry at `pos` (the last one moves into its place, re-indexed).
+    fn remove_item(&mut self, pos: usize) -> Entry {
+        let entry = self.items.swap_remove(pos);
+        if self.by_output.get(&entry.output_index) == Some(&pos) {
+            self.by_output.remove(&entry.output_index);
+        }
+        if self.by_id.get(&entry.item_id) == Some(&pos) {
+            self.by_id.remove(&entry.item_id);
+        }
+        let moved_from = self.items.len();
+        if let Some(moved) = self.items.get(pos) {
+            if let Some(p) = self.by_output.get_mut(&moved.output_index)
+                && *p == moved_from
+            {
+                *p = pos;
+            }
+            if let Some(p) = self.by_id.get_mut(&moved.item_id)
+                && *p == moved_from
+            {
+                *p = pos;
+            }
+        }
+        entry
     }
 }
 
@@ -290,6 +326,8 @@ impl Machine for Responses {
     }
 
     fn on_end(&mut self, cx: &mut Cx, _out: &mut BytesMut) {
+        self.by_output.clear();
+        self.by_id.clear();
         for e in self.items.drain(..) {
             match e.state {
                 ItemState::Tracked { name, decision, .. } => {
@@ -354,7 +392,7 @@ impl Responses {
                     let message_id = format!("msg_toolwall_{item_id}");
                     write_message_open(out, seq, index, &message_id, &text);
                     cx.record(shown, call_id, None, decision);
-                    self.items.push(Entry {
+                    self.push_item(Entry {
                         output_index: index,
                         item_id,
                         state: ItemState::Blocked { message_id, text },
@@ -363,7 +401,7 @@ impl Responses {
                     let judged = Judged::item(&item);
                     self.mark_passed(item_id.clone(), judged);
                     if decision.tool.is_some() {
-                        self.items.push(Entry {
+                        self.push_item(Entry {
                             output_index: index,
                             item_id,
                             state: ItemState::Tracked {
@@ -378,7 +416,7 @@ impl Responses {
             }
             "custom_tool_call" => {
                 let input = item.input.as_deref().unwrap_or_default().to_owned();
-                self.items.push(Entry {
+                self.push_item(Entry {
                     output_index: index,
                     item_id,
                     state: ItemState::Held {
@@ -430,7 +468,7 @@ impl Responses {
                 // Allowed at `added` under another name (or type): what the agent's SDK
                 // keeps is this item, so it is judged again as it is now. The decision taken
                 // at `added` is dropped unrecorded; this one is recorded.
-                let entry = self.items.swap_remove(pos);
+                let entry = self.remove_item(pos);
                 let Some(item) = &item else {
                     return Ok(());
                 };
@@ -443,7 +481,7 @@ impl Responses {
                     Some((text, _)) => {
                         let message_id = format!("msg_toolwall_{}", entry.item_id);
                         write_message_done(out, seq, index, &message_id, &text);
-                        self.items.push(Entry {
+                        self.push_item(Entry {
                             output_index: index,
                             item_id,
                             state: ItemState::Blocked { message_id, text },
@@ -456,7 +494,7 @@ impl Responses {
                 }
             }
             ItemState::Tracked { .. } => {
-                let entry = self.items.swap_remove(pos);
+                let entry = self.remove_item(pos);
                 if let ItemState::Tracked { name, decision, .. } = entry.state {
                     let input = item
                         .as_ref()
@@ -472,7 +510,7 @@ impl Responses {
                 out.extend_from_slice(raw);
             }
             ItemState::Held { .. } => {
-                let entry = self.items.swap_remove(pos);
+                let entry = self.remove_item(pos);
                 let ItemState::Held { events, input, .. } = entry.state else {
                     return Ok(());
                 };
@@ -489,7 +527,7 @@ impl Responses {
                         let message_id = format!("msg_toolwall_{}", entry.item_id);
                         write_message_open(out, seq, index, &message_id, &text);
                         write_message_done(out, seq, index, &message_id, &text);
-                        self.items.push(Entry {
+                        self.push_item(Entry {
                             output_index: index,
                             item_id: entry.item_id,
                             state: ItemState::Blocked { message_id, text },
@@ -532,7 +570,7 @@ impl Responses {
         if let Some((text, _)) = judge_item(cx, &item, true) {
             let message_id = format!("msg_toolwall_{item_id}");
             write_message_done(out, seq, index, &message_id, &text);
-            self.items.push(Entry {
+            self.push_item(Entry {
                 output_index: index,
                 item_id,
                 state: ItemState::Blocked { message_id, text },
@@ -572,11 +610,13 @@ impl Responses {
         for (i, item_raw) in output.iter().enumerate() {
             let item = serde_json::from_str::<Item<'_>>(item_raw.get()).ok();
             let id = item.as_ref().and_then(|it| it.id.as_deref());
-            let blocked = self.items.iter().find(|e| {
-                matches!(e.state, ItemState::Blocked { .. })
-                    && (id == Some(e.item_id.as_str())
-                        || (id.is_none() && e.output_index == i as u64))
-            });
+            let pos = match id {
+                Some(id) => self.by_id.get(id),
+                None => self.by_output.get(&(i as u64)),
+            };
+            let blocked = pos
+                .and_then(|&p| self.items.get(p))
+                .filter(|e| matches!(e.state, ItemState::Blocked { .. }));
             if let Some(Entry {
                 state: ItemState::Blocked { message_id, text },
                 ..

@@ -54,6 +54,17 @@ pub(crate) struct CallView<'a> {
     pub id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub function: Option<FunctionView<'a>>,
+    /// A custom tool call (`"type":"custom"`): free-form `input` instead of JSON arguments.
+    #[serde(default, borrow)]
+    pub custom: Option<CustomView<'a>>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CustomView<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub input: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]

@@ -366,7 +366,7 @@ impl StreamInterceptor {
     ) -> Self {
         let machine = match dialect {
             Dialect::Anthropic => AnyMachine::Anthropic(anthropic::Anthropic::default()),
-            Dialect::OpenAiChat => AnyMachine::Chat(chat::Chat::default()),
+            Dialect::OpenAiChat => AnyMachine::Chat(chat::Chat::new(max_buffer)),
             Dialect::OpenAiResponses => {
                 AnyMachine::Responses(responses::Responses::new(max_buffer))
             }

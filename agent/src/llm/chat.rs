@@ -193,8 +193,10 @@ impl Call {
     }
 
     /// Judges every view of the names as they are now; returns the allowed decisions about MCP
-    /// tools (to record), and notes the first blocked name.
-    fn judge(&mut self, cx: &Cx) -> Vec<(String, Decision)> {
+    /// tools (to record), and notes the first blocked name. `last` is the final decision: its
+    /// first view (the appended name) is asked as a proposed call, once, spending rate-limit
+    /// budget; every other view, and every look before the last, is an inspection.
+    fn judge(&mut self, cx: &Cx, last: bool) -> Vec<(String, Decision)> {
         self.dirty = false;
         let mut names: Vec<&str> = vec![self.function.joined.as_str(), self.function.last()];
         if let Some(c) = &self.custom {
@@ -209,7 +211,11 @@ impl Call {
             if names[..i].contains(name) {
                 continue;
             }
-            let decision = cx.check(name, None);
+            let decision = if last && i == 0 {
+                cx.check(name, None)
+            } else {
+                cx.inspect(name)
+            };
             if decision.is_blocked() {
                 self.blocked = Some(((*name).to_owned(), decision));
             } else if decision.tool.is_some() {
@@ -474,7 +480,7 @@ impl Chat {
                     && c.dirty
                     && matches!(c.state, State::Pending)
                 {
-                    c.judge(cx);
+                    c.judge(cx, false);
                 }
             }
         }
@@ -564,7 +570,7 @@ impl Chat {
             let Some(c) = cs.calls.get_mut(&index) else {
                 continue;
             };
-            let allowed = c.judge(cx);
+            let allowed = c.judge(cx, true);
             let id = std::mem::take(&mut c.id);
             if let Some((name, decision)) = c.blocked.take() {
                 cs.messages.push(blocked_message(&name, &decision.reason));

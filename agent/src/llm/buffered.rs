@@ -163,22 +163,40 @@ fn chat(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
         }
         for raw in &calls {
             let call: CallView<'_> = serde_json::from_str(raw.get())?;
-            let (name, args) = match &call.function {
-                Some(f) => (
-                    f.name.as_deref().unwrap_or_default(),
-                    f.arguments.as_deref(),
-                ),
-                None => ("", None),
-            };
             let id = call.id.as_deref().unwrap_or_default().to_owned();
-            let input = args.and_then(|a| serde_json::from_str(a).ok());
-            let decision = cx.check(name, None);
-            if decision.is_blocked() {
-                messages.push_str(&blocked_message(name, &decision.reason));
-            } else {
+            // A function call, a custom one (`"type":"custom"`), or an entry with both objects
+            // (each SDK reads the one its `type` names): every name present is judged, and the
+            // entry goes if any is blocked.
+            let mut judged: Vec<(&str, Option<serde_json::Value>)> = Vec::with_capacity(1);
+            if let Some(f) = &call.function {
+                let input = f
+                    .arguments
+                    .as_deref()
+                    .and_then(|a| serde_json::from_str(a).ok());
+                judged.push((f.name.as_deref().unwrap_or_default(), input));
+            }
+            if let Some(c) = &call.custom {
+                let input = c
+                    .input
+                    .as_deref()
+                    .map(|i| serde_json::Value::from(i.to_owned()));
+                judged.push((c.name.as_deref().unwrap_or_default(), input));
+            }
+            if judged.is_empty() {
+                judged.push(("", None));
+            }
+            let mut blocked = false;
+            for (name, input) in judged {
+                let decision = cx.check(name, None);
+                if decision.is_blocked() && !blocked {
+                    blocked = true;
+                    messages.push_str(&blocked_message(name, &decision.reason));
+                }
+                cx.record(name.to_owned(), id.clone(), input, decision);
+            }
+            if !blocked {
                 kept.push(raw);
             }
-            cx.record(name.to_owned(), id, input, decision);
         }
         if messages.is_empty() {
             new_choices.push((*choice_raw).to_owned());

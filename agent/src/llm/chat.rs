@@ -1,17 +1,64 @@
-//! OpenAI Chat Completions streaming (seed 000's array filtering, made chunking-proof).
+//! OpenAI Chat Completions streaming (seed 000's array filtering, made chunking-proof and
+//! modelled on the official SDKs' accumulators).
 //!
-//! Each `tool_calls` entry is tracked by (choice index, tool index). A call is decided as soon
-//! as its name is known to be complete: when an entry carries `arguments` (OpenAI sends the whole
-//! name with `"arguments":""` in the first chunk, so standard streams are decided at once and
-//! pass byte-identical). A name that arrives in pieces without `arguments` is held back (those
-//! entries are taken out of their chunks) until the name is complete, `finish_reason` arrives
-//! or the stream ends; an allowed held call is then re-emitted in one synthetic chunk just
-//! before the chunk that completed it. Blocked entries are removed from every chunk, the
-//! choice's `content` gets the explanation, and `finish_reason` `tool_calls` becomes `stop` when
-//! every call of the choice was blocked. A name that grows after its call was decided is
-//! re-checked; if it turns into a blocked one the stream is ended (fail closed).
+//! # How the SDKs build calls from chunks
+//!
+//! Read from the official SDKs' stream helpers, verified against openai Python 2.x (and the
+//! 3.54.0 pinned in `xtask/peers`: `lib/streaming/_deltas.py` `accumulate_delta`,
+//! `lib/streaming/chat/_completions.py`) and openai TypeScript 6.49.0
+//! (`lib/ChatCompletionStream.js` `#accumulateChatCompletion`, `#addChunk`):
+//! - Calls are kept per choice, and a `tool_calls` entry's `index` is a **list position** in
+//!   that choice's calls, in both. A new `id` on an index does not start a new call (Python
+//!   appends the ids, TypeScript keeps the last). Python inserts an unknown index with
+//!   `list.insert`, which appends when it is past the end, so upstream indices 0, 2, 1 land on
+//!   positions 0, 1, 1; TypeScript makes a sparse array. Both helpers then read
+//!   `tool_calls[index]` and crash on a gap (`IndexError`; "Cannot read properties of
+//!   undefined (reading 'id')").
+//! - Names: Python (the helper's `accumulate_delta`, and the plain chunk loop users write)
+//!   **appends** every `function.name` fragment (`"ec"` + `"ho"` = `echo`, `"echo"` twice =
+//!   `echoecho`); TypeScript **replaces** the name with each non-empty fragment (`"x"` then
+//!   `"echo"` = `echo`). Arguments are appended by both.
+//! - Both emit `tool_calls.function.arguments.done` for a call, with its name as accumulated
+//!   after the whole chunk, when a chunk's entries switch to another index and when the choice
+//!   finishes; clients that act on that event see those intermediate names.
+//!
+//! # What this machine does
+//!
+//! Each call is tracked by (choice index, upstream index) in maps (O(1) per entry), with both
+//! name views: every fragment appended, and the last non-empty one (a suffix of the first).
+//! The output is renumbered **densely** per choice: the kept calls get 0, 1, 2... in the order
+//! they first appeared, in every chunk, so the SDKs' list positions are exactly toolwall's
+//! calls and no call can alias another (an entry is rewritten only when its number changes).
+//!
+//! When a name is final: a later chunk may add a fragment to any call of a choice at any time
+//! (upstream may go back to an earlier index), so a name cannot change any more only once its
+//! choice has a `finish_reason` or the stream ends (`[DONE]`, or its end). A new index in the
+//! choice proves nothing. So every event from the first one carrying a tool call entry is
+//! **held** (whole, in order, text included) until no choice has an undecided call; then each
+//! call is judged on every name an SDK shows for it (both views of its final name, and both
+//! views after each chunk that switched away from it: the names of `arguments.done` events),
+//! and it passes only if all of them are allowed. The held events are then released: verbatim
+//! when nothing in them changes (an allowed stream with dense indices leaves byte-identical,
+//! only later), otherwise with blocked entries removed, kept entries renumbered, the choice's
+//! `content` carrying the explanations on its finishing chunk (or in a chunk of its own when the
+//! stream ended without one) and `finish_reason` `tool_calls` turned into `stop` when every call
+//! of the choice was blocked. A blocked call is never cut short and never leaves in part.
+//!
+//! Costs of that rule: tool-call chunks reach the client when their choice finishes, not as
+//! they stream; what is held (events, names and ids, a fixed cost per call) is bounded by the
+//! stream buffer limit (`max_stream_buffer_bytes`), past which the stream ends with an error
+//! (fail closed). Arguments assembled to record an allowed MCP call are a copy of held bytes.
+//!
+//! After a choice's `finish_reason`, an entry for a blocked call is dropped and an
+//! arguments-only entry for an allowed call passes (renumbered); a new call or a name fragment
+//! for an allowed call in a finished choice ends the stream (its decision has left already).
+//! Entries in `custom` objects (`"type":"custom"`) are judged the same way, as a name of their
+//! own. The legacy single `function_call` is judged on every fragment; a blocked one ends the
+//! stream (no replacement protocol).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
@@ -19,7 +66,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_array, raw_from_json, raw_str};
-use super::sse::{write_event, write_with_data};
+use super::sse::{SseEvent, write_event, write_with_data};
 use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
 use crate::decision::Decision;
 
@@ -54,6 +101,17 @@ pub(crate) struct CallView<'a> {
     pub id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub function: Option<FunctionView<'a>>,
+    /// A custom tool call (`"type":"custom"`): free-form `input` instead of JSON arguments.
+    #[serde(default, borrow)]
+    pub custom: Option<CustomView<'a>>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CustomView<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub input: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -64,43 +122,166 @@ pub(crate) struct FunctionView<'a> {
     pub arguments: Option<Cow<'a, str>>,
 }
 
-#[derive(PartialEq, Eq, Clone, Copy)]
+/// Fixed bytes charged per tracked call against the buffer limit.
+const CALL_COST: usize = 64;
+
+#[derive(Clone, Copy)]
 enum State {
-    /// Name not known to be complete; entries held back.
+    /// Its choice has not finished: entries held back.
     Pending,
-    Allowed,
+    /// Kept, under this (dense) index.
+    Allowed(u64),
     Blocked,
 }
 
+/// One name as the SDKs accumulate it: every fragment appended (Python) and the last non-empty
+/// fragment (TypeScript), which is a suffix of the first.
+#[derive(Default)]
+struct NameView {
+    joined: String,
+    last_start: usize,
+}
+
+impl NameView {
+    fn push(&mut self, part: &str) -> usize {
+        if part.is_empty() {
+            return 0;
+        }
+        self.last_start = self.joined.len();
+        self.joined.push_str(part);
+        part.len()
+    }
+
+    fn last(&self) -> &str {
+        &self.joined[self.last_start..]
+    }
+}
+
 struct Call {
-    choice: u64,
-    index: u64,
     state: State,
     id: String,
-    name: String,
-    /// Arguments held back (Pending) or assembled to record (Allowed MCP).
+    function: NameView,
+    /// Names of a `custom` object, if one came.
+    custom: Option<NameView>,
+    /// A name fragment came since the names were last judged.
+    dirty: bool,
+    /// The first blocked name found for this call, with its decision.
+    blocked: Option<(String, Decision)>,
+    /// Arguments assembled to record an allowed MCP call.
     args: String,
-    /// Allowed MCP call to record at the end of its choice.
-    decision: Option<Decision>,
+}
+
+impl Call {
+    fn new() -> Self {
+        Call {
+            state: State::Pending,
+            id: String::new(),
+            function: NameView::default(),
+            custom: None,
+            dirty: true,
+            blocked: None,
+            args: String::new(),
+        }
+    }
+
+    /// Bytes this call holds against the buffer limit.
+    fn held(&self) -> usize {
+        CALL_COST
+            + self.id.len()
+            + self.function.joined.len()
+            + self.custom.as_ref().map_or(0, |c| c.joined.len())
+    }
+
+    /// Judges every view of the names as they are now; returns the allowed decisions about MCP
+    /// tools (to record), and notes the first blocked name. `last` is the final decision: its
+    /// first view (the appended name) is asked as a proposed call, once, spending rate-limit
+    /// budget; every other view, and every look before the last, is an inspection.
+    fn judge(&mut self, cx: &Cx, last: bool) -> Vec<(String, Decision)> {
+        self.dirty = false;
+        let mut names: Vec<&str> = vec![self.function.joined.as_str(), self.function.last()];
+        if let Some(c) = &self.custom {
+            names.push(c.joined.as_str());
+            names.push(c.last());
+        }
+        let mut allowed: Vec<(String, Decision)> = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            if self.blocked.is_some() {
+                break;
+            }
+            if names[..i].contains(name) {
+                continue;
+            }
+            let decision = if last && i == 0 {
+                cx.check(name, None)
+            } else {
+                cx.inspect(name)
+            };
+            if decision.is_blocked() {
+                self.blocked = Some(((*name).to_owned(), decision));
+            } else if decision.tool.is_some() {
+                allowed.push(((*name).to_owned(), decision));
+            }
+        }
+        allowed
+    }
+}
+
+/// The calls of one choice.
+#[derive(Default)]
+struct ChoiceState {
+    calls: HashMap<u64, Call>,
+    /// Upstream indices in the order they first came.
+    order: Vec<u64>,
+    /// The index of the last entry seen (the SDKs' current call).
+    current: Option<u64>,
+    /// Its calls are judged (`finish_reason`, or the stream ended).
+    decided: bool,
+    blocked: usize,
+    /// Explanations of its blocked calls, for its finishing chunk.
+    messages: Vec<String>,
+}
+
+/// An event held back, with where its tool call entries are.
+struct Held {
+    raw: Bytes,
+    choices: Vec<HeldChoice>,
+}
+
+struct HeldChoice {
+    /// Position in the chunk's `choices`.
+    pos: usize,
+    choice: u64,
+    /// (position in `tool_calls`, upstream index) of each entry read.
+    entries: Vec<(usize, u64)>,
+    /// The chunk finishes the choice: whether with `tool_calls`.
+    finish: Option<bool>,
 }
 
 /// Streaming state of one chat completion.
-#[derive(Default)]
 pub(crate) struct Chat {
-    calls: Vec<Call>,
+    max_buffer: usize,
+    /// Choices that have had a tool call, by index.
+    choices: HashMap<u64, ChoiceState>,
+    /// Choices with calls not decided yet.
+    pending: usize,
+    /// Events held back, in order.
+    queue: Vec<Held>,
+    queued_bytes: usize,
+    /// What calls hold (names, ids, a fixed cost each).
+    state_bytes: usize,
     /// Top-level fields (id, model, ...) to build synthetic chunks with.
     template: Option<String>,
     /// Name of each choice's legacy `function_call`, as assembled so far (by choice index:
     /// with `n > 1` the choices' fragments interleave).
-    legacy_names: Vec<(u64, String)>,
+    legacy_names: HashMap<u64, String>,
 }
 
-/// What one chunk's choice needs changed.
+/// What one held chunk's choice needs changed.
 #[derive(Default)]
 struct ChoiceEdit {
-    /// Keep only these tool_calls entries (positions), when some were removed.
-    removed_any: bool,
-    keep: Vec<usize>,
+    /// By position in `tool_calls`, ascending: `None` to remove the entry, `Some(i)` to give it
+    /// index `i`.
+    entries: Vec<(usize, Option<u64>)>,
     messages: Vec<String>,
     finish_stop: bool,
 }
@@ -114,18 +295,17 @@ impl Machine for Chat {
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
         let Some(data) = data else {
-            out.extend_from_slice(raw);
+            self.pass(raw, Vec::new(), out);
             return Ok(());
         };
         let body = trim_ws(&data);
         if body.starts_with(b"[DONE]") {
-            self.resolve_all(cx, out)?;
-            self.record_all(cx, None);
+            self.finish_all(cx, out)?;
             out.extend_from_slice(raw);
             return Ok(());
         }
         let has_tool_key = TOOL_KEYS.any_in(body);
-        if self.quiet_keys().is_some() && !has_tool_key {
+        if self.queue.is_empty() && !has_tool_key {
             out.extend_from_slice(raw);
             return Ok(());
         }
@@ -133,66 +313,71 @@ impl Machine for Chat {
             Ok(t) => t,
             Err(_) => return Err(Fatal::new("SSE data is not UTF-8")),
         };
-        let mut top = match RawObject::parse(text) {
+        let top = match RawObject::parse(text) {
             Ok(t) => t,
             Err(e) => {
                 cx.malformed(&e, has_tool_key)?;
-                out.extend_from_slice(raw);
+                self.pass(raw, Vec::new(), out);
                 return Ok(());
             }
         };
         let Some(choices_raw) = top.get("choices") else {
-            out.extend_from_slice(raw);
+            self.pass(raw, Vec::new(), out);
             return Ok(());
         };
         let choices: Vec<&RawValue> = match serde_json::from_str(choices_raw.get()) {
             Ok(c) => c,
             Err(e) => {
                 cx.malformed(&e, has_tool_key)?;
-                out.extend_from_slice(raw);
+                self.pass(raw, Vec::new(), out);
                 return Ok(());
             }
         };
-        let mut edits: Vec<Option<ChoiceEdit>> = Vec::with_capacity(choices.len());
-        let mut synthetic: Vec<String> = Vec::new();
-        for choice in &choices {
+        let mut held: Vec<HeldChoice> = Vec::new();
+        let mut has_entries = false;
+        for (pos, choice) in choices.iter().enumerate() {
             let view: ChoiceView<'_> = match serde_json::from_str(choice.get()) {
                 Ok(v) => v,
                 Err(e) => {
                     cx.malformed(&e, has_tool_key)?;
-                    edits.push(None);
                     continue;
                 }
             };
-            let edit = self.on_choice(cx, &view, &top, &mut synthetic)?;
-            edits.push(edit);
-        }
-        for s in &synthetic {
-            write_event(out, None, s.as_bytes());
-        }
-        if edits.iter().all(Option::is_none) {
-            out.extend_from_slice(raw);
-            return Ok(());
-        }
-        let mut new_choices: Vec<Box<RawValue>> = Vec::with_capacity(choices.len());
-        for (choice, edit) in choices.iter().zip(edits) {
-            match edit {
-                None => new_choices.push((*choice).to_owned()),
-                Some(edit) => new_choices.push(apply_edit(choice, edit)?),
+            let hc = self.on_choice(cx, pos, &view)?;
+            has_entries |= !hc.entries.is_empty();
+            if !hc.entries.is_empty() || hc.finish.is_some() {
+                held.push(hc);
             }
         }
-        top.set("choices", raw_array(new_choices.iter().map(|c| c.as_ref())));
-        write_with_data(out, raw, top.to_json().as_bytes());
+        if has_entries && self.template.is_none() {
+            self.template = Some(template_of(&top));
+        }
+        if has_entries || !self.queue.is_empty() {
+            self.queued_bytes += raw.len();
+            self.queue.push(Held {
+                raw: raw.clone(),
+                choices: held,
+            });
+        } else {
+            out.extend_from_slice(raw);
+        }
+        if self.queued_bytes + self.state_bytes > self.max_buffer {
+            return Err(Fatal::new(
+                "tool calls held back exceed the stream buffer limit (max_stream_buffer_bytes)",
+            ));
+        }
+        if self.pending == 0 {
+            self.flush(out)?;
+        }
         Ok(())
     }
 
     fn on_end(&mut self, cx: &mut Cx, out: &mut BytesMut) {
-        // A held call whose stream ended: decide, and pass it if allowed (the client would
-        // have had it had we not held it).
-        if let Err(f) = self.resolve_all(cx, out) {
-            tracing::warn!(why = %f.0, "chat stream ended with an undecidable call");
+        // The stream ended: every name is final. Decide, and release what is held (the client
+        // would have had the allowed calls had we not held them).
+        if let Err(f) = self.finish_all(cx, out) {
+            tracing::warn!(why = %f.0, "chat stream ended with calls that could not be released");
         }
-        self.record_all(cx, None);
     }
 
     fn write_error(&self, out: &mut BytesMut, message: &str) {
@@ -204,57 +389,60 @@ impl Machine for Chat {
     }
 
     fn quiet_keys(&self) -> Option<&'static Keys> {
-        self.calls.is_empty().then(|| &*TOOL_KEYS)
+        self.queue.is_empty().then(|| &*TOOL_KEYS)
     }
 }
 
 impl Chat {
-    fn call_mut(&mut self, choice: u64, index: u64) -> &mut Call {
-        let pos = match self
-            .calls
-            .iter()
-            .position(|c| c.choice == choice && c.index == index)
-        {
-            Some(p) => p,
-            None => {
-                self.calls.push(Call {
-                    choice,
-                    index,
-                    state: State::Pending,
-                    id: String::new(),
-                    name: String::new(),
-                    args: String::new(),
-                    decision: None,
-                });
-                self.calls.len() - 1
-            }
-        };
-        &mut self.calls[pos]
+    pub(crate) fn new(max_buffer: usize) -> Self {
+        Chat {
+            max_buffer,
+            choices: HashMap::new(),
+            pending: 0,
+            queue: Vec::new(),
+            queued_bytes: 0,
+            state_bytes: 0,
+            template: None,
+            legacy_names: HashMap::new(),
+        }
     }
 
+    /// An event that changes nothing: held behind the queue if there is one, else written.
+    fn pass(&mut self, raw: &Bytes, choices: Vec<HeldChoice>, out: &mut BytesMut) {
+        if self.queue.is_empty() {
+            out.extend_from_slice(raw);
+        } else {
+            self.queued_bytes += raw.len();
+            self.queue.push(Held {
+                raw: raw.clone(),
+                choices,
+            });
+        }
+    }
+
+    /// Reads one choice of a chunk: its entries into their calls, its finish.
     fn on_choice(
         &mut self,
         cx: &mut Cx,
+        pos: usize,
         view: &ChoiceView<'_>,
-        top: &RawObject<'_>,
-        synthetic: &mut Vec<String>,
-    ) -> Result<Option<ChoiceEdit>, Fatal> {
-        let mut edit = ChoiceEdit::default();
-        let mut changed = false;
+    ) -> Result<HeldChoice, Fatal> {
+        let choice = view.index;
+        let mut hc = HeldChoice {
+            pos,
+            choice,
+            entries: Vec::new(),
+            finish: None,
+        };
         let entries: Vec<&RawValue> = match view.delta {
             Some(d) => match serde_json::from_str::<DeltaView<'_>>(d.get()) {
                 Ok(dv) => {
                     if let Some(name) = dv.function_call.as_ref().and_then(|f| f.name.as_deref()) {
-                        let pos = match self.legacy_names.iter().position(|(c, _)| *c == view.index)
-                        {
-                            Some(pos) => pos,
-                            None => {
-                                self.legacy_names.push((view.index, String::new()));
-                                self.legacy_names.len() - 1
-                            }
-                        };
-                        let legacy = &mut self.legacy_names[pos].1;
+                        let legacy = self.legacy_names.entry(choice).or_default();
                         legacy.push_str(name);
+                        if legacy.len() > self.max_buffer {
+                            return Err(Fatal::new("function_call name exceeds the buffer limit"));
+                        }
                         let decision = cx.check(legacy, None);
                         if decision.is_blocked() {
                             // Rare legacy form: no replacement protocol, so end the stream.
@@ -272,220 +460,202 @@ impl Chat {
             },
             None => Vec::new(),
         };
-        for (pos, entry) in entries.iter().enumerate() {
+        // Calls the SDKs consider done after this chunk (they switched away from them).
+        let mut switched: Vec<u64> = Vec::new();
+        for (epos, entry) in entries.iter().enumerate() {
             let call: CallView<'_> = match serde_json::from_str(entry.get()) {
                 Ok(c) => c,
                 Err(e) => {
+                    // Valid JSON we cannot read as a call: this ends the stream.
                     cx.malformed(&e, true)?;
-                    edit.keep.push(pos);
                     continue;
                 }
             };
-            let (name_part, args_part) = match &call.function {
-                Some(f) => (f.name.as_deref(), f.arguments.as_deref()),
-                None => (None, None),
-            };
-            let choice = view.index;
-            let c = self.call_mut(choice, call.index);
-            match c.state {
-                State::Pending => {
-                    let held_name = c.name.clone();
-                    let held_args = std::mem::take(&mut c.args);
-                    let held_id = c.id.clone();
-                    if let Some(id) = &call.id {
-                        c.id.push_str(id);
-                    }
-                    if let Some(n) = name_part {
-                        c.name.push_str(n);
-                    }
-                    if args_part.is_some() && !c.name.is_empty() {
-                        // Name complete: decide now.
-                        let was_held = !held_name.is_empty() || !held_id.is_empty();
-                        // This entry leaves verbatim after the synthetic one carrying the held
-                        // name: a client that replaces a name instead of appending to it ends
-                        // up with this part alone, so it is judged alone as well.
-                        let alone = name_part.filter(|_| !held_name.is_empty());
-                        let allowed =
-                            self.decide(cx, choice, call.index, alone, &mut edit.messages);
-                        if allowed {
-                            if was_held {
-                                synthetic.push(synthetic_chunk(
-                                    top, choice, call.index, &held_id, &held_name, &held_args,
-                                ));
-                            }
-                            let c = self.call_mut(choice, call.index);
-                            if c.decision.is_some() {
-                                push_capped(&mut c.args, &held_args);
-                                push_capped(&mut c.args, args_part.unwrap_or_default());
-                            }
-                            edit.keep.push(pos);
-                        } else {
-                            edit.removed_any = true;
-                            changed = true;
-                        }
-                    } else {
-                        // Hold this entry back.
-                        let c = self.call_mut(choice, call.index);
-                        // Held arguments are re-emitted verbatim: never capped (no `arguments`
-                        // key reached here, so this stays empty in practice).
-                        c.args = held_args;
-                        c.args.push_str(args_part.unwrap_or_default());
-                        if self.template.is_none() {
-                            self.template = Some(template_of(top));
-                        }
-                        edit.removed_any = true;
-                        changed = true;
-                    }
-                }
-                State::Allowed => {
-                    if let Some(n) = name_part.filter(|n| !n.is_empty()) {
-                        // Some providers (Gemini's OpenAI-compatible endpoint) leave `index`
-                        // out or repeat it, so a new call with its own id can land on an
-                        // allowed one. Judge the new name on its own as well as joined: a
-                        // blocked tool must never ride in on another call's slot.
-                        let new_call = call
-                            .id
-                            .as_deref()
-                            .is_some_and(|id| !id.is_empty() && !c.id.is_empty() && id != c.id);
-                        if cx.check(n, None).is_blocked() {
-                            return Err(Fatal::new(format!(
-                                "blocked tool '{n}' arrived on the slot of an allowed call (index {})",
-                                call.index
-                            )));
-                        }
-                        if !new_call {
-                            c.name.push_str(n);
-                            let name = c.name.clone();
-                            if cx.check(&name, None).is_blocked() {
-                                return Err(Fatal::new(format!(
-                                    "tool name grew into blocked '{name}' after it was allowed"
-                                )));
-                            }
-                        }
-                    }
-                    if c.decision.is_some() {
-                        push_capped(&mut c.args, args_part.unwrap_or_default());
-                    }
-                    edit.keep.push(pos);
-                }
-                State::Blocked => {
-                    edit.removed_any = true;
-                    changed = true;
+            self.on_entry(choice, &call, &mut switched)?;
+            hc.entries.push((epos, call.index));
+        }
+        if let Some(cs) = self.choices.get_mut(&choice) {
+            for index in switched {
+                if let Some(c) = cs.calls.get_mut(&index)
+                    && c.dirty
+                    && matches!(c.state, State::Pending)
+                {
+                    c.judge(cx, false);
                 }
             }
         }
         if let Some(reason) = view.finish_reason.as_deref() {
-            // Finish for this choice: decide every call still held.
-            let pending: Vec<u64> = self
-                .calls
-                .iter()
-                .filter(|c| c.choice == view.index && c.state == State::Pending)
-                .map(|c| c.index)
-                .collect();
-            for index in pending {
-                self.release(cx, top, view.index, index, &mut edit.messages, synthetic);
-            }
-            let (total, blocked) = self.counts(view.index);
-            if total > 0 && total == blocked && reason == "tool_calls" {
-                edit.finish_stop = true;
-                changed = true;
-            }
-            self.record_all(cx, Some(view.index));
+            hc.finish = Some(reason == "tool_calls");
+            self.decide_choice(cx, choice);
         }
-        if !edit.messages.is_empty() {
-            changed = true;
-        }
-        Ok(changed.then_some(edit))
+        Ok(hc)
     }
 
-    /// Decides a call whose name is complete; returns whether it is allowed. `alone` is a last
-    /// name fragment that clients replacing names (rather than appending) would keep: the call
-    /// is blocked if either the whole name or that fragment is.
-    fn decide(
+    /// Adds one entry to its call (created at its first entry).
+    fn on_entry(
         &mut self,
-        cx: &mut Cx,
         choice: u64,
-        index: u64,
-        alone: Option<&str>,
-        messages: &mut Vec<String>,
-    ) -> bool {
-        let c = self.call_mut(choice, index);
-        let mut name = c.name.clone();
-        let id = c.id.clone();
-        let mut decision = cx.check(&name, None);
-        if !decision.is_blocked()
-            && let Some(part) = alone.filter(|p| !p.is_empty() && *p != name)
-        {
-            let own = cx.check(part, None);
-            if own.is_blocked() {
-                name = part.to_owned();
-                decision = own;
-            }
+        call: &CallView<'_>,
+        switched: &mut Vec<u64>,
+    ) -> Result<(), Fatal> {
+        let index = call.index;
+        let function_name = call.function.as_ref().and_then(|f| f.name.as_deref());
+        let custom_name = call.custom.as_ref().and_then(|c| c.name.as_deref());
+        let names_something = function_name.is_some_and(|n| !n.is_empty())
+            || custom_name.is_some_and(|n| !n.is_empty());
+        let cs = self.choices.entry(choice).or_default();
+        if cs.decided {
+            return match cs.calls.get(&index).map(|c| c.state) {
+                // Dropped when released.
+                Some(State::Blocked) => Ok(()),
+                Some(State::Allowed(_)) if !names_something => Ok(()),
+                Some(_) => Err(Fatal::new(format!(
+                    "tool call {index} of choice {choice} renamed after its choice finished"
+                ))),
+                None => Err(Fatal::new(format!(
+                    "tool call {index} started after choice {choice} finished"
+                ))),
+            };
         }
-        if decision.is_blocked() {
-            messages.push(blocked_message(&name, &decision.reason));
-            let c = self.call_mut(choice, index);
-            c.state = State::Blocked;
-            c.args.clear();
-            cx.record(name, id, None, decision);
-            false
-        } else {
-            let c = self.call_mut(choice, index);
-            c.state = State::Allowed;
-            c.args.clear();
-            if decision.tool.is_some() {
-                c.decision = Some(decision);
+        if cs.current != Some(index) {
+            if let Some(previous) = cs.current {
+                switched.push(previous);
             }
-            true
+            cs.current = Some(index);
+        }
+        if cs.calls.is_empty() {
+            self.pending += 1;
+        }
+        let c = match cs.calls.entry(index) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                cs.order.push(index);
+                v.insert(Call::new())
+            }
+        };
+        let before = c.held();
+        if let Some(id) = call.id.as_deref() {
+            c.id.push_str(id);
+        }
+        if let Some(n) = function_name {
+            c.dirty |= c.function.push(n) > 0;
+        }
+        if let Some(n) = custom_name {
+            c.dirty |= c.custom.get_or_insert_with(NameView::default).push(n) > 0;
+        }
+        if let Some(a) = call.function.as_ref().and_then(|f| f.arguments.as_deref()) {
+            push_capped(&mut c.args, a);
+        }
+        self.state_bytes += c.held() - before;
+        Ok(())
+    }
+
+    /// Judges every call of a finished choice (every name is final now), numbering the kept
+    /// ones densely in the order they came; records every decision.
+    fn decide_choice(&mut self, cx: &mut Cx, choice: u64) {
+        let Some(cs) = self.choices.get_mut(&choice) else {
+            return;
+        };
+        if cs.decided {
+            return;
+        }
+        cs.decided = true;
+        if !cs.calls.is_empty() {
+            self.pending -= 1;
+        }
+        let mut dense = 0u64;
+        let mut allowed_records = Vec::new();
+        let mut freed = 0usize;
+        for index in std::mem::take(&mut cs.order) {
+            let Some(c) = cs.calls.get_mut(&index) else {
+                continue;
+            };
+            let allowed = c.judge(cx, true);
+            let id = std::mem::take(&mut c.id);
+            if let Some((name, decision)) = c.blocked.take() {
+                cs.messages.push(blocked_message(&name, &decision.reason));
+                cx.record(name, id.clone(), None, decision);
+                c.state = State::Blocked;
+                cs.blocked += 1;
+            } else {
+                c.state = State::Allowed(dense);
+                dense += 1;
+                if !allowed.is_empty() {
+                    let input: Option<serde_json::Value> = serde_json::from_str(&c.args).ok();
+                    for (name, decision) in allowed {
+                        allowed_records.push((name, id.clone(), input.clone(), decision));
+                    }
+                }
+            }
+            freed += c.held() - CALL_COST + id.len();
+            c.function = NameView::default();
+            c.custom = None;
+            c.args = String::new();
+        }
+        self.state_bytes -= freed;
+        for (name, id, input, decision) in allowed_records {
+            cx.record(name, id, input, decision);
         }
     }
 
-    /// Decides a held call at the end of its choice or stream, emitting it if allowed.
-    fn release(
-        &mut self,
-        cx: &mut Cx,
-        top: &RawObject<'_>,
-        choice: u64,
-        index: u64,
-        messages: &mut Vec<String>,
-        synthetic: &mut Vec<String>,
-    ) {
-        let c = self.call_mut(choice, index);
-        let (id, name, args) = (c.id.clone(), c.name.clone(), c.args.clone());
-        if self.decide(cx, choice, index, None, messages) {
-            synthetic.push(synthetic_chunk(top, choice, index, &id, &name, &args));
-            if let Some(c) = self
-                .calls
-                .iter_mut()
-                .find(|c| c.choice == choice && c.index == index && c.decision.is_some())
-            {
-                c.args = args;
+    /// Releases the held events, edited where a call was blocked or renumbered.
+    fn flush(&mut self, out: &mut BytesMut) -> Result<(), Fatal> {
+        self.queued_bytes = 0;
+        for held in std::mem::take(&mut self.queue) {
+            let mut edits: Vec<(usize, ChoiceEdit)> = Vec::new();
+            for hc in held.choices {
+                let Some(cs) = self.choices.get_mut(&hc.choice) else {
+                    continue;
+                };
+                let mut edit = ChoiceEdit::default();
+                for (epos, index) in hc.entries {
+                    match cs.calls.get(&index).map(|c| c.state) {
+                        Some(State::Allowed(dense)) if dense != index => {
+                            edit.entries.push((epos, Some(dense)));
+                        }
+                        Some(State::Blocked) => edit.entries.push((epos, None)),
+                        _ => {}
+                    }
+                }
+                if let Some(tool_calls) = hc.finish {
+                    edit.messages = std::mem::take(&mut cs.messages);
+                    edit.finish_stop =
+                        tool_calls && !cs.calls.is_empty() && cs.blocked == cs.calls.len();
+                }
+                if !edit.entries.is_empty() || !edit.messages.is_empty() || edit.finish_stop {
+                    edits.push((hc.pos, edit));
+                }
+            }
+            if edits.is_empty() {
+                out.extend_from_slice(&held.raw);
+            } else {
+                rewrite(&held.raw, edits, out)?;
             }
         }
+        Ok(())
     }
 
-    /// At `[DONE]` or end of stream: held calls of unfinished choices are decided; blocked ones
-    /// get their explanation in a chunk of their own.
-    fn resolve_all(&mut self, cx: &mut Cx, out: &mut BytesMut) -> Result<(), Fatal> {
-        let pending: Vec<(u64, u64)> = self
-            .calls
+    /// At `[DONE]` or the end of the stream: every name is final. Decides the choices still
+    /// open, releases what is held, and explains their blocked calls in chunks of their own.
+    fn finish_all(&mut self, cx: &mut Cx, out: &mut BytesMut) -> Result<(), Fatal> {
+        let mut open: Vec<u64> = self
+            .choices
             .iter()
-            .filter(|c| c.state == State::Pending)
-            .map(|c| (c.choice, c.index))
+            .filter(|(_, cs)| !cs.decided)
+            .map(|(i, _)| *i)
             .collect();
-        if pending.is_empty() {
-            return Ok(());
+        open.sort_unstable();
+        for &choice in &open {
+            self.decide_choice(cx, choice);
         }
+        self.flush(out)?;
         let template = self.template.clone().unwrap_or_else(|| "{}".to_owned());
         let top = RawObject::parse(&template).map_err(|_| Fatal::new("bad template"))?;
-        for (choice, index) in pending {
-            let mut messages = Vec::new();
-            let mut synthetic = Vec::new();
-            self.release(cx, &top, choice, index, &mut messages, &mut synthetic);
-            for s in synthetic {
-                write_event(out, None, s.as_bytes());
-            }
-            for m in messages {
+        for choice in open {
+            let Some(cs) = self.choices.get_mut(&choice) else {
+                continue;
+            };
+            for m in std::mem::take(&mut cs.messages) {
                 let mut chunk = top.clone();
                 chunk.set(
                     "choices",
@@ -499,27 +669,6 @@ impl Chat {
         }
         Ok(())
     }
-
-    fn counts(&self, choice: u64) -> (usize, usize) {
-        let mine = self.calls.iter().filter(|c| c.choice == choice);
-        let total = mine.clone().count();
-        let blocked = mine.filter(|c| c.state == State::Blocked).count();
-        (total, blocked)
-    }
-
-    /// Records the allowed MCP calls of `choice` (or of every choice), now that their
-    /// arguments are complete.
-    fn record_all(&mut self, cx: &mut Cx, choice: Option<u64>) {
-        for c in self.calls.iter_mut() {
-            if choice.is_some_and(|ch| ch != c.choice) {
-                continue;
-            }
-            if let Some(decision) = c.decision.take() {
-                let input = serde_json::from_str(&c.args).ok();
-                cx.record(c.name.clone(), c.id.clone(), input, decision);
-            }
-        }
-    }
 }
 
 /// The top-level fields of a chunk except `choices`, as JSON, for synthetic chunks.
@@ -529,29 +678,22 @@ fn template_of(top: &RawObject<'_>) -> String {
     t.to_json()
 }
 
-fn synthetic_chunk(
-    top: &RawObject<'_>,
-    choice: u64,
-    index: u64,
-    id: &str,
-    name: &str,
-    args: &str,
-) -> String {
-    let mut t = top.clone();
-    let id = if id.is_empty() {
-        String::new()
-    } else {
-        format!(r#""id":{},"#, quote(id))
-    };
-    t.set(
-        "choices",
-        raw_from_json(format!(
-            r#"[{{"index":{choice},"delta":{{"tool_calls":[{{"index":{index},{id}"type":"function","function":{{"name":{},"arguments":{}}}}}]}},"finish_reason":null}}]"#,
-            quote(name),
-            quote(args)
-        )),
-    );
-    t.to_json()
+/// Writes a held event with its choices edited.
+fn rewrite(raw: &Bytes, edits: Vec<(usize, ChoiceEdit)>, out: &mut BytesMut) -> Result<(), Fatal> {
+    let bad = || Fatal::new("held chunk no longer reads as it did");
+    let data = SseEvent::new(raw).data().ok_or_else(bad)?;
+    let text = std::str::from_utf8(trim_ws(&data)).map_err(|_| bad())?;
+    let mut top = RawObject::parse(text).map_err(|_| bad())?;
+    let choices_raw = top.parsed("choices").ok_or_else(bad)?;
+    let choices: Vec<&RawValue> = serde_json::from_str(choices_raw.get()).map_err(|_| bad())?;
+    let mut new_choices: Vec<Box<RawValue>> = choices.iter().map(|c| (*c).to_owned()).collect();
+    for (pos, edit) in edits {
+        let choice = choices.get(pos).ok_or_else(bad)?;
+        new_choices[pos] = apply_edit(choice, edit)?;
+    }
+    top.set("choices", raw_array(new_choices.iter().map(|c| c.as_ref())));
+    write_with_data(out, raw, top.to_json().as_bytes());
+    Ok(())
 }
 
 /// Applies one choice's edit: filtered `tool_calls`, explanation in `content`, finish reason.
@@ -560,20 +702,27 @@ fn apply_edit(choice: &RawValue, edit: ChoiceEdit) -> Result<Box<RawValue>, Fata
     let mut obj = RawObject::from_raw(choice).map_err(bad)?;
     if let Some(delta_raw) = obj.get("delta") {
         let mut delta = RawObject::from_raw(delta_raw).map_err(bad)?;
-        if edit.removed_any
+        if !edit.entries.is_empty()
             && let Some(tc) = delta.get("tool_calls")
         {
             let entries: Vec<&RawValue> = serde_json::from_str(tc.get()).map_err(bad)?;
-            let kept: Vec<&RawValue> = edit
-                .keep
-                .iter()
-                .filter_map(|&i| entries.get(i).copied())
-                .collect();
+            let mut kept: Vec<Box<RawValue>> = Vec::with_capacity(entries.len());
+            let mut edits = edit.entries.iter().peekable();
+            for (pos, entry) in entries.iter().enumerate() {
+                match edits.next_if(|(p, _)| *p == pos) {
+                    None => kept.push((*entry).to_owned()),
+                    Some((_, None)) => {}
+                    Some((_, Some(index))) => {
+                        let mut e = RawObject::from_raw(entry).map_err(bad)?;
+                        e.set("index", raw_from_json(index.to_string()));
+                        kept.push(e.to_raw());
+                    }
+                }
+            }
             if kept.is_empty() {
                 delta.remove("tool_calls");
             } else {
-                let arr = raw_array(kept);
-                delta.set("tool_calls", arr);
+                delta.set("tool_calls", raw_array(kept.iter().map(|k| k.as_ref())));
             }
         }
         if !edit.messages.is_empty() {

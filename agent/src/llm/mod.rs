@@ -174,11 +174,21 @@ pub(crate) struct Cx {
 
 impl Cx {
     fn check(&self, name: &str, namespace: Option<&str>) -> Decision {
+        self.check_at(name, namespace, CallStage::Proposed)
+    }
+
+    /// A second look at a name (another view of a call already asked about): same rules, no
+    /// rate-limit budget spent.
+    fn inspect(&self, name: &str) -> Decision {
+        self.check_at(name, None, CallStage::Inspected)
+    }
+
+    fn check_at(&self, name: &str, namespace: Option<&str>, stage: CallStage) -> Decision {
         self.gate.check_call(&CallQuery {
             server_id: None,
             name,
             namespace,
-            stage: CallStage::Proposed,
+            stage,
         })
     }
 
@@ -363,7 +373,7 @@ impl StreamInterceptor {
     ) -> Self {
         let machine = match dialect {
             Dialect::Anthropic => AnyMachine::Anthropic(anthropic::Anthropic::default()),
-            Dialect::OpenAiChat => AnyMachine::Chat(chat::Chat::default()),
+            Dialect::OpenAiChat => AnyMachine::Chat(chat::Chat::new(max_buffer)),
             Dialect::OpenAiResponses => {
                 AnyMachine::Responses(responses::Responses::new(max_buffer))
             }

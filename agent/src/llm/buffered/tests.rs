@@ -164,3 +164,42 @@ fn malformed_bodies() {
         .expect("fail open passes");
     assert!(new.is_none());
 }
+
+/// Class 5: a `custom` tool call (`{"type":"custom","custom":{"name","input"}}`) is judged
+/// like a function call: a blocked one removed, the explanation in `content`.
+#[test]
+fn chat_custom_tool_calls_are_judged() {
+    let body = r#"{"id":"c","object":"chat.completion","created":1,"model":"gpt","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"custom","custom":{"name":"mcp__fs__delete","input":"SECRET"}},{"id":"call_2","type":"custom","custom":{"name":"mcp__fs__read","input":"x"}}]},"finish_reason":"tool_calls"}]}"#;
+    let (out, records) = rewrite(Dialect::OpenAiChat, &["mcp__fs__delete"], body);
+    let v: Value = serde_json::from_str(&out).expect("valid JSON");
+    assert!(!out.contains("SECRET"), "{out}");
+    let calls = v["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .expect("one kept");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["custom"]["name"], "mcp__fs__read");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "[toolwall] Tool 'mcp__fs__delete' blocked by policy: denied by test"
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(
+        records,
+        vec![
+            ("mcp__fs__delete".to_owned(), Action::Block),
+            ("mcp__fs__read".to_owned(), Action::Allow)
+        ]
+    );
+    // All blocked: no tool_calls left, finish_reason stop.
+    let (out, _) = rewrite(
+        Dialect::OpenAiChat,
+        &["mcp__fs__delete", "mcp__fs__read"],
+        body,
+    );
+    let v: Value = serde_json::from_str(&out).expect("valid JSON");
+    assert!(v["choices"][0]["message"].get("tool_calls").is_none());
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // Nothing blocked: the original bytes.
+    let (out, _) = rewrite(Dialect::OpenAiChat, &[], body);
+    assert_eq!(out, body);
+}

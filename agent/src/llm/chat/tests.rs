@@ -765,32 +765,3 @@ fn entries_after_finish() {
 
 /// Per-call bookkeeping is O(1): twelve times the calls cost about twelve times the time (the
 /// linear searches this replaced made it quadratic: about 37 times here).
-#[test]
-fn many_calls_cost_linear_time() {
-    fn stream(n: u64) -> Vec<u8> {
-        let mut choices: Vec<String> = Vec::new();
-        for i in 0..n {
-            choices.push(first("mcp__fs__read", i, 0));
-            choices.push(args(i, 0, "{}"));
-        }
-        choices.push(finish(0, "tool_calls"));
-        let refs: Vec<&str> = choices.iter().map(String::as_str).collect();
-        chunks(&refs)
-    }
-    let time = |n: u64| {
-        let input = stream(n);
-        let start = std::time::Instant::now();
-        let (out, records, closed) = run_chunks(Dialect::OpenAiChat, &[], &[&input], 1 << 30);
-        assert!(!closed);
-        assert_eq!(out, input);
-        assert_eq!(records.len(), n as usize);
-        start.elapsed()
-    };
-    let small = time(2_000);
-    let large = time(24_000);
-    eprintln!("2k calls: {small:?}, 24k calls: {large:?}");
-    assert!(
-        large < small * 20,
-        "2k calls: {small:?}, 24k calls: {large:?}"
-    );
-}

@@ -215,7 +215,12 @@ pub fn many_calls_stream(dialect: Dialect, calls: usize) -> Vec<u8> {
         }
         Dialect::OpenAiResponses => {
             for i in 0..calls {
-                let item = |status: &str, args: &str| format!("{{\"type\":\"function_call\",\"id\":\"fc_{i}\",\"call_id\":\"call_{i}\",\"name\":\"{}\",\"arguments\":\"{args}\",\"status\":\"{status}\"}}", name(i));
+                let item = |status: &str, args: &str| {
+                    format!(
+                        "{{\"type\":\"function_call\",\"id\":\"fc_{i}\",\"call_id\":\"call_{i}\",\"name\":\"{}\",\"arguments\":\"{args}\",\"status\":\"{status}\"}}",
+                        name(i)
+                    )
+                };
                 s.push_str(&format!("event: response.output_item.added\ndata: {{\"type\":\"response.output_item.added\",\"output_index\":{i},\"item\":{}}}\n\n", item("in_progress", "")));
                 s.push_str(&format!("event: response.function_call_arguments.delta\ndata: {{\"type\":\"response.function_call_arguments.delta\",\"output_index\":{i},\"item_id\":\"fc_{i}\",\"delta\":\"{{}}\"}}\n\n"));
                 s.push_str(&format!("event: response.output_item.done\ndata: {{\"type\":\"response.output_item.done\",\"output_index\":{i},\"item\":{}}}\n\n", item("completed", "{}")));

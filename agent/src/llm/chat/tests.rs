@@ -762,6 +762,3 @@ fn entries_after_finish() {
         assert!(closed);
     }
 }
-
-/// Per-call bookkeeping is O(1): twelve times the calls cost about twelve times the time (the
-/// linear searches this replaced made it quadratic: about 37 times here).

@@ -14,7 +14,8 @@
 //!   `function_call`, `custom_tool_call` or `mcp_call` (Responses), by its `name` (with
 //!   Codex's `namespace`, and an MCP block's `server_name` / `server_label`);
 //! - an element of a `tool_calls` array or the value of a `function_call` key (Chat), by the
-//!   `name` of its `function` or `custom` object, or its own `name`.
+//!   `name` of its `function` or `custom` object, or its own `name` — outside a stream's
+//!   `delta`, where a name is a fragment the SDKs join (the Chat machine judges joined names).
 //!
 //! Checks use `CallStage::Inspected`: the same rules, no rate-limit budget spent.
 
@@ -64,22 +65,30 @@ fn str_of<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
 
 /// The first blocked call in `value`, searched depth first.
 pub(crate) fn find_blocked(value: &Value, gate: &dyn Gate) -> Option<Found> {
-    walk(value, None, gate)
+    walk(value, None, false, gate)
 }
 
-fn walk(value: &Value, key: Option<&str>, gate: &dyn Gate) -> Option<Found> {
+/// `in_delta`: inside a Chat stream's `delta`, where a `tool_calls` entry's name is a fragment
+/// the SDKs join with others (the Chat machine judges the joined names, `chat.rs`); only whole
+/// names are judged here.
+fn walk(value: &Value, key: Option<&str>, in_delta: bool, gate: &dyn Gate) -> Option<Found> {
     match value {
-        Value::Object(map) => judge(map, key, gate).or_else(|| {
+        Value::Object(map) => judge(map, key, in_delta, gate).or_else(|| {
             map.iter()
-                .find_map(|(k, v)| walk(v, Some(k.as_str()), gate))
+                .find_map(|(k, v)| walk(v, Some(k.as_str()), in_delta || k == "delta", gate))
         }),
         // An array's elements stand where the array stands (`tool_calls: [call, ...]`).
-        Value::Array(items) => items.iter().find_map(|v| walk(v, key, gate)),
+        Value::Array(items) => items.iter().find_map(|v| walk(v, key, in_delta, gate)),
         _ => None,
     }
 }
 
-fn judge(map: &Map<String, Value>, key: Option<&str>, gate: &dyn Gate) -> Option<Found> {
+fn judge(
+    map: &Map<String, Value>,
+    key: Option<&str>,
+    in_delta: bool,
+    gate: &dyn Gate,
+) -> Option<Found> {
     let mut names: Vec<(String, Option<&str>)> = Vec::new();
     if str_of(map, "type").is_some_and(|t| CALL_TYPES.contains(&t))
         && let Some(name) = str_of(map, "name")
@@ -89,7 +98,7 @@ fn judge(map: &Map<String, Value>, key: Option<&str>, gate: &dyn Gate) -> Option
             names.push((format!("mcp__{server}__{name}"), None));
         }
     }
-    if matches!(key, Some("tool_calls" | "function_call")) {
+    if !in_delta && matches!(key, Some("tool_calls" | "function_call")) {
         for inner in ["function", "custom"] {
             if let Some(name) = map
                 .get(inner)

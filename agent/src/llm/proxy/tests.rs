@@ -866,3 +866,58 @@ async fn an_early_answer_to_a_large_request_reaches_the_client() {
     .expect("response");
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
+
+#[tokio::test]
+async fn batch_results_are_relayed_behind_the_backstop() {
+    // Issue 12, class 8: message batch results (JSON lines of messages) were never inspected.
+    let line = |name: &str| {
+        format!(
+            "{{\"custom_id\":\"r\",\"result\":{{\"type\":\"succeeded\",\"message\":{{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"{name}\",\"input\":{{}}}}],\"stop_reason\":\"tool_use\"}}}}}}\n"
+        )
+    };
+    let allowed = format!("{}{}", line("mcp__fs__read"), line("mcp__fs__list"));
+    let denied = format!("{}{}", line("mcp__fs__read"), line("mcp__fs__delete"));
+    for (body, blocked) in [(allowed, false), (denied, true)] {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/binary\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        let (upstream, _) = fake_upstream(vec![Step::Send(
+            [head.as_bytes(), body.as_bytes()].concat(),
+        )])
+        .await;
+        let (addr, mut rx, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
+        let req = Request::get(format!("http://{addr}/v1/messages/batches/b1/results"))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01")
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let resp = client().request(req).await.expect("response");
+        assert_eq!(resp.status(), StatusCode::OK);
+        let mut got = Vec::new();
+        let mut broke = false;
+        let mut body_in = resp.into_body();
+        while let Some(frame) = body_in.frame().await {
+            match frame {
+                Ok(f) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
+                Err(_) => {
+                    broke = true;
+                    break;
+                }
+            }
+        }
+        let got = String::from_utf8_lossy(&got).into_owned();
+        if blocked {
+            assert!(broke, "the response is cut");
+            assert!(!got.contains("mcp__fs__delete"), "{got}");
+            assert!(
+                intercepted(&mut rx)
+                    .iter()
+                    .any(|(t, a, _)| t == "mcp__fs__delete" && a == "block")
+            );
+        } else {
+            assert!(!broke);
+            assert_eq!(got, body, "allowed lines pass byte for byte");
+        }
+    }
+}

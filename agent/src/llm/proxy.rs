@@ -27,29 +27,31 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, ready};
 
 use anyhow::Context as _;
-use async_compression::tokio::bufread::{BrotliDecoder, GzipDecoder, ZlibDecoder, ZstdDecoder};
 use bytes::Bytes;
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyDataStream, BodyExt, Full};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::uri::{Authority, Scheme};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::AsyncRead;
 use tokio::net::TcpListener;
-use tokio_util::io::{ReaderStream, StreamReader};
 
 use super::backstop;
-use super::relay::{Pieces, Plain, Pump, Relay};
-use super::upstream::{Origin, UpstreamBody, Upstreams};
-use super::{Dialect, Flow, OnMalformed, Output, Record, StreamInterceptor, rewrite_buffered};
+use super::relay::{Plain, Relay};
+use super::upstream::{Origin, Upstreams};
+use super::{Dialect, OnMalformed};
 use crate::decision::Gate;
 use crate::events::EventSink;
+
+mod encoding;
+mod exchange;
+
+use encoding::Encoding;
+use exchange::Exchange;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -548,306 +550,6 @@ fn pick_upstream<'a>(
                 &inner.anthropic
             } else {
                 &inner.openai
-            }
-        }
-    }
-}
-
-/// A response content coding we can undo.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Encoding {
-    Identity,
-    Gzip,
-    Deflate,
-    Brotli,
-    Zstd,
-}
-
-impl Encoding {
-    /// The coding of a response; `Err` with the name for one we cannot decode (stacked codings
-    /// included: they are never sent in practice and would need care to undo in order).
-    /// Every `Content-Encoding` field counts (a second one must not hide behind a first
-    /// `identity`), read before hop-by-hop headers are stripped (a `Connection` header naming
-    /// it must not make it vanish).
-    fn of(headers: &HeaderMap) -> Result<Encoding, String> {
-        let mut codings = Vec::new();
-        for value in headers.get_all(header::CONTENT_ENCODING) {
-            let text = value.to_str().map_err(|_| "(not text)".to_owned())?;
-            codings.extend(
-                text.split(',')
-                    .map(|c| c.trim().to_ascii_lowercase())
-                    .filter(|c| !c.is_empty() && c != "identity"),
-            );
-        }
-        match codings.as_slice() {
-            [] => Ok(Encoding::Identity),
-            [one] => match one.as_str() {
-                "gzip" | "x-gzip" => Ok(Encoding::Gzip),
-                "deflate" => Ok(Encoding::Deflate),
-                "br" => Ok(Encoding::Brotli),
-                "zstd" => Ok(Encoding::Zstd),
-                other => Err(other.to_owned()),
-            },
-            many => Err(many.join(", ")),
-        }
-    }
-
-    /// The decoded body as a reader that yields bytes as soon as they can be decoded.
-    fn reader(self, body: UpstreamBody) -> Pin<Box<dyn AsyncRead + Send>> {
-        let stream = BodyDataStream::new(body).map_err(io::Error::other);
-        let raw = StreamReader::new(stream);
-        match self {
-            Encoding::Identity => Box::pin(raw),
-            Encoding::Gzip => {
-                let mut d = GzipDecoder::new(raw);
-                d.multiple_members(true);
-                Box::pin(d)
-            }
-            Encoding::Deflate => Box::pin(ZlibDecoder::new(raw)),
-            Encoding::Brotli => Box::pin(BrotliDecoder::new(raw)),
-            Encoding::Zstd => Box::pin(ZstdDecoder::new(raw)),
-        }
-    }
-
-    /// The decoded body as the reads to inspect: an identity body's frames as hyper read them
-    /// (shared, not copied), a compressed one's bytes as soon as they can be decoded.
-    fn reads(self, body: UpstreamBody) -> Reads {
-        match self {
-            Encoding::Identity => Box::pin(BodyDataStream::new(body).map_err(io::Error::other)),
-            coded => Box::pin(ReaderStream::with_capacity(coded.reader(body), READ_CHUNK)),
-        }
-    }
-}
-
-/// An inspected stream as a [`Pump`]: each read fed to the interceptor, its output queued.
-struct Inspect {
-    exchange: Exchange,
-    reads: Reads,
-    interceptor: StreamInterceptor,
-    output: Output,
-    /// Upstream ended, broke, or the interceptor closed the stream.
-    done: bool,
-}
-
-impl Pump for Inspect {
-    fn poll_step(
-        &mut self,
-        cx: &mut Context<'_>,
-        out: &mut Pieces,
-    ) -> Poll<Option<Result<(), BoxError>>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        let (flow, broke) = match ready!(self.reads.poll_next_unpin(cx)) {
-            None => {
-                self.interceptor.finish(&mut self.output);
-                (Flow::Closed, None)
-            }
-            Some(Ok(bytes)) => (self.interceptor.feed(bytes, &mut self.output), None),
-            Some(Err(e)) => {
-                tracing::warn!(request_id = %self.exchange.request_id, error = %e, "upstream stream broke");
-                self.interceptor.finish(&mut self.output);
-                (Flow::Closed, Some(e))
-            }
-        };
-        self.exchange.emit(self.interceptor.drain_records());
-        for chunk in self.output.drain() {
-            out.push(chunk);
-        }
-        if let Some(e) = broke {
-            // Let the client see the break, as it would without us.
-            self.done = true;
-            return Poll::Ready(Some(Err(Box::new(e))));
-        }
-        if flow == Flow::Closed {
-            self.done = true;
-            return Poll::Ready(None);
-        }
-        Poll::Ready(Some(Ok(())))
-    }
-}
-
-impl Drop for Inspect {
-    fn drop(&mut self) {
-        if !self.done {
-            // The client went away (or its connection was ended at shutdown): upstream and the
-            // event sink are released with this body.
-            tracing::info!(request_id = %self.exchange.request_id, "client went away mid-stream");
-        }
-    }
-}
-
-/// A route no dialect machine reads, as a [`Pump`]: complete lines judged by the backstop
-/// before they leave.
-struct Guard {
-    exchange: Exchange,
-    reads: Reads,
-    guard: backstop::LineGuard,
-    done: bool,
-}
-
-impl Pump for Guard {
-    fn poll_step(
-        &mut self,
-        cx: &mut Context<'_>,
-        out: &mut Pieces,
-    ) -> Poll<Option<Result<(), BoxError>>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        let gate = self.exchange.inner.gate.clone();
-        let verdict = match ready!(self.reads.poll_next_unpin(cx)) {
-            Some(Ok(read)) => self.guard.feed(read, gate.as_ref()),
-            None => {
-                self.done = true;
-                self.guard.finish(gate.as_ref())
-            }
-            Some(Err(e)) => {
-                self.done = true;
-                return Poll::Ready(Some(Err(Box::new(e))));
-            }
-        };
-        match verdict {
-            backstop::Guarded::Pass(pieces) => {
-                for piece in pieces {
-                    out.push(piece);
-                }
-                Poll::Ready(if self.done { None } else { Some(Ok(())) })
-            }
-            backstop::Guarded::Blocked(found) => {
-                self.done = true;
-                self.exchange.refused(found);
-                Poll::Ready(Some(Err(
-                    "toolwall: a blocked tool call in the response".into()
-                )))
-            }
-            backstop::Guarded::Unjudgeable => {
-                self.done = true;
-                tracing::error!(request_id = %self.exchange.request_id, "backstop: a line that may hold a tool call is too long to judge; response cut");
-                Poll::Ready(Some(Err("toolwall: a line too long to inspect".into())))
-            }
-        }
-    }
-}
-
-/// One inspected exchange.
-struct Exchange {
-    inner: Arc<Inner>,
-    dialect: Dialect,
-    request_id: String,
-    session: String,
-}
-
-impl Exchange {
-    /// Records and logs a blocked call the backstop found; the caller ends the response.
-    fn refused(&self, found: backstop::Found) {
-        tracing::error!(request_id = %self.request_id, tool = %found.name, reason = %found.decision.reason, "backstop: a blocked tool call in a response; refused");
-        self.emit(std::iter::once(Record {
-            dialect: self.dialect,
-            tool_name: found.name,
-            tool_call_id: String::new(),
-            input: None,
-            decision: found.decision,
-        }));
-    }
-
-    /// The body of a route no dialect machine reads, relayed behind the backstop's line guard.
-    fn guarded(self, reads: Reads) -> ProxyBody {
-        let guard = backstop::LineGuard::new(self.inner.settings.max_stream_buffer);
-        Relay::new(Guard {
-            exchange: self,
-            reads,
-            guard,
-            done: false,
-        })
-        .boxed_unsync()
-    }
-
-    fn emit(&self, records: impl Iterator<Item = Record>) {
-        for r in records {
-            self.inner
-                .sink
-                .emit(r.into_event(chrono::Utc::now(), &self.session, &self.request_id));
-        }
-    }
-
-    /// The response body: upstream read, inspected and written on the client connection's
-    /// task, whatever is ready coalesced into one write ([`Relay`]).
-    fn stream(self, reads: Reads) -> ProxyBody {
-        let settings = &self.inner.settings;
-        let interceptor = StreamInterceptor::new(
-            self.dialect,
-            self.inner.gate.clone(),
-            settings.on_malformed,
-            settings.max_stream_buffer,
-        );
-        Relay::new(Inspect {
-            exchange: self,
-            reads,
-            interceptor,
-            output: Output::default(),
-            done: false,
-        })
-        .boxed_unsync()
-    }
-
-    /// Reads a whole body (bounded), inspects and rewrites it, and runs the backstop over what
-    /// is to be sent.
-    async fn buffered(self, mut reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
-        let limit = self.inner.settings.max_stream_buffer;
-        let mut body = Vec::new();
-        while let Some(read) = reads.next().await {
-            match read {
-                Ok(read) if body.len() + read.len() <= limit => body.extend_from_slice(&read),
-                Ok(_) => {
-                    body.resize(limit + 1, 0);
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(request_id = %self.request_id, error = %e, "upstream body broke");
-                    return Err(full(
-                        StatusCode::BAD_GATEWAY,
-                        "toolwall: upstream body broke",
-                    ));
-                }
-            }
-        }
-        if body.len() > limit {
-            tracing::error!(request_id = %self.request_id, limit, "response body over the buffer limit: refused");
-            return Err(full(
-                StatusCode::BAD_GATEWAY,
-                "toolwall: response too large to inspect",
-            ));
-        }
-        if body.is_empty() {
-            return Ok(Bytes::new());
-        }
-        match rewrite_buffered(
-            self.dialect,
-            &body,
-            self.inner.gate.clone(),
-            self.inner.settings.on_malformed,
-        ) {
-            Ok((new, records)) => {
-                self.emit(records.into_iter());
-                let out = new.map_or_else(|| Bytes::from(body), Bytes::from);
-                // Whatever the dialect reading made of it (fail_open included), what leaves is
-                // judged by call shape too (issue 12, classes 3, 5 and 9).
-                if let Some(found) = backstop::scan_body(&out, self.inner.gate.as_ref()) {
-                    self.refused(found);
-                    return Err(full(
-                        StatusCode::BAD_GATEWAY,
-                        "toolwall: the response holds a blocked tool call toolwall could not rewrite; refused",
-                    ));
-                }
-                Ok(out)
-            }
-            Err(e) => {
-                tracing::error!(request_id = %self.request_id, error = %e, "refusing an uninspectable body");
-                Err(full(
-                    StatusCode::BAD_GATEWAY,
-                    "toolwall: response could not be inspected",
-                ))
             }
         }
     }

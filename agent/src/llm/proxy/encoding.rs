@@ -1,0 +1,80 @@
+//! Response content codings the proxy undoes before inspection (`proxy.rs`).
+
+use std::io;
+use std::pin::Pin;
+
+use async_compression::tokio::bufread::{BrotliDecoder, GzipDecoder, ZlibDecoder, ZstdDecoder};
+use futures_util::TryStreamExt;
+use http_body_util::BodyDataStream;
+use hyper::header::{self, HeaderMap};
+use tokio::io::AsyncRead;
+use tokio_util::io::{ReaderStream, StreamReader};
+
+use super::{READ_CHUNK, Reads};
+use crate::llm::upstream::UpstreamBody;
+
+/// A response content coding we can undo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Encoding {
+    Identity,
+    Gzip,
+    Deflate,
+    Brotli,
+    Zstd,
+}
+
+impl Encoding {
+    /// The coding of a response; `Err` with the name for one we cannot decode (stacked codings
+    /// included: they are never sent in practice and would need care to undo in order).
+    /// Every `Content-Encoding` field counts (a second one must not hide behind a first
+    /// `identity`), read before hop-by-hop headers are stripped (a `Connection` header naming
+    /// it must not make it vanish).
+    pub(super) fn of(headers: &HeaderMap) -> Result<Encoding, String> {
+        let mut codings = Vec::new();
+        for value in headers.get_all(header::CONTENT_ENCODING) {
+            let text = value.to_str().map_err(|_| "(not text)".to_owned())?;
+            codings.extend(
+                text.split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .filter(|c| !c.is_empty() && c != "identity"),
+            );
+        }
+        match codings.as_slice() {
+            [] => Ok(Encoding::Identity),
+            [one] => match one.as_str() {
+                "gzip" | "x-gzip" => Ok(Encoding::Gzip),
+                "deflate" => Ok(Encoding::Deflate),
+                "br" => Ok(Encoding::Brotli),
+                "zstd" => Ok(Encoding::Zstd),
+                other => Err(other.to_owned()),
+            },
+            many => Err(many.join(", ")),
+        }
+    }
+
+    /// The decoded body as a reader that yields bytes as soon as they can be decoded.
+    fn reader(self, body: UpstreamBody) -> Pin<Box<dyn AsyncRead + Send>> {
+        let stream = BodyDataStream::new(body).map_err(io::Error::other);
+        let raw = StreamReader::new(stream);
+        match self {
+            Encoding::Identity => Box::pin(raw),
+            Encoding::Gzip => {
+                let mut d = GzipDecoder::new(raw);
+                d.multiple_members(true);
+                Box::pin(d)
+            }
+            Encoding::Deflate => Box::pin(ZlibDecoder::new(raw)),
+            Encoding::Brotli => Box::pin(BrotliDecoder::new(raw)),
+            Encoding::Zstd => Box::pin(ZstdDecoder::new(raw)),
+        }
+    }
+
+    /// The decoded body as the reads to inspect: an identity body's frames as hyper read them
+    /// (shared, not copied), a compressed one's bytes as soon as they can be decoded.
+    pub(super) fn reads(self, body: UpstreamBody) -> Reads {
+        match self {
+            Encoding::Identity => Box::pin(BodyDataStream::new(body).map_err(io::Error::other)),
+            coded => Box::pin(ReaderStream::with_capacity(coded.reader(body), READ_CHUNK)),
+        }
+    }
+}

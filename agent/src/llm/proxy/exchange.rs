@@ -1,0 +1,250 @@
+//! One inspected exchange and the pumps of its response body (`relay.rs`): a stream through
+//! its dialect's interceptor, a whole body rewritten, or another route's body behind the
+//! backstop's line guard.
+
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::BodyExt;
+use hyper::{Response, StatusCode};
+
+use super::{BoxError, Inner, ProxyBody, Reads, full};
+use crate::llm::backstop;
+use crate::llm::relay::{Pieces, Pump, Relay};
+use crate::llm::{Dialect, Flow, Output, Record, StreamInterceptor, rewrite_buffered};
+
+/// An inspected stream as a [`Pump`]: each read fed to the interceptor, its output queued.
+struct Inspect {
+    exchange: Exchange,
+    reads: Reads,
+    interceptor: StreamInterceptor,
+    output: Output,
+    /// Upstream ended, broke, or the interceptor closed the stream.
+    done: bool,
+}
+
+impl Pump for Inspect {
+    fn poll_step(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Pieces,
+    ) -> Poll<Option<Result<(), BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let (flow, broke) = match ready!(self.reads.poll_next_unpin(cx)) {
+            None => {
+                self.interceptor.finish(&mut self.output);
+                (Flow::Closed, None)
+            }
+            Some(Ok(bytes)) => (self.interceptor.feed(bytes, &mut self.output), None),
+            Some(Err(e)) => {
+                tracing::warn!(request_id = %self.exchange.request_id, error = %e, "upstream stream broke");
+                self.interceptor.finish(&mut self.output);
+                (Flow::Closed, Some(e))
+            }
+        };
+        self.exchange.emit(self.interceptor.drain_records());
+        for chunk in self.output.drain() {
+            out.push(chunk);
+        }
+        if let Some(e) = broke {
+            // Let the client see the break, as it would without us.
+            self.done = true;
+            return Poll::Ready(Some(Err(Box::new(e))));
+        }
+        if flow == Flow::Closed {
+            self.done = true;
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Ok(())))
+    }
+}
+
+impl Drop for Inspect {
+    fn drop(&mut self) {
+        if !self.done {
+            // The client went away (or its connection was ended at shutdown): upstream and the
+            // event sink are released with this body.
+            tracing::info!(request_id = %self.exchange.request_id, "client went away mid-stream");
+        }
+    }
+}
+
+/// A route no dialect machine reads, as a [`Pump`]: complete lines judged by the backstop
+/// before they leave.
+struct Guard {
+    exchange: Exchange,
+    reads: Reads,
+    guard: backstop::LineGuard,
+    done: bool,
+}
+
+impl Pump for Guard {
+    fn poll_step(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Pieces,
+    ) -> Poll<Option<Result<(), BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let gate = self.exchange.inner.gate.clone();
+        let verdict = match ready!(self.reads.poll_next_unpin(cx)) {
+            Some(Ok(read)) => self.guard.feed(read, gate.as_ref()),
+            None => {
+                self.done = true;
+                self.guard.finish(gate.as_ref())
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                return Poll::Ready(Some(Err(Box::new(e))));
+            }
+        };
+        match verdict {
+            backstop::Guarded::Pass(pieces) => {
+                for piece in pieces {
+                    out.push(piece);
+                }
+                Poll::Ready(if self.done { None } else { Some(Ok(())) })
+            }
+            backstop::Guarded::Blocked(found) => {
+                self.done = true;
+                self.exchange.refused(found);
+                Poll::Ready(Some(Err(
+                    "toolwall: a blocked tool call in the response".into()
+                )))
+            }
+            backstop::Guarded::Unjudgeable => {
+                self.done = true;
+                tracing::error!(request_id = %self.exchange.request_id, "backstop: a line that may hold a tool call is too long to judge; response cut");
+                Poll::Ready(Some(Err("toolwall: a line too long to inspect".into())))
+            }
+        }
+    }
+}
+
+/// One inspected exchange.
+pub(super) struct Exchange {
+    pub(super) inner: Arc<Inner>,
+    pub(super) dialect: Dialect,
+    pub(super) request_id: String,
+    pub(super) session: String,
+}
+
+impl Exchange {
+    /// Records and logs a blocked call the backstop found; the caller ends the response.
+    pub(super) fn refused(&self, found: backstop::Found) {
+        tracing::error!(request_id = %self.request_id, tool = %found.name, reason = %found.decision.reason, "backstop: a blocked tool call in a response; refused");
+        self.emit(std::iter::once(Record {
+            dialect: self.dialect,
+            tool_name: found.name,
+            tool_call_id: String::new(),
+            input: None,
+            decision: found.decision,
+        }));
+    }
+
+    /// The body of a route no dialect machine reads, relayed behind the backstop's line guard.
+    pub(super) fn guarded(self, reads: Reads) -> ProxyBody {
+        let guard = backstop::LineGuard::new(self.inner.settings.max_stream_buffer);
+        Relay::new(Guard {
+            exchange: self,
+            reads,
+            guard,
+            done: false,
+        })
+        .boxed_unsync()
+    }
+
+    pub(super) fn emit(&self, records: impl Iterator<Item = Record>) {
+        for r in records {
+            self.inner
+                .sink
+                .emit(r.into_event(chrono::Utc::now(), &self.session, &self.request_id));
+        }
+    }
+
+    /// The response body: upstream read, inspected and written on the client connection's
+    /// task, whatever is ready coalesced into one write ([`Relay`]).
+    pub(super) fn stream(self, reads: Reads) -> ProxyBody {
+        let settings = &self.inner.settings;
+        let interceptor = StreamInterceptor::new(
+            self.dialect,
+            self.inner.gate.clone(),
+            settings.on_malformed,
+            settings.max_stream_buffer,
+        );
+        Relay::new(Inspect {
+            exchange: self,
+            reads,
+            interceptor,
+            output: Output::default(),
+            done: false,
+        })
+        .boxed_unsync()
+    }
+
+    /// Reads a whole body (bounded), inspects and rewrites it, and runs the backstop over what
+    /// is to be sent.
+    pub(super) async fn buffered(self, mut reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
+        let limit = self.inner.settings.max_stream_buffer;
+        let mut body = Vec::new();
+        while let Some(read) = reads.next().await {
+            match read {
+                Ok(read) if body.len() + read.len() <= limit => body.extend_from_slice(&read),
+                Ok(_) => {
+                    body.resize(limit + 1, 0);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(request_id = %self.request_id, error = %e, "upstream body broke");
+                    return Err(full(
+                        StatusCode::BAD_GATEWAY,
+                        "toolwall: upstream body broke",
+                    ));
+                }
+            }
+        }
+        if body.len() > limit {
+            tracing::error!(request_id = %self.request_id, limit, "response body over the buffer limit: refused");
+            return Err(full(
+                StatusCode::BAD_GATEWAY,
+                "toolwall: response too large to inspect",
+            ));
+        }
+        if body.is_empty() {
+            return Ok(Bytes::new());
+        }
+        match rewrite_buffered(
+            self.dialect,
+            &body,
+            self.inner.gate.clone(),
+            self.inner.settings.on_malformed,
+        ) {
+            Ok((new, records)) => {
+                self.emit(records.into_iter());
+                let out = new.map_or_else(|| Bytes::from(body), Bytes::from);
+                // Whatever the dialect reading made of it (fail_open included), what leaves is
+                // judged by call shape too (issue 12, classes 3, 5 and 9).
+                if let Some(found) = backstop::scan_body(&out, self.inner.gate.as_ref()) {
+                    self.refused(found);
+                    return Err(full(
+                        StatusCode::BAD_GATEWAY,
+                        "toolwall: the response holds a blocked tool call toolwall could not rewrite; refused",
+                    ));
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                tracing::error!(request_id = %self.request_id, error = %e, "refusing an uninspectable body");
+                Err(full(
+                    StatusCode::BAD_GATEWAY,
+                    "toolwall: response could not be inspected",
+                ))
+            }
+        }
+    }
+}

@@ -321,3 +321,87 @@ fn a_deeply_nested_config_is_refused_at_once_with_its_line() {
         "{stderr}"
     );
 }
+
+/// One hostile tool call must not break the record: a call whose arguments nest 121 deep is
+/// stored bounded (a marker with the original's hash), and every view still reads every row
+/// (issue 15: `/api/events`, `/api/calls` and `toolwall mcp calls/events` all failed on it).
+#[test]
+fn a_deeply_nested_tool_call_does_not_break_the_views() {
+    use std::io::{Read, Write};
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = upstream.local_addr().expect("addr").port();
+    // 121 levels with the object around it: the interceptor parses it (serde_json's limit is
+    // 128), the event around it pushed the stored row past that limit.
+    let mut input = "1".to_owned();
+    for _ in 0..120 {
+        input = format!("[{input}]");
+    }
+    let body = format!(
+        "{{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"c\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"echo\",\"input\":{{\"a\":{input}}}}}],\"stop_reason\":\"tool_use\",\"stop_sequence\":null,\"usage\":{{\"input_tokens\":1,\"output_tokens\":1}}}}"
+    );
+    std::thread::spawn(move || {
+        if let Ok((mut sock, _)) = upstream.accept() {
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&seen).contains("{}") {
+                match sock.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = write!(
+                sock,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let daemon = Daemon::start(&format!(
+        "sandbox:\n  mcp:\n    deny: [\"^echo$\"]\nproxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: http://127.0.0.1:{port}\n    openai: http://127.0.0.1:{port}\nnetmon:\n  enabled: false\n"
+    ));
+    let proxy = daemon.proxy.clone().expect("proxy on");
+    let mut sock =
+        std::net::TcpStream::connect(proxy.trim_start_matches("http://")).expect("connect proxy");
+    write!(
+        sock,
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+    )
+    .expect("request");
+    let mut answer = String::new();
+    let _ = sock.read_to_string(&mut answer);
+    assert!(answer.contains("blocked by policy"), "{answer}");
+    // The event is written by the daemon's store writer; give it a moment.
+    let mut events = Vec::new();
+    for _ in 0..50 {
+        events = daemon.json_lines(&["mcp", "events", "--json"]);
+        if !events.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let event = events
+        .iter()
+        .find(|e| e["tool_name"] == "echo")
+        .unwrap_or_else(|| panic!("the blocked call is recorded: {events:?}"));
+    assert_eq!(event["action"], "block");
+    assert_eq!(
+        event["input"]["toolwall_truncated"], "nested deeper than 32 levels",
+        "{event}"
+    );
+    let calls = daemon.json_lines(&["mcp", "calls", "--json"]);
+    assert!(
+        calls.iter().any(|c| c.to_string().contains("echo")),
+        "{calls:?}"
+    );
+    // The database read directly, too.
+    let out = Command::new(toolwall_bin())
+        .args(["mcp", "calls", "--json", "--db"])
+        .arg(&daemon.db)
+        .output()
+        .expect("run toolwall");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -3,6 +3,7 @@
 //! Layers never touch the database: they hand events to an [`EventSink`] (a channel send, no
 //! I/O on the hot path) and one writer task batches them into SQLite.
 
+pub mod bound;
 mod store;
 mod types;
 

@@ -207,6 +207,8 @@ impl Store {
                 .map_err(sql)?;
             for event in events {
                 let cols = Columns::of(event);
+                // Only what every reader can read back enters the record (`bound.rs`).
+                let event = &bounded_event(event);
                 let body = serde_json::to_string(event).expect("events always serialize");
                 stmt.execute(params![
                     cols.ts_ns,
@@ -293,6 +295,37 @@ impl Store {
             .map(Option::flatten)
             .map_err(self.sql_err())
     }
+}
+
+/// `event` with its free-form JSON values (a call's arguments, a JSON-RPC id) bounded.
+fn bounded_event(event: &Event) -> std::borrow::Cow<'_, Event> {
+    use super::bound::bounded;
+    let (input, id) = match event {
+        Event::McpToolCallIntercepted(e) => (e.input.as_ref(), None),
+        Event::McpToolCalled(e) => (e.input.as_ref(), Some(&e.jsonrpc_id)),
+        _ => (None, None),
+    };
+    let new_input = input.and_then(bounded);
+    let new_id = id.and_then(bounded);
+    if new_input.is_none() && new_id.is_none() {
+        return std::borrow::Cow::Borrowed(event);
+    }
+    let mut event = event.clone();
+    match &mut event {
+        Event::McpToolCallIntercepted(e) => e.input = new_input.or(e.input.take()),
+        Event::McpToolCalled(e) => {
+            e.input = new_input.or(e.input.take());
+            if let Some(id) = new_id {
+                e.jsonrpc_id = id;
+            }
+        }
+        _ => {}
+    }
+    tracing::warn!(
+        kind = event.kind(),
+        "an event value was too deep or too large: stored as a marker with its hash"
+    );
+    std::borrow::Cow::Owned(event)
 }
 
 /// The typed columns of an event.

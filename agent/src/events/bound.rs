@@ -1,0 +1,87 @@
+//! What may enter the record: JSON values that every reader can read back (issue 15: a tool
+//! call whose arguments nested 127 deep was stored, and from then on every view failed on
+//! serde_json's recursion limit of 128 — the model decides those bytes).
+//!
+//! A value nested deeper than [`MAX_DEPTH`] or larger than [`MAX_BYTES`] is stored as a marker
+//! object naming what was cut and the SHA-256 of the original (its compact JSON), so the
+//! record says that something was there, how it was judged (the event keeps its decision), and
+//! can be matched against the original elsewhere — never the unbounded bytes.
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+/// Deepest nesting kept below a value's root. The event around it adds a few levels; the
+/// readers' limit is 128.
+pub const MAX_DEPTH: usize = 32;
+/// Largest value kept, as compact JSON.
+pub const MAX_BYTES: usize = 256 * 1024;
+
+/// `value` bounded in depth and size; `None` when it already was (nothing to change).
+pub fn bounded(value: &Value) -> Option<Value> {
+    let too_deep = depth_over(value, MAX_DEPTH);
+    let text = serde_json::to_string(value).unwrap_or_default();
+    if !too_deep && text.len() <= MAX_BYTES {
+        return None;
+    }
+    let sha256 = hex(&Sha256::digest(text.as_bytes()));
+    let why = if too_deep {
+        format!("nested deeper than {MAX_DEPTH} levels")
+    } else {
+        format!("{} bytes, over {MAX_BYTES}", text.len())
+    };
+    let mut marker = Map::new();
+    marker.insert("toolwall_truncated".into(), json!(why));
+    marker.insert("sha256".into(), json!(sha256));
+    marker.insert("bytes".into(), json!(text.len()));
+    Some(Value::Object(marker))
+}
+
+/// Whether `value` nests more than `limit` levels (iteratively: the input may be deep).
+fn depth_over(value: &Value, limit: usize) -> bool {
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        if depth >= limit {
+            return true;
+        }
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    false
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(depth: usize) -> Value {
+        let mut v = json!(1);
+        for _ in 0..depth {
+            v = json!([v]);
+        }
+        v
+    }
+
+    #[test]
+    fn deep_and_large_values_become_markers_with_the_hash() {
+        assert_eq!(bounded(&nested(MAX_DEPTH)), None);
+        let deep = bounded(&nested(127)).expect("cut");
+        assert_eq!(deep["toolwall_truncated"], "nested deeper than 32 levels");
+        assert_eq!(deep["sha256"].as_str().map(str::len), Some(64));
+        let large = json!({ "s": "x".repeat(MAX_BYTES) });
+        let cut = bounded(&large).expect("cut");
+        assert!(
+            cut["toolwall_truncated"]
+                .as_str()
+                .is_some_and(|w| w.contains("over"))
+        );
+        assert_eq!(bounded(&json!({"path": "/tmp/x"})), None);
+    }
+}

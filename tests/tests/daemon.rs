@@ -322,7 +322,7 @@ fn a_deeply_nested_config_is_refused_at_once_with_its_line() {
     );
 }
 
-/// One hostile tool call must not break the record: a call whose arguments nest 121 deep is
+/// One hostile tool call must not break the record: a call whose arguments nest 127 deep is
 /// stored bounded (a marker with the original's hash), and every view still reads every row
 /// (issue 15: `/api/events`, `/api/calls` and `toolwall mcp calls/events` all failed on it).
 #[test]
@@ -330,14 +330,14 @@ fn a_deeply_nested_tool_call_does_not_break_the_views() {
     use std::io::{Read, Write};
     let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = upstream.local_addr().expect("addr").port();
-    // 121 levels with the object around it: the interceptor parses it (serde_json's limit is
-    // 128), the event around it pushed the stored row past that limit.
-    let mut input = "1".to_owned();
-    for _ in 0..120 {
-        input = format!("[{input}]");
+    // Arguments nesting 127 deep: the interceptor parses them (serde_json's limit is 128), the
+    // event around them pushed the stored row past that limit.
+    let mut args = "1".to_owned();
+    for _ in 0..127 {
+        args = format!("[{args}]");
     }
     let body = format!(
-        "{{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"c\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"echo\",\"input\":{{\"a\":{input}}}}}],\"stop_reason\":\"tool_use\",\"stop_sequence\":null,\"usage\":{{\"input_tokens\":1,\"output_tokens\":1}}}}"
+        "{{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"g\",\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{{\"id\":\"t\",\"type\":\"function\",\"function\":{{\"name\":\"echo\",\"arguments\":\"{args}\"}}}}]}},\"finish_reason\":\"tool_calls\"}}]}}"
     );
     std::thread::spawn(move || {
         if let Ok((mut sock, _)) = upstream.accept() {
@@ -364,7 +364,7 @@ fn a_deeply_nested_tool_call_does_not_break_the_views() {
         std::net::TcpStream::connect(proxy.trim_start_matches("http://")).expect("connect proxy");
     write!(
         sock,
-        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
     )
     .expect("request");
     let mut answer = String::new();

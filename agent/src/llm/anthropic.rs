@@ -20,15 +20,18 @@ use super::sse::{write_event, write_with_data};
 use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
 use crate::decision::Decision;
 
-static TOOL_USE: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["\"tool_use\""]));
+/// `tool_use"` (no opening quote) also finds `"server_tool_use"` and `"mcp_tool_use"`: blocks
+/// the SDKs keep as calls too, which this machine passes on for the backstop (`backstop.rs`) to
+/// judge.
+static TOOL_USE: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["tool_use\""]));
 /// What may concern a tool call in a malformed event: a block of a blocked call must not leak
 /// because its event did not parse.
 static TOOL_OR_BLOCK: LazyLock<Keys> =
-    LazyLock::new(|| Keys::new(&["\"tool_use\"", "content_block"]));
+    LazyLock::new(|| Keys::new(&["tool_use\"", "content_block"]));
 /// What may matter while no call is blocked or followed: a tool use starting, a new message
 /// (which resets the counts) and the stop reason (`"message_` finds both event types, and
 /// `message_stop`, in one pass).
-static QUIET: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["\"tool_use\"", "\"message_"]));
+static QUIET: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["tool_use\"", "\"message_"]));
 
 /// The envelope fields every Anthropic stream event may carry.
 #[derive(Deserialize)]

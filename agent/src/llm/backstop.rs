@@ -146,30 +146,65 @@ pub(crate) fn opens_json(prefix: &[u8]) -> Option<bool> {
 
 /// Parses JSON as the SDKs do: a UTF-8 byte order mark before it is allowed (Python's `json`
 /// skips one).
-fn parse(text: &[u8]) -> Option<Value> {
+fn parse(text: &[u8]) -> serde_json::Result<Value> {
     let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
-    serde_json::from_slice(text).ok()
+    serde_json::from_slice(text)
+}
+
+/// Text whose first byte (after whitespace and a byte order mark) opens a JSON document.
+fn looks_like_json(text: &[u8]) -> bool {
+    opens_json(text) == Some(true)
+}
+
+/// JSON that may hold a call and that this reading cannot take (a number out of `f64`'s
+/// range, nesting past 128, a lone surrogate, `NaN`: Python's `json` or `JSON.parse` read some
+/// of them): what cannot be judged does not leave (forward only what was understood).
+fn unreadable(error: &serde_json::Error) -> Found {
+    Found {
+        name: "<unreadable>".into(),
+        decision: Decision {
+            action: crate::decision::Action::Block,
+            reason: format!(
+                "a part of the response that may hold a tool call could not be read as JSON ({error}): refused, fail closed"
+            ),
+            tool: None,
+        },
+    }
+}
+
+/// Judges one JSON text that may hold a call.
+fn judge_json(text: &[u8], gate: &dyn Gate) -> Option<Found> {
+    match parse(text) {
+        Ok(value) => find_blocked(&value, gate),
+        Err(e) => Some(unreadable(&e)),
+    }
 }
 
 /// The first blocked call in a whole body, read every way a client could read it: one JSON
-/// document, JSON lines, and the `data` of SSE events.
+/// document, JSON lines, and the `data` of SSE events. JSON that may hold a call and cannot
+/// be read counts as blocked.
 pub(crate) fn scan_body(body: &[u8], gate: &dyn Gate) -> Option<Found> {
     if !may_hold_a_call(body) {
         return None;
     }
-    if let Some(value) = parse(body) {
-        return find_blocked(&value, gate);
+    match parse(body) {
+        Ok(value) => return find_blocked(&value, gate),
+        // One document (not JSON lines) that cannot be read.
+        Err(e) if looks_like_json(body) && !body.trim_ascii().contains(&b'\n') => {
+            return Some(unreadable(&e));
+        }
+        Err(_) => {}
     }
     scan_lines(body, gate).or_else(|| scan_sse(body, gate))
 }
 
-/// Each line as a JSON document (JSON lines; also catches one-line SSE `data:` payloads'
-/// neighbours harmlessly).
+/// Each line that looks like a JSON document, as one (JSON lines). Other lines (SSE fields,
+/// text) are left to [`scan_sse`].
 fn scan_lines(body: &[u8], gate: &dyn Gate) -> Option<Found> {
     body.split(|&b| b == b'\n')
-        .filter(|line| may_hold_a_call(line))
-        .filter_map(|line| parse(line.strip_suffix(b"\r").unwrap_or(line)))
-        .find_map(|value| find_blocked(&value, gate))
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .filter(|line| may_hold_a_call(line) && looks_like_json(line))
+        .find_map(|line| judge_json(line, gate))
 }
 
 /// Each SSE event's `data` (its `data:` lines joined by LF), for any of the line ends WHATWG
@@ -209,7 +244,9 @@ pub(crate) fn scan_sse(body: &[u8], gate: &dyn Gate) -> Option<Found> {
                 }
                 data.extend_from_slice(value);
             }
-            parse(&data).and_then(|value| find_blocked(&value, gate))
+            (may_hold_a_call(&data) && looks_like_json(&data))
+                .then(|| judge_json(&data, gate))
+                .flatten()
         })
 }
 
@@ -354,6 +391,24 @@ mod tests {
         ] {
             assert!(blocked(body).is_some(), "missed: {body}");
         }
+    }
+
+    #[test]
+    fn json_that_may_hold_a_call_and_cannot_be_read_is_refused() {
+        // What Python's `json` or `JSON.parse` read and serde_json does not (found by an attack
+        // on this backstop): refused rather than passed unjudged.
+        for body in [
+            r#"{"content":[{"type":"server_tool_use","name":"echo","input":{"n":1e400}}]}"#,
+            r#"{"content":[{"type":"tool_use","name":"echo","id":"\ud800"}]}"#,
+            r#"{"content":[{"type":"tool_use","name":"echo","input":NaN}]}"#,
+            "{\"custom_id\":\"r\",\"result\":{\"message\":{\"content\":[{\"type\":\"tool_use\",\"name\":\"echo\",\"x\":1e400}]}}}\n{\"a\":1}\n",
+            "data: {\"type\":\"content_block_start\",\"index\":1e400,\"content_block\":{\"type\":\"tool_use\",\"name\":\"echo\"}}\n\n",
+        ] {
+            assert_eq!(blocked(body).as_deref(), Some("<unreadable>"), "{body}");
+        }
+        // Unreadable text that cannot hold a call, or is no JSON at all, is not judged.
+        assert_eq!(blocked(r#"{"n":1e400}"#), None);
+        assert_eq!(blocked("plain text about tool_use and 1e400"), None);
     }
 
     #[test]

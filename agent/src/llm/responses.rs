@@ -34,7 +34,7 @@ use crate::decision::Decision;
 /// The item types a tool call comes as (`function_call`, with its events, and Codex's
 /// `custom_tool_call`).
 static CALL_KEYS: LazyLock<Keys> =
-    LazyLock::new(|| Keys::new(&["function_call", "custom_tool_call"]));
+    LazyLock::new(|| Keys::new(&["function_call", "custom_tool_call", "mcp_call"]));
 
 /// Event types that carry only text of message/reasoning items: never parsed.
 const TEXT_PREFIXES: [&[u8]; 4] = [

@@ -240,11 +240,30 @@ fn malformed_tool_event_fails_closed_other_malformed_passes() {
         1 << 20,
     );
     let mut out = crate::llm::Output::default();
+    // fail_open passes a malformed event only if it cannot hold a call: this one may, and the
+    // backstop, which cannot read it either, ends the stream (issue 12: fail_open let such
+    // events through).
     assert_eq!(
         open.feed(bytes::Bytes::copy_from_slice(bad_tool), &mut out),
+        crate::llm::Flow::Closed
+    );
+    let values = data_values(&out.take_all());
+    assert_eq!(
+        values.last().map(|v| v["type"].clone()),
+        Some("error".into())
+    );
+    let mut open = crate::llm::StreamInterceptor::new(
+        Dialect::Anthropic,
+        crate::llm::testing::gate(&[]),
+        crate::llm::OnMalformed::FailOpen,
+        1 << 20,
+    );
+    let mut out = crate::llm::Output::default();
+    assert_eq!(
+        open.feed(bytes::Bytes::copy_from_slice(bad_text), &mut out),
         crate::llm::Flow::Continue
     );
-    assert_eq!(out.take_all(), bad_tool);
+    assert_eq!(out.take_all(), bad_text);
 }
 
 #[test]

@@ -274,6 +274,8 @@ pub(crate) struct Chat {
     /// Name of each choice's legacy `function_call`, as assembled so far (by choice index:
     /// with `n > 1` the choices' fragments interleave).
     legacy_names: HashMap<u64, String>,
+    /// Every choice index seen in a chunk this machine read.
+    seen_choices: std::collections::HashSet<u64>,
 }
 
 /// What one held chunk's choice needs changed.
@@ -398,6 +400,7 @@ impl Chat {
         Chat {
             max_buffer,
             choices: HashMap::new(),
+            seen_choices: std::collections::HashSet::new(),
             pending: 0,
             queue: Vec::new(),
             queued_bytes: 0,
@@ -460,6 +463,21 @@ impl Chat {
             },
             None => Vec::new(),
         };
+        // The SDKs keep choices in a list: Python's `openai` files a choice whose `index` is
+        // past the end of the list at the end, so a later `index` can name that same entry and
+        // join its calls' names with another's. Calls are judged per choice index, so they are
+        // accepted only in a choice whose lower indices all came before it (streams of one
+        // choice, and n > 1 streams that send the choices in order; a stream with tool calls
+        // only in a later choice whose earlier ones held only text is ended, fail closed).
+        self.seen_choices.insert(choice);
+        if (!entries.is_empty() || self.legacy_names.contains_key(&choice))
+            && ((self.seen_choices.len() as u64) <= choice
+                || (0..choice).any(|c| !self.seen_choices.contains(&c)))
+        {
+            return Err(Fatal::new(format!(
+                "tool calls in choice {choice} before every lower choice index was seen: an SDK could file them under another choice"
+            )));
+        }
         // Calls the SDKs consider done after this chunk (they switched away from them).
         let mut switched: Vec<u64> = Vec::new();
         for (epos, entry) in entries.iter().enumerate() {

@@ -762,3 +762,24 @@ fn entries_after_finish() {
         assert!(closed);
     }
 }
+
+#[test]
+fn tool_calls_in_a_choice_before_its_lower_indices_end_the_stream() {
+    // Python's accumulator files an unseen choice index past its list's end at the end, so
+    // choice 2 then choice 1 name one entry: "ec" + "ho" (found by an attack session).
+    let input = chunks(&[
+        r#"{"index":2,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"ec","arguments":""}}]},"finish_reason":null}"#,
+        r#"{"index":1,"delta":{"tool_calls":[{"index":0,"function":{"name":"ho","arguments":"{}"}}]},"finish_reason":null}"#,
+    ]);
+    let (_, _, closed) = run_chunks(Dialect::OpenAiChat, &["echo"], &[&input], 1 << 20);
+    assert!(closed, "ended, fail closed");
+    // Choices in order pass.
+    let input = chunks(&[
+        r#"{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"mcp__fs__read","arguments":"{}"}}]},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{},"finish_reason":"tool_calls"}"#,
+    ]);
+    let (out, _, closed) = run_chunks(Dialect::OpenAiChat, &["echo"], &[&input], 1 << 20);
+    assert!(!closed);
+    assert_eq!(out, input);
+}

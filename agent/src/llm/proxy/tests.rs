@@ -574,6 +574,14 @@ async fn keep_alive_upstream(
     body: &'static str,
     close_idle: bool,
 ) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    keep_alive_upstream_with(body, close_idle, "").await
+}
+
+async fn keep_alive_upstream_with(
+    body: &'static str,
+    close_idle: bool,
+    extra_headers: &'static str,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -607,7 +615,7 @@ async fn keep_alive_upstream(
                     }
                     seen.drain(..end + 4 + len);
                     let resp = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{extra_headers}content-length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     if sock.write_all(resp.as_bytes()).await.is_err() {
@@ -919,5 +927,28 @@ async fn batch_results_are_relayed_behind_the_backstop() {
             assert!(!broke);
             assert_eq!(got, body, "allowed lines pass byte for byte");
         }
+    }
+}
+
+#[tokio::test]
+async fn a_server_keep_alive_timeout_shorter_than_our_margin_is_never_reused() {
+    use std::sync::atomic::Ordering;
+    let body =
+        r#"{"id":"x","type":"message","role":"assistant","content":[],"stop_reason":"end_turn"}"#;
+    for (header, want) in [
+        ("keep-alive: timeout=1, max=100\r\n", 3),
+        ("keep-alive: timeout=30\r\n", 1),
+    ] {
+        let (upstream, accepted) = keep_alive_upstream_with(body, false, header).await;
+        let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+        for _ in 0..3 {
+            let resp = client()
+                .request(post(addr, "/v1/messages", "{}"))
+                .await
+                .expect("response");
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp.into_body().collect().await.expect("body");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), want, "{header}");
     }
 }

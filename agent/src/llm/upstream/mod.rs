@@ -180,6 +180,7 @@ impl Conn {
 /// The client: a TLS configuration and the idle connections.
 pub(crate) struct Upstreams {
     tls: TlsConnector,
+    /// Idle connections with the time until which each may be reused.
     idle: Mutex<HashMap<Origin, Vec<(Conn, Instant)>>>,
 }
 
@@ -209,20 +210,21 @@ impl Upstreams {
     fn checkout(&self, origin: &Origin) -> Option<Conn> {
         let mut idle = self.idle.lock().ok()?;
         let list = idle.get_mut(origin)?;
-        while let Some((mut conn, since)) = list.pop() {
-            if since.elapsed() < IDLE_TIMEOUT && conn.is_reusable() {
+        while let Some((mut conn, until)) = list.pop() {
+            if Instant::now() < until && conn.is_reusable() {
                 return Some(conn);
             }
         }
         None
     }
 
-    fn checkin(&self, origin: Origin, conn: Conn) {
+    fn checkin(&self, origin: Origin, conn: Conn, idle_for: Duration) {
         if let Ok(mut idle) = self.idle.lock() {
+            let now = Instant::now();
             let list = idle.entry(origin).or_default();
-            list.retain(|(_, since)| since.elapsed() < IDLE_TIMEOUT);
+            list.retain(|(_, until)| now < *until);
             if list.len() < MAX_IDLE {
-                list.push((conn, Instant::now()));
+                list.push((conn, now + idle_for));
             }
         }
     }
@@ -293,12 +295,14 @@ impl Upstreams {
         let conn = rd.unsplit(wr);
         // Reused only when the whole request left, the response did not say close, and its
         // framing was unambiguous.
-        let reusable = written && keep_alive(response.headers()) && framing.reusable;
+        let idle_for = idle_for(response.headers());
+        let reusable =
+            written && keep_alive(response.headers()) && framing.reusable && !idle_for.is_zero();
         let mut body = UpstreamBody {
             conn: Some(conn),
             buf,
             framing: framing.framing,
-            reuse: reusable.then(|| (self.clone(), origin.clone())),
+            reuse: reusable.then(|| (self.clone(), origin.clone(), idle_for)),
         };
         if matches!(body.framing, Framing::Length(0)) {
             // Nothing to read: hyper never polls an empty body, so the connection goes back now.
@@ -316,6 +320,27 @@ fn keep_alive(headers: &HeaderMap) -> bool {
         .iter()
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+}
+
+/// How long a connection may wait idle for its next request: [`IDLE_TIMEOUT`], or less when
+/// the server says it closes sooner (`Keep-Alive: timeout=N`, one second of margin; zero: do not
+/// reuse it).
+fn idle_for(headers: &HeaderMap) -> Duration {
+    let server = headers
+        .get_all("keep-alive")
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .find_map(|param| {
+            let param = std::str::from_utf8(param).ok()?.trim();
+            let (key, value) = param.split_once('=')?;
+            key.trim()
+                .eq_ignore_ascii_case("timeout")
+                .then(|| value.trim().parse::<u64>().ok())?
+        });
+    match server {
+        Some(secs) => IDLE_TIMEOUT.min(Duration::from_secs(secs.saturating_sub(1))),
+        None => IDLE_TIMEOUT,
+    }
 }
 
 /// Reads until a final (non-1xx) response head; parses only once a blank line has arrived.
@@ -578,7 +603,7 @@ pub(crate) struct UpstreamBody {
     buf: BytesMut,
     framing: Framing,
     /// Where to return the connection to, when it may be reused.
-    reuse: Option<(Arc<Upstreams>, Origin)>,
+    reuse: Option<(Arc<Upstreams>, Origin, Duration)>,
 }
 
 impl UpstreamBody {
@@ -593,10 +618,10 @@ impl UpstreamBody {
 
     /// The body was read whole: the connection may serve the next request.
     fn finished(&mut self) {
-        if let (Some(conn), Some((pool, origin))) = (self.conn.take(), self.reuse.take())
+        if let (Some(conn), Some((pool, origin, idle_for))) = (self.conn.take(), self.reuse.take())
             && self.buf.is_empty()
         {
-            pool.checkin(origin, conn);
+            pool.checkin(origin, conn, idle_for);
         }
     }
 

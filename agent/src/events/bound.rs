@@ -16,13 +16,15 @@ pub const MAX_DEPTH: usize = 32;
 /// Largest value kept, as compact JSON.
 pub const MAX_BYTES: usize = 256 * 1024;
 
-/// `value` bounded in depth and size; `None` when it already was (nothing to change).
+/// `value` bounded in depth and size; `None` when it already was (nothing to change). One walk
+/// measures both, without serializing: the store calls this for every event, and only a value
+/// that is cut is serialized (for its hash).
 pub fn bounded(value: &Value) -> Option<Value> {
-    let too_deep = depth_over(value, MAX_DEPTH);
-    let text = serde_json::to_string(value).unwrap_or_default();
-    if !too_deep && text.len() <= MAX_BYTES {
+    let (too_deep, size) = measure(value, MAX_DEPTH);
+    if !too_deep && size <= MAX_BYTES {
         return None;
     }
+    let text = serde_json::to_string(value).unwrap_or_default();
     let sha256 = hex(&Sha256::digest(text.as_bytes()));
     let why = if too_deep {
         format!("nested deeper than {MAX_DEPTH} levels")
@@ -36,21 +38,39 @@ pub fn bounded(value: &Value) -> Option<Value> {
     Some(Value::Object(marker))
 }
 
-/// Whether `value` nests more than `limit` levels (iteratively: the input may be deep).
-fn depth_over(value: &Value, limit: usize) -> bool {
+/// Whether `value` nests more than `limit` levels, and a lower bound of its compact JSON size
+/// (strings and keys counted unescaped, with their quotes), in one walk; iterative, since the
+/// input may be deep. Stops counting once past [`MAX_BYTES`].
+fn measure(value: &Value, limit: usize) -> (bool, usize) {
+    let mut size = 0usize;
     let mut stack = vec![(value, 0usize)];
     while let Some((v, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => continue,
-        };
-        if depth >= limit {
-            return true;
+        if size > MAX_BYTES {
+            break;
         }
-        stack.extend(children.map(|c| (c, depth + 1)));
+        match v {
+            Value::String(s) => size += s.len() + 2,
+            Value::Array(items) => {
+                if depth >= limit && !items.is_empty() {
+                    return (true, size);
+                }
+                size += 2 + items.len();
+                stack.extend(items.iter().map(|c| (c, depth + 1)));
+            }
+            Value::Object(map) => {
+                if depth >= limit && !map.is_empty() {
+                    return (true, size);
+                }
+                size += 2 + map.len() * 2;
+                for (k, c) in map {
+                    size += k.len() + 2;
+                    stack.push((c, depth + 1));
+                }
+            }
+            other => size += other.to_string().len(),
+        }
     }
-    false
+    (false, size)
 }
 
 fn hex(bytes: &[u8]) -> String {

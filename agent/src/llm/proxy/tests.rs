@@ -488,6 +488,18 @@ fn a_session_prefix_is_split_off_and_tags_the_exchange() {
     }
 }
 
+/// A response body read until its end or its first error: the data, and whether it broke.
+async fn read_until_break(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
+    let mut got = Vec::new();
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
+            Err(_) => return (got, true),
+        }
+    }
+    (got, false)
+}
+
 /// `bytes` chunked `size` bytes per HTTP chunk (an event split anywhere).
 fn chunked_every(bytes: &[u8], size: usize) -> Vec<u8> {
     let mut out: Vec<u8> = bytes.chunks(size).flat_map(chunk).collect();
@@ -550,18 +562,7 @@ async fn broken_chunk_framing_from_upstream_ends_the_stream_with_an_error() {
         .request(post(addr, "/v1/messages", "{}"))
         .await
         .expect("response");
-    let mut body = resp.into_body();
-    let mut got = Vec::new();
-    let mut broke = false;
-    while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(f) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
-            Err(_) => {
-                broke = true;
-                break;
-            }
-        }
-    }
+    let (got, broke) = read_until_break(resp.into_body()).await;
     assert!(broke, "the client sees the break, not a clean end");
     assert_eq!(got, b"event: ping\ndata: {\"type\":\"ping\"}\n\n");
 }
@@ -902,18 +903,7 @@ async fn batch_results_are_relayed_behind_the_backstop() {
             .expect("request");
         let resp = client().request(req).await.expect("response");
         assert_eq!(resp.status(), StatusCode::OK);
-        let mut got = Vec::new();
-        let mut broke = false;
-        let mut body_in = resp.into_body();
-        while let Some(frame) = body_in.frame().await {
-            match frame {
-                Ok(f) => got.extend_from_slice(f.data_ref().map_or(&[][..], |d| &d[..])),
-                Err(_) => {
-                    broke = true;
-                    break;
-                }
-            }
-        }
+        let (got, broke) = read_until_break(resp.into_body()).await;
         let got = String::from_utf8_lossy(&got).into_owned();
         if blocked {
             assert!(broke, "the response is cut");

@@ -1,12 +1,12 @@
 //! The sans-IO heart of the shim and the filter proxy: one JSON-RPC message in, what to pass
 //! on and what to answer out.
 //!
-//! Security first: every client message is parsed far enough to know its method (a
-//! `tools/call` hidden behind `\u` escapes, in a batch or with odd whitespace is still a
-//! `tools/call`), and anything that cannot be parsed is refused rather than passed on, since the
-//! server's parser might read it differently from ours. Transparency otherwise: the parse
-//! borrows from the input (`&RawValue`, `Cow<str>`), nothing is re-serialised, and every message
-//! the filter does not change is handed back as the very same bytes.
+//! Security first: every client message is read strictly and written out canonically
+//! ([`canonical`]); the filter judges that text and the server gets that text, never the
+//! client's bytes, so a `tools/call` hidden behind `\u` escapes, in a batch, between `\r`s or
+//! behind a duplicate key is either seen as one or refused. Server messages pass as the same
+//! bytes unless a `tools/list` result loses tools; the parse borrows from the input
+//! (`&RawValue`, `Cow<str>`).
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -20,6 +20,8 @@ use crate::decision::{Action, CallQuery, CallStage, Decision, Gate};
 use crate::events::{Event, EventSink, ToolCalled, ToolSeen};
 
 use crate::registry::tool_hash;
+
+use super::canonical;
 
 /// JSON-RPC "Invalid params": what MCP servers answer for a tool that does not exist, and so
 /// what a refused call gets (it must be indistinguishable from a missing tool).
@@ -141,33 +143,63 @@ impl Filter {
     }
 
     /// A message (one line without `\n`, or one HTTP body / SSE `data`) from the client.
-    pub fn from_client<'a>(&mut self, msg: &'a [u8]) -> Outcome<'a> {
+    ///
+    /// What is forwarded is never the client's bytes: the message is read strictly and
+    /// written out canonically ([`canonical`]), and that text is what the filter judges and
+    /// what the server gets. A message that cannot be read that way gets a parse error and is
+    /// not forwarded; one of only whitespace is dropped.
+    pub fn from_client(&mut self, msg: &[u8]) -> Outcome<'static> {
         let mut out = Outcome::default();
-        out.forward = match first_token(msg) {
-            None => Some(Cow::Borrowed(msg)),
-            Some(b'{') => self.client_one(msg, &mut out.replies),
+        let text = match canonical::canonical(msg) {
+            Ok(Some(text)) => text,
+            Ok(None) => return out,
+            Err(error) => {
+                tracing::warn!(%error, "refused a client message that cannot be read strictly");
+                out.replies.push(error_response(
+                    "null",
+                    PARSE_ERROR,
+                    &format!("Parse error: {error}"),
+                ));
+                return out;
+            }
+        };
+        // `Some(None)`: forward the canonical text as it is; `Some(Some(v))`: what is left of
+        // it once refused calls were taken out.
+        let kept = match self.judge_client(&text, &mut out.replies) {
+            None => None,
+            Some(Cow::Borrowed(_)) => Some(None),
+            Some(Cow::Owned(v)) => Some(Some(v)),
+        };
+        out.forward = kept.map(|k| Cow::Owned(k.unwrap_or(text)));
+        out
+    }
+
+    /// Judges a canonical client message ([`canonical`]); `Borrowed` means all of it passes.
+    fn judge_client<'a>(
+        &mut self,
+        msg: &'a [u8],
+        replies: &mut Vec<Vec<u8>>,
+    ) -> Option<Cow<'a, [u8]>> {
+        match msg.first() {
+            Some(b'{') => self.client_one(msg, replies),
             Some(b'[') => match serde_json::from_slice::<Vec<&RawValue>>(msg) {
                 Ok(items) if !items.is_empty() => {
-                    batch(msg, &items, |item| self.client_one(item, &mut out.replies))
+                    batch(msg, &items, |item| self.client_one(item, replies))
                 }
                 Ok(_) => {
-                    out.replies
-                        .push(error_response("null", INVALID_REQUEST, "Invalid Request"));
+                    replies.push(error_response("null", INVALID_REQUEST, "Invalid Request"));
                     None
                 }
                 Err(_) => {
-                    out.replies
-                        .push(error_response("null", PARSE_ERROR, "Parse error"));
+                    replies.push(error_response("null", PARSE_ERROR, "Parse error"));
                     None
                 }
             },
-            Some(_) => {
-                out.replies
-                    .push(error_response("null", INVALID_REQUEST, "Invalid Request"));
+            _ => {
+                replies.push(error_response("null", INVALID_REQUEST, "Invalid Request"));
                 None
             }
-        };
-        out
+        }
     }
 
     /// A message from the server: `tools/list` results lose their denied tools, everything

@@ -4,7 +4,10 @@
 //! must refuse) is changed.
 //!
 //! The oracle judges with `serde_json::Value` (what a typical peer would parse), not with the
-//! filter's own borrowed parser, so a disagreement between the two is a finding.
+//! filter's own borrowed parser, so a disagreement between the two is a finding. What goes to
+//! the server is read the way servers read it: split at every line break some server's reader
+//! splits at (Python's universal newlines, `str.splitlines`, Node's `\n`), and each piece
+//! parsed on its own; a forwarded message must be one piece that means what the client sent.
 
 use std::borrow::Cow;
 
@@ -172,11 +175,13 @@ impl Harness {
 
     fn check(&mut self, from_client: bool, msg: &[u8]) {
         let input = parse_strict(msg);
-        let out = if from_client {
-            self.filter.from_client(msg)
-        } else {
-            self.filter.from_server(msg)
-        };
+        if from_client {
+            let out = self.filter.from_client(msg);
+            check_replies(&out.replies);
+            check_to_server(msg, input.as_ref(), out.forward.as_deref(), &out.replies);
+            return;
+        }
+        let out = self.filter.from_server(msg);
         let same = matches!(&out.forward, Some(Cow::Borrowed(b)) if b.as_ptr() == msg.as_ptr() && b.len() == msg.len());
         if let Some(forwarded) = &out.forward
             && !forwarded.iter().all(u8::is_ascii_whitespace)
@@ -187,31 +192,15 @@ impl Harness {
                     String::from_utf8_lossy(forwarded)
                 )
             });
-            if from_client {
-                assert!(!has_denied_call(&value), "denied call forwarded: {value}");
-            } else {
-                assert!(!has_denied_tool(&value), "denied tool listed: {value}");
-            }
+            assert!(!has_denied_tool(&value), "denied tool listed: {value}");
         }
-        for reply in &out.replies {
-            let value: Value = serde_json::from_slice(reply).unwrap_or_else(|e| {
-                panic!(
-                    "reply is not JSON ({e}): {}",
-                    String::from_utf8_lossy(reply)
-                )
-            });
-            assert!(
-                value.get("error").is_some(),
-                "reply is not an error: {value}"
-            );
-        }
+        check_replies(&out.replies);
         if !same {
-            // Changed or dropped: only refused calls, denied tools and messages the filter
-            // cannot read (which it must not pass on) may be.
+            // Changed or dropped: only denied tools and messages the filter cannot read (which
+            // it must not pass on) may be.
             let explained = match &input {
                 None => true,
                 Some(v) if malformed(v) => true,
-                Some(v) if from_client => has_denied_call(v) || !out.replies.is_empty(),
                 Some(v) => has_denied_tool(v) || out.forward.is_none(),
             };
             assert!(
@@ -220,6 +209,78 @@ impl Harness {
                 String::from_utf8_lossy(msg)
             );
         }
+    }
+}
+
+fn check_replies(replies: &[Vec<u8>]) {
+    for reply in replies {
+        let value: Value = serde_json::from_slice(reply).unwrap_or_else(|e| {
+            panic!(
+                "reply is not JSON ({e}): {}",
+                String::from_utf8_lossy(reply)
+            )
+        });
+        assert!(
+            value.get("error").is_some(),
+            "reply is not an error: {value}"
+        );
+    }
+}
+
+/// Where some server's line reader ends a line: `\n` (Node), `\r` (Python's universal
+/// newlines), and what `str.splitlines` adds.
+fn splits_lines(c: char) -> bool {
+    matches!(
+        c,
+        '\n' | '\r' | '\u{b}' | '\u{c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+    )
+}
+
+/// What a client message becomes on the server's side.
+fn check_to_server(msg: &[u8], input: Option<&Value>, forwarded: Option<&[u8]>, replies: &[Vec<u8>]) {
+    let Some(forwarded) = forwarded else {
+        return;
+    };
+    let text = std::str::from_utf8(forwarded)
+        .unwrap_or_else(|e| panic!("forwarded bytes that are not UTF-8 ({e})"));
+    assert!(
+        !text.contains(splits_lines) && !text.contains('\u{feff}'),
+        "forwarded a message some server reads as several lines: {text:?}"
+    );
+    // The server's parse (duplicates: last wins, as in Python and JavaScript) and a strict
+    // one agree: the forwarded text has no duplicate keys.
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        // `1e400`: Python and JavaScript read infinity, serde_json refuses; the filter passes
+        // numbers as written, so judge the text itself.
+        Err(e) if e.to_string().contains("number out of range") => {
+            assert!(
+                !text.contains(&format!("\"name\":\"{DENIED_PREFIX}")),
+                "a denied name in a message with an out-of-range number: {text}"
+            );
+            return;
+        }
+        Err(e) => panic!("forwarded a message that is not JSON ({e}): {text}"),
+    };
+    assert_eq!(
+        parse_strict(forwarded).as_ref(),
+        Some(&value),
+        "forwarded a message that parsers read differently: {text}"
+    );
+    assert!(!has_denied_call(&value), "denied call forwarded: {value}");
+    match input {
+        // The client's message, as the server reads it, unless calls were refused.
+        Some(v) if !malformed(v) && !has_denied_call(v) && replies.is_empty() => assert_eq!(
+            &value,
+            v,
+            "forwarded something other than what the client sent: {}",
+            String::from_utf8_lossy(msg)
+        ),
+        Some(_) => {}
+        None => panic!(
+            "forwarded a message the oracle cannot read strictly: {}",
+            String::from_utf8_lossy(msg)
+        ),
     }
 }
 

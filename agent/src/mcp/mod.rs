@@ -37,6 +37,7 @@
 //! engine runs in linear time, so no pattern can backtrack catastrophically; patterns that
 //! compile to more than 1 MiB are refused at start-up.
 
+pub(crate) mod canonical;
 pub mod client;
 pub mod daemon_gate;
 pub mod enforce;

@@ -49,9 +49,16 @@ use super::client::{
     self, CONNECT_TIMEOUT, HttpClient, McpClientError, SESSION_HEADER, Transport, UpstreamSession,
     http_client,
 };
-use super::filter::{Filter, FilterContext, allowed_tools};
+use super::filter::{
+    Filter, FilterContext, INVALID_REQUEST, allowed_tools, error_response,
+};
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
 use super::sse::{SseDecoder, encode_event};
+
+/// JSON-RPC "Internal error": the upstream refused a request toolwall forwarded.
+const INTERNAL_ERROR: i64 = -32603;
+/// The MCP SDKs' "Request timed out" code.
+const REQUEST_TIMEOUT: i64 = -32001;
 
 /// How often the upstream is probed for liveness.
 pub const WATCHDOG_INTERVAL: Duration = Duration::from_secs(5);
@@ -76,9 +83,9 @@ pub struct ProxyArgs {
     /// Serve one client on stdin/stdout instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
-    /// With `--stdio`: most bytes of one JSON-RPC message from the client. A larger request
-    /// is answered with an error (or, without an id, ends the proxy with status 1); nothing
-    /// over the limit is forwarded, even in part.
+    /// Most bytes of one message from the client: a `--stdio` line or an HTTP request body.
+    /// A larger request is answered with an error (HTTP 413; on stdio, without an id, it ends
+    /// the proxy with status 1); nothing over the limit is read on or forwarded, even in part.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
     /// Browser origins allowed besides localhost (`Origin` is checked on every request).
@@ -158,6 +165,8 @@ struct Shared {
     cached: Arc<str>,
     http: HttpClient,
     timeout: Duration,
+    /// Most bytes of one client request body.
+    max_message: usize,
     allow_origins: Vec<String>,
     upstream_headers: HeaderMap,
     /// Legacy SSE client sessions by our session id.
@@ -228,6 +237,7 @@ pub async fn run_proxy(
         cached,
         http: http_client()?,
         timeout,
+        max_message: args.max_message_bytes,
         allow_origins: args.allow_origins.clone(),
         upstream_headers,
         sse_sessions: Mutex::default(),
@@ -281,6 +291,9 @@ async fn watchdog(upstream: Uri, fatal: mpsc::UnboundedSender<String>) {
         );
         match probe.await {
             Ok(Ok(_)) => {}
+            Ok(Err(e)) if out_of_descriptors(&e) => {
+                tracing::warn!("cannot probe the upstream, out of file descriptors: {e}");
+            }
             Ok(Err(e)) => {
                 let _ = fatal.send(format!("cannot connect to {authority}: {e}"));
                 return;
@@ -363,9 +376,9 @@ async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyhow::Result<
                         let Some(id) = too_long.id.as_deref() else {
                             return Err(anyhow::Error::new(too_long).context("reading stdin"));
                         };
-                        let reply = super::filter::error_response(
+                        let reply = error_response(
                             id,
-                            super::filter::INVALID_REQUEST,
+                            INVALID_REQUEST,
                             &format!("[toolwall] {too_long}"),
                         );
                         let mut w = stdout.lock().await;
@@ -392,10 +405,20 @@ async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyhow::Result<
                     w.flush().await?;
                 }
                 if let Some(message) = forward {
-                    if message.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    if let Err(e) = session.send(message).await {
+                    if let Err(e) = session.send(message.clone()).await {
+                        // A refused request is answered, so the client does not wait for ever.
+                        let mut w = stdout.lock().await;
+                        for id in request_ids(&message) {
+                            let reply = error_response(
+                                &id,
+                                INTERNAL_ERROR,
+                                &format!("[toolwall] the upstream MCP server refused the request: {e}"),
+                            );
+                            w.write_all(&reply).await?;
+                            w.write_all(b"\n").await?;
+                        }
+                        w.flush().await?;
+                        drop(w);
                         report_send_error(&shared, e);
                     } else if !get_opened {
                         get_opened = true;
@@ -504,11 +527,15 @@ async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyhow::Result<(
     tracing::info!(
         "MCP filter proxy on http://{listen}/mcp (Streamable HTTP) and http://{listen}/sse (legacy SSE)"
     );
+    let mut backoff = AcceptBackoff::default();
     loop {
         let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
+            Ok(s) => {
+                backoff.reset();
+                s
+            }
             Err(e) => {
-                tracing::warn!("accept: {e}");
+                backoff.failed(&e).await;
                 continue;
             }
         };
@@ -532,6 +559,118 @@ async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyhow::Result<(
             }
         });
     }
+}
+
+/// Waits after a failed `accept`: out of file descriptors (EMFILE, ENFILE) or memory the
+/// listener stays readable, so retrying at once would spin and log without end. The wait
+/// doubles from 10 ms to 1 s; the error is logged once per wait that grows, then once a minute.
+#[derive(Default)]
+struct AcceptBackoff {
+    wait: Duration,
+    failures: u64,
+    last_log: Option<tokio::time::Instant>,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MOST: Duration = Duration::from_secs(1);
+
+    async fn failed(&mut self, error: &std::io::Error) {
+        self.failures += 1;
+        self.wait = (self.wait * 2).clamp(Self::FIRST, Self::MOST);
+        let now = tokio::time::Instant::now();
+        if self
+            .last_log
+            .is_none_or(|t| self.wait < Self::MOST || now - t >= Duration::from_secs(60))
+        {
+            tracing::warn!(
+                failures = self.failures,
+                "cannot accept a client connection ({error}); retrying in {:?}",
+                self.wait
+            );
+            self.last_log = Some(now);
+        }
+        tokio::time::sleep(self.wait).await;
+    }
+
+    fn reset(&mut self) {
+        if self.failures > 0 {
+            tracing::info!(failures = self.failures, "accepting client connections again");
+        }
+        *self = Self::default();
+    }
+}
+
+/// Whether an I/O error is the process or the system out of file descriptors: a passing
+/// shortage of ours, not a sign that the upstream is gone.
+fn out_of_descriptors(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// Reads a client's request body: at most `limit` bytes (a larger body is answered 413 as
+/// soon as its `Content-Length` or its bytes say so; the rest is never read) within `timeout`.
+async fn read_body(
+    body: Incoming,
+    headers: &HeaderMap,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Response<ProxyBody>> {
+    let too_large = || {
+        let message = format!(
+            "[toolwall] the request body is larger than {limit} bytes (raise it with --max-message-bytes); it was not forwarded"
+        );
+        full(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Some("application/json"),
+            error_response("null", INVALID_REQUEST, &message),
+        )
+    };
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await
+    {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(_)) => Err(plain(
+            StatusCode::BAD_REQUEST,
+            "cannot read the request body",
+        )),
+        Err(_) => Err(plain(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive in time",
+        )),
+    }
+}
+
+/// Whether a request says it has a body (GET and DELETE must not: the proxy would not judge it).
+fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(http::header::TRANSFER_ENCODING)
+        || headers
+            .get(http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
+}
+
+/// 405 with the methods a route serves.
+fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
+    let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    response
+        .headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    response
 }
 
 /// Browsers send `Origin`; only localhost pages and `--allow-origin` ones may use the proxy
@@ -561,14 +700,27 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
         return plain(StatusCode::FORBIDDEN, "origin not allowed");
     }
     let path = req.uri().path().to_owned();
-    match (req.method().clone(), path.as_str()) {
-        (_, "/mcp") if shared.transport == Transport::StreamableHttp => {
+    // Only the methods the transports define are served; nothing else is forwarded (a
+    // future server might act on a PUT the filter never judged). A GET or DELETE with a body
+    // is refused for the same reason.
+    let method = req.method().clone();
+    if matches!(method, Method::GET | Method::DELETE) && has_body(req.headers()) {
+        return plain(StatusCode::BAD_REQUEST, "a GET or DELETE request has no body");
+    }
+    match (method, path.as_str()) {
+        (Method::POST | Method::GET | Method::DELETE, "/mcp")
+            if shared.transport == Transport::StreamableHttp =>
+        {
             passthrough(shared, req).await
         }
-        (_, "/mcp") => bridge_streamable(shared, req).await,
+        (Method::POST | Method::GET | Method::DELETE, "/mcp") => {
+            bridge_streamable(shared, req).await
+        }
+        (_, "/mcp") => not_allowed("GET, POST, DELETE"),
         (Method::GET, "/sse") => sse_open(shared, req).await,
         (Method::POST, "/message") => sse_message(shared, req).await,
-        (_, "/sse" | "/message") => plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        (_, "/sse") => not_allowed("GET"),
+        (_, "/message") => not_allowed("POST"),
         _ => plain(
             StatusCode::NOT_FOUND,
             "not found: use /mcp (Streamable HTTP) or /sse (legacy SSE)",
@@ -675,6 +827,13 @@ async fn forward(
     *request.headers_mut() = headers;
     match tokio::time::timeout(shared.timeout, shared.http.request(request)).await {
         Ok(Ok(response)) => Ok(response),
+        Ok(Err(e)) if out_of_descriptors(&e) => {
+            tracing::warn!("cannot forward a request, out of file descriptors: {e}");
+            Err(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "toolwall is out of file descriptors; try again",
+            ))
+        }
         Ok(Err(e)) => {
             shared.lost(format!("forwarding a request: {e}"));
             Err(plain(
@@ -703,22 +862,24 @@ fn is_event_stream(headers: &HeaderMap) -> bool {
 /// Streamable HTTP to Streamable HTTP, at the HTTP level.
 async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
-    let body = match body.collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return plain(StatusCode::BAD_REQUEST, "cannot read the request body"),
-    };
     let mut filter = shared.filter();
     let mut replies = Vec::new();
+    // GET and DELETE carry no body (checked in `handle`); a POST's is judged and what goes
+    // upstream is the filter's canonical text.
     let forward_body = if parts.method == Method::POST {
+        let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await
+        {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
         let out = filter.from_client(&body);
         replies = out.replies;
         match out.forward {
             None => return json_reply(replies),
-            Some(Cow::Borrowed(b)) if b.len() == body.len() => body.clone(),
-            Some(other) => Bytes::from(other.into_owned()),
+            Some(text) => Bytes::from(text.into_owned()),
         }
     } else {
-        body
+        Bytes::new()
     };
     let headers = upstream_headers(&shared, &parts.headers);
     let response = match forward(&shared, parts.method.clone(), headers, forward_body).await {
@@ -916,7 +1077,9 @@ impl BridgedSession {
         }
     }
 
-    /// Filters a client message, answers refusals on the stream, sends the rest upstream.
+    /// Filters a client message and sends what passes upstream. Returns what was sent (`None`
+    /// when nothing was, or the upstream refused it) and the replies the client gets from
+    /// toolwall: refused calls, and an error for each request the upstream refused to take.
     async fn client_message(&self, shared: &Shared, body: &[u8]) -> (Option<Bytes>, Vec<Vec<u8>>) {
         let (forward, replies) = {
             let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
@@ -926,10 +1089,18 @@ impl BridgedSession {
                 out.replies,
             )
         };
-        let forward = forward.filter(|m| !m.iter().all(u8::is_ascii_whitespace));
+        let mut replies = replies;
         if let Some(message) = &forward {
             if let Err(e) = self.upstream.send(message.clone()).await {
+                for id in request_ids(message) {
+                    replies.push(error_response(
+                        &id,
+                        INTERNAL_ERROR,
+                        &format!("[toolwall] the upstream MCP server refused the request: {e}"),
+                    ));
+                }
                 report_send_error(shared, e);
+                return (None, replies);
             } else if !self
                 .get_opened
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -1067,9 +1238,10 @@ async fn sse_message(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
     else {
         return plain(StatusCode::NOT_FOUND, "unknown session");
     };
-    let body = match req.into_body().collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return plain(StatusCode::BAD_REQUEST, "cannot read the request body"),
+    let (parts, body) = req.into_parts();
+    let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     let (_, replies) = session.client_message(&shared, &body).await;
     for r in replies {
@@ -1106,10 +1278,12 @@ async fn bridge_streamable(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
                     (session, id)
                 }
             };
-            let body = match req.into_body().collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(_) => return plain(StatusCode::BAD_REQUEST, "cannot read the request body"),
-            };
+            let (parts, body) = req.into_parts();
+            let body =
+                match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
+                    Ok(b) => b,
+                    Err(r) => return r,
+                };
             // Register the waiters before sending, so a fast answer is not missed.
             let ids = request_ids(&body);
             let (tx, mut rx) = mpsc::channel(ids.len().max(1));
@@ -1126,10 +1300,32 @@ async fn bridge_streamable(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
                     w.remove(id);
                 }
             }
-            for _ in 0..sent_ids.len() {
-                match rx.recv().await {
-                    Some(m) => replies.push(m.to_vec()),
-                    None => break,
+            // Each answer, or an error once `--timeout` has passed: a POST never waits for ever.
+            let deadline = tokio::time::Instant::now() + shared.timeout;
+            let mut unanswered = sent_ids;
+            while !unanswered.is_empty() {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(m)) => {
+                        if let Some(id) = response_id(&m) {
+                            unanswered.retain(|u| *u != id);
+                        }
+                        replies.push(m.to_vec());
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        if let Ok(mut w) = session.waiting.lock() {
+                            for id in &unanswered {
+                                w.remove(id);
+                            }
+                        }
+                        for id in unanswered.drain(..) {
+                            replies.push(error_response(
+                                &id,
+                                REQUEST_TIMEOUT,
+                                "[toolwall] the upstream MCP server did not answer in time",
+                            ));
+                        }
+                    }
                 }
             }
             let mut response = json_reply(replies);

@@ -1,0 +1,240 @@
+//! `toolwall mcp-proxy` at its edges, through the real binary (issue 13): methods the
+//! transports do not define, bodies past the limit, a process out of file descriptors, and a
+//! legacy-SSE upstream that refuses what the proxy forwards.
+
+mod mcp_common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mcp_common::*;
+
+/// One HTTP/1.1 exchange on a fresh connection (`Connection: close`): status, head, body.
+fn exchange(port: u16, request: &[u8]) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    stream.write_all(request).expect("send the request");
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
+    (status, head.to_owned(), body.to_owned())
+}
+
+fn request(method: &str, path: &str, headers: &str, body: &str) -> Vec<u8> {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+const CALL: &str = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}"#;
+
+#[test]
+fn only_the_methods_the_transports_define_are_served() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let (_proxy, port) = proxy(&url, &["--deny", "^echo$"]);
+    for method in ["PUT", "PATCH", "OPTIONS", "post", "TRACE"] {
+        let (status, head, body) = exchange(port, &request(method, "/mcp", "", CALL));
+        assert_eq!(status, 405, "{method}: {head}\n{body}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("allow: get, post, delete"),
+            "{method}: {head}"
+        );
+    }
+    for (method, path, allow) in [("PUT", "/sse", "GET"), ("GET", "/message", "POST")] {
+        let (status, head, _) = exchange(port, &request(method, path, "", ""));
+        assert_eq!(status, 405, "{method} {path}: {head}");
+        assert!(head.contains(allow), "{head}");
+    }
+    // A GET or DELETE with a body: the body would reach the upstream unjudged.
+    for method in ["GET", "DELETE"] {
+        let (status, _, body) = exchange(port, &request(method, "/mcp", "", CALL));
+        assert_eq!(status, 400, "{method}: {body}");
+        assert!(body.contains("no body"), "{body}");
+    }
+    // The proxy still serves a well-formed POST.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("serverInfo"), "{body}");
+}
+
+/// The memory the proxy holds (VmRSS, kB).
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("proc status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn request_bodies_past_the_limit_are_refused_without_reading_them() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let (proxy, port) = proxy(&url, &["--max-message-bytes", "4096"]);
+    // Declared larger than the limit: refused at once, nothing read.
+    let huge = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 3221225472\r\n\r\n{\"jsonrpc\":";
+    let (status, _, body) = exchange(port, huge.as_bytes());
+    assert_eq!(status, 413, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).expect("a JSON-RPC error body");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--max-message-bytes")),
+        "{error}"
+    );
+    // Chunked, with no length: refused once past the limit, however much more is sent.
+    let before = rss_kb(proxy.0.id());
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    stream
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .expect("head");
+    let chunk = format!("{:x}\r\n{}\r\n", 1 << 20, "x".repeat(1 << 20));
+    let mut sent = 0usize;
+    for _ in 0..256 {
+        if stream.write_all(chunk.as_bytes()).is_err() {
+            break;
+        }
+        sent += 1 << 20;
+    }
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    let after = rss_kb(proxy.0.id());
+    assert!(
+        after < before + 64 * 1024,
+        "the proxy grew from {before} kB to {after} kB while {sent} bytes were sent"
+    );
+    // An allowed message within the limit still goes through.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn out_of_file_descriptors_the_proxy_waits_and_stays_up() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("proxy.log");
+    let port = free_port();
+    let mut command = Command::new(toolwall_tests::toolwall_bin());
+    command
+        .args(["mcp-proxy", "--upstream", &url, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"));
+    // SAFETY: setrlimit is async-signal-safe and touches only the child's limits.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut proc = Proc(command.spawn().expect("start toolwall mcp-proxy"));
+    wait_port(&mut proc, port, "toolwall mcp-proxy");
+    // Hold more connections than the proxy has descriptors, across a watchdog probe (5 s).
+    let held: Vec<TcpStream> = (0..120)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        proc.0.try_wait().expect("try_wait").is_none(),
+        "the proxy exited while out of descriptors: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let text = std::fs::read_to_string(&log).expect("log");
+    let accept_lines = text.matches("cannot accept").count();
+    assert!(accept_lines >= 1, "no accept failure logged:\n{text}");
+    assert!(
+        accept_lines <= 20 && text.len() < 64 * 1024,
+        "{accept_lines} accept failures logged ({} bytes) in 7 s",
+        text.len()
+    );
+    drop(held);
+    // Descriptors free again: the proxy serves.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _, body) = exchange(port, &request("POST", "/mcp", "", init));
+        if status == 200 {
+            assert!(body.contains("serverInfo"), "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no answer after the descriptors came back: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_request_the_legacy_upstream_refuses_is_answered() {
+    let (_server, url) = server_everything_http("sse");
+    let (_proxy, port) = proxy(&url, &["--timeout", "10"]);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+    let session = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l[15..].trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}"));
+    let header = format!("Mcp-Session-Id: {session}\r\n");
+    let (status, _, _) = exchange(
+        port,
+        &request(
+            "POST",
+            "/mcp",
+            &header,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        ),
+    );
+    assert!(status == 202 || status == 200, "{status}");
+    // server-everything's legacy SSE transport answers a batch with HTTP 400.
+    let batch = r#"[{"jsonrpc":"2.0","id":5,"method":"ping"},{"jsonrpc":"2.0","id":6,"method":"ping"}]"#;
+    let started = Instant::now();
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", &header, batch));
+    assert_eq!(status, 200, "{body}");
+    let replies: serde_json::Value = serde_json::from_str(&body).expect("JSON replies");
+    let ids: Vec<i64> = replies
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["id"].as_i64()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, [5, 6], "{body}");
+    assert!(
+        replies
+            .as_array()
+            .is_some_and(|a| a.iter().all(|r| r["error"]["message"].is_string())),
+        "{body}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}

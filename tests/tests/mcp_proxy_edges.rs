@@ -220,7 +220,8 @@ fn a_request_the_legacy_upstream_refuses_is_answered() {
     );
     assert!(status == 202 || status == 200, "{status}");
     // server-everything's legacy SSE transport answers a batch with HTTP 400.
-    let batch = r#"[{"jsonrpc":"2.0","id":5,"method":"ping"},{"jsonrpc":"2.0","id":6,"method":"ping"}]"#;
+    let batch =
+        r#"[{"jsonrpc":"2.0","id":5,"method":"ping"},{"jsonrpc":"2.0","id":6,"method":"ping"}]"#;
     let started = Instant::now();
     let (status, _, body) = exchange(port, &request("POST", "/mcp", &header, batch));
     assert_eq!(status, 200, "{body}");

@@ -363,7 +363,11 @@ fn push_char(out: &mut Vec<u8>, c: char) {
         '\t' => b"\\t",
         '\u{8}' => b"\\b",
         '\u{c}' => b"\\f",
-        c if (c as u32) < 0x20 || matches!(c, '\u{7f}' | '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{feff}') =>
+        c if (c as u32) < 0x20
+            || matches!(
+                c,
+                '\u{7f}' | '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{feff}'
+            ) =>
         {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             let n = c as u32;
@@ -449,7 +453,11 @@ mod tests {
             b"[",
             b"\x00{}",
         ] {
-            assert!(canonical(bad).is_err(), "accepted {:?}", String::from_utf8_lossy(bad));
+            assert!(
+                canonical(bad).is_err(),
+                "accepted {:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -458,9 +466,19 @@ mod tests {
         let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
         assert!(canonical(ok.as_bytes()).is_ok());
         let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
-        assert!(matches!(canonical(deep.as_bytes()), Err(Malformed::TooDeep(_))));
-        let objects = format!("{}1{}", "{\"a\":".repeat(MAX_DEPTH + 1), "}".repeat(MAX_DEPTH + 1));
-        assert!(matches!(canonical(objects.as_bytes()), Err(Malformed::TooDeep(_))));
+        assert!(matches!(
+            canonical(deep.as_bytes()),
+            Err(Malformed::TooDeep(_))
+        ));
+        let objects = format!(
+            "{}1{}",
+            "{\"a\":".repeat(MAX_DEPTH + 1),
+            "}".repeat(MAX_DEPTH + 1)
+        );
+        assert!(matches!(
+            canonical(objects.as_bytes()),
+            Err(Malformed::TooDeep(_))
+        ));
     }
 
     #[test]
@@ -486,8 +504,16 @@ mod tests {
             seed
         };
         let atoms = [
-            "1", "-0.5e-3", "\"x\\u00e9\\n\"", "\"\u{2028}\"", "null", "true", "[]", "{}",
-            "\"\\\\\"", "1E+2",
+            "1",
+            "-0.5e-3",
+            "\"x\\u00e9\\n\"",
+            "\"\u{2028}\"",
+            "null",
+            "true",
+            "[]",
+            "{}",
+            "\"\\\\\"",
+            "1E+2",
         ];
         for _ in 0..2_000 {
             let mut s = String::new();

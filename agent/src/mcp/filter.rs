@@ -9,8 +9,8 @@
 //! (`&RawValue`, `Cow<str>`).
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -69,9 +69,32 @@ pub struct Outcome<'a> {
 pub struct Filter {
     ctx: FilterContext,
     pending_lists: VecDeque<Value>,
+    /// What the session may call; shared by the filters of one filter proxy.
+    listing: Arc<Mutex<Listing>>,
+}
+
+/// The tools a session may call, and the filter proxy's cached list.
+#[derive(Debug, Default)]
+pub struct Listing {
     /// The filtered tool array (JSON text) to answer `tools/list` with instead of asking the
-    /// server: the filter proxy lists once at start-up (seed 004).
-    cached_tools: Option<Arc<str>>,
+    /// server: the filter proxy lists once at start-up (seed 004). Dropped when the server
+    /// says its list changed: later lists are asked of the server and filtered.
+    cached: Option<Arc<str>>,
+    /// The tools a `tools/list` result judged here let through (`None` until one did). A
+    /// call of any other tool is refused, so a tool a server adds is judged in a listing
+    /// before it can be called, and after the server says its list changed nothing is
+    /// callable until the new list was judged (a rug pull cannot ride on the old verdict).
+    names: Option<HashSet<String>>,
+}
+
+impl Listing {
+    /// A listing answered from `tools_json` (a JSON array of allowed tools).
+    pub fn cached(tools_json: Arc<str>) -> Self {
+        Listing {
+            names: Some(tool_names(&tools_json)),
+            cached: Some(tools_json),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -132,14 +155,19 @@ impl Filter {
         Self {
             ctx,
             pending_lists: VecDeque::new(),
-            cached_tools: None,
+            listing: Arc::default(),
         }
     }
 
-    /// Answer `tools/list` from this (already filtered) JSON array instead of the server.
-    pub fn with_cached_tools(mut self, tools_json: Arc<str>) -> Self {
-        self.cached_tools = Some(tools_json);
+    /// Share what may be called (and the cached list) with other filters of one server.
+    pub fn with_listing(mut self, listing: Arc<Mutex<Listing>>) -> Self {
+        self.listing = listing;
         self
+    }
+
+    fn listing(&self) -> MutexGuard<'_, Listing> {
+        // A poisoned lock means a filter panicked mid-update; the set is still a set.
+        self.listing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A message (one line without `\n`, or one HTTP body / SSE `data`) from the client.
@@ -252,12 +280,30 @@ impl Filter {
                     }
                     return None;
                 };
-                let decision = self.ctx.gate.check_call(&CallQuery {
+                let unlisted = self
+                    .listing()
+                    .names
+                    .as_ref()
+                    .is_some_and(|names| !names.contains(params.name.as_ref()));
+                // An unlisted tool is asked of the policy without spending its budget, so a
+                // denied one is recorded with the rule that denies it.
+                let query = CallQuery {
                     server_id: Some(&self.ctx.server_id),
                     name: &params.name,
                     namespace: None,
-                    stage: CallStage::Executing,
-                });
+                    stage: match unlisted {
+                        true => CallStage::Inspected,
+                        false => CallStage::Executing,
+                    },
+                };
+                let mut decision = self.ctx.gate.check_call(&query);
+                if unlisted && !decision.is_blocked() {
+                    decision.action = Action::Block;
+                    decision.reason = format!(
+                        "tool {:?} is not in the tool list toolwall judged for this session (a tool is listed before it is called; after notifications/tools/list_changed, the new list is judged first)",
+                        params.name
+                    );
+                }
                 self.record_call(&params, id, &decision);
                 if decision.is_blocked() {
                     tracing::info!(tool = %params.name, reason = %decision.reason, "refused tools/call");
@@ -269,7 +315,15 @@ impl Filter {
                 Some(Cow::Borrowed(msg))
             }
             Some("tools/list") => {
-                if let Some(cached) = &self.cached_tools {
+                // A 2026-07-28 request (its version in `_meta`) is asked of the server: its
+                // result carries fields (`ttlMs`, `cacheScope`, `resultType`) a cached 2025
+                // list lacks, and the server judges the version.
+                let cached = match modern(probe.params) {
+                    true => None,
+                    false => self.listing().cached.clone(),
+                };
+                if let Some(cached) = cached {
+                    self.listing().names = Some(tool_names(&cached));
                     if let Some(id) = id {
                         replies.push(
                             format!(
@@ -305,9 +359,12 @@ impl Filter {
         };
         if let Some(method) = probe.method.as_deref() {
             if method == "notifications/tools/list_changed" {
-                tracing::debug!(
-                    "server says its tool list changed; the next tools/list is filtered afresh"
+                tracing::info!(
+                    "server says its tool list changed: no tool is callable until the next tools/list is judged"
                 );
+                let mut listing = self.listing();
+                listing.names = Some(HashSet::new());
+                listing.cached = None;
             }
             return Some(Cow::Borrowed(msg));
         }
@@ -346,17 +403,25 @@ impl Filter {
             return None;
         };
         let mut kept: Vec<&str> = Vec::with_capacity(items.len());
+        let mut listed = HashSet::new();
         for item in &items {
             let value: Value = serde_json::from_str(item.get()).unwrap_or(Value::Null);
             let decision =
                 self.ctx
                     .gate
                     .check_listed(&self.ctx.server_id, &self.ctx.server_type, &value);
-            self.record_seen(&value, &decision);
             if !decision.is_blocked() {
                 kept.push(item.get());
+                if let Some(name) = value.get("name").and_then(Value::as_str) {
+                    listed.insert(name.to_owned());
+                }
             }
+            self.record_seen(&value, &decision);
         }
+        self.listing()
+            .names
+            .get_or_insert_with(HashSet::new)
+            .extend(listed);
         if kept.len() == items.len() {
             return Some(Cow::Borrowed(msg));
         }
@@ -426,6 +491,34 @@ fn record_seen(ctx: &FilterContext, sink: &EventSink, tool: &Value, decision: &D
         action: decision.action,
         reason: decision.reason.clone(),
     }));
+}
+
+/// Whether a request's params carry a 2026-07-28 envelope (its protocol version in `_meta`);
+/// the params are canonical text ([`canonical`]), so the key has one spelling.
+fn modern(params: Option<&RawValue>) -> bool {
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, default, rename = "_meta")]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+        version: Option<&'a RawValue>,
+    }
+    params
+        .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
+        .and_then(|p| p.meta)
+        .is_some_and(|m| m.version.is_some())
+}
+
+/// The names in a JSON array of tools.
+fn tool_names(tools_json: &str) -> HashSet<String> {
+    serde_json::from_str::<Vec<Value>>(tools_json)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect()
 }
 
 /// Filters a tool list fetched by toolwall itself (the proxy's start-up list, discovery):

@@ -10,6 +10,7 @@
 //! parsed on its own; a forwarded message must be one piece that means what the client sent.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 use serde_json::Value;
 
@@ -122,6 +123,66 @@ fn has_denied_tool(value: &Value) -> bool {
 pub struct Harness {
     filter: Filter,
     framers: [LineFramer; 2],
+    listed: Listed,
+}
+
+/// What the oracle knows of the tools the session may call (the filter refuses calls of
+/// tools no judged listing let through).
+enum Listed {
+    /// No listing yet: calls are judged by name alone.
+    Open,
+    /// These names, from the listings since the last `list_changed`.
+    Known(HashSet<String>),
+    /// A listing the oracle could not read strictly: which calls pass is not known.
+    Unknown,
+}
+
+impl Listed {
+    /// Server messages change what may be called.
+    fn update(&mut self, input: Option<&Value>) {
+        let Some(value) = input else {
+            *self = Listed::Unknown;
+            return;
+        };
+        for m in objects(value) {
+            if m.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed") {
+                *self = Listed::Known(HashSet::new());
+            }
+            if let Some(tools) = m.pointer("/result/tools").and_then(Value::as_array) {
+                let mut names = match std::mem::replace(self, Listed::Open) {
+                    Listed::Known(names) => names,
+                    _ => HashSet::new(),
+                };
+                names.extend(
+                    tools
+                        .iter()
+                        .filter_map(|t| t.get("name").and_then(Value::as_str))
+                        .filter(|n| !denied(n))
+                        .map(str::to_owned),
+                );
+                *self = Listed::Known(names);
+            }
+        }
+    }
+
+    /// Whether a call of `name` may pass; `None`: cannot tell.
+    fn allows(&self, name: &str) -> Option<bool> {
+        match self {
+            Listed::Open => Some(true),
+            Listed::Known(names) => Some(names.contains(name)),
+            Listed::Unknown => None,
+        }
+    }
+}
+
+fn call_names(value: &Value) -> impl Iterator<Item = &str> {
+    objects(value).into_iter().filter_map(|m| {
+        (m.get("method").and_then(Value::as_str) == Some("tools/call")).then(|| {
+            m.pointer("/params/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        })
+    })
 }
 
 impl Default for Harness {
@@ -147,6 +208,7 @@ impl Harness {
         Self {
             filter: Filter::new(ctx),
             framers: [LineFramer::new(), LineFramer::new()],
+            listed: Listed::Open,
         }
     }
 
@@ -178,10 +240,19 @@ impl Harness {
         if from_client {
             let out = self.filter.from_client(msg);
             check_replies(&out.replies);
-            check_to_server(msg, input.as_ref(), out.forward.as_deref(), &out.replies);
+            check_to_server(
+                msg,
+                input.as_ref(),
+                out.forward.as_deref(),
+                &out.replies,
+                &self.listed,
+            );
             return;
         }
         let out = self.filter.from_server(msg);
+        if out.forward.is_some() {
+            self.listed.update(input.as_ref());
+        }
         let same = matches!(&out.forward, Some(Cow::Borrowed(b)) if b.as_ptr() == msg.as_ptr() && b.len() == msg.len());
         if let Some(forwarded) = &out.forward
             && !forwarded.iter().all(u8::is_ascii_whitespace)
@@ -232,12 +303,26 @@ fn check_replies(replies: &[Vec<u8>]) {
 fn splits_lines(c: char) -> bool {
     matches!(
         c,
-        '\n' | '\r' | '\u{b}' | '\u{c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+        '\n' | '\r'
+            | '\u{b}'
+            | '\u{c}'
+            | '\u{1c}'
+            | '\u{1d}'
+            | '\u{1e}'
+            | '\u{85}'
+            | '\u{2028}'
+            | '\u{2029}'
     )
 }
 
 /// What a client message becomes on the server's side.
-fn check_to_server(msg: &[u8], input: Option<&Value>, forwarded: Option<&[u8]>, replies: &[Vec<u8>]) {
+fn check_to_server(
+    msg: &[u8],
+    input: Option<&Value>,
+    forwarded: Option<&[u8]>,
+    replies: &[Vec<u8>],
+    listed: &Listed,
+) {
     let Some(forwarded) = forwarded else {
         return;
     };
@@ -268,9 +353,15 @@ fn check_to_server(msg: &[u8], input: Option<&Value>, forwarded: Option<&[u8]>, 
         "forwarded a message that parsers read differently: {text}"
     );
     assert!(!has_denied_call(&value), "denied call forwarded: {value}");
+    assert!(
+        call_names(&value).all(|n| listed.allows(n) != Some(false)),
+        "a call of a tool no judged listing let through was forwarded: {value}"
+    );
+    let refusable =
+        |v: &Value| has_denied_call(v) || call_names(v).any(|n| listed.allows(n) != Some(true));
     match input {
         // The client's message, as the server reads it, unless calls were refused.
-        Some(v) if !malformed(v) && !has_denied_call(v) && replies.is_empty() => assert_eq!(
+        Some(v) if !malformed(v) && !refusable(v) && replies.is_empty() => assert_eq!(
             &value,
             v,
             "forwarded something other than what the client sent: {}",

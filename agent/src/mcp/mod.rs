@@ -44,6 +44,7 @@ pub mod enforce;
 pub mod filter;
 pub mod framing;
 pub mod fuzzing;
+pub(crate) mod headers;
 pub mod proxy;
 pub mod shim;
 pub mod sse;

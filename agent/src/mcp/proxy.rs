@@ -50,9 +50,10 @@ use super::client::{
     http_client,
 };
 use super::filter::{
-    Filter, FilterContext, INVALID_REQUEST, allowed_tools, error_response,
+    Filter, FilterContext, INVALID_REQUEST, Listing, allowed_tools, error_response,
 };
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
+use super::headers;
 use super::sse::{SseDecoder, encode_event};
 
 /// JSON-RPC "Internal error": the upstream refused a request toolwall forwarded.
@@ -162,7 +163,8 @@ struct Shared {
     transport: Transport,
     ctx: FilterContext,
     /// The filtered tool list (a JSON array), answered to every `tools/list`.
-    cached: Arc<str>,
+    /// The cached list and what may be called, shared by every session's filter.
+    listing: Arc<Mutex<Listing>>,
     http: HttpClient,
     timeout: Duration,
     /// Most bytes of one client request body.
@@ -183,7 +185,7 @@ impl Shared {
     }
 
     fn filter(&self) -> Filter {
-        Filter::new(self.ctx.clone()).with_cached_tools(self.cached.clone())
+        Filter::new(self.ctx.clone()).with_listing(self.listing.clone())
     }
 }
 
@@ -234,7 +236,7 @@ pub async fn run_proxy(
         upstream: upstream.clone(),
         transport: discovered.transport,
         ctx,
-        cached,
+        listing: Arc::new(Mutex::new(Listing::cached(cached))),
         http: http_client()?,
         timeout,
         max_message: args.max_message_bytes,
@@ -376,11 +378,8 @@ async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyhow::Result<
                         let Some(id) = too_long.id.as_deref() else {
                             return Err(anyhow::Error::new(too_long).context("reading stdin"));
                         };
-                        let reply = error_response(
-                            id,
-                            INVALID_REQUEST,
-                            &format!("[toolwall] {too_long}"),
-                        );
+                        let reply =
+                            error_response(id, INVALID_REQUEST, &format!("[toolwall] {too_long}"));
                         let mut w = stdout.lock().await;
                         w.write_all(&reply).await?;
                         w.write_all(b"\n").await?;
@@ -412,7 +411,9 @@ async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyhow::Result<
                             let reply = error_response(
                                 &id,
                                 INTERNAL_ERROR,
-                                &format!("[toolwall] the upstream MCP server refused the request: {e}"),
+                                &format!(
+                                    "[toolwall] the upstream MCP server refused the request: {e}"
+                                ),
                             );
                             w.write_all(&reply).await?;
                             w.write_all(b"\n").await?;
@@ -595,7 +596,10 @@ impl AcceptBackoff {
 
     fn reset(&mut self) {
         if self.failures > 0 {
-            tracing::info!(failures = self.failures, "accepting client connections again");
+            tracing::info!(
+                failures = self.failures,
+                "accepting client connections again"
+            );
         }
         *self = Self::default();
     }
@@ -641,8 +645,7 @@ async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await
-    {
+    match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Ok(Err(_)) => Err(plain(
@@ -705,7 +708,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     // is refused for the same reason.
     let method = req.method().clone();
     if matches!(method, Method::GET | Method::DELETE) && has_body(req.headers()) {
-        return plain(StatusCode::BAD_REQUEST, "a GET or DELETE request has no body");
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "a GET or DELETE request has no body",
+        );
     }
     match (method, path.as_str()) {
         (Method::POST | Method::GET | Method::DELETE, "/mcp")
@@ -867,17 +873,31 @@ async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
     // GET and DELETE carry no body (checked in `handle`); a POST's is judged and what goes
     // upstream is the filter's canonical text.
     let forward_body = if parts.method == Method::POST {
-        let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await
-        {
+        let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
             Ok(b) => b,
             Err(r) => return r,
         };
         let out = filter.from_client(&body);
         replies = out.replies;
-        match out.forward {
+        let text = match out.forward {
             None => return json_reply(replies),
             Some(text) => Bytes::from(text.into_owned()),
+        };
+        // The upstream may route on the 2026-07-28 headers: they must say what the body says.
+        if let Err(mismatch) = headers::check(&parts.headers, &text) {
+            tracing::warn!("refused a request: {mismatch}");
+            let id = request_ids(&text).into_iter().next();
+            return full(
+                StatusCode::BAD_REQUEST,
+                Some("application/json"),
+                error_response(
+                    id.as_deref().unwrap_or("null"),
+                    headers::HEADER_MISMATCH,
+                    &format!("[toolwall] {mismatch}"),
+                ),
+            );
         }
+        text
     } else {
         Bytes::new()
     };

@@ -181,13 +181,22 @@ fn list_response_in_a_batch_and_with_escaped_keys() {
 
 #[test]
 fn cached_list_is_answered_locally() {
-    let mut f = filter(&[]).with_cached_tools(Arc::from(r#"[{"name":"add"}]"#));
+    let mut f = filter(&[]).with_listing(Arc::new(Mutex::new(Listing::cached(Arc::from(
+        r#"[{"name":"add"}]"#,
+    )))));
     let out = f.from_client(br#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{}}"#);
     assert!(out.forward.is_none());
     assert_eq!(
         out.replies,
         vec![br#"{"jsonrpc":"2.0","id":"l1","result":{"tools":[{"name":"add"}]}}"#.to_vec()]
     );
+    // A 2026-07-28 list goes to the server (its result has fields a cached list lacks).
+    let modern = br#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    assert!(f.from_client(modern).forward.is_some());
+    // After the server's list changed, the cache is gone: lists go to the server too.
+    f.from_server(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+    let out = f.from_client(br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    assert!(out.forward.is_some() && out.replies.is_empty());
 }
 
 #[test]
@@ -382,4 +391,40 @@ fn pagination_across_pages() {
         assert_eq!(String::from_utf8_lossy(&out.forward.expect("page")), *want);
         assert!(f.pending_lists.is_empty());
     }
+}
+
+/// A tool is callable once a listing judged here let it through; after the server says its
+/// list changed, only once the new list was judged (issue 13).
+#[test]
+fn only_listed_tools_are_callable_and_list_changed_resets_them() {
+    let mut f = filter(&["^echo$"]);
+    let call = |f: &mut Filter, name: &str| {
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}"}}}}"#
+        );
+        let out = f.from_client(msg.as_bytes());
+        (out.forward.is_some(), out.replies)
+    };
+    // Before any listing, names are judged by the rules alone.
+    assert!(call(&mut f, "add").0);
+    assert!(call(&mut f, "fresh").0);
+    assert!(f.from_server(PAGE1).forward.is_some());
+    assert!(call(&mut f, "add").0);
+    assert!(call(&mut f, "echo_twice").0);
+    let (forwarded, replies) = call(&mut f, "fresh");
+    assert!(!forwarded);
+    assert!(String::from_utf8_lossy(&replies[0]).contains("Unknown tool: fresh"));
+    // The server's list changed: nothing is callable until the next listing is judged.
+    f.from_server(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+    assert!(!call(&mut f, "add").0);
+    let page = br#"{"jsonrpc":"2.0","id":6,"result":{"tools":[{"name":"fresh"},{"name":"echo"}],"ttlMs":0,"cacheScope":"session","resultType":"complete"}}"#;
+    let out = f.from_server(page);
+    let listed = String::from_utf8_lossy(out.forward.as_deref().unwrap_or_default()).into_owned();
+    assert!(
+        listed.contains("ttlMs") && !listed.contains("echo"),
+        "{listed}"
+    );
+    assert!(call(&mut f, "fresh").0);
+    assert!(!call(&mut f, "add").0);
+    assert!(!call(&mut f, "echo").0);
 }

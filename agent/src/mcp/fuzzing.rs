@@ -176,13 +176,14 @@ impl Listed {
 }
 
 fn call_names(value: &Value) -> impl Iterator<Item = &str> {
-    objects(value).into_iter().filter_map(|m| {
-        (m.get("method").and_then(Value::as_str) == Some("tools/call")).then(|| {
+    objects(value)
+        .into_iter()
+        .filter(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"))
+        .map(|m| {
             m.pointer("/params/name")
                 .and_then(Value::as_str)
                 .unwrap_or("")
         })
-    })
 }
 
 impl Default for Harness {

@@ -1,7 +1,8 @@
 //! Every MCP protocol revision through `toolwall shim` and `toolwall mcp-proxy` (issue 13):
 //! the official Python SDK client pinned to 2026-07-28 (stateless, no handshake), `auto`
 //! (`server/discover`, then fallback), 2025-11-25, 2025-06-18, 2025-03-26 and the legacy
-//! HTTP+SSE 2024-11-05, against the SDK's dual-era server (`peers/mcp_marker_server.py`).
+//! HTTP+SSE 2024-11-05, against the SDK's dual-era server (`peers/mcp_marker_server.py`), a
+//! 2026-07-28-only server and a legacy HTTP+SSE one.
 //! Each run lists the tools (the denied `secret` is hidden), calls `harmless` (it runs) and
 //! `secret` (refused as an unknown tool); the server's marker file says what really ran.
 
@@ -135,6 +136,16 @@ fn every_revision_through_the_proxy() {
     let sse = format!("http://127.0.0.1:{port}/sse");
     let (report, ran) = run_client(&marker, &["sse", &sse, "2024-11-05"]);
     assert_filtered(&report, &ran, "2024-11-05", "proxy to Streamable HTTP");
+
+    // A server that speaks only 2026-07-28 (no initialize): the proxy's discovery, which is
+    // the daemon's, negotiates with `server/discover` and lists at 2026-07-28.
+    let (_modern, modern_url) = marker_server("modern", &marker);
+    let (_front, front_port) = proxy(&modern_url, &["--deny", "^secret$"]);
+    let mcp = format!("http://127.0.0.1:{front_port}/mcp");
+    for revision in ["2026-07-28", "auto"] {
+        let (report, ran) = run_client(&marker, &["http", &mcp, revision]);
+        assert_filtered(&report, &ran, revision, "proxy to a 2026-07-28-only server");
+    }
 
     // A legacy HTTP+SSE (2024-11-05) upstream, bridged for both kinds of client.
     let (_legacy, legacy_url) = marker_server("sse", &marker);

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::modern::{Era, Modern};
 use super::sse::SseDecoder;
 
 /// `Mcp-Session-Id`, the Streamable HTTP session header.
@@ -785,14 +786,36 @@ pub async fn list_all_tools(
     })
 }
 
-/// Start-up discovery with extra headers (authorization): handshake, every `tools/list`
-/// page, then the session is closed. The whole exchange is bounded by `timeout` per step.
+/// Start-up discovery with extra headers (authorization): `server/discover` and, at
+/// 2026-07-28, every `tools/list` page ([`super::modern`]); otherwise the handshake, every
+/// `tools/list` page, then the session is closed. The whole exchange is bounded by `timeout` per step.
 pub async fn discover(
     url: &str,
     transport: Transport,
     headers: HeaderMap,
     timeout: Duration,
 ) -> Result<Discovered, McpClientError> {
+    if transport != Transport::Sse {
+        let http = http_client()?;
+        let uri = parse_url(url)?;
+        let modern = Modern {
+            http: &http,
+            url: &uri,
+            headers: &headers,
+            timeout,
+        };
+        match modern.era().await? {
+            Era::Modern => {
+                return Ok(Discovered {
+                    transport: Transport::StreamableHttp,
+                    tools: modern.list_tools(MAX_PAGES).await?,
+                });
+            }
+            Era::Handshake(why) => {
+                tracing::debug!("{url}: {why}; listing with the initialize handshake");
+            }
+        }
+    }
     let (session, mut inbox, _init) =
         connect_and_initialize(url, transport, headers, timeout).await?;
     let tools = list_all_tools(&session, &mut inbox).await?;

@@ -81,9 +81,11 @@ pub struct Listing {
     /// says its list changed: later lists are asked of the server and filtered.
     cached: Option<Arc<str>>,
     /// The tools a `tools/list` result judged here let through (`None` until one did). A
-    /// call of any other tool is refused, so a tool a server adds is judged in a listing
-    /// before it can be called, and after the server says its list changed nothing is
-    /// callable until the new list was judged (a rug pull cannot ride on the old verdict).
+    /// call of any other tool is refused, so a tool a server adds (after
+    /// `notifications/tools/list_changed`, or unannounced) is judged in a listing before it
+    /// can be called. A tool whose definition changed is judged against its pin when the
+    /// list that shows the change passes; until then the client only knows the definition
+    /// that was judged.
     names: Option<HashSet<String>>,
 }
 
@@ -300,7 +302,7 @@ impl Filter {
                 if unlisted && !decision.is_blocked() {
                     decision.action = Action::Block;
                     decision.reason = format!(
-                        "tool {:?} is not in the tool list toolwall judged for this session (a tool is listed before it is called; after notifications/tools/list_changed, the new list is judged first)",
+                        "tool {:?} is not in any tool list toolwall judged for this server (a tool is listed before it is called)",
                         params.name
                     );
                 }
@@ -360,11 +362,9 @@ impl Filter {
         if let Some(method) = probe.method.as_deref() {
             if method == "notifications/tools/list_changed" {
                 tracing::info!(
-                    "server says its tool list changed: no tool is callable until the next tools/list is judged"
+                    "server says its tool list changed: new tools are callable once a tools/list judged them"
                 );
-                let mut listing = self.listing();
-                listing.names = Some(HashSet::new());
-                listing.cached = None;
+                self.listing().cached = None;
             }
             return Some(Cow::Borrowed(msg));
         }

@@ -131,7 +131,7 @@ pub struct Harness {
 enum Listed {
     /// No listing yet: calls are judged by name alone.
     Open,
-    /// These names, from the listings since the last `list_changed`.
+    /// These names, from the listings so far.
     Known(HashSet<String>),
     /// A listing the oracle could not read strictly: which calls pass is not known.
     Unknown,
@@ -145,9 +145,6 @@ impl Listed {
             return;
         };
         for m in objects(value) {
-            if m.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed") {
-                *self = Listed::Known(HashSet::new());
-            }
             if let Some(tools) = m.pointer("/result/tools").and_then(Value::as_array) {
                 let mut names = match std::mem::replace(self, Listed::Open) {
                     Listed::Known(names) => names,

@@ -45,6 +45,7 @@ pub mod filter;
 pub mod framing;
 pub mod fuzzing;
 pub(crate) mod headers;
+pub(crate) mod modern;
 pub mod proxy;
 pub mod shim;
 pub mod sse;

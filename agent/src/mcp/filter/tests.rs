@@ -393,10 +393,10 @@ fn pagination_across_pages() {
     }
 }
 
-/// A tool is callable once a listing judged here let it through; after the server says its
-/// list changed, only once the new list was judged (issue 13).
+/// A tool is callable once a listing judged here let it through, so a tool the server adds
+/// is judged before it runs (issue 13).
 #[test]
-fn only_listed_tools_are_callable_and_list_changed_resets_them() {
+fn only_listed_tools_are_callable() {
     let mut f = filter(&["^echo$"]);
     let call = |f: &mut Filter, name: &str| {
         let msg = format!(
@@ -414,10 +414,12 @@ fn only_listed_tools_are_callable_and_list_changed_resets_them() {
     let (forwarded, replies) = call(&mut f, "fresh");
     assert!(!forwarded);
     assert!(String::from_utf8_lossy(&replies[0]).contains("Unknown tool: fresh"));
-    // The server's list changed: nothing is callable until the next listing is judged.
+    // The server's list changed: what was judged stays callable, what is new waits for the
+    // listing that shows it.
     f.from_server(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
-    assert!(!call(&mut f, "add").0);
-    let page = br#"{"jsonrpc":"2.0","id":6,"result":{"tools":[{"name":"fresh"},{"name":"echo"}],"ttlMs":0,"cacheScope":"session","resultType":"complete"}}"#;
+    assert!(call(&mut f, "add").0);
+    assert!(!call(&mut f, "fresh").0);
+    let page = br#"{"jsonrpc":"2.0","id":6,"result":{"tools":[{"name":"fresh"},{"name":"echo"}],"ttlMs":0,"cacheScope":"private","resultType":"complete"}}"#;
     let out = f.from_server(page);
     let listed = String::from_utf8_lossy(out.forward.as_deref().unwrap_or_default()).into_owned();
     assert!(
@@ -425,6 +427,5 @@ fn only_listed_tools_are_callable_and_list_changed_resets_them() {
         "{listed}"
     );
     assert!(call(&mut f, "fresh").0);
-    assert!(!call(&mut f, "add").0);
     assert!(!call(&mut f, "echo").0);
 }

@@ -49,6 +49,7 @@ pub(crate) mod modern;
 pub mod proxy;
 pub mod shim;
 pub mod sse;
+pub(crate) mod stream_order;
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};

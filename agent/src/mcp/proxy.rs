@@ -55,6 +55,7 @@ use super::filter::{
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
 use super::headers;
 use super::sse::{SseDecoder, encode_event};
+use super::stream_order::StreamOrder;
 
 /// JSON-RPC "Internal error": the upstream refused a request toolwall forwarded.
 const INTERNAL_ERROR: i64 = -32603;
@@ -175,6 +176,8 @@ struct Shared {
     sse_sessions: Mutex<HashMap<String, Arc<BridgedSession>>>,
     /// Streamable HTTP client sessions bridged to a legacy SSE upstream.
     bridged: Mutex<HashMap<String, Arc<BridgedSession>>>,
+    /// Sessions' GET streams, kept ahead of their requests.
+    streams: Arc<StreamOrder>,
     /// Reasons the upstream is gone; the first one ends the process.
     fatal: mpsc::UnboundedSender<String>,
 }
@@ -244,6 +247,7 @@ pub async fn run_proxy(
         upstream_headers,
         sse_sessions: Mutex::default(),
         bridged: Mutex::default(),
+        streams: Arc::default(),
         fatal: fatal_tx.clone(),
     });
     tokio::spawn(watchdog(upstream, fatal_tx));
@@ -868,6 +872,20 @@ fn is_event_stream(headers: &HeaderMap) -> bool {
 /// Streamable HTTP to Streamable HTTP, at the HTTP level.
 async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
+    let session = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // The session's GET stream goes ahead of its requests ([`StreamOrder`]).
+    let opening = match (&parts.method, &session) {
+        (&Method::GET, Some(session)) => Some(shared.streams.opening(session.clone())),
+        (&Method::DELETE, Some(session)) => {
+            shared.streams.ended(session);
+            None
+        }
+        _ => None,
+    };
     let mut filter = shared.filter();
     let mut replies = Vec::new();
     // GET and DELETE carry no body (checked in `handle`); a POST's is judged and what goes
@@ -883,6 +901,11 @@ async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
             None => return json_reply(replies),
             Some(text) => Bytes::from(text.into_owned()),
         };
+        if let Some(session) = &session
+            && !request_ids(&text).is_empty()
+        {
+            shared.streams.before_request(session, shared.timeout).await;
+        }
         // The upstream may route on the 2026-07-28 headers: they must say what the body says.
         if let Err(mismatch) = headers::check(&parts.headers, &text) {
             tracing::warn!("refused a request: {mismatch}");
@@ -906,6 +929,7 @@ async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
         Ok(r) => r,
         Err(r) => return r,
     };
+    drop(opening);
     let (mut rparts, rbody) = response.into_parts();
     for name in HOP_BY_HOP {
         rparts.headers.remove(name);

@@ -320,19 +320,10 @@ struct StdioSession {
 
 impl StdioSession {
     fn start(stream: &Stream) -> Result<StdioSession, String> {
-        let mut argv = Vec::new();
+        let mut argv: Vec<OsString> = Vec::new();
         if stream.toolwall {
-            argv.extend(
-                [
-                    toolwall_bin().into(),
-                    "shim".into(),
-                    "--deny".into(),
-                    DENY.into(),
-                    "--".into(),
-                ]
-                .into_iter()
-                .map(|s: OsString| s),
-            );
+            argv.push(toolwall_bin().into());
+            argv.extend(["shim", "--deny", DENY, "--"].map(OsString::from));
         }
         argv.extend(stream.sdk.argv(&["stdio".to_owned()]));
         let what = if stream.toolwall { "shim" } else { "server" };

@@ -62,6 +62,19 @@ pub fn server_everything() -> PathBuf {
     peer("node/node_modules/.bin/mcp-server-everything")
 }
 
+/// The official MCP conformance suite's CLI (`@modelcontextprotocol/conformance`), installed
+/// apart from the other npm peers (its reference server needs zod 3).
+pub fn conformance_suite() -> PathBuf {
+    peer("conformance/node_modules/.bin/conformance")
+}
+
+/// The `node_modules` the conformance suite's reference server
+/// (`tests/peers/conformance/everything-server.ts`) runs with: the TypeScript SDK, zod 3, `tsx`.
+pub fn conformance_modules() -> PathBuf {
+    peer("conformance/node_modules/tsx");
+    peers_dir().join("conformance/node_modules")
+}
+
 /// Whether this process runs as root (privileged tests need it).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

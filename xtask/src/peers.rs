@@ -60,26 +60,37 @@ pub fn install() -> anyhow::Result<()> {
         )?;
     }
 
-    let package = pins.join("package.json");
-    let node = dir.join("node");
-    if is_current(&package, &node.join(".toolwall-installed"))? {
-        eprintln!("xtask: npm peers up to date ({})", node.display());
-    } else {
-        timed(
-            "npm peers (server-everything, @anthropic-ai/sdk, openai, Claude Code, Codex CLI, playwright-core) into target/peers/node",
-            || {
-                fs::create_dir_all(&node)?;
-                fs::copy(&package, node.join("package.json"))?;
-                step::run(
-                    Command::new("npm")
-                        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-                        .current_dir(&node),
-                )?;
-                mark_current(&package, &node.join(".toolwall-installed"))
-            },
-        )?;
-    }
+    npm(
+        &pins.join("package.json"),
+        &dir.join("node"),
+        "npm peers (server-everything, @anthropic-ai/sdk, openai, Claude Code, Codex CLI, playwright-core) into target/peers/node",
+    )?;
+    // Apart from the others: its reference server needs zod 3, server-everything zod 4.
+    npm(
+        &pins.join("conformance/package.json"),
+        &dir.join("conformance"),
+        "MCP conformance suite and its reference server's packages into target/peers/conformance",
+    )?;
     Ok(())
+}
+
+/// Installs the npm packages pinned in `package` into `dir` (unless its stamp says they are).
+fn npm(package: &Path, dir: &Path, what: &str) -> anyhow::Result<()> {
+    let stamp = dir.join(".toolwall-installed");
+    if is_current(package, &stamp)? {
+        eprintln!("xtask: npm peers up to date ({})", dir.display());
+        return Ok(());
+    }
+    timed(what, || {
+        fs::create_dir_all(dir)?;
+        fs::copy(package, dir.join("package.json"))?;
+        step::run(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+                .current_dir(dir),
+        )?;
+        mark_current(package, &stamp)
+    })
 }
 
 /// Whether `stamp` records exactly the current contents of `pins`.

@@ -814,22 +814,37 @@ fn bench_mcp_latency() {
     }
 }
 
+/// Runs `round` `rounds` times; each gives (direct, through toolwall) as (p50, p99).
+#[allow(clippy::type_complexity)]
+fn alternate(
+    rounds: usize,
+    mut round: impl FnMut() -> Result<((f64, f64), (f64, f64)), String>,
+) -> Result<Vec<((f64, f64), (f64, f64))>, String> {
+    (0..rounds).map(|_| round()).collect()
+}
+
 fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Result<(), String> {
-    const N: usize = 2000;
-    let n = N.to_string();
+    // Direct and through toolwall alternate, ROUNDS times PER calls each, and the added cost is
+    // the median of the rounds' differences: the server drifts over a run (node's JIT keeps
+    // getting faster), which a before/after comparison would charge to toolwall.
+    const ROUNDS: usize = 5;
+    const PER: usize = 400;
+    let n = PER.to_string();
     let s = |p: &Path| p.display().to_string();
     // A rule that matches nothing, so the filter runs its full check on every call.
     let deny = ["--deny".to_owned(), "^toolwall-bench-none$".to_owned()];
 
     let direct_stdio = vec!["stdio".into(), n.clone(), s(server), "stdio".into()];
-    let stdio_direct = mcp_round_trips(python, script, &direct_stdio)?;
     let mut shim = vec!["stdio".into(), n.clone(), s(bin), "shim".into()];
     shim.extend(deny.iter().cloned());
     shim.push("--".into());
     shim.extend([s(server), "stdio".into()]);
-    let stdio_shim = mcp_round_trips(python, script, &shim)?;
-    // Once more direct, after the shim, so drift over the run shows.
-    let stdio_direct2 = mcp_round_trips(python, script, &direct_stdio)?;
+    let stdio = alternate(ROUNDS, || {
+        Ok((
+            mcp_round_trips(python, script, &direct_stdio)?,
+            mcp_round_trips(python, script, &shim)?,
+        ))
+    })?;
 
     let port = free_port();
     let _server = start_listening(
@@ -857,39 +872,50 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     let warm = |url: &str| vec!["http".to_owned(), "300".to_owned(), url.to_owned()];
     mcp_round_trips(python, script, &warm(&upstream))?;
     mcp_round_trips(python, script, &warm(&proxied_url))?;
-    let http_direct = mcp_round_trips(python, script, &http(&upstream))?;
-    let http_proxy = mcp_round_trips(python, script, &http(&proxied_url))?;
-    let http_direct2 = mcp_round_trips(python, script, &http(&upstream))?;
+    let http_rounds = alternate(ROUNDS, || {
+        Ok((
+            mcp_round_trips(python, script, &http(&upstream))?,
+            mcp_round_trips(python, script, &http(&proxied_url))?,
+        ))
+    })?;
     std::thread::sleep(Duration::from_millis(300));
     let rss_after = rss_kb(proxy.0.id());
 
-    let row = |name: &str, (p50, p99): (f64, f64), base: (f64, f64)| {
+    let verdict = |added: f64| if added < 100.0 { "MET" } else { "NOT MET" };
+    let report = |name: &str, through: &str, rounds: &[((f64, f64), (f64, f64))]| {
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let direct_p50 = median(rounds.iter().map(|r| r.0.0).collect());
+        let direct_p99 = median(rounds.iter().map(|r| r.0.1).collect());
+        let through_p50 = median(rounds.iter().map(|r| r.1.0).collect());
+        let through_p99 = median(rounds.iter().map(|r| r.1.1).collect());
+        let added: Vec<f64> = rounds.iter().map(|r| r.1.0 - r.0.0).collect();
+        let added_median = median(added.clone());
+        println!("   {name:<10} direct  p50 {direct_p50:>6.0}  p99 {direct_p99:>6.0}");
         println!(
-            "   {name:<28} p50 {p50:>7.0}  p99 {p99:>7.0}  {:.2}x  added p50 {:+.0} µs",
-            p50 / base.0,
-            p50 - base.0
+            "   {name:<10} {through:<7} p50 {through_p50:>6.0}  p99 {through_p99:>6.0}  {:.2}x",
+            through_p50 / direct_p50
+        );
+        let per_round: Vec<String> = added.iter().map(|a| format!("{a:+.0}")).collect();
+        println!(
+            "   {name:<10} added p50 per round [{}] µs, median {added_median:+.0} µs (goal < 100 µs: {})",
+            per_round.join(", "),
+            verdict(added_median)
         );
     };
-    row("stdio direct", stdio_direct, stdio_direct);
-    row("stdio through toolwall shim", stdio_shim, stdio_direct);
-    row("stdio direct (again)", stdio_direct2, stdio_direct);
-    row("HTTP direct", http_direct, http_direct);
-    row("HTTP through mcp-proxy", http_proxy, http_direct);
-    row("HTTP direct (again)", http_direct2, http_direct);
-    let shim_added = stdio_shim.0 - (stdio_direct.0 + stdio_direct2.0) / 2.0;
-    let proxy_added = http_proxy.0 - (http_direct.0 + http_direct2.0) / 2.0;
-    let verdict = |added: f64| if added < 100.0 { "MET" } else { "NOT MET" };
+    report("stdio", "shim", &stdio);
+    report("HTTP", "proxy", &http_rounds);
     println!(
-        "   ({N} calls per path; goal: < 100 µs p50 added: shim {shim_added:+.0} µs {}, proxy {proxy_added:+.0} µs {} (against the mean of the two direct runs; when they differ by more than that, the machine is too noisy to tell))",
-        verdict(shim_added),
-        verdict(proxy_added)
+        "   ({ROUNDS} rounds of {PER} calls per path, direct and through toolwall alternating; medians over rounds)"
     );
     let mb = |kb: Option<u64>| kb.map_or(f64::NAN, |kb| kb as f64 / 1024.0);
     let idle = mb(rss_fresh).max(mb(rss_after));
     println!(
         "   mcp-proxy RSS: idle after start {:.1} MB, idle after {} calls {:.1} MB (goal: < 15 MB: {})",
         mb(rss_fresh),
-        N + 300,
+        ROUNDS * PER + 300,
         mb(rss_after),
         if idle < 15.0 { "MET" } else { "NOT MET" }
     );

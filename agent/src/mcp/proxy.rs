@@ -131,8 +131,7 @@ impl ProxyArgs {
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let enforcement =
         super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

@@ -317,9 +317,10 @@ async fn write_line<W: AsyncWrite + Unpin>(
                 out.write_all(b"\n").await?;
             }
         }
-        Forward::Changed(msg) => {
+        Forward::Changed(mut msg) => {
+            // One write, `\n` included: the server wakes once per message.
+            msg.push(b'\n');
             out.write_all(&msg).await?;
-            out.write_all(b"\n").await?;
         }
         Forward::Nothing => {}
     }

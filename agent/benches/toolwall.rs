@@ -814,12 +814,14 @@ fn bench_mcp_latency() {
     }
 }
 
-/// Runs `round` `rounds` times; each gives (direct, through toolwall) as (p50, p99).
-#[allow(clippy::type_complexity)]
+/// One round's (p50, p99) direct and through toolwall, µs.
+type Round = ((f64, f64), (f64, f64));
+
+/// Runs `round` `rounds` times.
 fn alternate(
     rounds: usize,
-    mut round: impl FnMut() -> Result<((f64, f64), (f64, f64)), String>,
-) -> Result<Vec<((f64, f64), (f64, f64))>, String> {
+    mut round: impl FnMut() -> Result<Round, String>,
+) -> Result<Vec<Round>, String> {
     (0..rounds).map(|_| round()).collect()
 }
 
@@ -882,7 +884,7 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     let rss_after = rss_kb(proxy.0.id());
 
     let verdict = |added: f64| if added < 100.0 { "MET" } else { "NOT MET" };
-    let report = |name: &str, through: &str, rounds: &[((f64, f64), (f64, f64))]| {
+    let report = |name: &str, through: &str, rounds: &[Round]| {
         let median = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]

@@ -42,6 +42,7 @@ pub mod client;
 pub mod daemon_gate;
 pub mod enforce;
 pub mod filter;
+pub(crate) mod filtered_sse;
 pub mod framing;
 pub mod fuzzing;
 pub(crate) mod headers;

@@ -52,9 +52,10 @@ use super::client::{
 use super::filter::{
     Filter, FilterContext, INVALID_REQUEST, Listing, allowed_tools, error_response,
 };
+use super::filtered_sse::FilteredSse;
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
 use super::headers;
-use super::sse::{SseDecoder, encode_event};
+use super::sse::encode_event;
 use super::stream_order::StreamOrder;
 
 /// JSON-RPC "Internal error": the upstream refused a request toolwall forwarded.
@@ -934,15 +935,8 @@ async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
         rparts.headers.remove(name);
     }
     if is_event_stream(&rparts.headers) {
-        let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(filter_sse_stream(
-            shared.clone(),
-            rbody,
-            filter,
-            replies,
-            tx,
-        ));
-        let mut response = sse_response(rx);
+        let body = FilteredSse::new(rbody, filter, replies, shared.fatal.clone());
+        let mut response = Response::new(body.boxed());
         *response.status_mut() = rparts.status;
         // The upstream's headers as they were (repeated ones included); it already says
         // `text/event-stream`.
@@ -979,57 +973,6 @@ async fn passthrough(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pr
     *response.status_mut() = rparts.status;
     *response.headers_mut() = rparts.headers;
     response
-}
-
-/// Re-emits an upstream SSE body with every message filtered (ids and event types kept, so
-/// `Last-Event-ID` resumption works), our replies first.
-async fn filter_sse_stream(
-    shared: Arc<Shared>,
-    mut body: Incoming,
-    mut filter: Filter,
-    replies: Vec<Vec<u8>>,
-    tx: mpsc::Sender<Bytes>,
-) {
-    for r in replies {
-        if tx
-            .send(Bytes::from(encode_event(Some("message"), None, &r)))
-            .await
-            .is_err()
-        {
-            return;
-        }
-    }
-    let mut decoder = SseDecoder::new();
-    loop {
-        while let Some(event) = decoder.next_event() {
-            let encoded = if event.is_message() && !event.data.is_empty() {
-                match filter.from_server(&event.data).forward {
-                    Some(data) => encode_event(event.event.as_deref(), event.id.as_deref(), &data),
-                    None => continue,
-                }
-            } else {
-                encode_event(event.event.as_deref(), event.id.as_deref(), &event.data)
-            };
-            if tx.send(Bytes::from(encoded)).await.is_err() {
-                return;
-            }
-        }
-        tokio::select! {
-            frame = body.frame() => match frame {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        decoder.feed(data);
-                    }
-                }
-                Some(Err(e)) => {
-                    shared.lost(format!("an SSE stream broke: {e}"));
-                    return;
-                }
-                None => return,
-            },
-            () = tx.closed() => return,
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 //! The body of a Streamable HTTP response stream passed through the filter proxy: each event
 //! of the upstream's body filtered as it arrives, on the client connection's own task.
 //!
-//! No task and no channel between the upstream and the client (what `mcp-latency` measured
-//! as a hop of its own); the events that are ready together leave in one frame, our own
+//! No task and no channel between the upstream and the client (one cross-task wake less per
+//! event); the events that are ready together leave in one frame, our own
 //! replies (refused calls) first.
 
 use std::pin::Pin;

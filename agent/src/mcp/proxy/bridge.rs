@@ -1,0 +1,379 @@
+//! Bridged sessions: a client session (legacy SSE, or Streamable HTTP in front of a legacy
+//! SSE upstream) served from one [`UpstreamSession`] of its own.
+
+use super::*;
+
+/// One client session bridged to its own upstream session.
+pub(super) struct BridgedSession {
+    upstream: UpstreamSession,
+    filter: Mutex<Filter>,
+    /// The client's stream (legacy SSE stream, or the Streamable HTTP GET stream).
+    stream: Mutex<Option<mpsc::Sender<Bytes>>>,
+    /// Server messages waiting for a GET stream (Streamable HTTP client, bounded).
+    queued: Mutex<Vec<Bytes>>,
+    /// Requests of Streamable HTTP POSTs waiting for their responses, by id.
+    waiting: Mutex<HashMap<String, mpsc::Sender<Bytes>>>,
+    get_opened: std::sync::atomic::AtomicBool,
+}
+
+pub(super) const MAX_QUEUED: usize = 256;
+
+pub(super) fn new_session_id() -> String {
+    let mut bytes = [0u8; 16];
+    // SAFETY: the buffer is valid for its length; getrandom writes at most that many bytes.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        // Unreachable on Linux ≥ 3.17 for 16 bytes; fall back to time and address entropy.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        bytes = (t ^ (&bytes as *const _ as u128)).to_le_bytes();
+    }
+    hex::encode(bytes)
+}
+
+/// The `id`s of the requests in a message (or batch), as canonical JSON text.
+pub(super) fn request_ids(message: &[u8]) -> Vec<String> {
+    let Ok(value) = serde_json::from_slice::<Value>(message) else {
+        return Vec::new();
+    };
+    let items = match value {
+        Value::Array(items) => items,
+        single => vec![single],
+    };
+    items
+        .iter()
+        .filter(|m| m.get("method").is_some())
+        .filter_map(|m| m.get("id").map(Value::to_string))
+        .collect()
+}
+
+/// The `id` of a response, as canonical JSON text.
+pub(super) fn response_id(message: &[u8]) -> Option<String> {
+    let value = serde_json::from_slice::<Value>(message).ok()?;
+    if value.get("method").is_some() {
+        return None;
+    }
+    value.get("id").map(Value::to_string)
+}
+
+impl BridgedSession {
+    /// Delivers one (filtered) server message: to the POST waiting for it, else the stream,
+    /// else the queue. Returns false when the client is gone.
+    async fn deliver(&self, message: Bytes) -> bool {
+        if let Some(id) = response_id(&message) {
+            let waiter = self.waiting.lock().ok().and_then(|mut w| w.remove(&id));
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(message).await;
+                return true;
+            }
+        }
+        let stream = self.stream.lock().ok().and_then(|s| s.clone());
+        match stream {
+            Some(tx) => tx
+                .send(Bytes::from(encode_event(Some("message"), None, &message)))
+                .await
+                .is_ok(),
+            None => {
+                if let Ok(mut q) = self.queued.lock() {
+                    if q.len() < MAX_QUEUED {
+                        q.push(message);
+                    } else {
+                        tracing::warn!("client has no stream open; dropping a server message");
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// Filters a client message and sends what passes upstream. Returns what was sent (`None`
+    /// when nothing was, or the upstream refused it) and the replies the client gets from
+    /// toolwall: refused calls, and an error for each request the upstream refused to take.
+    async fn client_message(&self, shared: &Shared, body: &[u8]) -> (Option<Bytes>, Vec<Vec<u8>>) {
+        let (forward, replies) = {
+            let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
+            let out = f.from_client(body);
+            (
+                out.forward.map(|c| Bytes::from(c.into_owned())),
+                out.replies,
+            )
+        };
+        let mut replies = replies;
+        if let Some(message) = &forward {
+            if let Err(e) = self.upstream.send(message.clone()).await {
+                for id in request_ids(message) {
+                    replies.push(error_response(
+                        &id,
+                        INTERNAL_ERROR,
+                        &format!("[toolwall] the upstream MCP server refused the request: {e}"),
+                    ));
+                }
+                report_send_error(shared, e);
+                return (None, replies);
+            } else if !self
+                .get_opened
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+                && let Err(e) = self.upstream.open_get_stream(None).await
+            {
+                tracing::warn!("upstream GET stream: {e}");
+            }
+        }
+        (forward, replies)
+    }
+}
+
+/// Opens an upstream session for a new client session and starts delivering its messages.
+pub(super) async fn bridge(
+    shared: &Arc<Shared>,
+    headers: &HeaderMap,
+    stream: Option<mpsc::Sender<Bytes>>,
+) -> Result<Arc<BridgedSession>, Response<ProxyBody>> {
+    // The session sets its own protocol headers; the client's others (auth) go along.
+    let mut headers = upstream_headers(shared, headers);
+    for name in [
+        "accept",
+        "content-type",
+        "last-event-id",
+        "mcp-session-id",
+        "mcp-protocol-version",
+    ] {
+        headers.remove(name);
+    }
+    let (upstream, mut inbox) = match UpstreamSession::open(
+        &shared.upstream.to_string(),
+        shared.transport,
+        headers,
+        shared.timeout,
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            if matches!(e, McpClientError::Connect { .. }) {
+                shared.lost(&e);
+            }
+            return Err(plain(StatusCode::BAD_GATEWAY, &e.to_string()));
+        }
+    };
+    let session = Arc::new(BridgedSession {
+        upstream,
+        filter: Mutex::new(shared.filter()),
+        stream: Mutex::new(stream),
+        queued: Mutex::default(),
+        waiting: Mutex::default(),
+        get_opened: std::sync::atomic::AtomicBool::new(false),
+    });
+    let weak = Arc::downgrade(&session);
+    let shared2 = shared.clone();
+    tokio::spawn(async move {
+        while let Some(item) = inbox.recv().await {
+            let Some(session) = weak.upgrade() else {
+                return;
+            };
+            let message = match item {
+                Ok(m) => m,
+                Err(e) => {
+                    shared2.lost(e);
+                    return;
+                }
+            };
+            let filtered = {
+                let mut f = session.filter.lock().unwrap_or_else(|e| e.into_inner());
+                f.from_server(&message)
+                    .forward
+                    .map(|c| Bytes::from(one_line(&c).into_owned()))
+            };
+            if let Some(m) = filtered
+                && !session.deliver(m).await
+            {
+                return;
+            }
+        }
+    });
+    Ok(session)
+}
+
+/// Legacy SSE client: `GET /sse` opens a session; the first event names our `/message` URL.
+pub(super) async fn sse_open(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let (tx, rx) = mpsc::channel(64);
+    let id = new_session_id();
+    let endpoint = encode_event(
+        Some("endpoint"),
+        None,
+        format!("/message?sessionId={id}").as_bytes(),
+    );
+    if tx.send(Bytes::from(endpoint)).await.is_err() {
+        return plain(StatusCode::INTERNAL_SERVER_ERROR, "stream closed");
+    }
+    let session = match bridge(&shared, req.headers(), Some(tx.clone())).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if let Ok(mut map) = shared.sse_sessions.lock() {
+        map.insert(id.clone(), session.clone());
+    }
+    // When the client goes away, end its upstream session.
+    let shared2 = shared.clone();
+    tokio::spawn(async move {
+        tx.closed().await;
+        let session = shared2
+            .sse_sessions
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(&id));
+        drop(session);
+    });
+    sse_response(rx)
+}
+
+pub(super) fn query_param<'a>(uri: &'a Uri, key: &str) -> Option<&'a str> {
+    uri.query()?.split('&').find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    })
+}
+
+/// Legacy SSE client: `POST /message?sessionId=...`; answers come on the stream.
+pub(super) async fn sse_message(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let Some(id) = query_param(req.uri(), "sessionId").map(str::to_owned) else {
+        return plain(StatusCode::BAD_REQUEST, "missing sessionId");
+    };
+    let Some(session) = shared
+        .sse_sessions
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&id).cloned())
+    else {
+        return plain(StatusCode::NOT_FOUND, "unknown session");
+    };
+    let (parts, body) = req.into_parts();
+    let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let (_, replies) = session.client_message(&shared, &body).await;
+    for r in replies {
+        session.deliver(Bytes::from(r)).await;
+    }
+    plain(StatusCode::ACCEPTED, "Accepted")
+}
+
+/// Streamable HTTP client in front of a legacy SSE upstream: POST answered with the
+/// responses to its requests (JSON), GET carries everything else, DELETE ends the session.
+pub(super) async fn bridge_streamable(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let session_id = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let existing = session_id
+        .as_ref()
+        .and_then(|id| shared.bridged.lock().ok().and_then(|m| m.get(id).cloned()));
+    match (req.method().clone(), existing, session_id) {
+        (Method::POST, existing, sid) => {
+            let (session, id) = match (existing, sid) {
+                (Some(s), Some(id)) => (s, id),
+                (None, Some(_)) => return plain(StatusCode::NOT_FOUND, "unknown session"),
+                (_, None) => {
+                    let session = match bridge(&shared, req.headers(), None).await {
+                        Ok(s) => s,
+                        Err(r) => return r,
+                    };
+                    let id = new_session_id();
+                    if let Ok(mut map) = shared.bridged.lock() {
+                        map.insert(id.clone(), session.clone());
+                    }
+                    (session, id)
+                }
+            };
+            let (parts, body) = req.into_parts();
+            let body =
+                match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
+                    Ok(b) => b,
+                    Err(r) => return r,
+                };
+            // Register the waiters before sending, so a fast answer is not missed.
+            let ids = request_ids(&body);
+            let (tx, mut rx) = mpsc::channel(ids.len().max(1));
+            if let Ok(mut w) = session.waiting.lock() {
+                for id in &ids {
+                    w.insert(id.clone(), tx.clone());
+                }
+            }
+            let (forward, mut replies) = session.client_message(&shared, &body).await;
+            // Ids answered locally (refused calls, cached lists) or not sent do not wait.
+            let sent_ids = forward.as_deref().map(request_ids).unwrap_or_default();
+            if let Ok(mut w) = session.waiting.lock() {
+                for id in ids.iter().filter(|id| !sent_ids.contains(id)) {
+                    w.remove(id);
+                }
+            }
+            // Each answer, or an error once `--timeout` has passed: a POST never waits for ever.
+            let deadline = tokio::time::Instant::now() + shared.timeout;
+            let mut unanswered = sent_ids;
+            while !unanswered.is_empty() {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(m)) => {
+                        if let Some(id) = response_id(&m) {
+                            unanswered.retain(|u| *u != id);
+                        }
+                        replies.push(m.to_vec());
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        if let Ok(mut w) = session.waiting.lock() {
+                            for id in &unanswered {
+                                w.remove(id);
+                            }
+                        }
+                        for id in unanswered.drain(..) {
+                            replies.push(error_response(
+                                &id,
+                                REQUEST_TIMEOUT,
+                                "[toolwall] the upstream MCP server did not answer in time",
+                            ));
+                        }
+                    }
+                }
+            }
+            let mut response = json_reply(replies);
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                response.headers_mut().insert(SESSION_HEADER, v);
+            }
+            response
+        }
+        (Method::GET, Some(session), _) => {
+            let (tx, rx) = mpsc::channel(64);
+            let queued = session
+                .queued
+                .lock()
+                .map(|mut q| std::mem::take(&mut *q))
+                .unwrap_or_default();
+            for m in queued {
+                let _ = tx
+                    .send(Bytes::from(encode_event(Some("message"), None, &m)))
+                    .await;
+            }
+            if let Ok(mut s) = session.stream.lock() {
+                *s = Some(tx);
+            }
+            sse_response(rx)
+        }
+        (Method::DELETE, Some(_), Some(id)) => {
+            let session = shared.bridged.lock().ok().and_then(|mut m| m.remove(&id));
+            drop(session);
+            full(StatusCode::OK, None, Bytes::new())
+        }
+        (Method::GET | Method::DELETE, _, _) => plain(StatusCode::NOT_FOUND, "unknown session"),
+        _ => plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+    }
+}

@@ -1,0 +1,397 @@
+//! The proxy's HTTP edge: the listener (with its back-off), the routes and the methods they
+//! serve, request bodies (bounded), and what every response is built from.
+
+use super::*;
+
+pub(super) type ProxyBody = BoxBody<Bytes, Infallible>;
+
+/// A response body fed by a channel (our SSE streams).
+pub(super) struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|item| item.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+pub(super) fn full(
+    status: StatusCode,
+    content_type: Option<&'static str>,
+    body: impl Into<Bytes>,
+) -> Response<ProxyBody> {
+    let mut response = Response::new(Full::new(body.into()).boxed());
+    *response.status_mut() = status;
+    if let Some(ct) = content_type {
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+    }
+    response
+}
+
+pub(super) fn plain(status: StatusCode, text: &str) -> Response<ProxyBody> {
+    full(status, Some("text/plain; charset=utf-8"), text.to_owned())
+}
+
+pub(super) fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<ProxyBody> {
+    let mut response = Response::new(ChannelBody(rx).boxed());
+    let h = response.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+pub(super) async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    if !listen.ip().is_loopback() {
+        tracing::warn!(%listen, "listening beyond loopback: anyone who can reach this address can use the upstream's allowed tools");
+    }
+    tracing::info!(
+        "MCP filter proxy on http://{listen}/mcp (Streamable HTTP) and http://{listen}/sse (legacy SSE)"
+    );
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => {
+                backoff.reset();
+                s
+            }
+            Err(e) => {
+                backoff.failed(&e).await;
+                continue;
+            }
+        };
+        // Replies are written in pieces (headers, then SSE events): without this, Nagle's
+        // algorithm meets the client's delayed ACK and every call waits ~40 ms.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY: {e}");
+        }
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(handle(shared, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!("client connection: {e}");
+            }
+        });
+    }
+}
+
+/// Waits after a failed `accept`: out of file descriptors (EMFILE, ENFILE) or memory the
+/// listener stays readable, so retrying at once would spin and log without end. The wait
+/// doubles from 10 ms to 1 s; the error is logged once per wait that grows, then once a minute.
+#[derive(Default)]
+pub(super) struct AcceptBackoff {
+    wait: Duration,
+    failures: u64,
+    last_log: Option<tokio::time::Instant>,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MOST: Duration = Duration::from_secs(1);
+
+    async fn failed(&mut self, error: &std::io::Error) {
+        self.failures += 1;
+        self.wait = (self.wait * 2).clamp(Self::FIRST, Self::MOST);
+        let now = tokio::time::Instant::now();
+        if self
+            .last_log
+            .is_none_or(|t| self.wait < Self::MOST || now - t >= Duration::from_secs(60))
+        {
+            tracing::warn!(
+                failures = self.failures,
+                "cannot accept a client connection ({error}); retrying in {:?}",
+                self.wait
+            );
+            self.last_log = Some(now);
+        }
+        tokio::time::sleep(self.wait).await;
+    }
+
+    fn reset(&mut self) {
+        if self.failures > 0 {
+            tracing::info!(
+                failures = self.failures,
+                "accepting client connections again"
+            );
+        }
+        *self = Self::default();
+    }
+}
+
+/// Whether an I/O error is the process or the system out of file descriptors: a passing
+/// shortage of ours, not a sign that the upstream is gone.
+pub(super) fn out_of_descriptors(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// Reads a client's request body: at most `limit` bytes (a larger body is answered 413 as
+/// soon as its `Content-Length` or its bytes say so; the rest is never read) within `timeout`.
+pub(super) async fn read_body(
+    body: Incoming,
+    headers: &HeaderMap,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Response<ProxyBody>> {
+    let too_large = || {
+        let message = format!(
+            "[toolwall] the request body is larger than {limit} bytes (raise it with --max-message-bytes); it was not forwarded"
+        );
+        full(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Some("application/json"),
+            error_response("null", INVALID_REQUEST, &message),
+        )
+    };
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(_)) => Err(plain(
+            StatusCode::BAD_REQUEST,
+            "cannot read the request body",
+        )),
+        Err(_) => Err(plain(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive in time",
+        )),
+    }
+}
+
+/// Whether a request says it has a body (GET and DELETE must not: the proxy would not judge it).
+pub(super) fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(http::header::TRANSFER_ENCODING)
+        || headers
+            .get(http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
+}
+
+/// 405 with the methods a route serves.
+pub(super) fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
+    let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    response
+        .headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+/// Browsers send `Origin`; only localhost pages and `--allow-origin` ones may use the proxy
+/// (DNS-rebinding defence, as the MCP spec asks of local servers). Non-browser clients send
+/// no `Origin`.
+pub(super) fn origin_allowed(allow_origins: &[String], headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(http::header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    if allow_origins.iter().any(|o| o == origin) {
+        return true;
+    }
+    let Ok(uri) = origin.parse::<Uri>() else {
+        return false;
+    };
+    matches!(
+        uri.host(),
+        Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+    )
+}
+
+pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    if !origin_allowed(&shared.allow_origins, req.headers()) {
+        return plain(StatusCode::FORBIDDEN, "origin not allowed");
+    }
+    let path = req.uri().path().to_owned();
+    // Only the methods the transports define are served; nothing else is forwarded (a
+    // future server might act on a PUT the filter never judged). A GET or DELETE with a body
+    // is refused for the same reason.
+    let method = req.method().clone();
+    if matches!(method, Method::GET | Method::DELETE) && has_body(req.headers()) {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "a GET or DELETE request has no body",
+        );
+    }
+    match (method, path.as_str()) {
+        (Method::POST | Method::GET | Method::DELETE, "/mcp")
+            if shared.transport == Transport::StreamableHttp =>
+        {
+            passthrough(shared, req).await
+        }
+        (Method::POST | Method::GET | Method::DELETE, "/mcp") => {
+            bridge_streamable(shared, req).await
+        }
+        (_, "/mcp") => not_allowed("GET, POST, DELETE"),
+        (Method::GET, "/sse") => sse_open(shared, req).await,
+        (Method::POST, "/message") => sse_message(shared, req).await,
+        (_, "/sse") => not_allowed("GET"),
+        (_, "/message") => not_allowed("POST"),
+        _ => plain(
+            StatusCode::NOT_FOUND,
+            "not found: use /mcp (Streamable HTTP) or /sse (legacy SSE)",
+        ),
+    }
+}
+
+pub(super) const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+/// The client's headers minus hop-by-hop ones and `Origin` (checked here; the upstream sees
+/// the proxy, not the browser), plus the configured upstream headers where the client has none.
+pub(super) fn upstream_headers(shared: &Shared, client: &HeaderMap) -> HeaderMap {
+    merge_headers(&shared.upstream_headers, client)
+}
+
+pub(super) fn merge_headers(configured: &HeaderMap, client: &HeaderMap) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(client.len() + configured.len());
+    for (name, value) in client {
+        if !HOP_BY_HOP.contains(&name.as_str()) && name != http::header::ORIGIN {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    for name in configured.keys() {
+        if !headers.contains_key(name) {
+            for value in configured.get_all(name) {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+    }
+    // The filter reads the upstream's bytes: a compressed reply could not be inspected (and
+    // would be refused), so ask for none, whatever the client accepts.
+    headers.insert(
+        http::header::ACCEPT_ENCODING,
+        http::HeaderValue::from_static("identity"),
+    );
+    headers
+}
+
+pub(super) fn json_reply(mut replies: Vec<Vec<u8>>) -> Response<ProxyBody> {
+    match replies.len() {
+        0 => full(StatusCode::ACCEPTED, None, Bytes::new()),
+        1 => full(StatusCode::OK, Some("application/json"), replies.remove(0)),
+        _ => full(
+            StatusCode::OK,
+            Some("application/json"),
+            join_array(None, &replies),
+        ),
+    }
+}
+
+/// `[first..., replies...]`: a filtered JSON body (object or batch) with our replies added.
+pub(super) fn join_array(first: Option<&[u8]>, replies: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = vec![b'['];
+    let mut sep = false;
+    if let Some(first) = first {
+        let trimmed = first.trim_ascii();
+        match trimmed
+            .strip_prefix(b"[")
+            .and_then(|t| t.strip_suffix(b"]"))
+        {
+            Some(inner) if !inner.trim_ascii().is_empty() => {
+                out.extend_from_slice(inner);
+                sep = true;
+            }
+            Some(_) => {}
+            None => {
+                out.extend_from_slice(trimmed);
+                sep = true;
+            }
+        }
+    }
+    for r in replies {
+        if sep {
+            out.push(b',');
+        }
+        out.extend_from_slice(r);
+        sep = true;
+    }
+    out.push(b']');
+    out
+}
+
+/// Forwards one request to the upstream; connection failures end the proxy.
+pub(super) async fn forward(
+    shared: &Shared,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response<Incoming>, Response<ProxyBody>> {
+    let mut request = Request::new(Full::new(body));
+    *request.method_mut() = method;
+    *request.uri_mut() = shared.upstream.clone();
+    *request.headers_mut() = headers;
+    match tokio::time::timeout(shared.timeout, shared.http.request(request)).await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(e)) if out_of_descriptors(&e) => {
+            tracing::warn!("cannot forward a request, out of file descriptors: {e}");
+            Err(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "toolwall is out of file descriptors; try again",
+            ))
+        }
+        Ok(Err(e)) => {
+            shared.lost(format!("forwarding a request: {e}"));
+            Err(plain(
+                StatusCode::BAD_GATEWAY,
+                "upstream MCP server unreachable",
+            ))
+        }
+        Err(_) => Err(plain(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream MCP server did not answer in time",
+        )),
+    }
+}
+
+pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}

@@ -1,0 +1,332 @@
+//! `toolwall mcp-proxy`: the MCP tool-filter proxy of seed 004 in front of a network MCP server.
+//!
+//! At start-up the upstream is contacted once (handshake and every `tools/list` page); a
+//! server that cannot be reached stops start-up with a clear error. The filtered list is
+//! cached and every client `tools/list` is answered from it (the seed's "filter at start-up":
+//! denied tools never travel again, and the list costs the upstream nothing per session).
+//! `tools/call` of a denied tool is answered "unknown tool" without reaching the upstream.
+//! What reaches the upstream of a client's messages is the filter's canonical text
+//! (`mcp/canonical.rs`); the upstream's messages pass as they are, tool lists filtered.
+//!
+//! Rooms: [`edge`] (listener, routes, bounded bodies, responses), [`passthrough`] (Streamable
+//! HTTP on both sides), [`bridge`] (sessions bridged to an [`UpstreamSession`]), [`stdio`]
+//! (`--stdio`).
+//!
+//! Client-side transports: Streamable HTTP on `/mcp`, legacy HTTP+SSE on `/sse` + `/message`,
+//! or stdio (`--stdio`). Each client session gets its own upstream session. When the client
+//! and the upstream both speak Streamable HTTP the proxy works at the HTTP level (the
+//! upstream's `Mcp-Session-Id` is the client's, `Last-Event-ID` and auth headers go through);
+//! otherwise messages are bridged through an [`UpstreamSession`].
+//!
+//! Time-outs: TCP connect 10 s ([`CONNECT_TIMEOUT`]); each start-up step, and the wait for
+//! the response headers of every forwarded request, `--timeout` (default 60 s, the MCP SDKs'
+//! default request time-out); open SSE streams have no idle time-out (MCP streams are quiet
+//! for as long as nothing happens). The upstream is probed with a TCP connect every
+//! [`WATCHDOG_INTERVAL`]; when it is gone the proxy exits with status 1.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::decision::Gate;
+use crate::events::EventSink;
+
+use super::client::{
+    self, CONNECT_TIMEOUT, HttpClient, McpClientError, SESSION_HEADER, Transport, UpstreamSession,
+    http_client,
+};
+use super::filter::{
+    Filter, FilterContext, INVALID_REQUEST, Listing, allowed_tools, error_response,
+};
+use super::filtered_sse::FilteredSse;
+use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
+use super::headers;
+use super::sse::encode_event;
+use super::stream_order::StreamOrder;
+
+/// JSON-RPC "Internal error": the upstream refused a request toolwall forwarded.
+const INTERNAL_ERROR: i64 = -32603;
+/// The MCP SDKs' "Request timed out" code.
+const REQUEST_TIMEOUT: i64 = -32001;
+
+/// How often the upstream is probed for liveness.
+pub const WATCHDOG_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a client may take to send request headers (slow-loris guard).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Arguments of `toolwall mcp-proxy`.
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    /// The upstream MCP server, e.g. `http://127.0.0.1:3001/mcp` or `http://127.0.0.1:3001/sse`.
+    #[arg(long, value_name = "URL")]
+    pub upstream: String,
+    /// The upstream's transport.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
+    /// Hide and refuse tools whose name matches REGEX (repeatable; commas separate patterns).
+    #[arg(long = "deny", value_name = "REGEX[,REGEX...]")]
+    pub deny: Vec<String>,
+    /// Address to serve `/mcp`, `/sse` and `/message` on (loopback unless told otherwise).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8090")]
+    pub listen: SocketAddr,
+    /// Serve one client on stdin/stdout instead of HTTP.
+    #[arg(long)]
+    pub stdio: bool,
+    /// Most bytes of one message from the client: a `--stdio` line or an HTTP request body.
+    /// A larger request is answered with an error (HTTP 413; on stdio, without an id, it ends
+    /// the proxy with status 1); nothing over the limit is read on or forwarded, even in part.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_message_bytes: usize,
+    /// Browser origins allowed besides localhost (`Origin` is checked on every request).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// Header for every upstream request, e.g. `Authorization: Bearer ...` (repeatable); the
+    /// clients' own auth headers are passed through as well.
+    #[arg(long = "upstream-header", value_name = "NAME: VALUE")]
+    pub upstream_headers: Vec<String>,
+    /// Seconds for each start-up step and for the upstream to start answering a forwarded
+    /// request (TCP connect: 10 s; the upstream is probed every 5 s and its loss ends the
+    /// proxy with status 1).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub timeout: u64,
+    /// Server id for policy and events (default: the upstream's host:port).
+    #[arg(long, value_name = "ID")]
+    pub server_id: Option<String>,
+    /// Configuration file (YAML); turns on event recording.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Event database; turns on event recording.
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+}
+
+impl ProxyArgs {
+    /// The server id: `--server-id`, else the upstream's `host:port`.
+    pub fn server_id(&self) -> String {
+        self.server_id.clone().unwrap_or_else(|| {
+            self.upstream
+                .parse::<Uri>()
+                .ok()
+                .and_then(|u| u.authority().map(|a| a.to_string()))
+                .unwrap_or_else(|| self.upstream.clone())
+        })
+    }
+}
+
+/// `toolwall mcp-proxy`: the command-line entry (`--deny` gate, optional event sink); runs
+/// until interrupted (exit 0) or until the upstream is lost (error, exit 1).
+pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let enforcement =
+        super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let (gate, events) = (enforcement.gate.clone(), enforcement.events.clone());
+    let result = runtime.block_on(run_proxy(&args, gate, events));
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    enforcement.finish();
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+fn parse_headers(lines: &[String]) -> anyhow::Result<HeaderMap> {
+    let mut headers = HeaderMap::new();
+    for line in lines {
+        let (name, value) = line
+            .split_once(':')
+            .with_context(|| format!("--upstream-header {line:?}: expected `Name: value`"))?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes())
+            .with_context(|| format!("--upstream-header {line:?}: bad header name"))?;
+        let value = HeaderValue::from_str(value.trim())
+            .with_context(|| format!("--upstream-header {line:?}: bad header value"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// Everything the request handlers share.
+struct Shared {
+    upstream: Uri,
+    transport: Transport,
+    ctx: FilterContext,
+    /// The filtered tool list (a JSON array), answered to every `tools/list`.
+    /// The cached list and what may be called, shared by every session's filter.
+    listing: Arc<Mutex<Listing>>,
+    http: HttpClient,
+    timeout: Duration,
+    /// Most bytes of one client request body.
+    max_message: usize,
+    allow_origins: Vec<String>,
+    upstream_headers: HeaderMap,
+    /// Legacy SSE client sessions by our session id.
+    sse_sessions: Mutex<HashMap<String, Arc<BridgedSession>>>,
+    /// Streamable HTTP client sessions bridged to a legacy SSE upstream.
+    bridged: Mutex<HashMap<String, Arc<BridgedSession>>>,
+    /// Sessions' GET streams, kept ahead of their requests.
+    streams: Arc<StreamOrder>,
+    /// Reasons the upstream is gone; the first one ends the process.
+    fatal: mpsc::UnboundedSender<String>,
+}
+
+impl Shared {
+    fn lost(&self, reason: impl std::fmt::Display) {
+        let _ = self.fatal.send(reason.to_string());
+    }
+
+    fn filter(&self) -> Filter {
+        Filter::new(self.ctx.clone()).with_listing(self.listing.clone())
+    }
+}
+
+/// Runs the proxy with a given policy and event sink (the daemon's, or the command line's).
+/// Returns `Ok` on SIGINT/SIGTERM (or stdin EOF with `--stdio`), an error naming the upstream
+/// when it cannot be reached at start or is lost later.
+pub async fn run_proxy(
+    args: &ProxyArgs,
+    gate: Arc<dyn Gate>,
+    events: Option<EventSink>,
+) -> anyhow::Result<()> {
+    let upstream_headers = parse_headers(&args.upstream_headers)?;
+    let timeout = Duration::from_secs(args.timeout.max(1));
+    let discovered = client::discover(
+        &args.upstream,
+        args.transport,
+        upstream_headers.clone(),
+        timeout,
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "cannot start: the upstream MCP server {} is not usable",
+            args.upstream
+        )
+    })?;
+    let ctx = FilterContext {
+        gate,
+        server_id: args.server_id(),
+        server_type: discovered.transport.server_type().to_owned(),
+        layer: "mcp-proxy",
+        session_id: crate::cgroup::current_session(),
+        events,
+    };
+    let total = discovered.tools.len();
+    let allowed = allowed_tools(&ctx, discovered.tools);
+    tracing::info!(
+        upstream = %args.upstream,
+        transport = ?discovered.transport,
+        "{} of {total} upstream tools exposed",
+        allowed.len()
+    );
+    let cached: Arc<str> =
+        Arc::from(serde_json::to_string(&allowed).context("serialising the tool list")?);
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let upstream: Uri = args.upstream.parse().context("upstream URL")?;
+    let shared = Arc::new(Shared {
+        upstream: upstream.clone(),
+        transport: discovered.transport,
+        ctx,
+        listing: Arc::new(Mutex::new(Listing::cached(cached))),
+        http: http_client()?,
+        timeout,
+        max_message: args.max_message_bytes,
+        allow_origins: args.allow_origins.clone(),
+        upstream_headers,
+        sse_sessions: Mutex::default(),
+        bridged: Mutex::default(),
+        streams: Arc::default(),
+        fatal: fatal_tx.clone(),
+    });
+    tokio::spawn(watchdog(upstream, fatal_tx));
+
+    let serve = async {
+        if args.stdio {
+            serve_stdio(shared.clone(), args.max_message_bytes).await
+        } else {
+            serve_http(shared.clone(), args.listen).await
+        }
+    };
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("SIGTERM handler")?;
+    tokio::select! {
+        result = serve => result,
+        Some(reason) = fatal_rx.recv() => {
+            anyhow::bail!("lost the upstream MCP server {}: {reason}", args.upstream)
+        }
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = sigterm.recv() => Ok(()),
+    }
+}
+
+/// Probes the upstream's TCP port; a refused or timed-out connect means it is gone.
+async fn watchdog(upstream: Uri, fatal: mpsc::UnboundedSender<String>) {
+    let Some(authority) = upstream.authority().cloned() else {
+        return;
+    };
+    let default_port = if upstream.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let port = authority.port_u16().unwrap_or(default_port);
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let mut interval = tokio::time::interval(WATCHDOG_INTERVAL);
+    interval.tick().await;
+    loop {
+        interval.tick().await;
+        let probe = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio::net::TcpStream::connect((host.as_str(), port)),
+        );
+        match probe.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if out_of_descriptors(&e) => {
+                tracing::warn!("cannot probe the upstream, out of file descriptors: {e}");
+            }
+            Ok(Err(e)) => {
+                let _ = fatal.send(format!("cannot connect to {authority}: {e}"));
+                return;
+            }
+            Err(_) => {
+                let _ = fatal.send(format!(
+                    "connecting to {authority} timed out after {CONNECT_TIMEOUT:?}"
+                ));
+                return;
+            }
+        }
+    }
+}
+
+mod bridge;
+mod edge;
+mod passthrough;
+mod stdio;
+#[cfg(test)]
+mod tests;
+
+use bridge::*;
+use edge::*;
+use passthrough::*;
+use stdio::*;

@@ -1,0 +1,112 @@
+//! Streamable HTTP to Streamable HTTP, at the HTTP level: each request judged and forwarded
+//! as the filter's text, each response filtered (a stream in its body, [`FilteredSse`]).
+
+use super::*;
+
+pub(super) async fn passthrough(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let (parts, body) = req.into_parts();
+    let session = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // The session's GET stream goes ahead of its requests ([`StreamOrder`]).
+    let opening = match (&parts.method, &session) {
+        (&Method::GET, Some(session)) => Some(shared.streams.opening(session.clone())),
+        (&Method::DELETE, Some(session)) => {
+            shared.streams.ended(session);
+            None
+        }
+        _ => None,
+    };
+    let mut filter = shared.filter();
+    let mut replies = Vec::new();
+    // GET and DELETE carry no body (checked in `handle`); a POST's is judged and what goes
+    // upstream is the filter's canonical text.
+    let forward_body = if parts.method == Method::POST {
+        let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let out = filter.from_client(&body);
+        replies = out.replies;
+        let text = match out.forward {
+            None => return json_reply(replies),
+            Some(text) => Bytes::from(text.into_owned()),
+        };
+        if let Some(session) = &session
+            && !request_ids(&text).is_empty()
+        {
+            shared.streams.before_request(session, shared.timeout).await;
+        }
+        // The upstream may route on the 2026-07-28 headers: they must say what the body says.
+        if let Err(mismatch) = headers::check(&parts.headers, &text) {
+            tracing::warn!("refused a request: {mismatch}");
+            let id = request_ids(&text).into_iter().next();
+            return full(
+                StatusCode::BAD_REQUEST,
+                Some("application/json"),
+                error_response(
+                    id.as_deref().unwrap_or("null"),
+                    headers::HEADER_MISMATCH,
+                    &format!("[toolwall] {mismatch}"),
+                ),
+            );
+        }
+        text
+    } else {
+        Bytes::new()
+    };
+    let headers = upstream_headers(&shared, &parts.headers);
+    let response = match forward(&shared, parts.method.clone(), headers, forward_body).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    drop(opening);
+    let (mut rparts, rbody) = response.into_parts();
+    for name in HOP_BY_HOP {
+        rparts.headers.remove(name);
+    }
+    if is_event_stream(&rparts.headers) {
+        let body = FilteredSse::new(rbody, filter, replies, shared.fatal.clone());
+        let mut response = Response::new(body.boxed());
+        *response.status_mut() = rparts.status;
+        // The upstream's headers as they were (repeated ones included); it already says
+        // `text/event-stream`.
+        *response.headers_mut() = rparts.headers;
+        return response;
+    }
+    let rbody = match rbody.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            shared.lost(format!("reading a response: {e}"));
+            return plain(
+                StatusCode::BAD_GATEWAY,
+                "upstream MCP server broke the response",
+            );
+        }
+    };
+    // Any successful non-stream body is a JSON-RPC message whatever its content type says:
+    // a client may parse it regardless, so it is filtered (and dropped if it is not JSON).
+    let out_body: Bytes = if rparts.status.is_success() && !rbody.is_empty() {
+        let out = filter.from_server(&rbody);
+        match (out.forward, replies.is_empty()) {
+            (Some(Cow::Borrowed(b)), true) if b.len() == rbody.len() => rbody.clone(),
+            (Some(f), true) => Bytes::from(f.into_owned()),
+            (Some(f), false) => Bytes::from(join_array(Some(&f), &replies)),
+            (None, _) => Bytes::from(join_array(None, &replies)),
+        }
+    } else if !replies.is_empty() && rparts.status == StatusCode::ACCEPTED {
+        // Only notifications went upstream; the refused calls still need their answers.
+        return json_reply(replies);
+    } else {
+        rbody
+    };
+    let mut response = Response::new(Full::new(out_body).boxed());
+    *response.status_mut() = rparts.status;
+    *response.headers_mut() = rparts.headers;
+    response
+}

@@ -1,0 +1,159 @@
+//! `mcp-proxy --stdio`: one client on stdin/stdout, bridged to an upstream session.
+
+use super::*;
+
+pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyhow::Result<()> {
+    let (session, mut inbox) = UpstreamSession::open(
+        &shared.upstream.to_string(),
+        shared.transport,
+        shared.upstream_headers.clone(),
+        shared.timeout,
+    )
+    .await
+    .context("opening the upstream session")?;
+    let session = Arc::new(session);
+    let filter = Arc::new(Mutex::new(shared.filter()));
+    let stdout = Arc::new(tokio::sync::Mutex::new(crate::mcp::async_stdout()));
+
+    let down = {
+        let (filter, stdout, shared) = (filter.clone(), stdout.clone(), shared.clone());
+        async move {
+            while let Some(item) = inbox.recv().await {
+                let message = match item {
+                    Ok(m) => m,
+                    Err(e) => {
+                        shared.lost(e);
+                        return Ok(());
+                    }
+                };
+                let out = {
+                    let mut f = filter.lock().unwrap_or_else(|e| e.into_inner());
+                    f.from_server(&message)
+                        .forward
+                        .map(|c| one_line(&c).into_owned())
+                };
+                if let Some(line) = out {
+                    let mut w = stdout.lock().await;
+                    w.write_all(&line).await?;
+                    w.write_all(b"\n").await?;
+                    w.flush().await?;
+                }
+            }
+            Ok::<(), std::io::Error>(())
+        }
+    };
+    let up = async {
+        let mut stdin = crate::mcp::async_stdin();
+        let mut framer = LineFramer::with_limit(max_message);
+        let mut get_opened = false;
+        loop {
+            let n = stdin
+                .read_buf(framer.buffer_mut())
+                .await
+                .context("reading stdin")?;
+            let eof = n == 0;
+            loop {
+                let next = match framer.next_line() {
+                    Ok(None) if eof => framer.finish(),
+                    other => other,
+                };
+                let line = match next {
+                    Ok(Some(line)) => line,
+                    Ok(None) => break,
+                    Err(too_long) => {
+                        // Dropped whole: answer the request, or stop when it cannot be
+                        // answered (no readable id).
+                        tracing::warn!("client message refused: {too_long}");
+                        let Some(id) = too_long.id.as_deref() else {
+                            return Err(anyhow::Error::new(too_long).context("reading stdin"));
+                        };
+                        let reply =
+                            error_response(id, INVALID_REQUEST, &format!("[toolwall] {too_long}"));
+                        let mut w = stdout.lock().await;
+                        w.write_all(&reply).await?;
+                        w.write_all(b"\n").await?;
+                        w.flush().await?;
+                        continue;
+                    }
+                };
+                let (forward, replies) = {
+                    let mut f = filter.lock().unwrap_or_else(|e| e.into_inner());
+                    let out = f.from_client(strip_newline(&line));
+                    (
+                        out.forward.map(|c| Bytes::from(c.into_owned())),
+                        out.replies,
+                    )
+                };
+                if !replies.is_empty() {
+                    let mut w = stdout.lock().await;
+                    for r in replies {
+                        w.write_all(&r).await?;
+                        w.write_all(b"\n").await?;
+                    }
+                    w.flush().await?;
+                }
+                if let Some(message) = forward {
+                    if let Err(e) = session.send(message.clone()).await {
+                        // A refused request is answered, so the client does not wait for ever.
+                        let mut w = stdout.lock().await;
+                        for id in request_ids(&message) {
+                            let reply = error_response(
+                                &id,
+                                INTERNAL_ERROR,
+                                &format!(
+                                    "[toolwall] the upstream MCP server refused the request: {e}"
+                                ),
+                            );
+                            w.write_all(&reply).await?;
+                            w.write_all(b"\n").await?;
+                        }
+                        w.flush().await?;
+                        drop(w);
+                        report_send_error(&shared, e);
+                    } else if !get_opened {
+                        get_opened = true;
+                        if let Err(e) = session.open_get_stream(None).await {
+                            shared.lost(e);
+                        }
+                    }
+                }
+            }
+            if eof {
+                return Ok::<(), anyhow::Error>(());
+            }
+        }
+    };
+    tokio::select! {
+        result = up => result?,
+        result = down => result.context("writing stdout")?,
+    }
+    if let Ok(session) = Arc::try_unwrap(session) {
+        session.close().await;
+    }
+    Ok(())
+}
+
+/// A message as one line: SSE data may legally hold a pretty-printed (multi-line) message.
+pub(super) fn one_line(message: &[u8]) -> Cow<'_, [u8]> {
+    if memchr::memchr(b'\n', message).is_none() {
+        return Cow::Borrowed(message);
+    }
+    match serde_json::from_slice::<Value>(message).and_then(|v| serde_json::to_vec(&v)) {
+        Ok(compact) => Cow::Owned(compact),
+        Err(_) => Cow::Owned(
+            message
+                .iter()
+                .map(|b| if *b == b'\n' { b' ' } else { *b })
+                .collect(),
+        ),
+    }
+}
+
+/// A failed upstream send: connection-level failures end the proxy; an HTTP refusal of one
+/// message is logged (the client's request then times out as it would against the server).
+pub(super) fn report_send_error(shared: &Shared, e: McpClientError) {
+    match e {
+        McpClientError::Connect { .. } | McpClientError::Closed { .. } => shared.lost(e),
+        other => tracing::warn!("upstream refused a message: {other}"),
+    }
+}

@@ -787,7 +787,7 @@ pub async fn list_all_tools(
 }
 
 /// Start-up discovery with extra headers (authorization): `server/discover` and, at
-/// 2026-07-28, every `tools/list` page ([`super::modern`]); otherwise the handshake, every
+/// 2026-07-28, every `tools/list` page (`mcp/modern.rs`); otherwise the handshake, every
 /// `tools/list` page, then the session is closed. The whole exchange is bounded by `timeout` per step.
 pub async fn discover(
     url: &str,

@@ -2,7 +2,7 @@
 //! on and what to answer out.
 //!
 //! Security first: every client message is read strictly and written out canonically
-//! ([`canonical`]); the filter judges that text and the server gets that text, never the
+//! (`mcp/canonical.rs`); the filter judges that text and the server gets that text, never the
 //! client's bytes, so a `tools/call` hidden behind `\u` escapes, in a batch, between `\r`s or
 //! behind a duplicate key is either seen as one or refused. Server messages pass as the same
 //! bytes unless a `tools/list` result loses tools; the parse borrows from the input
@@ -175,7 +175,7 @@ impl Filter {
     /// A message (one line without `\n`, or one HTTP body / SSE `data`) from the client.
     ///
     /// What is forwarded is never the client's bytes: the message is read strictly and
-    /// written out canonically ([`canonical`]), and that text is what the filter judges and
+    /// written out canonically (`mcp/canonical.rs`), and that text is what the filter judges and
     /// what the server gets. A message that cannot be read that way gets a parse error and is
     /// not forwarded; one of only whitespace is dropped.
     pub fn from_client(&mut self, msg: &[u8]) -> Outcome<'static> {
@@ -204,7 +204,7 @@ impl Filter {
         out
     }
 
-    /// Judges a canonical client message ([`canonical`]); `Borrowed` means all of it passes.
+    /// Judges a canonical client message (`mcp/canonical.rs`); `Borrowed` means all of it passes.
     fn judge_client<'a>(
         &mut self,
         msg: &'a [u8],
@@ -494,7 +494,7 @@ fn record_seen(ctx: &FilterContext, sink: &EventSink, tool: &Value, decision: &D
 }
 
 /// Whether a request's params carry a 2026-07-28 envelope (its protocol version in `_meta`);
-/// the params are canonical text ([`canonical`]), so the key has one spelling.
+/// the params are canonical text (`mcp/canonical.rs`), so the key has one spelling.
 fn modern(params: Option<&RawValue>) -> bool {
     #[derive(Deserialize)]
     struct Params<'a> {

@@ -8,8 +8,8 @@
 //! What reaches the upstream of a client's messages is the filter's canonical text
 //! (`mcp/canonical.rs`); the upstream's messages pass as they are, tool lists filtered.
 //!
-//! Rooms: [`edge`] (listener, routes, bounded bodies, responses), [`passthrough`] (Streamable
-//! HTTP on both sides), [`bridge`] (sessions bridged to an [`UpstreamSession`]), [`stdio`]
+//! Rooms: `edge` (listener, routes, bounded bodies, responses), `passthrough` (Streamable
+//! HTTP on both sides), `bridge` (sessions bridged to an [`UpstreamSession`]), `stdio`
 //! (`--stdio`).
 //!
 //! Client-side transports: Streamable HTTP on `/mcp`, legacy HTTP+SSE on `/sse` + `/message`,

@@ -1,4 +1,4 @@
-//! The event a connect program sends to user space through the `EVENTS` ring buffer.
+//! The event a connect or sendmsg program sends to user space through the `EVENTS` ring buffer.
 
 /// Length of the task's `comm`, as in the kernel's `TASK_COMM_LEN`.
 pub const COMM_LEN: usize = 16;
@@ -7,6 +7,11 @@ pub const COMM_LEN: usize = 16;
 pub const VERDICT_FLAGGED: u8 = 1;
 /// The connect was refused with EPERM.
 pub const VERDICT_DENIED: u8 = 2;
+
+/// The event came from `connect()` (`cgroup/connect4`/`connect6`).
+pub const HOOK_CONNECT: u8 = 1;
+/// The event came from a datagram sent with an address (`cgroup/sendmsg4`/`sendmsg6`).
+pub const HOOK_SENDMSG: u8 = 2;
 
 /// `AF_INET`, as the kernel spells it.
 pub const FAMILY_INET: u16 = 2;
@@ -41,8 +46,10 @@ pub struct ConnectEvent {
     pub protocol: u8,
     /// [`VERDICT_FLAGGED`] or [`VERDICT_DENIED`].
     pub verdict: u8,
+    /// [`HOOK_CONNECT`] or [`HOOK_SENDMSG`].
+    pub hook: u8,
     /// Explicit padding.
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 5],
     /// Task `comm`, NUL-padded.
     pub comm: [u8; COMM_LEN],
 }

@@ -6,7 +6,7 @@
 
 /// Every `connect()` the programs saw (IPv4 and IPv6 together).
 pub const CONNECTS: u32 = 0;
-/// Connects that matched no rule: allowed, no event.
+/// Connects and datagrams that matched no rule: allowed, no event.
 pub const UNMATCHED: u32 = 1;
 /// Connects that matched a FLAG rule.
 pub const FLAGGED: u32 = 2;
@@ -14,8 +14,10 @@ pub const FLAGGED: u32 = 2;
 pub const DENIED: u32 = 3;
 /// Events that did not fit into the ring buffer.
 pub const RING_DROPS: u32 = 4;
+/// Every datagram sent with an address (`sendto`/`sendmsg`) the programs saw.
+pub const SENDMSGS: u32 = 5;
 /// Number of slots in the `COUNTERS` map.
-pub const COUNT: u32 = 5;
+pub const COUNT: u32 = 6;
 
 /// Map name of the per-CPU counter array.
 pub const MAP_NAME: &str = "COUNTERS";

@@ -1,17 +1,24 @@
-//! toolwall's kernel side: `cgroup/connect4` and `cgroup/connect6` on an agent's session cgroup.
+//! toolwall's kernel side: `cgroup/connect4`, `connect6`, `sendmsg4` and `sendmsg6` on an agent's
+//! session cgroup.
 //!
-//! Every `connect()` (TCP or UDP) from a task in the cgroup is looked up in the rule maps, which
-//! the daemon keeps in sync with the MCP server registry. A DENY rule makes `connect()` fail with
-//! EPERM; a FLAG rule lets it through; both send a [`ConnectEvent`] to user space. A connect that
-//! matches nothing only bumps a per-CPU counter. IPv4 destinations are looked up in their
-//! IPv4-mapped IPv6 form, so a rule covers an address whichever socket family reaches it.
+//! Every `connect()` (TCP or UDP) and every datagram sent with an address (`sendto`/`sendmsg` on
+//! an unconnected UDP socket, which never passes `connect()`) from a task in the cgroup is looked
+//! up in the rule maps, which the daemon keeps in sync with the MCP server registry. A DENY rule
+//! makes the call fail with EPERM; a FLAG rule lets it through; both send a [`ConnectEvent`] to
+//! user space. A destination that matches nothing only bumps a per-CPU counter. IPv4
+//! destinations are looked up in their IPv4-mapped IPv6 form, so a rule covers an address
+//! whichever socket family reaches it.
+//!
+//! Every map is pinned by name (the daemon loads with a pin directory on bpffs), so the programs
+//! and their rules outlive a daemon that dies, and the next daemon reads the same maps
+//! (`agent/src/netmon/pins.rs`).
 #![no_std]
 #![no_main]
 
 use agent_common::{
     connect::{
-        ConnectEvent, COMM_LEN, FAMILY_INET, FAMILY_INET6, RING_BYTES, VERDICT_DENIED,
-        VERDICT_FLAGGED,
+        ConnectEvent, COMM_LEN, FAMILY_INET, FAMILY_INET6, HOOK_CONNECT, HOOK_SENDMSG, RING_BYTES,
+        VERDICT_DENIED, VERDICT_FLAGGED,
     },
     counters,
     rule::{CidrKey, EndpointKey, EndpointRule, ACTION_DENY, CIDR_PORT_BITS, MAX_RULES},
@@ -33,31 +40,52 @@ const ALLOW: i32 = 1;
 const REFUSE: i32 = 0;
 
 #[map(name = "ENDPOINTS")]
-static ENDPOINTS: HashMap<EndpointKey, EndpointRule> = HashMap::with_max_entries(MAX_RULES, 0);
+static ENDPOINTS: HashMap<EndpointKey, EndpointRule> = HashMap::pinned(MAX_RULES, 0);
 
 // BPF_F_NO_PREALLOC (1) is mandatory for LPM tries.
 #[map(name = "CIDR_RULES")]
-static CIDR_RULES: LpmTrie<CidrKey, EndpointRule> = LpmTrie::with_max_entries(MAX_RULES, 1);
+static CIDR_RULES: LpmTrie<CidrKey, EndpointRule> = LpmTrie::pinned(MAX_RULES, 1);
 
 #[map(name = "COUNTERS")]
-static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(counters::COUNT, 0);
 
 #[map(name = "EVENTS")]
-static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
+static EVENTS: RingBuf = RingBuf::pinned(RING_BYTES, 0);
 
 #[cgroup_sock_addr(connect4)]
 pub fn connect4(ctx: SockAddrContext) -> i32 {
-    // SAFETY: the kernel hands connect4 a valid bpf_sock_addr; user_ip4 is a 4-byte ctx field.
+    verdict(&ctx, ipv4_dest(&ctx), FAMILY_INET, HOOK_CONNECT)
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn connect6(ctx: SockAddrContext) -> i32 {
+    verdict(&ctx, ipv6_dest(&ctx), FAMILY_INET6, HOOK_CONNECT)
+}
+
+#[cgroup_sock_addr(sendmsg4)]
+pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
+    verdict(&ctx, ipv4_dest(&ctx), FAMILY_INET, HOOK_SENDMSG)
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
+    verdict(&ctx, ipv6_dest(&ctx), FAMILY_INET6, HOOK_SENDMSG)
+}
+
+/// The IPv4 destination in its IPv4-mapped form.
+#[inline(always)]
+fn ipv4_dest(ctx: &SockAddrContext) -> [u8; 16] {
+    // SAFETY: the kernel hands these programs a valid bpf_sock_addr; user_ip4 is a 4-byte field.
     let ip4 = unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).user_ip4) };
     let mut addr = [0u8; 16];
     addr[10] = 0xff;
     addr[11] = 0xff;
     addr[12..16].copy_from_slice(&ip4.to_ne_bytes());
-    verdict(&ctx, addr, FAMILY_INET)
+    addr
 }
 
-#[cgroup_sock_addr(connect6)]
-pub fn connect6(ctx: SockAddrContext) -> i32 {
+#[inline(always)]
+fn ipv6_dest(ctx: &SockAddrContext) -> [u8; 16] {
     let mut addr = [0u8; 16];
     // SAFETY: user_ip6 is four 4-byte ctx fields; the verifier only allows word-sized loads, so
     // each word is read on its own (volatile keeps the compiler from merging them).
@@ -68,13 +96,17 @@ pub fn connect6(ctx: SockAddrContext) -> i32 {
         addr[8..12].copy_from_slice(&core::ptr::read_volatile(&(*sa).user_ip6[2]).to_ne_bytes());
         addr[12..16].copy_from_slice(&core::ptr::read_volatile(&(*sa).user_ip6[3]).to_ne_bytes());
     }
-    verdict(&ctx, addr, FAMILY_INET6)
+    addr
 }
 
-/// Looks the destination up and decides; shared by both programs so they cannot drift apart.
+/// Looks the destination up and decides; shared by all four programs so they cannot drift apart.
 #[inline(always)]
-fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16) -> i32 {
-    bump(counters::CONNECTS);
+fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 {
+    bump(if hook == HOOK_CONNECT {
+        counters::CONNECTS
+    } else {
+        counters::SENDMSGS
+    });
     // SAFETY: user_port is a 4-byte ctx field holding the port in network order.
     let raw_port = unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).user_port) };
     let port = u16::from_be(raw_port as u16);
@@ -89,9 +121,9 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16) -> i32 {
     } else {
         counters::FLAGGED
     });
-    emit(ctx, &rule, addr, port, family, deny);
+    emit(ctx, &rule, addr, port, family, hook, deny);
     if deny {
-        debug!(ctx, "toolwall: connect to port {} denied", port);
+        debug!(ctx, "toolwall: port {} denied (hook {})", port, hook);
     }
     // A verdict carried through a stack slot across helper calls loses its [0, 1] range for the
     // verifier (a black-boxed bool even becomes `r0 ^= 1`); comparing an opaque integer forces
@@ -142,6 +174,7 @@ fn emit(
     addr: [u8; 16],
     port: u16,
     family: u16,
+    hook: u8,
     deny: bool,
 ) {
     let Some(mut entry) = EVENTS.reserve::<ConnectEvent>(0) else {
@@ -174,7 +207,8 @@ fn emit(
         } else {
             VERDICT_FLAGGED
         },
-        _pad: [0; 6],
+        hook,
+        _pad: [0; 5],
         comm,
     });
     entry.submit(0);

@@ -96,20 +96,28 @@ fn bench_connect() {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         s.connect(udp_addr).unwrap();
     };
+    // A datagram on an unconnected socket: only `cgroup/sendmsg4` sees it.
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sendto = move || {
+        sender.send_to(b"x", udp_addr).unwrap();
+    };
     // The kernel counts each program's runs and run time while this fd is open.
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);
     if let Err(error) = &stats {
         println!("   (kernel run-time statistics unavailable: {error})");
     }
     let root_procs = cgroup2_mount().unwrap().join("cgroup.procs");
-    let cgroup = SessionCgroup::create(&format!("bench-{}", std::process::id())).unwrap();
-    let mut monitor = KernelMonitor::load(false).unwrap();
-    monitor.attach(cgroup.path()).unwrap();
+    let session = format!("bench-{}", std::process::id());
+    let cgroup = SessionCgroup::create(&session).unwrap();
+    let pins = std::path::PathBuf::from(format!("/sys/fs/bpf/toolwall-{session}"));
+    let mut monitor = KernelMonitor::load(false, &pins).unwrap();
+    monitor.attach(&session, cgroup.path()).unwrap();
     let mut ring = monitor.take_event_ring().unwrap();
     let me = std::process::id().to_string();
     for (proto, addr, connect) in [
         ("TCP", tcp_addr, &tcp as &dyn Fn()),
         ("UDP", udp_addr, &udp as &dyn Fn()),
+        ("UDP sendto", udp_addr, &sendto as &dyn Fn()),
     ] {
         let flag = [Rule::exact(addr.ip(), addr.port(), 0, RuleAction::Flag)];
         // The three cases take turns, round after round, so the noise of a shared machine
@@ -145,14 +153,14 @@ fn bench_connect() {
             // The baseline is the session cgroup itself with nothing attached: being in a
             // non-root cgroup has costs of its own (socket accounting) that are not ours.
             cgroup.add_process(std::process::id()).unwrap();
-            monitor.detach(cgroup.path());
+            monitor.detach(&session).unwrap();
             times(&mut none);
-            monitor.attach(cgroup.path()).unwrap();
-            monitor.sync_rules(&[]).unwrap();
+            monitor.attach(&session, cgroup.path()).unwrap();
+            monitor.sync_rules(&[], &[]).unwrap();
             let (t0, n0) = kernel(&monitor);
             times(&mut nomatch);
             let (t1, n1) = kernel(&monitor);
-            monitor.sync_rules(&flag).unwrap();
+            monitor.sync_rules(&flag, &[]).unwrap();
             times(&mut flagged);
             let (t2, n2) = kernel(&monitor);
             nomatch_kernel += t1 - t0;
@@ -194,12 +202,15 @@ fn bench_connect() {
             );
         }
         println!(
-            "   ({proto}: {n} connects each; {} flagged, {events} events read, {} dropped; goal: < 1000 ns added)",
+            "   ({proto}: {n} calls each; {} flagged, {events} events read, {} dropped; goal: < 1000 ns added)",
             after.flagged - before.flagged,
             after.ring_drops - before.ring_drops
         );
     }
+    monitor.detach(&session).unwrap();
+    monitor.pins().remove_if_unused().unwrap();
     drop(monitor);
+    let _ = std::fs::remove_dir(&pins);
     cgroup.remove_if_empty().unwrap();
 }
 

@@ -113,6 +113,14 @@ pub fn session_in(text: &str) -> Option<String> {
     (!name.is_empty()).then(|| name.to_owned())
 }
 
+/// The cgroup v2 path of a live process (`pid` may be `self`), `None` when it is gone.
+pub fn cgroup_path_of(pid: &str) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_owned)
+}
+
 /// The session of this process: its cgroup's, else `TOOLWALL_SESSION` (set by `toolwall
 /// exec`), else empty.
 pub fn current_session() -> String {
@@ -200,9 +208,27 @@ impl SessionCgroup {
         Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
 
+    /// Process ids in the cgroup and every cgroup below it (a root agent can make some).
+    pub fn all_processes(&self) -> Result<Vec<u32>, CgroupError> {
+        let mut out = Vec::new();
+        let mut dirs = vec![self.path.clone()];
+        while let Some(dir) = dirs.pop() {
+            let procs = dir.join("cgroup.procs");
+            let text = fs::read_to_string(&procs).map_err(io_err("read", &procs))?;
+            out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+            for entry in fs::read_dir(&dir).map_err(io_err("read", &dir))? {
+                let entry = entry.map_err(io_err("read", &dir))?;
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.push(entry.path());
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Removes the directory if no process is left in it; returns whether it was removed.
     pub fn remove_if_empty(&self) -> Result<bool, CgroupError> {
-        if !self.processes()?.is_empty() {
+        if !self.all_processes()?.is_empty() {
             return Ok(false);
         }
         match fs::remove_dir(&self.path) {

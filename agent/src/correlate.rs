@@ -257,7 +257,7 @@ impl Correlator {
                     }
                 }
             }
-            Event::McpToolSeen(_) | Event::McpToolChanged(_) => {}
+            Event::McpToolSeen(_) | Event::McpToolChanged(_) | Event::KernelAlert(_) => {}
         }
         done
     }

@@ -5,6 +5,11 @@
 //! (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`; Codex CLI ignores the latter and gets
 //! `-c openai_base_url=...`), exports the session id for shims it starts, and passes its exit
 //! code through. The session's cgroup is removed afterwards.
+//!
+//! The agent must not be able to leave the session (issue 14, item 2): started by root, it runs
+//! as an unprivileged user by default, in its own cgroup namespace (its cgroup is `/`, the
+//! ancestors out of sight), with `no_new_privs` and without the capabilities that could detach
+//! programs or move processes ([`DROPPED_CAPS`]), even when it is run as root on request.
 
 use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 
@@ -24,6 +29,14 @@ pub struct ExecArgs {
     /// Configuration naming the daemon's socket (`api.socket`); default: the embedded one.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
+    /// Run the agent as this user (when started by root). Default: `SUDO_USER`, else the
+    /// configuration's `exec.user`.
+    #[arg(long, conflicts_with = "as_root")]
+    pub user: Option<String>,
+    /// Run the agent as root. A root agent keeps the power to leave its session on hosts whose
+    /// cgroup2 is mounted without `nsdelegate`; prefer `--user`.
+    #[arg(long)]
+    pub as_root: bool,
     /// The agent and its arguments, e.g. `-- claude -p "..."`.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -39,6 +52,7 @@ struct SessionReply {
 /// Runs the command in a new session; returns its exit code (128 + signal if it was killed).
 pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(args.config.as_deref())?;
+    let user = agent_user(&args, &config)?;
     let socket = crate::daemon::api::prepare_socket_dir(config.api.socket.as_deref(), false)?;
     let session = args.session.unwrap_or_else(|| {
         format!(
@@ -55,6 +69,14 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             .context("parse the daemon's session reply")?;
 
         let mut cmd = build_command(&args.command, &session, &socket, reply.proxy.as_deref());
+        if let Some(user) = &user {
+            cmd.env("HOME", &user.home)
+                .env("USER", &user.name)
+                .env("LOGNAME", &user.name);
+            eprintln!("toolwall: session {session}: the agent runs as {} (uid {})", user.name, user.uid);
+        } else if unsafe { libc::geteuid() } == 0 {
+            eprintln!("toolwall: WARNING: session {session}: the agent runs as root (--as-root); without nsdelegate on the cgroup2 mount a root agent can move itself out of its session");
+        }
         if is_codex(&args.command[0]) {
             for (name, command) in unshimmed_codex_servers(&codex_config_path()) {
                 eprintln!(
@@ -70,24 +92,203 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         let _cgroup_procs = match &reply.cgroup {
             Some(path) => {
                 eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
-                Some(SessionCgroup::at(path).enter_on_spawn(&mut cmd)?)
+                let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
+                // After the cgroup is entered (closures run in the order they were added).
+                confine_on_spawn(&mut cmd, user.as_ref());
+                Some(procs)
             }
             None => {
                 eprintln!(
                     "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
                     reply.kernel.as_deref().unwrap_or("off")
                 );
+                confine_on_spawn(&mut cmd, user.as_ref());
                 None
             }
         };
+        let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
+        let watch = tokio::spawn(watch_daemon(api.clone(), session.clone(), gone_tx));
         let status = run_child(cmd).await;
+        watch.abort();
+        let daemon_went_away = *gone_rx.borrow();
         let closed = api.call(Method::DELETE, &format!("/api/sessions/{session}"), Vec::new()).await;
         if let Err(error) = closed {
             eprintln!("toolwall: closing session {session}: {error:#}");
         }
         let status = status?;
-        Ok(exit_code(status))
+        let code = exit_code(status);
+        if daemon_went_away {
+            eprintln!(
+                "toolwall: session {session}: the daemon went away while the agent ran (agent's exit: {status}); exiting 1"
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        Ok(code)
     })
+}
+
+/// Asks the daemon every second whether it is there; the first time it is not, says so (the
+/// session's programs stay pinned and enforcing, but nothing records its events until a new
+/// daemon adopts it) and flags it for the exit code.
+async fn watch_daemon(api: ApiClient, session: String, gone: tokio::sync::watch::Sender<bool>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let Err(error) = api.call(Method::GET, "/health", Vec::new()).await {
+            eprintln!(
+                "toolwall: WARNING: session {session}: the daemon went away ({error:#}); the session's kernel programs stay attached and enforcing, but its events are not recorded until `toolwall run` starts again and adopts it"
+            );
+            let _ = gone.send(true);
+            return;
+        }
+    }
+}
+
+/// Who the agent runs as, when that is not the caller.
+#[derive(Debug)]
+struct AgentUser {
+    name: String,
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
+    home: PathBuf,
+}
+
+/// The capabilities no agent keeps, root or not: each could undo the session (detach its
+/// programs, move processes out of its cgroup, read the daemon's memory).
+pub const DROPPED_CAPS: [(u32, &str); 5] = [
+    (21, "CAP_SYS_ADMIN"),
+    (39, "CAP_BPF"),
+    (12, "CAP_NET_ADMIN"),
+    (38, "CAP_PERFMON"),
+    (19, "CAP_SYS_PTRACE"),
+];
+
+/// The user to run the agent as: none when the caller is not root (it runs as the caller) or
+/// asked for root; else `--user`, `SUDO_USER`, `exec.user`, in that order.
+fn agent_user(args: &ExecArgs, config: &Config) -> anyhow::Result<Option<AgentUser>> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        anyhow::ensure!(
+            args.user.is_none(),
+            "--user needs root: toolwall exec switches to that user before starting the agent"
+        );
+        return Ok(None);
+    }
+    if args.as_root {
+        return Ok(None);
+    }
+    let sudo_user = std::env::var("SUDO_USER")
+        .ok()
+        .filter(|u| !u.is_empty() && u != "root");
+    let Some(name) = args
+        .user
+        .clone()
+        .or(sudo_user)
+        .or_else(|| config.exec.user.clone())
+    else {
+        anyhow::bail!(
+            "toolwall exec was started by root and no user to run the agent as is known: an agent running as root can leave its session. Pass --user NAME, set `exec.user` in the configuration, run it through sudo (SUDO_USER), or pass --as-root to run the agent as root anyway"
+        );
+    };
+    let user = lookup_user(&name)?;
+    anyhow::ensure!(
+        user.uid != 0,
+        "user {name:?} is root; pass --as-root to run the agent as root"
+    );
+    Ok(Some(user))
+}
+
+fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
+    use std::ffi::{CStr, CString};
+    let c_name = CString::new(name).with_context(|| format!("user name {name:?}"))?;
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwnam_r writes into pwd and buf, both alive for the call.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            c_name.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    anyhow::ensure!(
+        rc == 0 && !result.is_null(),
+        "no user {name:?} on this host (--user, SUDO_USER or exec.user)"
+    );
+    // SAFETY: getpwnam_r succeeded, so pw_dir points into buf.
+    let home = unsafe { CStr::from_ptr(pwd.pw_dir) }
+        .to_string_lossy()
+        .into_owned();
+    let mut groups = vec![0 as libc::gid_t; 256];
+    let mut count = groups.len() as libc::c_int;
+    // SAFETY: getgrouplist writes at most `count` entries into groups.
+    let rc = unsafe {
+        libc::getgrouplist(c_name.as_ptr(), pwd.pw_gid, groups.as_mut_ptr(), &mut count)
+    };
+    anyhow::ensure!(rc >= 0, "user {name:?} is in more than 256 groups");
+    groups.truncate(count.max(0) as usize);
+    Ok(AgentUser {
+        name: name.to_owned(),
+        uid: pwd.pw_uid,
+        gid: pwd.pw_gid,
+        groups,
+        home: PathBuf::from(home),
+    })
+}
+
+/// Confines the agent between fork and exec, after it entered its cgroup: its own cgroup
+/// namespace, `no_new_privs`, [`DROPPED_CAPS`] gone from the bounding set (so not even a root
+/// agent gets them back at exec), then the user's groups and ids. Every step must succeed, or
+/// the agent does not start.
+fn confine_on_spawn(cmd: &mut std::process::Command, user: Option<&AgentUser>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ids = user.map(|u| (u.uid, u.gid, u.groups.clone()));
+    // SAFETY: the closure makes only async-signal-safe system calls and does not allocate.
+    unsafe {
+        cmd.pre_exec(move || {
+            let check = |rc: libc::c_int| {
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            };
+            if root {
+                check(libc::unshare(libc::CLONE_NEWCGROUP))?;
+            }
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            if root {
+                check(libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                    0,
+                    0,
+                    0,
+                ))?;
+                for (cap, _) in DROPPED_CAPS {
+                    // EINVAL: a capability this kernel does not know; nothing to drop.
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
+                        && *libc::__errno_location() != libc::EINVAL
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+            }
+            if let Some((uid, gid, groups)) = &ids {
+                check(libc::setgroups(groups.len(), groups.as_ptr()))?;
+                check(libc::setgid(*gid))?;
+                check(libc::setuid(*uid))?;
+            }
+            Ok(())
+        });
+    }
 }
 
 /// The command with the session's environment; Codex also gets its base URL as an option.
@@ -207,6 +408,35 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn root_must_name_the_agent_user_or_ask_for_root() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let config = Config::default();
+        let args = |user: Option<&str>, as_root| ExecArgs {
+            session: None,
+            config: None,
+            user: user.map(str::to_owned),
+            as_root,
+            command: vec!["true".into()],
+        };
+        // SAFETY (test): SUDO_USER is read only here in this test binary's exec tests.
+        if std::env::var_os("SUDO_USER").is_none() {
+            let error = agent_user(&args(None, false), &config).unwrap_err();
+            assert!(error.to_string().contains("--user NAME"), "{error}");
+        }
+        assert!(agent_user(&args(None, true), &config).unwrap().is_none());
+        let nobody = agent_user(&args(Some("nobody"), false), &config)
+            .unwrap()
+            .unwrap();
+        assert_eq!(nobody.uid, 65534);
+        let root = agent_user(&args(Some("root"), false), &config).unwrap_err();
+        assert!(root.to_string().contains("--as-root"), "{root}");
+        let missing = agent_user(&args(Some("no-such-user-x"), false), &config).unwrap_err();
+        assert!(missing.to_string().contains("no user"), "{missing}");
+    }
 
     #[test]
     fn codex_servers_outside_the_shim_are_named() {

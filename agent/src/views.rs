@@ -357,6 +357,7 @@ fn event_keys(e: &Event) -> (&str, &str, &str, &'static str) {
         ),
         Event::McpToolSeen(e) => (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str()),
         Event::McpToolChanged(e) => (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str()),
+        Event::KernelAlert(e) => (&e.session_id, "", &e.alert, e.action.as_str()),
     }
 }
 
@@ -472,6 +473,7 @@ fn event_cells(e: &StoredEvent) -> Vec<String> {
         Event::McpNetworkConnection(e) => e.timestamp,
         Event::McpToolSeen(e) => e.timestamp,
         Event::McpToolChanged(e) => e.timestamp,
+        Event::KernelAlert(e) => e.timestamp,
     };
     vec![
         e.id.to_string(),

@@ -98,6 +98,8 @@ pub struct Daemon {
     pub config: PathBuf,
     /// Everything it wrote to stdout and stderr so far, once stopped.
     pub dir: tempfile::TempDir,
+    /// Its own pin directory on bpffs (`netmon.pin_dir`), removed when it is dropped.
+    pub pin_dir: PathBuf,
 }
 
 impl Daemon {
@@ -105,8 +107,15 @@ impl Daemon {
     /// settings (and `proxy.listen: 127.0.0.1:0` unless `extra` has a `proxy:` section, which
     /// should then listen on port 0 too); waits until it prints its addresses.
     pub fn start(extra: &str) -> Daemon {
-        use std::io::BufRead;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DAEMONS: AtomicUsize = AtomicUsize::new(0);
         let dir = tempfile::tempdir().expect("temp dir");
+        // Agents run as other users (`toolwall exec --user`) reach the socket in here.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )
+        .expect("chmod temp dir");
         let socket = dir.path().join("api.sock");
         let db = dir.path().join("events.db");
         let config = dir.path().join("toolwall.yaml");
@@ -115,53 +124,51 @@ impl Daemon {
         } else {
             "proxy:\n  listen: 127.0.0.1:0\n"
         };
+        // Each daemon pins its programs in a directory of its own: daemons of parallel tests
+        // must not share maps.
+        let pin_dir = PathBuf::from(format!(
+            "/sys/fs/bpf/toolwall-test-{}-{}",
+            std::process::id(),
+            DAEMONS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let pin_line = format!("  pin_dir: {}\n", pin_dir.display());
+        let extra = if extra.contains("netmon:\n") {
+            extra.replacen("netmon:\n", &format!("netmon:\n{pin_line}"), 1)
+        } else {
+            format!("{extra}\nnetmon:\n{pin_line}")
+        };
         let yaml = format!(
             "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\n{proxy}{extra}",
             socket.display(),
             db.display()
         );
         std::fs::write(&config, yaml).expect("write config");
-        let mut child = std::process::Command::new(toolwall_bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::fs::File::create(dir.path().join("stderr")).expect("stderr file"))
-            .spawn()
-            .expect("start toolwall run");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = std::io::BufReader::new(stdout).lines();
-        let mut proxy_url = None;
-        let api = loop {
-            let Some(Ok(line)) = lines.next() else {
-                let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
-                panic!("toolwall run ended before it printed its API address:\n{err}");
-            };
-            if let Some(rest) = line.trim().strip_prefix("LLM proxy") {
-                proxy_url = rest
-                    .split_whitespace()
-                    .next()
-                    .filter(|u| u.starts_with("http://"))
-                    .map(str::to_owned);
-            }
-            if let Some(rest) = line.trim().strip_prefix("API and web view") {
-                break rest
-                    .trim()
-                    .trim_start_matches("http://")
-                    .trim_end_matches('/')
-                    .to_string();
-            }
-        };
-        // Keep draining stdout so the daemon never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let (child, api, proxy) = launch(&dir, &config, "stderr");
         Daemon {
             child,
             api,
-            proxy: proxy_url,
+            proxy,
             socket,
             db,
             config,
             dir,
+            pin_dir,
         }
+    }
+
+    /// Starts `toolwall run` again on this daemon's configuration, after [`Self::kill9`]; its
+    /// stderr goes to `stderr_name` in its directory.
+    pub fn relaunch(&mut self, stderr_name: &str) {
+        let (child, api, proxy) = launch(&self.dir, &self.config, stderr_name);
+        self.child = child;
+        self.api = api;
+        self.proxy = proxy;
+    }
+
+    /// SIGKILL: the daemon dies without cleaning anything up.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// What the daemon wrote to stderr so far.
@@ -199,10 +206,54 @@ impl Daemon {
     }
 }
 
+/// Starts `toolwall run --config CONFIG`, stderr into `stderr_name` in `dir`; waits until it
+/// prints its addresses: (process, API address, LLM proxy URL).
+fn launch(
+    dir: &tempfile::TempDir,
+    config: &Path,
+    stderr_name: &str,
+) -> (std::process::Child, String, Option<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(toolwall_bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join(stderr_name)).expect("stderr file"))
+        .spawn()
+        .expect("start toolwall run");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut proxy_url = None;
+    let api = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let err = std::fs::read_to_string(dir.path().join(stderr_name)).unwrap_or_default();
+            panic!("toolwall run ended before it printed its API address:\n{err}");
+        };
+        if let Some(rest) = line.trim().strip_prefix("LLM proxy") {
+            proxy_url = rest
+                .split_whitespace()
+                .next()
+                .filter(|u| u.starts_with("http://"))
+                .map(str::to_owned);
+        }
+        if let Some(rest) = line.trim().strip_prefix("API and web view") {
+            break rest
+                .trim()
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_string();
+        }
+    };
+    // Keep draining stdout so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, api, proxy_url)
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.pin_dir);
     }
 }
 

@@ -33,9 +33,22 @@ pub struct Config {
     /// `interceptor:` — how the LLM response interceptor treats what it cannot parse.
     #[serde(default)]
     pub interceptor: InterceptorConfig,
+    /// `exec:` — how `toolwall exec` starts agents.
+    #[serde(default)]
+    pub exec: ExecConfig,
     /// Where this configuration came from (a file path or the embedded default); not a key.
     #[serde(skip)]
     pub origin: String,
+}
+
+/// `exec:`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecConfig {
+    /// The user agents run as when `toolwall exec` is started by root without `--user` or
+    /// `SUDO_USER` (an agent running as root could leave its session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// `sandbox:`.
@@ -422,6 +435,21 @@ pub struct NetmonConfig {
     /// How often server and provider host names are re-resolved into the kernel maps.
     #[serde(default = "default_resolve_interval")]
     pub resolve_interval_secs: u64,
+    /// Where the programs, their links and maps are pinned on bpffs, so that they outlive a
+    /// daemon that dies (one daemon per directory).
+    #[serde(default = "default_pin_dir")]
+    pub pin_dir: PathBuf,
+    /// How often each session is checked for a detached program or a process that left it.
+    #[serde(default = "default_watch_interval")]
+    pub watch_interval_ms: u64,
+}
+
+fn default_pin_dir() -> PathBuf {
+    PathBuf::from("/sys/fs/bpf/toolwall")
+}
+
+fn default_watch_interval() -> u64 {
+    1000
 }
 
 impl Default for NetmonConfig {
@@ -431,6 +459,8 @@ impl Default for NetmonConfig {
             deny_direct: false,
             pin_llm_egress: false,
             resolve_interval_secs: default_resolve_interval(),
+            pin_dir: default_pin_dir(),
+            watch_interval_ms: default_watch_interval(),
         }
     }
 }

@@ -113,8 +113,8 @@ pub fn socket_path(configured: Option<&Path>) -> PathBuf {
 
 /// [`socket_path`], with the default directory checked before use: it must be a real
 /// directory (not a symlink) owned by the current user that nobody else can write to; a
-/// directory of ours with read/search bits for others is tightened to 0700. With `create`
-/// (the daemon) it is created with mode 0700 when missing; without (clients) a missing one is
+/// directory of ours with read/search bits for others is tightened to 0711 (others may reach the socket in it, not list or write). With `create`
+/// (the daemon) it is created with mode 0711 when missing; without (clients) a missing one is
 /// fine (no daemon runs). A configured `api.socket` is the administrator's choice and is not
 /// checked.
 pub fn prepare_socket_dir(configured: Option<&Path>, create: bool) -> anyhow::Result<PathBuf> {
@@ -135,7 +135,7 @@ fn ensure_private_dir(dir: &Path, create: bool, uid: u32) -> anyhow::Result<()> 
     if create {
         match std::fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o700)
+            .mode(0o711)
             .create(dir)
         {
             Ok(()) => {}
@@ -167,12 +167,12 @@ fn ensure_private_dir(dir: &Path, create: bool, uid: u32) -> anyhow::Result<()> 
     anyhow::ensure!(
         mode & 0o022 == 0,
         "{} has mode {mode:04o}: others can write to it (and replace the API socket); it must \
-         be 0700; {fix}, or `chmod 700` it if it is really yours",
+         be 0711; {fix}, or `chmod 711` it if it is really yours",
         dir.display()
     );
-    if mode & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("restrict {} to its owner (mode 0700)", dir.display()))?;
+    if mode & 0o066 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+            .with_context(|| format!("restrict {} to its owner (mode 0711)", dir.display()))?;
     }
     Ok(())
 }
@@ -212,8 +212,9 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
     })?;
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("restrict {} to its owner", socket.display()))?;
+        // Open to all: see `Peer::Socket` for who may do what.
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))
+            .with_context(|| format!("open {} to local users", socket.display()))?;
     }
 
     let (stop, stopped) = watch::channel(false);
@@ -246,7 +247,8 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
                 tokio::select! {
                     accepted = unix.accept() => match accepted {
                         Ok((stream, _)) => {
-                            let peer = Peer::Socket { pid: stream.peer_cred().ok().and_then(|c| c.pid()) };
+                            let cred = stream.peer_cred().ok();
+                            let peer = Peer::Socket { pid: cred.and_then(|c| c.pid()), uid: cred.map(|c| c.uid()) };
                             conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone(), peer));
                         }
                         Err(error) => tracing::warn!(%error, "API socket accept failed"),
@@ -273,8 +275,11 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
 enum Peer {
     /// The loopback HTTP listener: anyone on the host, browsers included.
     Loopback,
-    /// The Unix socket: the daemon's user (the socket is 0600); the peer's pid when known.
-    Socket { pid: Option<i32> },
+    /// The Unix socket: the peer's pid and uid when known. The socket is open to every local
+    /// user (0666 in a 0711 directory) because `toolwall exec` runs agents as other users and
+    /// their shims report here; [`route`] lets a peer of another uid do only that, and only
+    /// from inside a session.
+    Socket { pid: Option<i32>, uid: Option<u32> },
 }
 
 /// Whether `pid` surely runs outside every toolwall session cgroup: its cgroup can be read
@@ -356,7 +361,7 @@ async fn route(
             );
         }
     }
-    if let Peer::Socket { pid } = peer
+    if let Peer::Socket { pid, .. } = peer
         && path.starts_with("/api/sessions")
         && !pid.is_some_and(outside_sessions)
     {
@@ -364,6 +369,33 @@ async fn route(
             StatusCode::FORBIDDEN,
             "a process inside a toolwall session cannot open or close sessions",
         );
+    }
+    // SAFETY: geteuid has no preconditions.
+    let ours = unsafe { libc::geteuid() };
+    let mut forced_session = None;
+    if let Peer::Socket { pid, uid } = peer
+        && uid != Some(ours)
+    {
+        let session = pid.and_then(|p| crate::cgroup::session_of(&p.to_string()));
+        let shim_route = matches!(
+            (&method, path.as_str()),
+            (&Method::POST, "/api/events" | "/api/check" | "/api/listed") | (&Method::GET, "/health")
+        );
+        match session {
+            Some(session) if shim_route => forced_session = Some(session),
+            Some(_) => {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    "a session's processes of another user may only report events and ask for decisions",
+                );
+            }
+            None => {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    &format!("this API serves uid {ours}; other users' processes are served only from inside a toolwall session"),
+                );
+            }
+        }
     }
     let result = match (&method, path.as_str()) {
         (&Method::GET, "/") => Ok(full(
@@ -381,7 +413,7 @@ async fn route(
         )),
         (&Method::GET, "/api/stream/events") => Ok(stream(state.live_events.subscribe())),
         (&Method::GET, "/api/stream/calls") => Ok(stream(state.live_calls.subscribe())),
-        (&Method::POST, "/api/events") => post_events(state, req).await,
+        (&Method::POST, "/api/events") => post_events(state, req, forced_session).await,
         (&Method::POST, "/api/check") => check(state, req).await,
         (&Method::POST, "/api/listed") => listed(state, req).await,
         (&Method::POST, "/api/sessions") => open_session(state, req).await,
@@ -536,9 +568,12 @@ async fn body(req: Request<Incoming>) -> anyhow::Result<Bytes> {
         .map_err(|e| anyhow::anyhow!("read request body: {e}"))
 }
 
+/// Records posted events; `session` (a peer of another user, inside that session) overrides
+/// every event's session: such a peer reports for its own session only.
 async fn post_events(
     state: &DaemonState,
     req: Request<Incoming>,
+    session: Option<String>,
 ) -> anyhow::Result<Response<Body>> {
     let body = body(req).await?;
     // Parse everything first: a batch with a bad line is refused whole, not half-recorded.
@@ -548,8 +583,11 @@ async fn post_events(
         .enumerate()
         .filter(|(_, l)| !l.trim_ascii().is_empty())
     {
-        let event: Event = serde_json::from_slice(line)
+        let mut event: Event = serde_json::from_slice(line)
             .with_context(|| format!("line {}: not an event", i + 1))?;
+        if let Some(session) = &session {
+            event.set_session(session);
+        }
         events.push(event);
     }
     let n = events.len();
@@ -708,12 +746,12 @@ mod tests {
         let me = std::fs::metadata(base.path()).expect("stat").uid();
         let mode = |p: &Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
 
-        // Missing: created 0700 by the daemon; a client only notes there is none.
+        // Missing: created 0711 by the daemon; a client only notes there is none.
         let dir = base.path().join("toolwall-1000");
         ensure_private_dir(&dir, false, me).expect("missing is fine for a client");
         assert!(!dir.exists());
         ensure_private_dir(&dir, true, me).expect("created");
-        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir), 0o711, "others may reach the socket, not list or write");
         ensure_private_dir(&dir, true, me).expect("ours already");
 
         // Someone else's (pre-created by another user): refused, naming the path and the fix.
@@ -731,7 +769,7 @@ mod tests {
         assert!(format!("{error:#}").contains("0777"), "{error:#}");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         ensure_private_dir(&dir, false, me).expect("ours, tightened");
-        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir), 0o711);
 
         // A symlink (even to a directory of ours) or a file: refused.
         let link = base.path().join("link");

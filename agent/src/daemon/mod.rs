@@ -107,7 +107,10 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(service) => {
             layers.push(LayerStatus::on(
                 "kernel",
-                "cgroup/connect4 + connect6 ready; attached to each session's cgroup by `toolwall exec`",
+                &format!(
+                    "cgroup/connect4 + connect6 + sendmsg4 + sendmsg6 ready, pinned under {}; attached to each session's cgroup by `toolwall exec`",
+                    config.netmon.pin_dir.display()
+                ),
             ));
             Some(service)
         }
@@ -160,6 +163,23 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         proxy_addr,
         layers,
     ));
+    let adopted = state.adopt_pinned_sessions();
+    if adopted > 0 {
+        tracing::warn!(
+            sessions = adopted,
+            "re-adopted sessions an earlier daemon left pinned; each is closed once its processes are gone"
+        );
+    }
+    {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                state.reap_adopted_sessions();
+            }
+        });
+    }
     let api = api::start(state.clone()).await?;
 
     for layer in &state.layers {
@@ -197,6 +217,13 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let pending_sessions = state.close_all_sessions();
     if let Some(netmon) = &state.netmon {
         netmon.shutdown().await;
+        match netmon.unpin_if_unused() {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                "sessions with processes stay pinned and enforced; the next `toolwall run` adopts them"
+            ),
+            Err(error) => tracing::error!(%error, "removing the kernel layer's pins"),
+        }
     }
     let holders = Arc::strong_count(&state);
     if holders > 1 {
@@ -341,10 +368,12 @@ async fn start_netmon(
     if !config.netmon.enabled {
         return Err("disabled in the configuration (netmon.enabled: false)".into());
     }
-    let monitor = KernelMonitor::load(kernel_log).map_err(|e| e.to_string())?;
+    let monitor =
+        KernelMonitor::load(kernel_log, &config.netmon.pin_dir).map_err(|e| e.to_string())?;
     let endpoints = watched_endpoints(config, policy);
     let every = Duration::from_secs(config.netmon.resolve_interval_secs.max(1));
-    NetmonService::start(monitor, endpoints, sink.clone(), every)
+    let watch = Duration::from_millis(config.netmon.watch_interval_ms.max(10));
+    NetmonService::start(monitor, endpoints, sink.clone(), every, watch)
         .await
         .map_err(|e| e.to_string())
 }

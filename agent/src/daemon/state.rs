@@ -71,6 +71,9 @@ pub struct DaemonState {
     pub layers: Vec<LayerStatus>,
     /// Open sessions by name.
     sessions: Mutex<HashMap<String, SessionCgroup>>,
+    /// Sessions taken over from a daemon before this one: no `toolwall exec` will close them,
+    /// so they are closed once empty.
+    adopted: Mutex<std::collections::HashSet<String>>,
 }
 
 impl DaemonState {
@@ -98,6 +101,46 @@ impl DaemonState {
             proxy_addr,
             layers,
             sessions: Mutex::new(HashMap::new()),
+            adopted: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// Takes over the sessions an earlier daemon left pinned (the kernel layer adopted them at
+    /// its start); returns how many.
+    pub fn adopt_pinned_sessions(&self) -> usize {
+        let Some(netmon) = &self.netmon else {
+            return 0;
+        };
+        let found = netmon.take_adopted();
+        let count = found.len();
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut adopted = self.adopted.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, cgroup) in found {
+            adopted.insert(name.clone());
+            sessions.insert(name, cgroup);
+        }
+        count
+    }
+
+    /// Closes adopted sessions whose processes are all gone.
+    pub fn reap_adopted_sessions(&self) {
+        let names: Vec<String> = self
+            .adopted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        for name in names {
+            let empty = self
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&name)
+                .map(|c| c.all_processes().map(|p| p.is_empty()).unwrap_or(true));
+            if empty != Some(false) && self.close_session(&name).unwrap_or(false) {
+                tracing::info!(session = %name, "adopted session ended; closed");
+            }
         }
     }
 
@@ -134,11 +177,15 @@ impl DaemonState {
         };
         // Processes left behind (an agent's background children) stay watched: the programs
         // are detached only once the cgroup is empty.
-        if !cgroup.processes()?.is_empty() {
+        if !cgroup.all_processes()?.is_empty() {
             anyhow::bail!("session {name:?} still has processes; it stays watched until they exit");
         }
-        netmon.close_session(cgroup)?;
+        netmon.close_session(name, cgroup)?;
         sessions.remove(name);
+        self.adopted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         Ok(true)
     }
 

@@ -328,6 +328,9 @@ fn bounded_event(event: &Event) -> std::borrow::Cow<'_, Event> {
     std::borrow::Cow::Owned(event)
 }
 
+/// The server column of events that concern no server.
+static NO_SERVER: String = String::new();
+
 /// The typed columns of an event.
 struct Columns<'a> {
     ts_ns: i64,
@@ -375,6 +378,7 @@ impl<'a> Columns<'a> {
                 &e.tool_name,
                 e.action,
             ),
+            Event::KernelAlert(e) => (e.timestamp, &e.session_id, &NO_SERVER, &e.alert, e.action),
         };
         Columns {
             ts_ns: ts.timestamp_nanos_opt().unwrap_or(i64::MAX),

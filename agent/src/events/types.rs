@@ -27,6 +27,8 @@ pub enum Event {
     /// A listed tool's definition hash differs from the pinned one (rug pull) or it is new
     /// after the server's set was pinned.
     McpToolChanged(ToolChanged),
+    /// The kernel layer found a session tampered with, or took one over (issue 14).
+    KernelAlert(KernelAlert),
 }
 
 impl Event {
@@ -38,16 +40,31 @@ impl Event {
             Event::McpNetworkConnection(_) => "mcp_network_connection",
             Event::McpToolSeen(_) => "mcp_tool_seen",
             Event::McpToolChanged(_) => "mcp_tool_changed",
+            Event::KernelAlert(_) => "kernel_alert",
         }
     }
 
+    /// Sets the session the event belongs to.
+    pub fn set_session(&mut self, session: &str) {
+        let slot = match self {
+            Event::McpToolCallIntercepted(e) => &mut e.session_id,
+            Event::McpToolCalled(e) => &mut e.session_id,
+            Event::McpNetworkConnection(e) => &mut e.session_id,
+            Event::McpToolSeen(e) => &mut e.session_id,
+            Event::McpToolChanged(e) => &mut e.session_id,
+            Event::KernelAlert(e) => &mut e.session_id,
+        };
+        session.clone_into(slot);
+    }
+
     /// Every event kind, for `--type` validation.
-    pub const KINDS: [&'static str; 5] = [
+    pub const KINDS: [&'static str; 6] = [
         "mcp_tool_call_intercepted",
         "mcp_tool_called",
         "mcp_network_connection",
         "mcp_tool_seen",
         "mcp_tool_changed",
+        "kernel_alert",
     ];
 }
 
@@ -149,6 +166,24 @@ pub struct NetworkConnection {
     pub protocol: String,
     /// `ipv4` or `ipv6`: the socket family the process used.
     pub family: String,
+}
+
+/// What the kernel layer's watch found about a session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelAlert {
+    /// When it was found.
+    pub timestamp: DateTime<Utc>,
+    /// The session.
+    pub session_id: String,
+    /// `program_detached` (put back), `process_left` (moved back), `session_adopted` (a daemon
+    /// before this one died and left it pinned) or `foreign_pins` (pinned by another build).
+    pub alert: String,
+    /// What happened, for a human.
+    pub detail: String,
+    /// The process concerned, if one.
+    pub pid: Option<u32>,
+    /// `block` when toolwall undid what was done, `allow` when it only records it.
+    pub action: Action,
 }
 
 /// A tool a server listed.

@@ -1,4 +1,4 @@
-//! Reading the kernel's connect events from the ring buffer.
+//! Reading the kernel's connect and sendmsg events from the ring buffer.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
@@ -40,10 +40,12 @@ pub fn decode(bytes: &[u8]) -> Option<Connect> {
 }
 
 /// Waits for events and hands each to `on_event` until `stop` resolves; then hands over what
-/// is still in the ring and returns, so stopping never loses a delivered event.
+/// is still in the ring and returns, so stopping never loses a delivered event. `drained` is
+/// called after each pass that emptied the ring (closed sessions are forgotten by it).
 pub async fn read_events(
     ring: RingBuf<MapData>,
     mut on_event: impl FnMut(Connect),
+    mut drained: impl FnMut(),
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     // SAFETY: the RingBuf owns its map fd, which stays open and the same for as long as the
@@ -57,6 +59,7 @@ pub async fn read_events(
                 let mut guard = guard?;
                 drain(guard.get_inner_mut(), &mut on_event);
                 guard.clear_ready();
+                drained();
             }
             _ = &mut stop => {
                 drain(fd.get_mut(), &mut on_event);
@@ -97,7 +100,8 @@ mod tests {
             family,
             protocol: 6,
             verdict,
-            _pad: [0; 6],
+            hook: agent_common::connect::HOOK_CONNECT,
+            _pad: [0; 5],
             comm,
         }
     }

@@ -16,11 +16,17 @@ use aya::{
         HashMap, MapData, PerCpuArray, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
-    programs::{CgroupAttachMode, CgroupSockAddr, cgroup_sock_addr::CgroupSockAddrLink},
+    programs::{
+        CgroupAttachMode, CgroupSockAddr,
+        links::{FdLink, PinnedLink},
+    },
 };
 use thiserror::Error;
 
-use super::rules::{MapContents, Rule};
+use super::{
+    pins::{PinDir, PinError},
+    rules::{MapContents, Rule},
+};
 
 /// The kernel programs, as built by `agent/build.rs` (empty when built without the toolchain).
 pub fn ebpf_object() -> &'static [u8] {
@@ -60,6 +66,19 @@ pub enum NetmonError {
     /// The object lacks a map or program the daemon expects (stale build).
     #[error("the eBPF object has no {0}; rebuild toolwall")]
     Missing(&'static str),
+    /// The pin directory on bpffs could not be used.
+    #[error(transparent)]
+    Pins(#[from] PinError),
+    /// A link could not be pinned, re-opened or unpinned.
+    #[error("{what} {path}: {source}")]
+    Pin {
+        /// What was being done.
+        what: &'static str,
+        /// The pin.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The cgroup directory could not be opened.
     #[error("open cgroup {path}: {source}")]
     Cgroup {
@@ -70,19 +89,21 @@ pub enum NetmonError {
     },
 }
 
-/// The two programs and what they attach as.
-const PROGRAMS: [&str; 2] = ["connect4", "connect6"];
+/// The programs; each attaches as the hook its name says.
+pub const PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
 
 /// Sums of the per-CPU counters (see `agent_common::counters`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Every connect seen.
     pub connects: u64,
-    /// Connects that matched no rule.
+    /// Datagrams sent with an address (`sendto`/`sendmsg`) seen.
+    pub sendmsgs: u64,
+    /// Connects and datagrams that matched no rule.
     pub unmatched: u64,
-    /// Connects that matched a FLAG rule.
+    /// Connects and datagrams that matched a FLAG rule.
     pub flagged: u64,
-    /// Connects refused by a DENY rule.
+    /// Connects and datagrams refused by a DENY rule.
     pub denied: u64,
     /// Events lost because the ring buffer was full.
     pub ring_drops: u64,
@@ -92,7 +113,7 @@ pub struct Counters {
 /// [`KernelMonitor::run_stats`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProgramRunStats {
-    /// `connect4` or `connect6`.
+    /// One of [`PROGRAMS`].
     pub program: &'static str,
     /// Times it ran while statistics were on.
     pub runs: u64,
@@ -100,18 +121,28 @@ pub struct ProgramRunStats {
     pub run_time: std::time::Duration,
 }
 
+/// One session's attachment: its cgroup and the pinned links holding the programs on it.
+struct Attached {
+    cgroup: PathBuf,
+    /// Each program's link and where it is pinned, in the order of [`PROGRAMS`].
+    links: Vec<(PathBuf, PinnedLink)>,
+}
+
 /// The loaded programs and the links that keep them attached.
 ///
-/// Links are bpf_links owned by this process: they detach when it is dropped or the process
-/// dies, crash included, so no program is ever left behind on a cgroup.
+/// Links are pinned on bpffs (see [`super::pins`]): they stay attached when this process dies,
+/// crash included, and are detached only by [`KernelMonitor::detach`], when a session ends.
 pub struct KernelMonitor {
     ebpf: Ebpf,
-    links: Vec<(PathBuf, CgroupSockAddrLink)>,
+    pins: PinDir,
+    sessions: std::collections::HashMap<String, Attached>,
 }
 
 impl KernelMonitor {
-    /// Loads and verifies both programs; `kernel_log` enables aya-log debug output from them.
-    pub fn load(kernel_log: bool) -> Result<Self, NetmonError> {
+    /// Loads and verifies the programs onto the maps pinned in `pin_root` (created if missing,
+    /// re-opened if a daemon before this one pinned them); `kernel_log` enables aya-log debug
+    /// output from them.
+    pub fn load(kernel_log: bool, pin_root: &Path) -> Result<Self, NetmonError> {
         let object = ebpf_object();
         if object.is_empty() {
             return Err(NetmonError::NotBuilt(
@@ -128,8 +159,10 @@ impl KernelMonitor {
         } else {
             0
         };
+        let pins = PinDir::open(pin_root, object)?;
         let mut ebpf = EbpfLoader::new()
             .override_global(aya_log::LEVEL, &level, true)
+            .default_map_pin_directory(pins.maps())
             .load(object)?;
         for name in PROGRAMS {
             let program: &mut CgroupSockAddr = ebpf
@@ -147,18 +180,51 @@ impl KernelMonitor {
         }
         Ok(Self {
             ebpf,
-            links: Vec::new(),
+            pins,
+            sessions: std::collections::HashMap::new(),
         })
     }
 
-    /// Attaches both programs to a cgroup v2 directory through bpf_links (which coexist with any
-    /// other programs there; link_create takes no ALLOW_MULTI flag, hence `Single`).
-    pub fn attach(&mut self, cgroup: &Path) -> Result<(), NetmonError> {
+    /// The pin directory (to list sessions a daemon before this one left behind).
+    pub fn pins(&self) -> &PinDir {
+        &self.pins
+    }
+
+    /// Attaches every program to a session's cgroup v2 directory through bpf_links (which
+    /// coexist with any other programs there; link_create takes no ALLOW_MULTI flag, hence
+    /// `Single`) and pins each link. A link already pinned for the session (a daemon before
+    /// this one attached it) is adopted instead; one that is missing is attached anew.
+    /// Returns how many links were adopted.
+    pub fn attach(&mut self, session: &str, cgroup: &Path) -> Result<usize, NetmonError> {
         let dir = File::open(cgroup).map_err(|source| NetmonError::Cgroup {
             path: cgroup.to_path_buf(),
             source,
         })?;
+        let pin_dir = self.pins.session(session);
+        std::fs::create_dir_all(&pin_dir).map_err(|source| NetmonError::Pin {
+            what: "create",
+            path: pin_dir.clone(),
+            source,
+        })?;
+        let mut links = Vec::with_capacity(PROGRAMS.len());
+        let mut adopted = 0;
         for name in PROGRAMS {
+            let pin = pin_dir.join(name);
+            if pin.exists() {
+                match PinnedLink::from_pin(&pin) {
+                    Ok(link) if super::pins::link_cgroup(&pin).ok() == cgroup_id(cgroup) => {
+                        links.push((pin, link));
+                        adopted += 1;
+                        continue;
+                    }
+                    // Detached behind our back, or unreadable: replace it.
+                    _ => std::fs::remove_file(&pin).map_err(|source| NetmonError::Pin {
+                        what: "unpin",
+                        path: pin.clone(),
+                        source,
+                    })?,
+                }
+            }
             let program: &mut CgroupSockAddr = self
                 .ebpf
                 .program_mut(name)
@@ -181,29 +247,80 @@ impl KernelMonitor {
                     what: what(),
                     source,
                 })?;
-            self.links.push((cgroup.to_path_buf(), link));
+            let link = FdLink::try_from(link).map_err(|e| NetmonError::Pin {
+                what: "take the bpf_link of",
+                path: pin.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            let link = link.pin(&pin).map_err(|e| NetmonError::Pin {
+                what: "pin",
+                path: pin.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            links.push((pin, link));
         }
-        Ok(())
+        self.sessions.insert(
+            session.to_owned(),
+            Attached {
+                cgroup: cgroup.to_path_buf(),
+                links,
+            },
+        );
+        Ok(adopted)
     }
 
-    /// Detaches both programs from a cgroup (no-op if they were not attached there).
-    pub fn detach(&mut self, cgroup: &Path) {
-        self.links.retain(|(path, _)| path != cgroup);
+    /// Detaches the programs from a session's cgroup and removes its pins (no-op for a session
+    /// that is not attached).
+    pub fn detach(&mut self, session: &str) -> Result<(), NetmonError> {
+        let Some(attached) = self.sessions.remove(session) else {
+            return Ok(());
+        };
+        for (path, link) in attached.links {
+            // Unpinned and dropped: the last reference goes and the kernel detaches.
+            link.unpin().map_err(|source| NetmonError::Pin {
+                what: "unpin",
+                path,
+                source,
+            })?;
+        }
+        let dir = self.pins.session(session);
+        std::fs::remove_dir(&dir).map_err(|source| NetmonError::Pin {
+            what: "remove",
+            path: dir,
+            source,
+        })
+    }
+
+    /// The programs of a session that are no longer attached to its cgroup (someone detached
+    /// a link or removed its pin), for the daemon's watch; [`Self::attach`] puts them back.
+    pub fn detached(&self, session: &str) -> Vec<&'static str> {
+        let Some(attached) = self.sessions.get(session) else {
+            return PROGRAMS.to_vec();
+        };
+        let want = cgroup_id(&attached.cgroup);
+        PROGRAMS
+            .iter()
+            .zip(&attached.links)
+            .filter(|(_, (pin, _))| want.is_none() || super::pins::link_cgroup(pin).ok() != want)
+            .map(|(name, _)| *name)
+            .collect()
+    }
+
+    /// The cgroup of an attached session.
+    pub fn cgroup_of(&self, session: &str) -> Option<&Path> {
+        self.sessions.get(session).map(|a| a.cgroup.as_path())
     }
 
     /// The cgroups the programs are attached to.
     pub fn attached(&self) -> impl Iterator<Item = &Path> {
-        self.links
-            .iter()
-            .map(|(p, _)| p.as_path())
-            .step_by(PROGRAMS.len())
+        self.sessions.values().map(|a| a.cgroup.as_path())
     }
 
-    /// Makes the rule maps hold exactly `rules` (after loopback widening): new entries are
+    /// Makes the rule maps hold exactly `rules` (after widening local addresses to `locals`): new entries are
     /// written before stale ones are removed, so a rule being changed is never briefly absent.
     /// Takes effect on the next connect; nothing is re-attached.
-    pub fn sync_rules(&mut self, rules: &[Rule]) -> Result<(), NetmonError> {
-        let want = MapContents::from_rules(rules);
+    pub fn sync_rules(&mut self, rules: &[Rule], locals: &[std::net::IpAddr]) -> Result<(), NetmonError> {
+        let want = MapContents::from_rules(rules, locals);
         let map_err = |name| move |source| NetmonError::Map { name, source };
 
         let map = self
@@ -259,8 +376,8 @@ impl KernelMonitor {
         })
     }
 
-    /// How often each program ran and the time the kernel spent in it (`connect4`, then
-    /// `connect6`), as the kernel counts them while run-time statistics are on (hold
+    /// How often each program ran and the time the kernel spent in it (in the order of
+    /// [`PROGRAMS`]), as the kernel counts them while run-time statistics are on (hold
     /// `aya::sys::enable_stats(Stats::RunTime)`; without it both stay zero). The cost of the
     /// kernel layer per connect, free of the noise a user-space clock adds.
     pub fn run_stats(&self) -> Result<Vec<ProgramRunStats>, NetmonError> {
@@ -308,10 +425,17 @@ impl KernelMonitor {
         };
         Ok(Counters {
             connects: sum(counters::CONNECTS)?,
+            sendmsgs: sum(counters::SENDMSGS)?,
             unmatched: sum(counters::UNMATCHED)?,
             flagged: sum(counters::FLAGGED)?,
             denied: sum(counters::DENIED)?,
             ring_drops: sum(counters::RING_DROPS)?,
         })
     }
+}
+
+/// A cgroup directory's id (its inode number), as links and events report it.
+fn cgroup_id(cgroup: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(cgroup).ok().map(|m| m.ino())
 }

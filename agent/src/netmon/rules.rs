@@ -1,10 +1,12 @@
 //! Endpoint rules as user space states them, and how they become map entries.
 //!
-//! One key space for both programs: IPv4 addresses are stored IPv4-mapped (`::ffff:a.b.c.d`).
-//! A rule on a loopback address is widened to every loopback address of the host (127.0.0.0/8,
-//! `::1` and their mapped forms) and to the unspecified addresses (`0.0.0.0`, `::`), because a
-//! server listening on one of them can be reached through the others — Linux routes a connect
-//! to `0.0.0.0` or `::` to the local host.
+//! One key space for all programs: IPv4 addresses are stored IPv4-mapped (`::ffff:a.b.c.d`).
+//! A rule on a local address — a loopback one, an unspecified one (`0.0.0.0`, `::`) or any
+//! address of any interface of the host — is widened to every local address (127.0.0.0/8, `::1`,
+//! the unspecified ones, each interface address, and their mapped forms), because a server
+//! listening on `0.0.0.0` or `[::]` answers on all of them and Linux routes a connect to
+//! `0.0.0.0` or `::` to the local host (issue 14, item 1). The interface addresses come from
+//! [`super::local`], kept current as they change.
 
 use std::{
     collections::HashMap,
@@ -80,33 +82,41 @@ pub fn is_loopback(addr: IpAddr) -> bool {
     }
 }
 
-/// Widens loopback rules to all loopback and unspecified addresses; other rules pass unchanged.
-pub fn widen_loopback(rules: &[Rule]) -> Vec<Rule> {
+/// Whether a connect to `addr` reaches this host: loopback, unspecified, or one of `locals`
+/// (the interface addresses), in any form.
+pub fn is_local(addr: IpAddr, locals: &[IpAddr]) -> bool {
+    let plain = match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        v4 => v4,
+    };
+    is_loopback(plain) || plain.is_unspecified() || locals.contains(&plain)
+}
+
+/// Widens single-address rules on a local address to every local address; other rules pass
+/// unchanged.
+pub fn widen_local(rules: &[Rule], locals: &[IpAddr]) -> Vec<Rule> {
     let mut out = Vec::with_capacity(rules.len());
     for rule in rules {
-        if is_loopback(rule.addr) {
-            out.push(Rule {
-                addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)),
-                prefix: 8,
-                ..*rule
-            });
-            out.push(Rule {
-                addr: IpAddr::V6(Ipv6Addr::LOCALHOST),
-                prefix: 128,
-                ..*rule
-            });
-            out.push(Rule {
-                addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                prefix: 32,
-                ..*rule
-            });
-            out.push(Rule {
-                addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-                prefix: 128,
-                ..*rule
-            });
-        } else {
+        let single = rule.prefix == if rule.addr.is_ipv4() { 32 } else { 128 };
+        if !(single && is_local(rule.addr, locals)) {
             out.push(*rule);
+            continue;
+        }
+        let fixed = [
+            (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8),
+            (IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
+            (IpAddr::V4(Ipv4Addr::UNSPECIFIED), 32),
+            (IpAddr::V6(Ipv6Addr::UNSPECIFIED), 128),
+        ];
+        let interfaces = locals
+            .iter()
+            .map(|&a| (a, if a.is_ipv4() { 32 } else { 128 }));
+        for (addr, prefix) in fixed.into_iter().chain(interfaces) {
+            out.push(Rule {
+                addr,
+                prefix,
+                ..*rule
+            });
         }
     }
     out
@@ -122,11 +132,12 @@ pub struct MapContents {
 }
 
 impl MapContents {
-    /// Lays rules out as map entries (after loopback widening). Two rules on one key: DENY wins,
-    /// so adding a server can never weaken another's deny.
-    pub fn from_rules(rules: &[Rule]) -> Self {
+    /// Lays rules out as map entries (after widening local addresses to `locals`, the host's
+    /// interface addresses). Two rules on one key: DENY wins, so adding a server can never
+    /// weaken another's deny.
+    pub fn from_rules(rules: &[Rule], locals: &[IpAddr]) -> Self {
         let mut out = MapContents::default();
-        for rule in widen_loopback(rules) {
+        for rule in widen_local(rules, locals) {
             let (addr, bits) = rule.mapped();
             let value = EndpointRule {
                 server_index: rule.server_index,
@@ -217,7 +228,7 @@ mod tests {
     #[test]
     fn loopback_rule_covers_every_loopback_form() {
         let maps =
-            MapContents::from_rules(&[Rule::exact(ip("127.0.0.1"), 8080, 3, RuleAction::Deny)]);
+            MapContents::from_rules(&[Rule::exact(ip("127.0.0.1"), 8080, 3, RuleAction::Deny)], &[]);
         for addr in [
             "127.0.0.1",
             "127.1.2.3",
@@ -242,9 +253,39 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_on_any_local_address_covers_every_local_address() {
+        let locals = [ip("127.0.0.1"), ip("192.0.2.2"), ip("fd00::2"), ip("fe80::fc:ff:fe00:1")];
+        for declared in ["127.0.0.1", "192.0.2.2", "::ffff:192.0.2.2", "fe80::fc:ff:fe00:1", "::"] {
+            let maps =
+                MapContents::from_rules(&[Rule::exact(ip(declared), 8080, 3, RuleAction::Deny)], &locals);
+            for reached in [
+                "127.0.0.1",
+                "127.3.3.3",
+                "::1",
+                "0.0.0.0",
+                "::",
+                "192.0.2.2",
+                "::ffff:192.0.2.2",
+                "fd00::2",
+                "fe80::fc:ff:fe00:1",
+            ] {
+                assert!(
+                    maps.lookup(ip(reached), 8080).is_some(),
+                    "declared {declared}, reached through {reached}"
+                );
+            }
+            assert!(maps.lookup(ip("192.0.2.3"), 8080).is_none(), "a neighbour is not local");
+        }
+        // A remote address stays a rule on itself alone.
+        let remote =
+            MapContents::from_rules(&[Rule::exact(ip("198.51.100.1"), 80, 1, RuleAction::Deny)], &locals);
+        assert!(remote.lookup(ip("127.0.0.1"), 80).is_none());
+    }
+
+    #[test]
     fn ipv4_rules_match_mapped_ipv6_destinations() {
         let maps =
-            MapContents::from_rules(&[Rule::exact(ip("192.0.2.7"), 443, 1, RuleAction::Flag)]);
+            MapContents::from_rules(&[Rule::exact(ip("192.0.2.7"), 443, 1, RuleAction::Flag)], &[]);
         assert!(maps.lookup(ip("192.0.2.7"), 443).is_some());
         assert!(maps.lookup(ip("::ffff:192.0.2.7"), 443).is_some());
         assert!(maps.lookup(ip("192.0.2.8"), 443).is_none());
@@ -252,10 +293,13 @@ mod tests {
 
     #[test]
     fn port_zero_means_any_port_and_exact_port_wins() {
-        let maps = MapContents::from_rules(&[
-            Rule::exact(ip("192.0.2.7"), 0, 1, RuleAction::Flag),
-            Rule::exact(ip("192.0.2.7"), 22, 2, RuleAction::Deny),
-        ]);
+        let maps = MapContents::from_rules(
+            &[
+                Rule::exact(ip("192.0.2.7"), 0, 1, RuleAction::Flag),
+                Rule::exact(ip("192.0.2.7"), 22, 2, RuleAction::Deny),
+            ],
+            &[],
+        );
         assert_eq!(maps.lookup(ip("192.0.2.7"), 9999).unwrap().server_index, 1);
         assert_eq!(maps.lookup(ip("192.0.2.7"), 22).unwrap().server_index, 2);
     }
@@ -285,7 +329,7 @@ mod tests {
                 action: RuleAction::Deny,
             },
         ];
-        let maps = MapContents::from_rules(&rules);
+        let maps = MapContents::from_rules(&rules, &[]);
         assert_eq!(
             maps.lookup(ip("198.51.100.200"), 80).unwrap().server_index,
             1
@@ -318,7 +362,7 @@ mod tests {
                 .map(|(i, a)| Rule::exact(ip("127.0.0.1"), 80, i as u32, *a))
                 .collect();
             assert_eq!(
-                MapContents::from_rules(&rules)
+                MapContents::from_rules(&rules, &[])
                     .lookup(ip("127.0.0.1"), 80)
                     .unwrap()
                     .action,

@@ -1,11 +1,15 @@
 //! The kernel layer as the daemon runs it: keeps the rule maps in sync with the watched servers
-//! (re-resolving their host names on a timer), turns kernel events into
-//! `mcp_network_connection` events, and manages session cgroups.
+//! (re-resolving their host names on a timer, re-reading the host's addresses when they change),
+//! turns kernel events into `mcp_network_connection` events, manages session cgroups, and
+//! watches each session for a detached program or a process that left.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     net::IpAddr,
-    sync::{Arc, Mutex, RwLock},
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -14,11 +18,12 @@ use chrono::Utc;
 use super::{
     KernelMonitor, NetmonError, Rule, RuleAction,
     events::{self, Connect},
+    local::AddressChanges,
 };
 use crate::{
     cgroup::{CgroupError, SessionCgroup},
     decision::Action,
-    events::{Event, EventSink, NetworkConnection},
+    events::{Event, EventSink, KernelAlert, NetworkConnection},
 };
 
 /// An endpoint the kernel watches: a network MCP server, or an LLM provider's API host.
@@ -36,35 +41,101 @@ pub struct WatchedEndpoint {
     pub action: RuleAction,
 }
 
-/// Resolves each endpoint's host to all its addresses and lays out the rules. An endpoint whose
-/// name does not resolve is reported and left out (its rule comes back when it resolves).
-pub async fn resolve_rules(endpoints: &[WatchedEndpoint]) -> Vec<Rule> {
+/// What a host name resolved to the last time it resolved, so that a name that stops
+/// resolving keeps its rules (issue 14, item 4: it used to lose them, DENY included).
+#[derive(Debug, Default)]
+pub struct LastKnown(HashMap<String, Vec<IpAddr>>);
+
+/// Resolves each endpoint's host to all its addresses and lays out the rules.
+///
+/// A name that does not resolve keeps the addresses it last resolved to; one that never
+/// resolved is, when it is DENY, denied on its port on every address (`::/0`, which covers the
+/// mapped IPv4 space too) until it does. Either way it is reported.
+pub async fn resolve_rules(endpoints: &[WatchedEndpoint], known: &mut LastKnown) -> Vec<Rule> {
     let mut rules = Vec::new();
     for (index, endpoint) in endpoints.iter().enumerate() {
+        let index = index as u32;
         let addrs: Vec<IpAddr> = match endpoint.host.trim_matches(['[', ']']).parse::<IpAddr>() {
             Ok(ip) => vec![ip],
-            Err(_) => {
-                match tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port)).await {
-                    Ok(found) => found.map(|sa| sa.ip()).collect(),
-                    Err(error) => {
-                        tracing::warn!(server = %endpoint.id, host = %endpoint.host, %error, "cannot resolve; no kernel rule for it until it resolves");
+            Err(_) => match tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port)).await
+            {
+                Ok(found) => {
+                    let mut found: Vec<IpAddr> = found.map(|sa| sa.ip()).collect();
+                    found.sort();
+                    found.dedup();
+                    known.0.insert(endpoint.host.clone(), found.clone());
+                    found
+                }
+                Err(error) => match known.0.get(&endpoint.host) {
+                    Some(last) => {
+                        tracing::warn!(server = %endpoint.id, host = %endpoint.host, %error, addresses = ?last, "cannot resolve; its rule stays on the addresses it last resolved to");
+                        last.clone()
+                    }
+                    None if endpoint.action == RuleAction::Deny => {
+                        tracing::error!(server = %endpoint.id, host = %endpoint.host, port = endpoint.port, %error, "cannot resolve and never did; port denied on every address until it resolves");
+                        rules.push(Rule {
+                            addr: IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                            prefix: 0,
+                            port: endpoint.port,
+                            server_index: index,
+                            action: RuleAction::Deny,
+                        });
                         continue;
                     }
-                }
-            }
+                    None => {
+                        tracing::warn!(server = %endpoint.id, host = %endpoint.host, %error, "cannot resolve and never did; connections to it are not flagged until it resolves");
+                        continue;
+                    }
+                },
+            },
         };
         for addr in addrs {
-            rules.push(Rule::exact(
-                addr,
-                endpoint.port,
-                index as u32,
-                endpoint.action,
-            ));
+            rules.push(Rule::exact(addr, endpoint.port, index, endpoint.action));
         }
     }
-    rules.sort_by_key(|r| (r.addr, r.port, r.action));
+    rules.sort_by_key(|r| (r.addr, r.prefix, r.port, r.action));
     rules.dedup();
     rules
+}
+
+/// Session ids the reader attributes events to: open sessions, and closed ones until every
+/// event they can have left in the ring was read (issue 14, item 6: events read after their
+/// session closed used to lose it).
+#[derive(Debug, Default)]
+struct Attribution {
+    open: HashMap<u64, String>,
+    /// (cgroup id, session, drains completed when it closed).
+    closed: Vec<(u64, String, u64)>,
+}
+
+impl Attribution {
+    /// Most closed sessions remembered while no drain runs (none does while the ring is idle).
+    const MAX_CLOSED: usize = 4096;
+
+    fn name(&self, id: u64) -> Option<&str> {
+        self.open.get(&id).map(String::as_str).or_else(|| {
+            self.closed
+                .iter()
+                .rev()
+                .find(|(i, _, _)| *i == id)
+                .map(|(_, n, _)| n.as_str())
+        })
+    }
+
+    fn close(&mut self, id: u64, drains: u64) {
+        if let Some(name) = self.open.remove(&id) {
+            if self.closed.len() == Self::MAX_CLOSED {
+                self.closed.remove(0);
+            }
+            self.closed.push((id, name, drains));
+        }
+    }
+
+    /// Forgets closed sessions once a whole drain ran after they closed: the drain under way at
+    /// the close may have passed their last events' place already, the one after cannot.
+    fn retire(&mut self, drains: u64) {
+        self.closed.retain(|(_, _, at)| drains < at + 2);
+    }
 }
 
 /// The running kernel layer.
@@ -72,64 +143,125 @@ pub async fn resolve_rules(endpoints: &[WatchedEndpoint]) -> Vec<Rule> {
 pub struct NetmonService {
     monitor: Arc<Mutex<KernelMonitor>>,
     endpoints: Arc<RwLock<Vec<WatchedEndpoint>>>,
-    sessions: Arc<RwLock<HashMap<u64, String>>>,
+    known: Arc<tokio::sync::Mutex<LastKnown>>,
+    locals: Arc<RwLock<Vec<IpAddr>>>,
+    sessions: Arc<RwLock<Attribution>>,
+    drains: Arc<AtomicU64>,
+    /// Each session's processes at the last watch, to notice one that left.
+    members: Arc<Mutex<HashMap<String, HashSet<u32>>>>,
+    /// Sessions adopted at start, until the daemon takes them ([`Self::take_adopted`]).
+    adopted: Arc<Mutex<Vec<(String, SessionCgroup)>>>,
+    sink: EventSink,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     stop: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl NetmonService {
-    /// Takes over a loaded monitor: syncs the rules now, then every `resolve_every`, and records
-    /// every kernel event into `sink` until the returned service and its tasks are dropped.
+    /// Takes over a loaded monitor: syncs the rules now, again every `resolve_every` and on
+    /// every change of the host's addresses, records every kernel event into `sink`, and every
+    /// `watch_every` checks each session's programs and processes, until the returned service
+    /// and its tasks are dropped.
     pub async fn start(
         mut monitor: KernelMonitor,
         endpoints: Vec<WatchedEndpoint>,
         sink: EventSink,
         resolve_every: Duration,
+        watch_every: Duration,
     ) -> Result<Self, NetmonError> {
         let ring = monitor.take_event_ring()?;
-        monitor.sync_rules(&resolve_rules(&endpoints).await)?;
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
         let service = NetmonService {
             monitor: Arc::new(Mutex::new(monitor)),
             endpoints: Arc::new(RwLock::new(endpoints)),
-            sessions: Arc::new(RwLock::new(HashMap::new())),
+            known: Arc::new(tokio::sync::Mutex::new(LastKnown::default())),
+            locals: Arc::new(RwLock::new(read_locals())),
+            sessions: Arc::new(RwLock::new(Attribution::default())),
+            drains: Arc::new(AtomicU64::new(0)),
+            members: Arc::new(Mutex::new(HashMap::new())),
+            adopted: Arc::new(Mutex::new(Vec::new())),
+            sink: sink.clone(),
             tasks: Arc::new(Mutex::new(Vec::new())),
             stop: Arc::new(stop),
         };
+        service.resync().await?;
+        // Before the reader starts: events a pinned session left in the ring are read with
+        // their session known.
+        match service.adopt_pinned() {
+            Ok(found) => *service.adopted.lock().unwrap_or_else(|e| e.into_inner()) = found,
+            Err(error) => tracing::error!(%error, "re-adopting pinned sessions failed; their programs stay attached and enforcing"),
+        }
 
         let reader = service.clone();
+        let mut reader_stop = stopped.clone();
         let read = tokio::spawn(async move {
             let stop = async move {
-                let _ = stopped.wait_for(|s| *s).await;
+                let _ = reader_stop.wait_for(|s| *s).await;
             };
             let emit = |connect: events::Connect| sink.emit(reader.to_event(&connect));
-            if let Err(error) = events::read_events(ring, emit, stop).await {
+            let drained = || {
+                let drains = reader.drains.fetch_add(1, Ordering::AcqRel) + 1;
+                reader
+                    .sessions
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retire(drains);
+            };
+            if let Err(error) = events::read_events(ring, emit, drained, stop).await {
                 tracing::error!(%error, "kernel event reader stopped; connections are still enforced but no longer recorded");
             }
         });
 
         let resync = service.clone();
         let sync = tokio::spawn(async move {
+            let mut changes = match AddressChanges::subscribe() {
+                Ok(changes) => Some(changes),
+                Err(error) => {
+                    tracing::error!(%error, "cannot subscribe to address changes (rtnetlink); the host's addresses are re-read only every resolve interval");
+                    None
+                }
+            };
             let mut tick = tokio::time::interval(resolve_every);
             tick.tick().await;
             loop {
-                tick.tick().await;
+                let changed = async {
+                    match changes.as_mut() {
+                        Some(c) => c.changed().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    result = changed => if let Err(error) = result {
+                        tracing::error!(%error, "address change notifications stopped; re-reading every resolve interval");
+                        changes = None;
+                    },
+                }
+                *resync.locals.write().unwrap_or_else(|e| e.into_inner()) = read_locals();
                 if let Err(error) = resync.resync().await {
                     tracing::error!(%error, "re-syncing kernel rules failed");
                 }
+            }
+        });
+
+        let watcher = service.clone();
+        let watch = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(watch_every);
+            loop {
+                tick.tick().await;
+                watcher.watch();
             }
         });
         service
             .tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .extend([read, sync]);
+            .extend([read, sync, watch]);
         Ok(service)
     }
 
     /// Stops the background tasks: the reader hands over what is left in the ring (and drops
-    /// its event sink), the re-resolver ends. The programs stay attached until the sessions are
-    /// closed or the last handle is dropped.
+    /// its event sink), the others end. The programs stay attached, pinned, until their
+    /// sessions are closed, this daemon's or the next one's.
     pub async fn shutdown(&self) {
         let _ = self.stop.send(true);
         let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
@@ -155,40 +287,202 @@ impl NetmonService {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let rules = resolve_rules(&endpoints).await;
+        let rules = resolve_rules(&endpoints, &mut *self.known.lock().await).await;
+        let locals = self.locals.read().unwrap_or_else(|e| e.into_inner()).clone();
         self.monitor
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .sync_rules(&rules)
+            .sync_rules(&rules, &locals)
     }
 
     /// Creates (or reuses) the session's cgroup and attaches the programs to it.
     pub fn open_session(&self, name: &str) -> Result<SessionCgroup, SessionError> {
         let cgroup = SessionCgroup::create(name)?;
-        let id = cgroup.id()?;
-        let mut sessions = self.sessions.write().unwrap_or_else(|e| e.into_inner());
-        if let std::collections::hash_map::Entry::Vacant(slot) = sessions.entry(id) {
-            self.monitor
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .attach(cgroup.path())?;
-            slot.insert(name.to_owned());
-        }
+        self.register(name, &cgroup)?;
         Ok(cgroup)
     }
 
-    /// Detaches from the session's cgroup and removes it if it is empty.
-    pub fn close_session(&self, cgroup: &SessionCgroup) -> Result<bool, SessionError> {
+    fn register(&self, name: &str, cgroup: &SessionCgroup) -> Result<usize, SessionError> {
         let id = cgroup.id()?;
+        let adopted = self
+            .monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .attach(name, cgroup.path())?;
         self.sessions
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+            .open
+            .insert(id, name.to_owned());
+        Ok(adopted)
+    }
+
+    /// The sessions adopted at start (once).
+    pub fn take_adopted(&self) -> Vec<(String, SessionCgroup)> {
+        std::mem::take(&mut *self.adopted.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Takes over the sessions a daemon before this one left pinned (it died, or stopped while
+    /// they still had processes): their programs never stopped enforcing; from now on their
+    /// events are read and their programs watched again. A pinned session whose cgroup is gone
+    /// is unpinned. Sessions pinned by another build are reported, and left as they are.
+    fn adopt_pinned(&self) -> Result<Vec<(String, SessionCgroup)>, SessionError> {
+        let (names, foreign) = {
+            let monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+            (monitor.pins().sessions()?, monitor.pins().foreign_sessions())
+        };
+        for path in foreign {
+            let session = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let detail = format!(
+                "session {session:?} is pinned at {} by another build of toolwall: its programs still enforce that build's last rules, but this daemon cannot read its events or change its rules; end the session's processes and remove the pins (`rm -r {}`)",
+                path.display(),
+                path.display()
+            );
+            tracing::error!("{detail}");
+            self.alert(&session, "foreign_pins", detail, None, Action::Allow);
+        }
+        let root = crate::cgroup::cgroup2_mount()?;
+        let mut adopted = Vec::new();
+        for name in names {
+            let cgroup = SessionCgroup::create_under(&root, &name)?;
+            if !cgroup.path().exists() {
+                continue;
+            }
+            let links = self.register(&name, &cgroup)?;
+            let processes = cgroup.processes().map(|p| p.len()).unwrap_or(0);
+            let detail = format!(
+                "re-adopted session {name:?} left pinned by an earlier daemon: {links} of {} programs were still attached, {processes} processes in it",
+                super::PROGRAMS.len()
+            );
+            tracing::warn!("{detail}");
+            self.alert(&name, "session_adopted", detail, None, Action::Allow);
+            adopted.push((name, cgroup));
+        }
+        Ok(adopted)
+    }
+
+    /// Detaches from the session's cgroup, unpins it and removes the cgroup if it is empty.
+    pub fn close_session(&self, name: &str, cgroup: &SessionCgroup) -> Result<bool, SessionError> {
+        let id = cgroup.id()?;
         self.monitor
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .detach(cgroup.path());
+            .detach(name)?;
+        let drains = self.drains.load(Ordering::Acquire);
+        self.sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .close(id, drains);
+        self.members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         Ok(cgroup.remove_if_empty()?)
+    }
+
+    /// Removes the maps' pins when no session is left pinned (a clean stop).
+    pub fn unpin_if_unused(&self) -> Result<bool, NetmonError> {
+        Ok(self
+            .monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pins()
+            .remove_if_unused()?)
+    }
+
+    /// One round of the watch: a program detached from a session is attached again, a process
+    /// that left its session is moved back; each is recorded as a `kernel_alert`.
+    fn watch(&self) {
+        let sessions: Vec<(String, std::path::PathBuf)> = {
+            let monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+            let names: Vec<String> = self
+                .sessions
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .open
+                .values()
+                .cloned()
+                .collect();
+            names
+                .into_iter()
+                .filter_map(|n| {
+                    let path = monitor.cgroup_of(&n)?.to_path_buf();
+                    Some((n, path))
+                })
+                .collect()
+        };
+        for (name, path) in sessions {
+            let detached = self
+                .monitor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .detached(&name);
+            if !detached.is_empty() {
+                let result = self
+                    .monitor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .attach(&name, &path);
+                let detail = match result {
+                    Ok(_) => format!("{} detached from session {name:?}; attached again", detached.join(", ")),
+                    Err(error) => format!("{} detached from session {name:?}; attaching again failed: {error}", detached.join(", ")),
+                };
+                tracing::error!("{detail}");
+                self.alert(&name, "program_detached", detail, None, Action::Block);
+            }
+            self.watch_members(&name, &SessionCgroup::at(&path));
+        }
+    }
+
+    fn watch_members(&self, name: &str, cgroup: &SessionCgroup) {
+        let Ok(now) = cgroup.all_processes() else {
+            return;
+        };
+        let now: HashSet<u32> = now.into_iter().collect();
+        let before = self
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), now.clone())
+            .unwrap_or_default();
+        for pid in before.difference(&now) {
+            // Gone from the session: exited (fine), or alive elsewhere (it left).
+            let Some(elsewhere) = crate::cgroup::cgroup_path_of(&pid.to_string()) else {
+                continue;
+            };
+            // A zombie still names its last cgroup.
+            if crate::cgroup::session_in(&format!("0::{elsewhere}")).as_deref() == Some(name) {
+                continue;
+            }
+            let moved_back = cgroup.add_process(*pid);
+            let detail = match &moved_back {
+                Ok(()) => format!("process {pid} left session {name:?} for cgroup {elsewhere}; moved back"),
+                Err(error) => format!("process {pid} left session {name:?} for cgroup {elsewhere}; moving it back failed: {error}"),
+            };
+            tracing::error!("{detail}");
+            self.members
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(name.to_owned())
+                .or_default()
+                .insert(*pid);
+            let action = if moved_back.is_ok() { Action::Block } else { Action::Allow };
+            self.alert(name, "process_left", detail, Some(*pid), action);
+        }
+    }
+
+    fn alert(&self, session: &str, alert: &str, detail: String, pid: Option<u32>, action: Action) {
+        self.sink.emit(Event::KernelAlert(KernelAlert {
+            timestamp: Utc::now(),
+            session_id: session.to_owned(),
+            alert: alert.to_owned(),
+            detail,
+            pid,
+            action,
+        }));
     }
 
     /// Counters, for the health endpoint and drop reports.
@@ -206,8 +500,8 @@ impl NetmonService {
             .sessions
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&c.raw.cgroup_id)
-            .cloned();
+            .name(c.raw.cgroup_id)
+            .map(str::to_owned);
         let process = ProcessInfo::of(c.raw.pid);
         Event::McpNetworkConnection(NetworkConnection {
             timestamp: Utc::now(),
@@ -229,10 +523,11 @@ impl NetmonService {
             ppid: process.ppid,
             cgroup_id: c.raw.cgroup_id,
             socket_cookie: c.raw.cookie,
-            protocol: match c.raw.protocol {
-                6 => "tcp".into(),
-                17 => "udp".into(),
-                n => n.to_string(),
+            protocol: match (c.raw.protocol, c.raw.hook) {
+                (17, agent_common::connect::HOOK_SENDMSG) => "udp-sendmsg".into(),
+                (6, _) => "tcp".into(),
+                (17, _) => "udp".into(),
+                (n, _) => n.to_string(),
             },
             family: if c.raw.family == agent_common::connect::FAMILY_INET {
                 "ipv4".into()
@@ -241,6 +536,15 @@ impl NetmonService {
             },
         })
     }
+}
+
+/// The host's addresses, or none (loopback and unspecified are covered regardless) with an
+/// error when they cannot be read.
+fn read_locals() -> Vec<IpAddr> {
+    super::local::local_addresses().unwrap_or_else(|error| {
+        tracing::error!(%error, "cannot list the host's addresses; rules on local addresses cover loopback only");
+        Vec::new()
+    })
 }
 
 /// Why a session could not be opened or closed.
@@ -252,6 +556,9 @@ pub enum SessionError {
     /// Attach trouble.
     #[error(transparent)]
     Netmon(#[from] NetmonError),
+    /// Pin trouble.
+    #[error(transparent)]
+    Pins(#[from] super::pins::PinError),
 }
 
 /// What procfs still knows about a process (it may have exited already).
@@ -308,7 +615,8 @@ mod tests {
                 action: RuleAction::Deny,
             },
         ];
-        let rules = resolve_rules(&endpoints).await;
+        let mut known = LastKnown::default();
+        let rules = resolve_rules(&endpoints, &mut known).await;
         let a: Vec<_> = rules
             .iter()
             .filter(|r| r.server_index == 0)
@@ -321,10 +629,58 @@ mod tests {
         assert!(rules.iter().any(|r| r.server_index == 1
             && r.addr == "::1".parse::<IpAddr>().unwrap()
             && r.port == 3002));
-        assert!(
-            rules.iter().all(|r| r.server_index != 2),
-            "an unresolvable host gets no rule"
+        let never = rules
+            .iter()
+            .filter(|r| r.server_index == 2)
+            .collect::<Vec<_>>();
+        assert_eq!(
+            never.len(),
+            1,
+            "a DENY name that never resolved: its port denied everywhere"
         );
+        assert_eq!((never[0].prefix, never[0].port), (0, 1));
+        assert!(never[0].addr.is_unspecified());
+    }
+
+    #[tokio::test]
+    async fn a_name_that_stops_resolving_keeps_its_last_addresses() {
+        let mut known = LastKnown::default();
+        known
+            .0
+            .insert("gone.invalid".into(), vec!["192.0.2.9".parse().unwrap()]);
+        let endpoint = |action| WatchedEndpoint {
+            id: "a".into(),
+            kind: "http".into(),
+            host: "gone.invalid".into(),
+            port: 80,
+            action,
+        };
+        for action in [RuleAction::Deny, RuleAction::Flag] {
+            let rules = resolve_rules(&[endpoint(action)], &mut known).await;
+            assert_eq!(
+                rules,
+                vec![Rule::exact("192.0.2.9".parse().unwrap(), 80, 0, action)]
+            );
+        }
+        let mut fresh = LastKnown::default();
+        assert!(
+            resolve_rules(&[endpoint(RuleAction::Flag)], &mut fresh)
+                .await
+                .is_empty(),
+            "a FLAG name that never resolved has nothing to flag"
+        );
+    }
+
+    #[test]
+    fn closed_sessions_keep_their_events_until_a_whole_drain_ran() {
+        let mut attribution = Attribution::default();
+        attribution.open.insert(7, "s".into());
+        attribution.close(7, 10);
+        assert_eq!(attribution.name(7), Some("s"), "closed, events may be in the ring");
+        attribution.retire(11);
+        assert_eq!(attribution.name(7), Some("s"), "the drain under way at the close");
+        attribution.retire(12);
+        assert_eq!(attribution.name(7), None, "a whole drain ran since");
     }
 
     #[test]

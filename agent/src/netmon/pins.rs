@@ -1,0 +1,268 @@
+//! The kernel layer's objects on bpffs, so that a daemon that dies does not open the gate.
+//!
+//! A bpf_link held only by a file descriptor detaches when its process dies; `kill -9` of the
+//! daemon used to remove every program from every session (issue 14, item 3). Here each
+//! session's links are pinned at `<root>/<build>/sessions/<name>/<program>` and the maps at
+//! `<root>/<build>/maps/<MAP>`: the programs keep enforcing the last rules while no daemon runs,
+//! and the next daemon of the same build loads onto the same maps (rules, counters, the event
+//! ring with what it holds) and re-adopts every pinned session.
+//!
+//! `<build>` is a digest of the embedded object: aya reuses a pinned map by name without
+//! checking its layout, so a daemon of another build must never open these maps. It reports the
+//! other build's sessions and leaves their programs denying instead.
+
+use std::{
+    fs::File,
+    io,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+};
+
+use sha2::{Digest, Sha256};
+
+/// `BPF_FS_MAGIC` from `linux/magic.h`.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Why the pin directory could not be used; each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// The directory is not on a bpf filesystem and none could be mounted for it.
+    #[error(
+        "{0} is not on a bpf filesystem; mount one (`mount -t bpf bpf /sys/fs/bpf`) or set netmon.pin_dir to a directory under one"
+    )]
+    NotBpffs(PathBuf),
+    /// Another daemon holds the directory.
+    #[error(
+        "another toolwall daemon uses {0}; stop it, or give this one its own netmon.pin_dir"
+    )]
+    Busy(PathBuf),
+    /// An I/O error on a path.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> PinError + 'p {
+    move |source| PinError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// This build's directory on bpffs, locked for the life of the daemon.
+#[derive(Debug)]
+pub struct PinDir {
+    root: PathBuf,
+    build: PathBuf,
+    /// `flock`ed: one daemon per directory (two would share and fight over the maps).
+    _lock: File,
+}
+
+impl PinDir {
+    /// Opens (creating) `<root>/<build>`, mounting bpffs at `/sys/fs/bpf` when `root` lies
+    /// under it and nothing is mounted there yet.
+    pub fn open(root: &Path, object: &[u8]) -> Result<Self, PinError> {
+        ensure_bpffs(root)?;
+        let build = root.join(build_id(object));
+        for dir in [build.join("maps"), build.join("sessions")] {
+            std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        }
+        let lock = File::open(&build).map_err(io_err("open", &build))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(PinError::Busy(build));
+        }
+        Ok(PinDir {
+            root: root.to_path_buf(),
+            build,
+            _lock: lock,
+        })
+    }
+
+    /// Where the maps are pinned (aya's `default_map_pin_directory`).
+    pub fn maps(&self) -> PathBuf {
+        self.build.join("maps")
+    }
+
+    /// Where one session's links are pinned.
+    pub fn session(&self, name: &str) -> PathBuf {
+        self.build.join("sessions").join(name)
+    }
+
+    /// Sessions whose links this build pinned (a daemon before this one may have died).
+    pub fn sessions(&self) -> Result<Vec<String>, PinError> {
+        list_dirs(&self.build.join("sessions"))
+    }
+
+    /// Session directories pinned by other builds of toolwall: their programs still enforce,
+    /// but this daemon cannot read their maps.
+    pub fn foreign_sessions(&self) -> Vec<PathBuf> {
+        let Ok(builds) = list_dirs(&self.root) else {
+            return Vec::new();
+        };
+        builds
+            .into_iter()
+            .map(|b| self.root.join(b))
+            .filter(|b| *b != self.build)
+            .flat_map(|b| {
+                let sessions = b.join("sessions");
+                list_dirs(&sessions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |s| sessions.join(s))
+            })
+            .collect()
+    }
+
+    /// Removes the maps' pins once no session is pinned (a clean stop): nothing of toolwall
+    /// stays in the kernel. With sessions left, everything stays, and the next daemon adopts it.
+    pub fn remove_if_unused(&self) -> Result<bool, PinError> {
+        if !self.sessions()?.is_empty() {
+            return Ok(false);
+        }
+        let maps = self.maps();
+        for name in list_entries(&maps)? {
+            let path = maps.join(name);
+            std::fs::remove_file(&path).map_err(io_err("unpin", &path))?;
+        }
+        for dir in [maps, self.build.join("sessions"), self.build.clone()] {
+            std::fs::remove_dir(&dir).map_err(io_err("remove", &dir))?;
+        }
+        Ok(true)
+    }
+}
+
+/// The id of the cgroup a pinned cgroup link is attached to; 0 once it was detached (by
+/// `bpftool link detach`, say). aya 0.14 does not expose the link's cgroup, so this asks the
+/// kernel directly: `BPF_OBJ_GET` on the pin, then `BPF_OBJ_GET_INFO_BY_FD`.
+pub fn link_cgroup(pin: &Path) -> io::Result<u64> {
+    const BPF_OBJ_GET: libc::c_long = 7;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    let path = std::ffi::CString::new(pin.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // union bpf_attr, BPF_OBJ_GET: { u64 pathname; u32 bpf_fd; u32 file_flags; s32 path_fd; }
+    let mut attr = [0u64; 16];
+    attr[0] = path.as_ptr() as u64;
+    // SAFETY: bpf(2) with a zeroed attr of the size we pass, holding a valid C string pointer.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            attr.as_mut_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just gave us this descriptor.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    // struct bpf_link_info: u32 type, id, prog_id; then (8-aligned, at byte 16) for a cgroup
+    // link { u64 cgroup_id; u32 attach_type; }.
+    let mut info = [0u64; 32];
+    let mut attr = [0u64; 16];
+    attr[0] = u64::from(fd.as_raw_fd() as u32) | ((std::mem::size_of_val(&info) as u64) << 32);
+    attr[1] = info.as_mut_ptr() as u64;
+    // SAFETY: as above; info is large enough for the length we pass.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            attr.as_mut_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(info[2])
+}
+
+/// A short digest of the eBPF object: pins of one build never meet another's maps.
+pub fn build_id(object: &[u8]) -> String {
+    let digest = Sha256::digest(object);
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn list_entries(dir: &Path) -> Result<Vec<String>, PinError> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io_err("read", dir))? {
+        let entry = entry.map_err(io_err("read", dir))?;
+        out.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn list_dirs(dir: &Path) -> Result<Vec<String>, PinError> {
+    Ok(list_entries(dir)?
+        .into_iter()
+        .filter(|n| dir.join(n).is_dir())
+        .collect())
+}
+
+fn is_bpffs(path: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs fills the zeroed struct; c is a valid C string.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    unsafe { libc::statfs(c.as_ptr(), &mut fs) == 0 && fs.f_type as i64 == BPF_FS_MAGIC }
+}
+
+/// The nearest existing ancestor of `root` must be on bpffs; `/sys/fs/bpf` is mounted when
+/// missing, as systemd does on most distributions (this VM's kernel boots without it).
+fn ensure_bpffs(root: &Path) -> Result<(), PinError> {
+    let existing = root
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    if is_bpffs(existing) {
+        return Ok(());
+    }
+    let standard = Path::new("/sys/fs/bpf");
+    if root.starts_with(standard) && !is_bpffs(standard) {
+        std::fs::create_dir_all(standard).map_err(io_err("create", standard))?;
+        // SAFETY: constant C strings; mount(2) copies them.
+        let rc = unsafe {
+            libc::mount(
+                c"bpf".as_ptr(),
+                c"/sys/fs/bpf".as_ptr(),
+                c"bpf".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            return Err(io_err("mount bpffs on", standard)(io::Error::last_os_error()));
+        }
+        tracing::info!("mounted a bpf filesystem on /sys/fs/bpf for toolwall's pins");
+        return Ok(());
+    }
+    Err(PinError::NotBpffs(root.to_path_buf()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn builds_are_told_apart_by_their_object() {
+        let a = super::build_id(b"object a");
+        assert_eq!(a.len(), 16);
+        assert_eq!(a, super::build_id(b"object a"));
+        assert_ne!(a, super::build_id(b"object b"));
+    }
+
+    #[test]
+    fn a_directory_off_bpffs_is_refused_with_what_to_do() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let error = super::PinDir::open(&dir.path().join("pins"), b"x").unwrap_err();
+        assert!(error.to_string().contains("mount -t bpf"), "{error}");
+    }
+}

@@ -227,9 +227,8 @@ fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
     let mut groups = vec![0 as libc::gid_t; 256];
     let mut count = groups.len() as libc::c_int;
     // SAFETY: getgrouplist writes at most `count` entries into groups.
-    let rc = unsafe {
-        libc::getgrouplist(c_name.as_ptr(), pwd.pw_gid, groups.as_mut_ptr(), &mut count)
-    };
+    let rc =
+        unsafe { libc::getgrouplist(c_name.as_ptr(), pwd.pw_gid, groups.as_mut_ptr(), &mut count) };
     anyhow::ensure!(rc >= 0, "user {name:?} is in more than 256 groups");
     groups.truncate(count.max(0) as usize);
     Ok(AgentUser {

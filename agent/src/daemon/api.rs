@@ -379,7 +379,8 @@ async fn route(
         let session = pid.and_then(|p| crate::cgroup::session_of(&p.to_string()));
         let shim_route = matches!(
             (&method, path.as_str()),
-            (&Method::POST, "/api/events" | "/api/check" | "/api/listed") | (&Method::GET, "/health")
+            (&Method::POST, "/api/events" | "/api/check" | "/api/listed")
+                | (&Method::GET, "/health")
         );
         match session {
             Some(session) if shim_route => forced_session = Some(session),
@@ -392,7 +393,9 @@ async fn route(
             None => {
                 return error(
                     StatusCode::FORBIDDEN,
-                    &format!("this API serves uid {ours}; other users' processes are served only from inside a toolwall session"),
+                    &format!(
+                        "this API serves uid {ours}; other users' processes are served only from inside a toolwall session"
+                    ),
                 );
             }
         }
@@ -751,7 +754,11 @@ mod tests {
         ensure_private_dir(&dir, false, me).expect("missing is fine for a client");
         assert!(!dir.exists());
         ensure_private_dir(&dir, true, me).expect("created");
-        assert_eq!(mode(&dir), 0o711, "others may reach the socket, not list or write");
+        assert_eq!(
+            mode(&dir),
+            0o711,
+            "others may reach the socket, not list or write"
+        );
         ensure_private_dir(&dir, true, me).expect("ours already");
 
         // Someone else's (pre-created by another user): refused, naming the path and the fix.

@@ -319,7 +319,11 @@ impl KernelMonitor {
     /// Makes the rule maps hold exactly `rules` (after widening local addresses to `locals`): new entries are
     /// written before stale ones are removed, so a rule being changed is never briefly absent.
     /// Takes effect on the next connect; nothing is re-attached.
-    pub fn sync_rules(&mut self, rules: &[Rule], locals: &[std::net::IpAddr]) -> Result<(), NetmonError> {
+    pub fn sync_rules(
+        &mut self,
+        rules: &[Rule],
+        locals: &[std::net::IpAddr],
+    ) -> Result<(), NetmonError> {
         let want = MapContents::from_rules(rules, locals);
         let map_err = |name| move |source| NetmonError::Map { name, source };
 

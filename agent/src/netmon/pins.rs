@@ -32,9 +32,7 @@ pub enum PinError {
     )]
     NotBpffs(PathBuf),
     /// Another daemon holds the directory.
-    #[error(
-        "another toolwall daemon uses {0}; stop it, or give this one its own netmon.pin_dir"
-    )]
+    #[error("another toolwall daemon uses {0}; stop it, or give this one its own netmon.pin_dir")]
     Busy(PathBuf),
     /// An I/O error on a path.
     #[error("{action} {path}: {source}")]
@@ -135,6 +133,8 @@ impl PinDir {
         for dir in [maps, self.build.join("sessions"), self.build.clone()] {
             std::fs::remove_dir(&dir).map_err(io_err("remove", &dir))?;
         }
+        // Other builds' pins keep the root; then it stays.
+        let _ = std::fs::remove_dir(&self.root);
         Ok(true)
     }
 }
@@ -241,7 +241,9 @@ fn ensure_bpffs(root: &Path) -> Result<(), PinError> {
             )
         };
         if rc != 0 {
-            return Err(io_err("mount bpffs on", standard)(io::Error::last_os_error()));
+            return Err(io_err("mount bpffs on", standard)(
+                io::Error::last_os_error(),
+            ));
         }
         tracing::info!("mounted a bpf filesystem on /sys/fs/bpf for toolwall's pins");
         return Ok(());

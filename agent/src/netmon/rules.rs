@@ -227,8 +227,10 @@ mod tests {
 
     #[test]
     fn loopback_rule_covers_every_loopback_form() {
-        let maps =
-            MapContents::from_rules(&[Rule::exact(ip("127.0.0.1"), 8080, 3, RuleAction::Deny)], &[]);
+        let maps = MapContents::from_rules(
+            &[Rule::exact(ip("127.0.0.1"), 8080, 3, RuleAction::Deny)],
+            &[],
+        );
         for addr in [
             "127.0.0.1",
             "127.1.2.3",
@@ -254,10 +256,23 @@ mod tests {
 
     #[test]
     fn a_rule_on_any_local_address_covers_every_local_address() {
-        let locals = [ip("127.0.0.1"), ip("192.0.2.2"), ip("fd00::2"), ip("fe80::fc:ff:fe00:1")];
-        for declared in ["127.0.0.1", "192.0.2.2", "::ffff:192.0.2.2", "fe80::fc:ff:fe00:1", "::"] {
-            let maps =
-                MapContents::from_rules(&[Rule::exact(ip(declared), 8080, 3, RuleAction::Deny)], &locals);
+        let locals = [
+            ip("127.0.0.1"),
+            ip("192.0.2.2"),
+            ip("fd00::2"),
+            ip("fe80::fc:ff:fe00:1"),
+        ];
+        for declared in [
+            "127.0.0.1",
+            "192.0.2.2",
+            "::ffff:192.0.2.2",
+            "fe80::fc:ff:fe00:1",
+            "::",
+        ] {
+            let maps = MapContents::from_rules(
+                &[Rule::exact(ip(declared), 8080, 3, RuleAction::Deny)],
+                &locals,
+            );
             for reached in [
                 "127.0.0.1",
                 "127.3.3.3",
@@ -274,18 +289,25 @@ mod tests {
                     "declared {declared}, reached through {reached}"
                 );
             }
-            assert!(maps.lookup(ip("192.0.2.3"), 8080).is_none(), "a neighbour is not local");
+            assert!(
+                maps.lookup(ip("192.0.2.3"), 8080).is_none(),
+                "a neighbour is not local"
+            );
         }
         // A remote address stays a rule on itself alone.
-        let remote =
-            MapContents::from_rules(&[Rule::exact(ip("198.51.100.1"), 80, 1, RuleAction::Deny)], &locals);
+        let remote = MapContents::from_rules(
+            &[Rule::exact(ip("198.51.100.1"), 80, 1, RuleAction::Deny)],
+            &locals,
+        );
         assert!(remote.lookup(ip("127.0.0.1"), 80).is_none());
     }
 
     #[test]
     fn ipv4_rules_match_mapped_ipv6_destinations() {
-        let maps =
-            MapContents::from_rules(&[Rule::exact(ip("192.0.2.7"), 443, 1, RuleAction::Flag)], &[]);
+        let maps = MapContents::from_rules(
+            &[Rule::exact(ip("192.0.2.7"), 443, 1, RuleAction::Flag)],
+            &[],
+        );
         assert!(maps.lookup(ip("192.0.2.7"), 443).is_some());
         assert!(maps.lookup(ip("::ffff:192.0.2.7"), 443).is_some());
         assert!(maps.lookup(ip("192.0.2.8"), 443).is_none());

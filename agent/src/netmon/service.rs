@@ -57,37 +57,38 @@ pub async fn resolve_rules(endpoints: &[WatchedEndpoint], known: &mut LastKnown)
         let index = index as u32;
         let addrs: Vec<IpAddr> = match endpoint.host.trim_matches(['[', ']']).parse::<IpAddr>() {
             Ok(ip) => vec![ip],
-            Err(_) => match tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port)).await
-            {
-                Ok(found) => {
-                    let mut found: Vec<IpAddr> = found.map(|sa| sa.ip()).collect();
-                    found.sort();
-                    found.dedup();
-                    known.0.insert(endpoint.host.clone(), found.clone());
-                    found
+            Err(_) => {
+                match tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port)).await {
+                    Ok(found) => {
+                        let mut found: Vec<IpAddr> = found.map(|sa| sa.ip()).collect();
+                        found.sort();
+                        found.dedup();
+                        known.0.insert(endpoint.host.clone(), found.clone());
+                        found
+                    }
+                    Err(error) => match known.0.get(&endpoint.host) {
+                        Some(last) => {
+                            tracing::warn!(server = %endpoint.id, host = %endpoint.host, %error, addresses = ?last, "cannot resolve; its rule stays on the addresses it last resolved to");
+                            last.clone()
+                        }
+                        None if endpoint.action == RuleAction::Deny => {
+                            tracing::error!(server = %endpoint.id, host = %endpoint.host, port = endpoint.port, %error, "cannot resolve and never did; port denied on every address until it resolves");
+                            rules.push(Rule {
+                                addr: IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                                prefix: 0,
+                                port: endpoint.port,
+                                server_index: index,
+                                action: RuleAction::Deny,
+                            });
+                            continue;
+                        }
+                        None => {
+                            tracing::warn!(server = %endpoint.id, host = %endpoint.host, %error, "cannot resolve and never did; connections to it are not flagged until it resolves");
+                            continue;
+                        }
+                    },
                 }
-                Err(error) => match known.0.get(&endpoint.host) {
-                    Some(last) => {
-                        tracing::warn!(server = %endpoint.id, host = %endpoint.host, %error, addresses = ?last, "cannot resolve; its rule stays on the addresses it last resolved to");
-                        last.clone()
-                    }
-                    None if endpoint.action == RuleAction::Deny => {
-                        tracing::error!(server = %endpoint.id, host = %endpoint.host, port = endpoint.port, %error, "cannot resolve and never did; port denied on every address until it resolves");
-                        rules.push(Rule {
-                            addr: IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-                            prefix: 0,
-                            port: endpoint.port,
-                            server_index: index,
-                            action: RuleAction::Deny,
-                        });
-                        continue;
-                    }
-                    None => {
-                        tracing::warn!(server = %endpoint.id, host = %endpoint.host, %error, "cannot resolve and never did; connections to it are not flagged until it resolves");
-                        continue;
-                    }
-                },
-            },
+            }
         };
         for addr in addrs {
             rules.push(Rule::exact(addr, endpoint.port, index, endpoint.action));
@@ -188,7 +189,9 @@ impl NetmonService {
         // their session known.
         match service.adopt_pinned() {
             Ok(found) => *service.adopted.lock().unwrap_or_else(|e| e.into_inner()) = found,
-            Err(error) => tracing::error!(%error, "re-adopting pinned sessions failed; their programs stay attached and enforcing"),
+            Err(error) => {
+                tracing::error!(%error, "re-adopting pinned sessions failed; their programs stay attached and enforcing")
+            }
         }
 
         let reader = service.clone();
@@ -288,7 +291,11 @@ impl NetmonService {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let rules = resolve_rules(&endpoints, &mut *self.known.lock().await).await;
-        let locals = self.locals.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let locals = self
+            .locals
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         self.monitor
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -329,7 +336,10 @@ impl NetmonService {
     fn adopt_pinned(&self) -> Result<Vec<(String, SessionCgroup)>, SessionError> {
         let (names, foreign) = {
             let monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
-            (monitor.pins().sessions()?, monitor.pins().foreign_sessions())
+            (
+                monitor.pins().sessions()?,
+                monitor.pins().foreign_sessions(),
+            )
         };
         for path in foreign {
             let session = path
@@ -427,8 +437,14 @@ impl NetmonService {
                     .unwrap_or_else(|e| e.into_inner())
                     .attach(&name, &path);
                 let detail = match result {
-                    Ok(_) => format!("{} detached from session {name:?}; attached again", detached.join(", ")),
-                    Err(error) => format!("{} detached from session {name:?}; attaching again failed: {error}", detached.join(", ")),
+                    Ok(_) => format!(
+                        "{} detached from session {name:?}; attached again",
+                        detached.join(", ")
+                    ),
+                    Err(error) => format!(
+                        "{} detached from session {name:?}; attaching again failed: {error}",
+                        detached.join(", ")
+                    ),
                 };
                 tracing::error!("{detail}");
                 self.alert(&name, "program_detached", detail, None, Action::Block);
@@ -459,8 +475,12 @@ impl NetmonService {
             }
             let moved_back = cgroup.add_process(*pid);
             let detail = match &moved_back {
-                Ok(()) => format!("process {pid} left session {name:?} for cgroup {elsewhere}; moved back"),
-                Err(error) => format!("process {pid} left session {name:?} for cgroup {elsewhere}; moving it back failed: {error}"),
+                Ok(()) => format!(
+                    "process {pid} left session {name:?} for cgroup {elsewhere}; moved back"
+                ),
+                Err(error) => format!(
+                    "process {pid} left session {name:?} for cgroup {elsewhere}; moving it back failed: {error}"
+                ),
             };
             tracing::error!("{detail}");
             self.members
@@ -469,7 +489,11 @@ impl NetmonService {
                 .entry(name.to_owned())
                 .or_default()
                 .insert(*pid);
-            let action = if moved_back.is_ok() { Action::Block } else { Action::Allow };
+            let action = if moved_back.is_ok() {
+                Action::Block
+            } else {
+                Action::Allow
+            };
             self.alert(name, "process_left", detail, Some(*pid), action);
         }
     }
@@ -676,9 +700,17 @@ mod tests {
         let mut attribution = Attribution::default();
         attribution.open.insert(7, "s".into());
         attribution.close(7, 10);
-        assert_eq!(attribution.name(7), Some("s"), "closed, events may be in the ring");
+        assert_eq!(
+            attribution.name(7),
+            Some("s"),
+            "closed, events may be in the ring"
+        );
         attribution.retire(11);
-        assert_eq!(attribution.name(7), Some("s"), "the drain under way at the close");
+        assert_eq!(
+            attribution.name(7),
+            Some("s"),
+            "the drain under way at the close"
+        );
         attribution.retire(12);
         assert_eq!(attribution.name(7), None, "a whole drain ran since");
     }

@@ -59,16 +59,37 @@ pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
     Err(CgroupError::NoCgroup2)
 }
 
+/// Every mount point whose filesystem type is one of `types` (`/proc/self/mountinfo`).
+pub fn mounts_of(types: &[&str]) -> Result<Vec<PathBuf>, CgroupError> {
+    let path = Path::new("/proc/self/mountinfo");
+    let file = fs::File::open(path).map_err(io_err("open", path))?;
+    let mut found = Vec::new();
+    for line in io::BufReader::new(file).lines() {
+        let line = line.map_err(io_err("read", path))?;
+        if let Some((fstype, mount)) = parse_mountinfo(&line)
+            && types.contains(&fstype)
+        {
+            found.push(mount);
+        }
+    }
+    Ok(found)
+}
+
 /// The mount point of a mountinfo line whose filesystem type is `cgroup2`, if it is one.
+fn parse_mountinfo_cgroup2(line: &str) -> Option<PathBuf> {
+    parse_mountinfo(line)
+        .filter(|(fstype, _)| *fstype == "cgroup2")
+        .map(|(_, mount)| mount)
+}
+
+/// A mountinfo line's filesystem type and mount point.
 ///
 /// Format (proc(5)): `id parent major:minor root mountpoint options [optional...] - fstype ...`.
-fn parse_mountinfo_cgroup2(line: &str) -> Option<PathBuf> {
+fn parse_mountinfo(line: &str) -> Option<(&str, PathBuf)> {
     let (left, right) = line.split_once(" - ")?;
-    if right.split_whitespace().next()? != "cgroup2" {
-        return None;
-    }
+    let fstype = right.split_whitespace().next()?;
     let mount = left.split_whitespace().nth(4)?;
-    Some(PathBuf::from(unescape_mountinfo(mount)))
+    Some((fstype, PathBuf::from(unescape_mountinfo(mount))))
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo` octal.

@@ -94,7 +94,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
                 let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
                 // After the cgroup is entered (closures run in the order they were added).
-                confine_on_spawn(&mut cmd, user.as_ref());
+                confine_on_spawn(&mut cmd, user.as_ref())?;
                 Some(procs)
             }
             None => {
@@ -102,15 +102,18 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
                     reply.kernel.as_deref().unwrap_or("off")
                 );
-                confine_on_spawn(&mut cmd, user.as_ref());
+                confine_on_spawn(&mut cmd, user.as_ref())?;
                 None
             }
         };
+        let instance = daemon_instance(&api).await?;
         let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
-        let watch = tokio::spawn(watch_daemon(api.clone(), session.clone(), gone_tx));
+        let watch = tokio::spawn(watch_daemon(api.clone(), session.clone(), instance.clone(), gone_tx));
         let status = run_child(cmd).await;
         watch.abort();
-        let daemon_went_away = *gone_rx.borrow();
+        // Once more, for a restart since the last check.
+        let daemon_went_away = *gone_rx.borrow()
+            || daemon_instance(&api).await.ok().as_ref() != Some(&instance);
         let closed = api.call(Method::DELETE, &format!("/api/sessions/{session}"), Vec::new()).await;
         if let Err(error) = closed {
             eprintln!("toolwall: closing session {session}: {error:#}");
@@ -127,21 +130,40 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Asks the daemon every second whether it is there; the first time it is not, says so (the
-/// session's programs stay pinned and enforcing, but nothing records its events until a new
-/// daemon adopts it) and flags it for the exit code.
-async fn watch_daemon(api: ApiClient, session: String, gone: tokio::sync::watch::Sender<bool>) {
+/// Asks the daemon every second whether it is still the one the session was opened with; the
+/// first time it is not (gone, or killed and started again), says so (the session's programs
+/// stay pinned and enforcing, but its events were not recorded while no daemon ran) and flags
+/// it for the exit code.
+async fn watch_daemon(
+    api: ApiClient,
+    session: String,
+    instance: Option<String>,
+    gone: tokio::sync::watch::Sender<bool>,
+) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
-        if let Err(error) = api.call(Method::GET, "/health", Vec::new()).await {
-            eprintln!(
-                "toolwall: WARNING: session {session}: the daemon went away ({error:#}); the session's kernel programs stay attached and enforcing, but its events are not recorded until `toolwall run` starts again and adopts it"
-            );
-            let _ = gone.send(true);
-            return;
-        }
+        let why = match daemon_instance(&api).await {
+            Ok(now) if now == instance => continue,
+            Ok(_) => "it was restarted".to_owned(),
+            Err(error) => format!("{error:#}"),
+        };
+        eprintln!(
+            "toolwall: WARNING: session {session}: the daemon went away ({why}); the session's kernel programs stay attached and enforcing, but its events are not recorded until `toolwall run` starts again and adopts it"
+        );
+        let _ = gone.send(true);
+        return;
     }
+}
+
+/// The daemon process behind the socket (`instance` in `/health`).
+async fn daemon_instance(api: &ApiClient) -> anyhow::Result<Option<String>> {
+    #[derive(Deserialize)]
+    struct Health {
+        instance: Option<String>,
+    }
+    let body = api.call(Method::GET, "/health", Vec::new()).await?;
+    Ok(serde_json::from_slice::<Health>(&body)?.instance)
 }
 
 /// Who the agent runs as, when that is not the caller.
@@ -240,15 +262,26 @@ fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
     })
 }
 
-/// Confines the agent between fork and exec, after it entered its cgroup: its own cgroup
-/// namespace, `no_new_privs`, [`DROPPED_CAPS`] gone from the bounding set (so not even a root
-/// agent gets them back at exec), then the user's groups and ids. Every step must succeed, or
-/// the agent does not start.
-fn confine_on_spawn(cmd: &mut std::process::Command, user: Option<&AgentUser>) {
+/// Confines the agent between fork and exec, after it entered its cgroup: its own cgroup and
+/// mount namespaces, with every cgroup filesystem read-only and every bpf filesystem hidden in
+/// the latter (without nsdelegate, a root agent could otherwise write itself into another
+/// cgroup, or open the session's pinned links and detach them; it cannot unmount without
+/// CAP_SYS_ADMIN), `no_new_privs`, [`DROPPED_CAPS`]
+/// gone from the bounding set (so not even a root agent gets them back at exec), then the
+/// user's groups and ids. Every step must succeed, or the agent does not start.
+fn confine_on_spawn(
+    cmd: &mut std::process::Command,
+    user: Option<&AgentUser>,
+) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let ids = user.map(|u| (u.uid, u.gid, u.groups.clone()));
+    let read_only = if root {
+        protected_mounts()?
+    } else {
+        Vec::new()
+    };
     // SAFETY: the closure makes only async-signal-safe system calls and does not allocate.
     unsafe {
         cmd.pre_exec(move || {
@@ -260,7 +293,36 @@ fn confine_on_spawn(cmd: &mut std::process::Command, user: Option<&AgentUser>) {
                 }
             };
             if root {
-                check(libc::unshare(libc::CLONE_NEWCGROUP))?;
+                check(libc::unshare(libc::CLONE_NEWCGROUP | libc::CLONE_NEWNS))?;
+                // Slave: the host's later mounts still show; ours do not go back.
+                check(libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_SLAVE,
+                    std::ptr::null(),
+                ))?;
+                for (path, flags, bpf) in &read_only {
+                    if *bpf {
+                        // Root may open a pinned link by path (no capability needed) and
+                        // detach it: the pins are hidden under an empty, read-only tmpfs.
+                        check(libc::mount(
+                            c"toolwall-hidden".as_ptr(),
+                            path.as_ptr(),
+                            c"tmpfs".as_ptr(),
+                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                            c"mode=0,size=4k".as_ptr().cast(),
+                        ))?;
+                    } else {
+                        check(libc::mount(
+                            std::ptr::null(),
+                            path.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+                            std::ptr::null(),
+                        ))?;
+                    }
+                }
             }
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
             if root {
@@ -288,6 +350,45 @@ fn confine_on_spawn(cmd: &mut std::process::Command, user: Option<&AgentUser>) {
             Ok(())
         });
     }
+    Ok(())
+}
+
+/// Every cgroup (v1 and v2) and bpf filesystem mount, with the flags a read-only bind remount
+/// of it must keep (a remount sets them all), and whether it is a bpf one (to hide).
+fn protected_mounts() -> anyhow::Result<Vec<(std::ffi::CString, libc::c_ulong, bool)>> {
+    use std::os::unix::ffi::OsStrExt;
+    let bpf = crate::cgroup::mounts_of(&["bpf"])?;
+    let cgroups = crate::cgroup::mounts_of(&["cgroup2", "cgroup"])?;
+    let mut out = Vec::with_capacity(bpf.len() + cgroups.len());
+    let all = bpf
+        .into_iter()
+        .map(|m| (m, true))
+        .chain(cgroups.into_iter().map(|m| (m, false)));
+    for (mount, is_bpf) in all {
+        let path = std::ffi::CString::new(mount.as_os_str().as_bytes())
+            .with_context(|| format!("mount point {}", mount.display()))?;
+        // SAFETY: statvfs writes into the zeroed struct; path is NUL-terminated.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("statvfs {}", mount.display()));
+        }
+        let mut flags = 0;
+        for (st_flag, ms_flag) in [
+            (libc::ST_NOSUID, libc::MS_NOSUID),
+            (libc::ST_NODEV, libc::MS_NODEV),
+            (libc::ST_NOEXEC, libc::MS_NOEXEC),
+            (libc::ST_NOATIME, libc::MS_NOATIME),
+            (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+            (libc::ST_RELATIME, libc::MS_RELATIME),
+        ] {
+            if st.f_flag & st_flag != 0 {
+                flags |= ms_flag;
+            }
+        }
+        out.push((path, flags, is_bpf));
+    }
+    Ok(out)
 }
 
 /// The command with the session's environment; Codex also gets its base URL as an option.

@@ -46,7 +46,7 @@ enum View {
         #[command(flatten)]
         filters: Filters,
         /// Only events of this type (repeatable): mcp_tool_call_intercepted, mcp_tool_called,
-        /// mcp_network_connection, mcp_tool_seen, mcp_tool_changed.
+        /// mcp_network_connection, mcp_tool_seen, mcp_tool_changed, kernel_alert.
         #[arg(long = "type", value_name = "TYPE")]
         types: Vec<String>,
     },

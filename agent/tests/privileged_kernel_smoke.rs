@@ -24,10 +24,15 @@ fn run_in(cgroup: &SessionCgroup, script: &str) {
 fn privileged_connect_counter_counts_connects_from_inside_the_cgroup_only() {
     let cgroup =
         SessionCgroup::create(&format!("smoke-{}", std::process::id())).expect("create cgroup");
-    let mut monitor = KernelMonitor::load(false).expect("load eBPF programs");
-    monitor.attach(cgroup.path()).expect("attach to cgroup");
+    // Pins of its own, so that a daemon on this host is not disturbed.
+    let pin_root =
+        std::path::PathBuf::from(format!("/sys/fs/bpf/toolwall-smoke-{}", std::process::id()));
+    let mut monitor = KernelMonitor::load(false, &pin_root).expect("load eBPF programs");
+    monitor
+        .attach("smoke", cgroup.path())
+        .expect("attach to cgroup");
     println!(
-        "attached connect4 + connect6 to {} (cgroup id {})",
+        "attached connect4/6 + sendmsg4/6 to {} (cgroup id {})",
         cgroup.path().display(),
         cgroup.id().unwrap()
     );
@@ -69,6 +74,13 @@ fn privileged_connect_counter_counts_connects_from_inside_the_cgroup_only() {
         "a process outside the cgroup is not counted"
     );
 
+    // Links are pinned (they outlive the process); detaching unpins them.
+    monitor.detach("smoke").expect("detach");
+    assert!(
+        monitor.pins().remove_if_unused().expect("unpin"),
+        "nothing left pinned"
+    );
+    assert!(!pin_root.exists(), "{} removed", pin_root.display());
     drop(monitor);
     assert!(
         cgroup.remove_if_empty().unwrap(),

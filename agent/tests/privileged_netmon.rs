@@ -57,6 +57,7 @@ struct Attempt {
 }
 
 struct Harness {
+    name: String,
     cgroup: SessionCgroup,
     monitor: KernelMonitor,
     ring: RingBuf<MapData>,
@@ -65,12 +66,19 @@ struct Harness {
 impl Harness {
     fn new(name: &str) -> Self {
         // Load first: a failure then leaves no cgroup behind.
-        let mut monitor = KernelMonitor::load(false).expect("load eBPF programs");
+        // Pins of its own (maps included), so that neither a daemon on this host nor another
+        // test shares its rules.
+        let pin_root = std::path::PathBuf::from(format!(
+            "/sys/fs/bpf/toolwall-netmon-{name}-{}",
+            std::process::id()
+        ));
+        let mut monitor = KernelMonitor::load(false, &pin_root).expect("load eBPF programs");
         let cgroup = SessionCgroup::create(&format!("{name}-{}", std::process::id()))
             .expect("create cgroup");
-        monitor.attach(cgroup.path()).expect("attach");
+        monitor.attach(name, cgroup.path()).expect("attach");
         let ring = monitor.take_event_ring().expect("event ring");
         Harness {
+            name: name.to_owned(),
             cgroup,
             monitor,
             ring,
@@ -115,8 +123,9 @@ impl Harness {
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        // Leave nothing behind: links go with the monitor, then the (empty) cgroup.
-        self.monitor.detach(self.cgroup.path());
+        // Leave nothing behind: the pinned links and maps, then the (empty) cgroup.
+        let _ = self.monitor.detach(&self.name);
+        let _ = self.monitor.pins().remove_if_unused();
         let _ = self.cgroup.remove_if_empty();
     }
 }
@@ -139,7 +148,10 @@ fn privileged_deny_refuses_every_address_form_and_reports_the_right_pid_and_tid(
     let (_v4, port) = listen("127.0.0.1:0");
     let (_other, other) = listen("127.0.0.1:0");
     h.monitor
-        .sync_rules(&[Rule::exact(ip("127.0.0.1"), port, 7, RuleAction::Deny)])
+        .sync_rules(
+            &[Rule::exact(ip("127.0.0.1"), port, 7, RuleAction::Deny)],
+            &[],
+        )
         .unwrap();
 
     let targets = [
@@ -214,7 +226,10 @@ fn privileged_flag_lets_the_connect_through_and_records_it_also_from_forked_chil
     let mut h = Harness::new("flag");
     let (_l, port) = listen("127.0.0.1:0");
     h.monitor
-        .sync_rules(&[Rule::exact(ip("127.0.0.1"), port, 2, RuleAction::Flag)])
+        .sync_rules(
+            &[Rule::exact(ip("127.0.0.1"), port, 2, RuleAction::Flag)],
+            &[],
+        )
         .unwrap();
     let target = format!("127.0.0.1 {port}");
     let seen = h.client(&[format!("main:{target}"), format!("fork:{target}")]);
@@ -246,14 +261,20 @@ fn privileged_rules_changed_at_run_time_take_effect_on_the_next_connect() {
     let arg = [format!("main:{target}")];
 
     h.monitor
-        .sync_rules(&[Rule::exact(ip("127.0.0.1"), port, 1, RuleAction::Deny)])
+        .sync_rules(
+            &[Rule::exact(ip("127.0.0.1"), port, 1, RuleAction::Deny)],
+            &[],
+        )
         .unwrap();
     assert_eq!(h.client(&arg)[&target].result, "EPERM", "added");
     h.monitor
-        .sync_rules(&[Rule::exact(ip("127.0.0.1"), port, 1, RuleAction::Flag)])
+        .sync_rules(
+            &[Rule::exact(ip("127.0.0.1"), port, 1, RuleAction::Flag)],
+            &[],
+        )
         .unwrap();
     assert_eq!(h.client(&arg)[&target].result, "ok", "changed to flag");
-    h.monitor.sync_rules(&[]).unwrap();
+    h.monitor.sync_rules(&[], &[]).unwrap();
     assert_eq!(h.client(&arg)[&target].result, "ok", "removed");
     let events = h.events();
     assert_eq!(
@@ -276,7 +297,7 @@ fn privileged_cidr_rule_catches_its_range_only() {
         server_index: 4,
         action: RuleAction::Deny,
     };
-    h.monitor.sync_rules(&[rule]).unwrap();
+    h.monitor.sync_rules(&[rule], &[]).unwrap();
     let inside = "198.51.100.77 443".to_string();
     let outside = "198.51.101.77 443".to_string();
     let seen = h.client(&[format!("main:{inside}"), format!("main:{outside}")]);
@@ -297,7 +318,10 @@ fn privileged_a_flooded_ring_counts_its_drops_and_loses_nothing_silently() {
     let mut h = Harness::new("flood");
     let port = 9;
     h.monitor
-        .sync_rules(&[Rule::exact(ip("127.0.0.1"), port, 0, RuleAction::Flag)])
+        .sync_rules(
+            &[Rule::exact(ip("127.0.0.1"), port, 0, RuleAction::Flag)],
+            &[],
+        )
         .unwrap();
     // More connects than the 256 KiB ring holds (88-byte events + 8-byte headers ≈ 2,730),
     // with nobody reading until the end. UDP connect() runs the same hook and needs no peer.

@@ -107,6 +107,12 @@ impl Daemon {
     /// settings (and `proxy.listen: 127.0.0.1:0` unless `extra` has a `proxy:` section, which
     /// should then listen on port 0 too); waits until it prints its addresses.
     pub fn start(extra: &str) -> Daemon {
+        Self::start_wrapped(extra, &[])
+    }
+
+    /// [`Self::start`], with `toolwall run ...` started as the arguments of `wrapper` (say,
+    /// `unshare -m ...` to give the daemon a private `/etc/hosts`).
+    pub fn start_wrapped(extra: &str, wrapper: &[String]) -> Daemon {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static DAEMONS: AtomicUsize = AtomicUsize::new(0);
         let dir = tempfile::tempdir().expect("temp dir");
@@ -143,7 +149,7 @@ impl Daemon {
             db.display()
         );
         std::fs::write(&config, yaml).expect("write config");
-        let (child, api, proxy) = launch(&dir, &config, "stderr");
+        let (child, api, proxy) = launch(&dir, &config, "stderr", wrapper);
         Daemon {
             child,
             api,
@@ -159,7 +165,7 @@ impl Daemon {
     /// Starts `toolwall run` again on this daemon's configuration, after [`Self::kill9`]; its
     /// stderr goes to `stderr_name` in its directory.
     pub fn relaunch(&mut self, stderr_name: &str) {
-        let (child, api, proxy) = launch(&self.dir, &self.config, stderr_name);
+        let (child, api, proxy) = launch(&self.dir, &self.config, stderr_name, &[]);
         self.child = child;
         self.api = api;
         self.proxy = proxy;
@@ -212,11 +218,20 @@ fn launch(
     dir: &tempfile::TempDir,
     config: &Path,
     stderr_name: &str,
+    wrapper: &[String],
 ) -> (std::process::Child, String, Option<String>) {
     use std::io::BufRead;
-    let mut child = std::process::Command::new(toolwall_bin())
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = std::process::Command::new(program);
+            c.args(args).arg(toolwall_bin());
+            c
+        }
+        None => std::process::Command::new(toolwall_bin()),
+    };
+    let mut child = command
         .args(["run", "--config"])
-        .arg(&config)
+        .arg(config)
         .stdout(std::process::Stdio::piped())
         .stderr(std::fs::File::create(dir.path().join(stderr_name)).expect("stderr file"))
         .spawn()

@@ -121,7 +121,7 @@ fn exec(
     args: &[String],
 ) -> std::process::Output {
     let mut cmd = Command::new(toolwall_bin());
-    cmd.args(["exec", "--session", session, "--config"])
+    cmd.args(["exec", "--as-root", "--session", session, "--config"])
         .arg(&daemon.config)
         .arg("--")
         .arg(program)

@@ -95,7 +95,7 @@ fn fake_llm(calls: &'static [(&'static str, &'static str)]) -> String {
 /// session `session`; the JSON report it prints.
 fn run_agent(daemon: &Daemon, session: &str, script: &str, last: &str) -> Value {
     let out = Command::new(toolwall_bin())
-        .args(["exec", "--session", session, "--config"])
+        .args(["exec", "--as-root", "--session", session, "--config"])
         .arg(&daemon.config)
         .arg("--")
         .arg(python())

@@ -442,12 +442,23 @@ fn tools(state: &DaemonState) -> Response<Body> {
     json_response(StatusCode::OK, &tools)
 }
 
+/// This daemon process, told apart from the next one on the same socket (`toolwall exec`
+/// notices a restart between two of its checks by it; agent/src/exec.rs).
+static INSTANCE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{now}", std::process::id())
+});
+
 fn health(state: &DaemonState) -> Response<Body> {
     let counters = state.netmon.as_ref().and_then(|n| n.counters().ok());
     json_response(
         StatusCode::OK,
         &json!({
             "status": "ok",
+            "instance": &*INSTANCE,
             "layers": state.layers,
             "database": state.db_path,
             "sessions": state.session_names(),

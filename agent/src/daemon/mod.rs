@@ -170,7 +170,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             "re-adopted sessions an earlier daemon left pinned; each is closed once its processes are gone"
         );
     }
-    {
+    let reaper = {
         let state = state.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -178,8 +178,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
                 tick.tick().await;
                 state.reap_adopted_sessions();
             }
-        });
-    }
+        })
+    };
     let api = api::start(state.clone()).await?;
 
     for layer in &state.layers {
@@ -206,6 +206,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Stop taking work, then flush: the API goes first so nothing new arrives, sessions are
     // closed (programs detached), and the writer drains every queued event before it returns.
     api.stop().await;
+    reaper.abort();
+    let _ = reaper.await;
     let _ = stop_proxy.send(true);
     if let Some((_, task)) = proxy_task {
         match task.await {

@@ -1,0 +1,610 @@
+//! Issue 14: no way around the kernel layer from inside a session. Each test goes the user's
+//! way — `toolwall run` and `toolwall exec`, with a Python agent inside the session — and
+//! attacks as the review did: the host's own addresses, UDP without `connect()`, leaving the
+//! session, detaching its programs, `kill -9` of the daemon, a name that stops resolving.
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::{Duration, Instant},
+};
+
+use toolwall_tests::{Daemon, is_root, toolwall_bin};
+
+/// A listener on every address (`[::]`, dual-stack) that accepts and closes: what a server
+/// declared at `127.0.0.1:P` but bound to all interfaces looks like from the session.
+fn listen_everywhere() -> u16 {
+    // std binds `[::]` dual-stack on Linux (net.ipv6.bindv6only = 0).
+    let socket = TcpListener::bind("[::]:0").expect("bind [::]:0");
+    let port = socket.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in socket.incoming() {
+            drop(stream);
+        }
+    });
+    port
+}
+
+/// Every address of every interface of this host, as `ip -j addr` lists them (link-local
+/// IPv6 with its `%interface` scope, which a connect needs).
+fn host_addresses() -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-j", "addr"])
+        .output()
+        .expect("ip -j addr");
+    let interfaces: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("ip json");
+    let mut addrs = Vec::new();
+    for interface in interfaces {
+        let name = interface["ifname"].as_str().unwrap_or_default().to_owned();
+        for info in interface["addr_info"].as_array().into_iter().flatten() {
+            let Some(local) = info["local"].as_str() else {
+                continue;
+            };
+            if info["scope"] == "link" && local.contains(':') {
+                addrs.push(format!("{local}%{name}"));
+            } else {
+                addrs.push(local.to_owned());
+            }
+            if info["family"] == "inet" {
+                addrs.push(format!("::ffff:{local}"));
+            }
+        }
+    }
+    addrs.extend(["0.0.0.0", "::", "127.9.9.9"].map(str::to_owned));
+    addrs
+}
+
+/// A directory every user can read and write (the agent runs as `nobody`).
+fn shared_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .expect("chmod");
+    dir
+}
+
+fn write_agent(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, source).expect("write agent");
+    path
+}
+
+/// `toolwall exec` as root with `args` before `--`, the agent `python3 SCRIPT ARGS...` (the
+/// system's Python: `nobody` cannot reach root's pyenv).
+fn exec(daemon: &Daemon, args: &[&str], script: &Path, script_args: &[String]) -> Command {
+    let mut cmd = Command::new(toolwall_bin());
+    cmd.arg("exec")
+        .arg("--config")
+        .arg(&daemon.config)
+        .args(args)
+        .args(["--", "/usr/bin/python3"])
+        .arg(script)
+        .args(script_args)
+        .env_remove("SUDO_USER");
+    cmd
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The daemon's stored events of one type, waiting up to 5 s for `enough` of them.
+fn events(
+    daemon: &Daemon,
+    kind: &str,
+    enough: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = daemon.json_lines(&["mcp", "events", "--json", "--type", kind]);
+        if enough(&found) || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn denied_server_config(port: u16) -> String {
+    format!(
+        "sandbox:\n  mcp:\n    servers:\n      - id: forbidden\n        type: http\n        url: http://127.0.0.1:{port}/mcp\n    denied_servers:\n      - id: forbidden\n"
+    )
+}
+
+const CONNECT_ALL: &str = r#"
+import os, socket, sys
+port = int(sys.argv[1])
+for addr in sys.argv[2:]:
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    for kind, name in [(socket.SOCK_STREAM, "tcp"), (socket.SOCK_DGRAM, "udp-sendto")]:
+        s = socket.socket(family, kind)
+        try:
+            if kind == socket.SOCK_STREAM:
+                s.connect((addr, port))
+            else:
+                s.sendto(b"x", (addr, port))
+            print(name, addr, "THROUGH")
+        except PermissionError:
+            print(name, addr, "EPERM")
+        except OSError as e:
+            print(name, addr, "ERROR", e)
+        s.close()
+# A burst, read after the session closed: every event must keep its session.
+for _ in range(1000):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+    except PermissionError:
+        pass
+    s.close()
+print("burst done")
+"#;
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_every_local_address_and_udp_sendto_of_a_denied_server_are_refused_and_recorded() {
+    assert!(is_root());
+    let port = listen_everywhere();
+    let daemon = Daemon::start(&denied_server_config(port));
+    let dir = shared_dir();
+    let agent = write_agent(dir.path(), "connect_all.py", CONNECT_ALL);
+    let addrs = host_addresses();
+    let mut args = vec![port.to_string()];
+    args.extend(addrs.iter().cloned());
+    let out = exec(
+        &daemon,
+        &["--user", "nobody", "--session", "local"],
+        &agent,
+        &args,
+    )
+    .output()
+    .expect("exec");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "exec failed: {stderr}\n{stdout}");
+    println!("{stdout}");
+    for addr in &addrs {
+        for kind in ["tcp", "udp-sendto"] {
+            assert!(
+                stdout.contains(&format!("{kind} {addr} EPERM")),
+                "{kind} to {addr}:{port} was not refused:\n{stdout}"
+            );
+        }
+    }
+    assert!(stdout.contains("burst done"), "{stdout}");
+
+    let expected = 2 * addrs.len() + 1000;
+    let recorded = events(&daemon, "mcp_network_connection", |e| e.len() >= expected);
+    let unattributed = recorded
+        .iter()
+        .filter(|e| e["session_id"] != "local")
+        .count();
+    assert_eq!(
+        unattributed,
+        0,
+        "every kernel event keeps its session ({} of {} do not)",
+        unattributed,
+        recorded.len()
+    );
+    assert!(
+        recorded.len() >= expected,
+        "{} events recorded, {expected} expected",
+        recorded.len()
+    );
+    assert!(
+        recorded
+            .iter()
+            .any(|e| e["protocol"] == "udp-sendmsg" && e["action"] == "block"),
+        "a refused sendto is recorded as such"
+    );
+}
+
+const STAY_INSIDE: &str = r#"
+import ctypes, os, socket, struct, sys, time
+port, root_procs, pin, marks = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+print("uid", os.getuid())
+print("cgroup", open("/proc/self/cgroup").read().strip().splitlines()[-1])
+status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+print("CapEff", status["CapEff"].strip(), "CapBnd", status["CapBnd"].strip(), "NoNewPrivs", status["NoNewPrivs"].strip())
+try:
+    open(root_procs, "w").write(str(os.getpid()))
+    print("leave: moved to the root cgroup")
+except OSError as e:
+    print("leave: refused", e.errno)
+try:
+    os.mkdir(os.path.join(os.path.dirname(root_procs), "toolwall-escape"))
+    print("mkdir cgroup: made")
+except OSError as e:
+    print("mkdir cgroup: refused", e.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_bpf = 321
+# BPF_LINK_GET_FD_BY_ID (30) for every link id: the first step of `bpftool link detach`.
+got = []
+for link_id in range(1, 4096):
+    attr = ctypes.create_string_buffer(struct.pack("I", link_id), 128)
+    fd = libc.syscall(SYS_bpf, 30, attr, 128)
+    if fd >= 0:
+        got.append(link_id)
+        # BPF_LINK_DETACH (34)
+        detach = ctypes.create_string_buffer(struct.pack("I", fd), 128)
+        libc.syscall(SYS_bpf, 34, detach, 128)
+print("links opened", got)
+# BPF_OBJ_GET (7) on the session's pinned link.
+path = ctypes.create_string_buffer(pin.encode())
+attr = ctypes.create_string_buffer(struct.pack("Q", ctypes.addressof(path)), 128)
+fd = libc.syscall(SYS_bpf, 7, attr, 128)
+print("pin opened" if fd >= 0 else "pin refused %d" % ctypes.get_errno())
+try:
+    os.unlink(pin)
+    print("unpin: removed")
+except OSError as e:
+    print("unpin: refused", e.errno)
+print("pid", os.getpid(), flush=True)
+while not os.path.exists(os.path.join(marks, "go")):
+    time.sleep(0.05)
+print("cgroup after", open("/proc/self/cgroup").read().strip().splitlines()[-1])
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", port))
+    print("connect THROUGH")
+except PermissionError:
+    print("connect EPERM")
+"#;
+
+fn cap_bit(line: &str, name: &str, bit: u32) -> bool {
+    let hex = line
+        .split_whitespace()
+        .skip_while(|w| *w != name)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {name} in {line:?}"));
+    u64::from_str_radix(hex, 16).expect("hex") & (1 << bit) != 0
+}
+
+/// The pinned `connect4` link of `session` under the daemon's pin directory.
+fn session_pin(daemon: &Daemon, session: &str) -> PathBuf {
+    std::fs::read_dir(&daemon.pin_dir)
+        .expect("pin dir")
+        .next()
+        .expect("a build directory")
+        .expect("entry")
+        .path()
+        .join("sessions")
+        .join(session)
+        .join("connect4")
+}
+
+/// Runs [`STAY_INSIDE`] in session `session` with `exec_args`, the denied server on `port`;
+/// once the agent printed its pid, `between(pid)` runs, then the agent finishes. Returns the
+/// agent's stdout, exec's stderr and whether exec succeeded.
+fn stay_inside(
+    daemon: &Daemon,
+    port: u16,
+    session: &str,
+    exec_args: &[&str],
+    between: impl FnOnce(u32),
+) -> (String, String, bool) {
+    let dir = shared_dir();
+    let agent = write_agent(dir.path(), "stay.py", STAY_INSIDE);
+    let root_procs = toolwall::cgroup::cgroup2_mount()
+        .expect("cgroup2")
+        .join("cgroup.procs");
+    let args = [
+        port.to_string(),
+        root_procs.display().to_string(),
+        session_pin(daemon, session).display().to_string(),
+        dir.path().display().to_string(),
+    ];
+    let out_file = dir.path().join("agent.out");
+    let err_file = dir.path().join("exec.err");
+    let mut all_args = exec_args.to_vec();
+    all_args.extend(["--session", session]);
+    let mut child = exec(daemon, &all_args, &agent, &args)
+        .stdout(std::fs::File::create(&out_file).expect("out"))
+        .stderr(std::fs::File::create(&err_file).expect("err"))
+        .spawn()
+        .expect("exec");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        let seen = std::fs::read_to_string(&out_file).unwrap_or_default();
+        if let Some(pid) = seen
+            .lines()
+            .find_map(|l| l.strip_prefix("pid ").and_then(|p| p.parse().ok()))
+        {
+            break pid;
+        }
+        if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let err = std::fs::read_to_string(&err_file).unwrap_or_default();
+            panic!("the agent did not get going: {seen}\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    between(pid);
+    std::fs::write(dir.path().join("go"), "").expect("mark");
+    let ok = child.wait().expect("exec").success();
+    let stdout = std::fs::read_to_string(&out_file).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err_file).unwrap_or_default();
+    println!("{stdout}\n{stderr}");
+    (stdout, stderr, ok)
+}
+
+fn assert_confined(stdout: &str, caps_field: &str) {
+    let caps = stdout
+        .lines()
+        .find(|l| l.starts_with("CapEff"))
+        .expect("caps");
+    for bit in [21, 39, 12, 38, 19] {
+        assert!(
+            !cap_bit(caps, caps_field, bit),
+            "capability {bit} in {caps_field}: {caps}"
+        );
+    }
+    for line in [
+        "cgroup 0::/",
+        "links opened []",
+        "cgroup after 0::/",
+        "connect EPERM",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line:?} missing: {stdout}"
+        );
+    }
+    assert!(stdout.contains("NoNewPrivs 1"), "{stdout}");
+    assert!(stdout.contains("leave: refused"), "{stdout}");
+    assert!(stdout.contains("mkdir cgroup: refused"), "{stdout}");
+    assert!(stdout.contains("pin refused"), "{stdout}");
+    assert!(stdout.contains("unpin: refused"), "{stdout}");
+}
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_root_started_agent_cannot_leave_its_session_or_detach_its_programs() {
+    assert!(is_root());
+    let port = listen_everywhere();
+    // Started by root with no --user and no SUDO_USER: the configured exec.user applies.
+    let daemon = Daemon::start(&format!(
+        "{}exec:\n  user: nobody\n",
+        denied_server_config(port)
+    ));
+    let (stdout, stderr, ok) = stay_inside(&daemon, port, "inside", &[], |_| {});
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("uid 65534"), "runs as exec.user: {stdout}");
+    assert_confined(&stdout, "CapBnd");
+}
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_root_agent_cannot_leave_or_detach_and_is_moved_back_when_moved_out() {
+    assert!(is_root());
+    let port = listen_everywhere();
+    let daemon = Daemon::start(&format!(
+        "{}netmon:\n  watch_interval_ms: 200\n",
+        denied_server_config(port)
+    ));
+    let root_procs = toolwall::cgroup::cgroup2_mount()
+        .expect("cgroup2")
+        .join("cgroup.procs");
+    let (stdout, stderr, ok) = stay_inside(&daemon, port, "rootagent", &["--as-root"], |pid| {
+        // Someone outside (root, with every capability) moves the agent out once the watch has
+        // seen it in its session; the watch must notice and move it back before it connects.
+        std::thread::sleep(Duration::from_millis(600));
+        std::fs::write(&root_procs, pid.to_string()).expect("move the agent out");
+        std::thread::sleep(Duration::from_millis(1500));
+    });
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("uid 0"), "{stdout}");
+    assert!(
+        stderr.contains("WARNING") && stderr.contains("as root"),
+        "{stderr}"
+    );
+    // Read-only cgroup filesystems in its mount namespace (EROFS).
+    assert!(stdout.contains("leave: refused 30"), "{stdout}");
+    assert_confined(&stdout, "CapEff");
+    assert_confined(&stdout, "CapBnd");
+    let alerts = events(&daemon, "kernel_alert", |e| !e.is_empty());
+    assert!(
+        alerts.iter().any(|a| a["alert"] == "process_left"
+            && a["action"] == "block"
+            && a["session_id"] == "rootagent"),
+        "{alerts:?}"
+    );
+}
+
+const THROUGH_A_CRASH: &str = r#"
+import os, socket, sys, time
+port, marks = int(sys.argv[1]), sys.argv[2]
+def attempt(n):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        print(n, "THROUGH", flush=True)
+    except PermissionError:
+        print(n, "EPERM", flush=True)
+attempt(1)
+for n in (2, 3):
+    while not os.path.exists(os.path.join(marks, "go%d" % n)):
+        time.sleep(0.05)
+    attempt(n)
+"#;
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_killed_daemon_leaves_the_session_denied_and_the_next_one_adopts_it() {
+    assert!(is_root());
+    let port = listen_everywhere();
+    let mut daemon = Daemon::start(&denied_server_config(port));
+    let dir = shared_dir();
+    let agent = write_agent(dir.path(), "crash.py", THROUGH_A_CRASH);
+    let marks = dir.path().to_path_buf();
+    let out_file = dir.path().join("agent.out");
+    let mut child = exec(
+        &daemon,
+        &["--user", "nobody", "--session", "crash"],
+        &agent,
+        &[port.to_string(), marks.display().to_string()],
+    )
+    .stdout(std::fs::File::create(&out_file).expect("out"))
+    .stderr(std::fs::File::create(dir.path().join("exec.err")).expect("err"))
+    .spawn()
+    .expect("exec");
+    let wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen = std::fs::read_to_string(&out_file).unwrap_or_default();
+            if seen.contains(what) {
+                return seen;
+            }
+            assert!(Instant::now() < deadline, "no {what:?} in {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("1 EPERM");
+    daemon.kill9();
+    std::fs::write(marks.join("go2"), "").expect("mark");
+    wait_for("2 ");
+    daemon.relaunch("stderr2");
+    std::fs::write(marks.join("go3"), "").expect("mark");
+    let status = child.wait().expect("exec exit");
+    let seen = wait_for("3 ");
+    let exec_err = std::fs::read_to_string(dir.path().join("exec.err")).unwrap_or_default();
+    println!("{seen}\n{exec_err}");
+    assert!(
+        seen.contains("2 EPERM") && seen.contains("3 EPERM"),
+        "the session stays denied with no daemon and after: {seen}"
+    );
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "exec says the daemon went away: {exec_err}"
+    );
+    assert!(exec_err.contains("the daemon went away"), "{exec_err}");
+    let restarted = std::fs::read_to_string(daemon.dir.path().join("stderr2")).unwrap_or_default();
+    assert!(
+        restarted.contains("re-adopted session \"crash\""),
+        "{restarted}"
+    );
+
+    let connections = events(&daemon, "mcp_network_connection", |e| e.len() >= 3);
+    let crash: Vec<_> = connections
+        .iter()
+        .filter(|e| e["session_id"] == "crash" && e["action"] == "block")
+        .collect();
+    assert_eq!(
+        crash.len(),
+        3,
+        "the attempt made while no daemon ran is read from the pinned ring by the next: {connections:?}"
+    );
+    let alerts = events(&daemon, "kernel_alert", |e| !e.is_empty());
+    assert!(
+        alerts
+            .iter()
+            .any(|a| a["alert"] == "session_adopted" && a["session_id"] == "crash"),
+        "{alerts:?}"
+    );
+    // exec closed the session through the new daemon: nothing of it is left.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let cgroup = toolwall::cgroup::cgroup2_mount()
+        .expect("cgroup2")
+        .join("toolwall/crash");
+    while cgroup.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!cgroup.exists(), "session cgroup removed");
+}
+
+const DNS_AGENT: &str = r#"
+import os, socket, sys, time
+gone, never, marks = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def attempt(label, port):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        print(label, "THROUGH", flush=True)
+    except PermissionError:
+        print(label, "EPERM", flush=True)
+attempt("resolving", gone)
+attempt("never-resolved", never)
+while not os.path.exists(os.path.join(marks, "go")):
+    time.sleep(0.05)
+attempt("stopped-resolving", gone)
+"#;
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_name_that_stops_resolving_keeps_its_deny() {
+    assert!(is_root());
+    let (gone, never) = (listen_everywhere(), listen_everywhere());
+    let dir = shared_dir();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 toolwall-dns-test.internal\n").expect("hosts");
+    // The daemon gets a private /etc/hosts (its own mount namespace), which the test edits.
+    let wrapper: Vec<String> = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind \"$0\" /etc/hosts && exec \"$@\"",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([hosts.display().to_string()])
+    .collect();
+    let daemon = Daemon::start_wrapped(
+        &format!(
+            "sandbox:\n  mcp:\n    servers:\n      - id: gone\n        type: http\n        url: http://toolwall-dns-test.internal:{gone}/mcp\n      - id: never\n        type: http\n        url: http://toolwall-never-resolves.internal:{never}/mcp\n    denied_servers:\n      - id: gone\n      - id: never\nnetmon:\n  resolve_interval_secs: 1\n"
+        ),
+        &wrapper,
+    );
+    let agent = write_agent(dir.path(), "dns.py", DNS_AGENT);
+    let out_file = dir.path().join("agent.out");
+    let mut child = exec(
+        &daemon,
+        &["--user", "nobody", "--session", "dns"],
+        &agent,
+        &[
+            gone.to_string(),
+            never.to_string(),
+            dir.path().display().to_string(),
+        ],
+    )
+    .stdout(std::fs::File::create(&out_file).expect("out"))
+    .spawn()
+    .expect("exec");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&out_file)
+        .unwrap_or_default()
+        .contains("never-resolved")
+    {
+        assert!(Instant::now() < deadline, "agent did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // In place (the bind mount holds the inode): the name stops resolving.
+    std::fs::write(&hosts, "").expect("empty hosts");
+    std::thread::sleep(Duration::from_millis(2500));
+    std::fs::write(dir.path().join("go"), "").expect("mark");
+    assert!(child.wait().expect("exec").success());
+    let seen = std::fs::read_to_string(&out_file).unwrap_or_default();
+    println!("{seen}\n{}", daemon.stderr());
+    let line = |l: &str| seen.lines().any(|seen| seen == l);
+    assert!(line("resolving EPERM"), "{seen}");
+    assert!(
+        line("never-resolved EPERM"),
+        "a DENY name that never resolved is denied on its port everywhere: {seen}"
+    );
+    assert!(
+        line("stopped-resolving EPERM"),
+        "the name keeps its last addresses: {seen}"
+    );
+    assert!(
+        daemon
+            .stderr()
+            .contains("cannot resolve; its rule stays on the addresses it last resolved to"),
+        "the lost name is reported"
+    );
+}

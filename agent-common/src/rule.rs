@@ -8,6 +8,10 @@
 pub const ACTION_FLAG: u8 = 1;
 /// Refuse the connection with EPERM and emit an event.
 pub const ACTION_DENY: u8 = 2;
+/// Let the connection through unrecorded: an exception carved out of a wider rule (an allowed
+/// DNS resolver inside `netmon.dns.other_resolvers`). Never laid over a DENY
+/// (agent/src/netmon/rules.rs).
+pub const ACTION_PASS: u8 = 3;
 
 /// Key of the exact-match `ENDPOINTS` hash map.
 ///
@@ -47,7 +51,7 @@ pub const CIDR_PORT_BITS: u32 = 16;
 pub struct EndpointRule {
     /// Index of the server in the daemon's server table (stable for the daemon's life).
     pub server_index: u32,
-    /// [`ACTION_FLAG`] or [`ACTION_DENY`].
+    /// [`ACTION_FLAG`], [`ACTION_DENY`] or [`ACTION_PASS`].
     pub action: u8,
     /// Explicit padding.
     pub _pad: [u8; 3],

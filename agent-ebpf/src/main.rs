@@ -21,7 +21,7 @@ use agent_common::{
         VERDICT_DENIED, VERDICT_FLAGGED,
     },
     counters,
-    rule::{CidrKey, EndpointKey, EndpointRule, ACTION_DENY, CIDR_PORT_BITS, MAX_RULES},
+    rule::{CidrKey, EndpointKey, EndpointRule, ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS, MAX_RULES},
 };
 use aya_ebpf::{
     helpers::{
@@ -115,6 +115,10 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
         bump(counters::UNMATCHED);
         return ALLOW;
     };
+    if rule.action == ACTION_PASS {
+        bump(counters::UNMATCHED);
+        return ALLOW;
+    }
     let deny = rule.action == ACTION_DENY;
     bump(if deny {
         counters::DENIED

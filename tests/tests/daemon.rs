@@ -87,7 +87,7 @@ fn exec_without_a_daemon_says_what_is_missing() {
     )
     .unwrap();
     let out = Command::new(toolwall_bin())
-        .args(["exec", "--config"])
+        .args(["exec", "--as-root", "--config"])
         .arg(&config)
         .args(["--", "true"])
         .output()

@@ -608,3 +608,84 @@ fn privileged_a_name_that_stops_resolving_keeps_its_deny() {
         "the lost name is reported"
     );
 }
+
+const DNS_SENDER: &str = r#"
+import socket, sys
+for addr, port in [("198.51.100.53", 53), ("2001:db8::53", 53), ("198.51.100.1", 53), ("198.51.100.53", 5353)]:
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x01", (addr, port))
+        print(addr, port, "SENT")
+    except PermissionError:
+        print(addr, port, "EPERM")
+    except OSError as e:
+        print(addr, port, "ERROR", e.errno)
+    s.close()
+"#;
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_dns_to_a_resolver_not_allowed_is_flagged_or_denied() {
+    assert!(is_root());
+    let dir = shared_dir();
+    let agent = write_agent(dir.path(), "dns_sender.py", DNS_SENDER);
+    for (mode, session) in [("flag", "dnsflag"), ("deny", "dnsdeny")] {
+        let daemon = Daemon::start(&format!(
+            "netmon:\n  dns:\n    other_resolvers: {mode}\n    resolvers: [198.51.100.1]\n"
+        ));
+        let out = exec(
+            &daemon,
+            &["--user", "nobody", "--session", session],
+            &agent,
+            &[],
+        )
+        .output()
+        .expect("exec");
+        let (stdout, stderr) = text(&out);
+        println!("{mode}:\n{stdout}\n{stderr}");
+        assert!(out.status.success(), "{stderr}");
+        let line = |l: &str| stdout.lines().any(|seen| seen.starts_with(l));
+        // The allowed resolver and other ports are not the kernel's business.
+        assert!(!line("198.51.100.1 53 EPERM"), "{stdout}");
+        assert!(!line("198.51.100.53 5353 EPERM"), "{stdout}");
+        let refused = mode == "deny";
+        for other in ["198.51.100.53 53", "2001:db8::53 53"] {
+            assert_eq!(
+                line(&format!("{other} EPERM")),
+                refused,
+                "{mode}: {other}: {stdout}"
+            );
+        }
+        let recorded = events(&daemon, "mcp_network_connection", |e| e.len() >= 2);
+        let mut seen: Vec<(String, String, String)> = recorded
+            .iter()
+            .map(|e| {
+                assert_eq!(e["session_id"], session, "{e}");
+                (
+                    e["server_id"].as_str().unwrap_or_default().to_owned(),
+                    e["remote_addr"].as_str().unwrap_or_default().to_owned(),
+                    e["action"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        seen.sort();
+        let action = if refused { "block" } else { "allow" };
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    "dns:other-resolver".to_owned(),
+                    "198.51.100.53:53".to_owned(),
+                    action.to_owned()
+                ),
+                (
+                    "dns:other-resolver".to_owned(),
+                    "[2001:db8::53]:53".to_owned(),
+                    action.to_owned()
+                ),
+            ],
+            "{mode}: exactly the two queries to another resolver are recorded"
+        );
+    }
+}

@@ -442,6 +442,36 @@ pub struct NetmonConfig {
     /// How often each session is checked for a detached program or a process that left it.
     #[serde(default = "default_watch_interval")]
     pub watch_interval_ms: u64,
+    /// DNS from sessions to resolvers other than the allowed ones.
+    #[serde(default)]
+    pub dns: DnsConfig,
+}
+
+/// `netmon.dns:` — DNS (port 53, UDP and TCP) from sessions to a resolver the host does not use
+/// can carry data out or answer with addresses toolwall never resolved (issue 14).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsConfig {
+    /// What the kernel does with DNS to any other resolver: `off` (nothing), `flag` (record
+    /// it), `deny` (refuse it with EPERM and record it).
+    #[serde(default)]
+    pub other_resolvers: OtherResolvers,
+    /// The resolvers DNS may go to unrecorded; empty: the `nameserver`s of /etc/resolv.conf.
+    #[serde(default)]
+    pub resolvers: Vec<std::net::IpAddr>,
+}
+
+/// `netmon.dns.other_resolvers`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OtherResolvers {
+    /// Not watched.
+    #[default]
+    Off,
+    /// Recorded.
+    Flag,
+    /// Refused and recorded.
+    Deny,
 }
 
 fn default_pin_dir() -> PathBuf {
@@ -461,6 +491,7 @@ impl Default for NetmonConfig {
             resolve_interval_secs: default_resolve_interval(),
             pin_dir: default_pin_dir(),
             watch_interval_ms: default_watch_interval(),
+            dns: DnsConfig::default(),
         }
     }
 }

@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 pub use state::{DaemonState, LayerStatus};
 
 use crate::{
-    config::{Config, ProxyMode, ServerType},
+    config::{Config, OtherResolvers, ProxyMode, ServerType},
     correlate::Correlator,
     decision::Gate,
     events::{EventSink, Store, spawn_writer},
@@ -404,6 +404,7 @@ pub fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoin
             } else {
                 RuleAction::Flag
             },
+            except: Vec::new(),
         });
     }
     if config.netmon.pin_llm_egress {
@@ -418,10 +419,36 @@ pub fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoin
                     host,
                     port,
                     action: RuleAction::Deny,
+                    except: Vec::new(),
                 });
             }
         }
     }
+    let dns = &config.netmon.dns;
+    let other = match dns.other_resolvers {
+        OtherResolvers::Off => return out,
+        OtherResolvers::Flag => RuleAction::Flag,
+        OtherResolvers::Deny => RuleAction::Deny,
+    };
+    let allowed = if dns.resolvers.is_empty() {
+        crate::netmon::local::system_resolvers()
+    } else {
+        dns.resolvers.clone()
+    };
+    if allowed.is_empty() {
+        tracing::warn!(
+            action = ?other,
+            "netmon.dns: no resolver is allowed (none in netmon.dns.resolvers, none in /etc/resolv.conf); all DNS from sessions is treated as going to another resolver"
+        );
+    }
+    out.push(WatchedEndpoint {
+        id: "dns:other-resolver".into(),
+        kind: "dns".into(),
+        host: "::/0".into(),
+        port: 53,
+        action: other,
+        except: allowed,
+    });
     out
 }
 

@@ -13,6 +13,24 @@ use std::{
 
 use tokio::io::{Interest, unix::AsyncFd};
 
+/// The `nameserver`s of /etc/resolv.conf (scopes dropped, as for [`local_addresses`]); none
+/// when the file is missing.
+pub fn system_resolvers() -> Vec<IpAddr> {
+    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    parse_resolv_conf(&text)
+}
+
+fn parse_resolv_conf(text: &str) -> Vec<IpAddr> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some("nameserver")).then_some(())?;
+            let addr = words.next()?;
+            addr.split('%').next()?.parse().ok()
+        })
+        .collect()
+}
+
 /// Every address configured on any interface of this network namespace, loopback included,
 /// sorted. Link-local IPv6 addresses are listed without their scope: the kernel programs see a
 /// destination's 16 bytes, not its interface.
@@ -146,6 +164,18 @@ impl AddressChanges {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn resolv_conf_nameservers_are_read_with_their_scope_dropped() {
+        let text = "# comment\nsearch example.org\nnameserver 192.0.2.53\nnameserver fe80::1%eth0\nnameserver\nnameserver not-an-ip\noptions ndots:1\n";
+        assert_eq!(
+            super::parse_resolv_conf(text),
+            vec![
+                "192.0.2.53".parse::<std::net::IpAddr>().expect("ip"),
+                "fe80::1".parse().expect("ip")
+            ]
+        );
+    }
+
     #[test]
     fn this_host_has_its_loopback_addresses() {
         let addrs = super::local_addresses().expect("getifaddrs");

@@ -14,7 +14,7 @@ use std::{
 };
 
 use agent_common::rule::{
-    ACTION_DENY, ACTION_FLAG, CIDR_PORT_BITS, CidrKey, EndpointKey, EndpointRule,
+    ACTION_DENY, ACTION_FLAG, ACTION_PASS, CIDR_PORT_BITS, CidrKey, EndpointKey, EndpointRule,
 };
 
 /// What the kernel does on a match.
@@ -24,6 +24,9 @@ pub enum RuleAction {
     Flag,
     /// Refuse with EPERM, emit an event.
     Deny,
+    /// Let it through unrecorded: an exception inside a wider FLAG rule (an allowed DNS
+    /// resolver); never laid over a DENY.
+    Pass,
 }
 
 impl RuleAction {
@@ -31,6 +34,7 @@ impl RuleAction {
         match self {
             RuleAction::Flag => ACTION_FLAG,
             RuleAction::Deny => ACTION_DENY,
+            RuleAction::Pass => ACTION_PASS,
         }
     }
 }
@@ -133,19 +137,51 @@ pub struct MapContents {
 
 impl MapContents {
     /// Lays rules out as map entries (after widening local addresses to `locals`, the host's
-    /// interface addresses). Two rules on one key: DENY wins, so adding a server can never
-    /// weaken another's deny.
+    /// interface addresses). Two rules on one key: DENY wins over FLAG over PASS, so adding a
+    /// server can never weaken another's deny. A PASS is an exception to the rule of its own
+    /// `server_index`; one that another server's DENY of any width covers is dropped (an exact
+    /// PASS would otherwise shadow a wider DENY in the kernel's lookup).
     pub fn from_rules(rules: &[Rule], locals: &[IpAddr]) -> Self {
         let mut out = MapContents::default();
-        for rule in widen_local(rules, locals) {
+        let widened = widen_local(rules, locals);
+        let (passes, others): (Vec<Rule>, Vec<Rule>) = widened
+            .into_iter()
+            .partition(|r| r.action == RuleAction::Pass);
+        out.lay_out(others);
+        // A PASS is carved out of the rule of its own server_index; any other DENY wins.
+        let passes: Vec<Rule> = passes
+            .into_iter()
+            .filter(|pass| {
+                let others: Vec<Rule> = rules
+                    .iter()
+                    .filter(|r| r.action == RuleAction::Deny && r.server_index != pass.server_index)
+                    .copied()
+                    .collect();
+                let mut denies = MapContents::default();
+                denies.lay_out(widen_local(&others, locals));
+                denies.lookup(pass.addr, pass.port).is_none()
+            })
+            .collect();
+        out.lay_out(passes);
+        out
+    }
+
+    fn lay_out(&mut self, rules: Vec<Rule>) {
+        let out = self;
+        for rule in rules {
             let (addr, bits) = rule.mapped();
             let value = EndpointRule {
                 server_index: rule.server_index,
                 action: rule.action.wire(),
                 _pad: [0; 3],
             };
+            let strength = |action: u8| match action {
+                ACTION_DENY => 2,
+                ACTION_FLAG => 1,
+                _ => 0,
+            };
             let keep_stronger = |old: &mut EndpointRule| {
-                if value.action == ACTION_DENY || old.action != ACTION_DENY {
+                if strength(value.action) >= strength(old.action) {
                     *old = value;
                 }
             };
@@ -171,7 +207,6 @@ impl MapContents {
                     .or_insert(value);
             }
         }
-        out
     }
 
     /// What the kernel would decide for a destination (the same lookup order as the programs);
@@ -300,6 +335,70 @@ mod tests {
             &locals,
         );
         assert!(remote.lookup(ip("127.0.0.1"), 80).is_none());
+    }
+
+    #[test]
+    fn an_allowed_resolver_passes_inside_a_wider_flag_but_never_over_a_deny() {
+        let any = |action| Rule {
+            addr: ip("::"),
+            prefix: 0,
+            port: 53,
+            server_index: 1,
+            action,
+        };
+        let pass = Rule::exact(ip("192.0.2.53"), 53, 1, RuleAction::Pass);
+        let flagged = MapContents::from_rules(&[pass, any(RuleAction::Flag)], &[]);
+        assert_eq!(
+            flagged.lookup(ip("192.0.2.53"), 53).map(|r| r.action),
+            Some(ACTION_PASS)
+        );
+        assert_eq!(
+            flagged
+                .lookup(ip("::ffff:192.0.2.53"), 53)
+                .map(|r| r.action),
+            Some(ACTION_PASS),
+            "the mapped form too"
+        );
+        assert_eq!(
+            flagged.lookup(ip("198.51.100.9"), 53).map(|r| r.action),
+            Some(ACTION_FLAG)
+        );
+        assert_eq!(
+            flagged.lookup(ip("2001:db8::9"), 53).map(|r| r.action),
+            Some(ACTION_FLAG)
+        );
+        assert!(flagged.lookup(ip("198.51.100.9"), 5353).is_none());
+        // Carved out of a DENY of its own rule: passes.
+        let denied = MapContents::from_rules(&[pass, any(RuleAction::Deny)], &[]);
+        assert_eq!(
+            denied.lookup(ip("192.0.2.53"), 53).map(|r| r.action),
+            Some(ACTION_PASS)
+        );
+        assert_eq!(
+            denied.lookup(ip("198.51.100.9"), 53).map(|r| r.action),
+            Some(ACTION_DENY)
+        );
+        // Another server's DENY that covers the resolver (say a denied server on port 53 whose
+        // name never resolved: `::/0`) is not shadowed by the pass.
+        let other_deny = Rule {
+            server_index: 4,
+            ..any(RuleAction::Deny)
+        };
+        let shadowed = MapContents::from_rules(&[pass, any(RuleAction::Flag), other_deny], &[]);
+        assert_eq!(
+            shadowed.lookup(ip("192.0.2.53"), 53).map(|r| r.action),
+            Some(ACTION_DENY)
+        );
+        let exact_deny = Rule::exact(ip("192.0.2.53"), 53, 2, RuleAction::Deny);
+        for rules in [[pass, exact_deny], [exact_deny, pass]] {
+            assert_eq!(
+                MapContents::from_rules(&rules, &[])
+                    .lookup(ip("192.0.2.53"), 53)
+                    .map(|r| r.action),
+                Some(ACTION_DENY),
+                "either order"
+            );
+        }
     }
 
     #[test]

@@ -31,14 +31,17 @@ use crate::{
 pub struct WatchedEndpoint {
     /// Server id (or `llm:anthropic` / `llm:openai` for provider hosts).
     pub id: String,
-    /// `http`, `sse` or `llm`.
+    /// `http`, `sse`, `llm` or `dns`.
     pub kind: String,
-    /// Host name or IP literal from the URL.
+    /// Host name or IP literal from the URL, or a range (`ADDR/PREFIX`).
     pub host: String,
     /// Port from the URL (its scheme's default when the URL has none).
     pub port: u16,
     /// Flag (record) or deny (EPERM) connections from sessions.
     pub action: RuleAction,
+    /// Addresses carved out of a range (the allowed resolvers inside DNS to anywhere): let
+    /// through unrecorded on `port`, unless another DENY covers them.
+    pub except: Vec<IpAddr>,
 }
 
 /// What a host name resolved to the last time it resolved, so that a name that stops
@@ -55,6 +58,25 @@ pub async fn resolve_rules(endpoints: &[WatchedEndpoint], known: &mut LastKnown)
     let mut rules = Vec::new();
     for (index, endpoint) in endpoints.iter().enumerate() {
         let index = index as u32;
+        // A range (`::/0` for DNS to any resolver).
+        if let Some((addr, prefix)) = endpoint.host.split_once('/')
+            && let (Ok(addr), Ok(prefix)) = (addr.parse::<IpAddr>(), prefix.parse::<u8>())
+        {
+            rules.push(Rule {
+                addr,
+                prefix,
+                port: endpoint.port,
+                server_index: index,
+                action: endpoint.action,
+            });
+            rules.extend(
+                endpoint
+                    .except
+                    .iter()
+                    .map(|&a| Rule::exact(a, endpoint.port, index, RuleAction::Pass)),
+            );
+            continue;
+        }
         let addrs: Vec<IpAddr> = match endpoint.host.trim_matches(['[', ']']).parse::<IpAddr>() {
             Ok(ip) => vec![ip],
             Err(_) => {
@@ -623,6 +645,7 @@ mod tests {
                 host: "localhost".into(),
                 port: 3001,
                 action: RuleAction::Deny,
+                except: Vec::new(),
             },
             WatchedEndpoint {
                 id: "b".into(),
@@ -630,6 +653,7 @@ mod tests {
                 host: "[::1]".into(),
                 port: 3002,
                 action: RuleAction::Flag,
+                except: Vec::new(),
             },
             WatchedEndpoint {
                 id: "c".into(),
@@ -637,6 +661,7 @@ mod tests {
                 host: "no-such-host.invalid".into(),
                 port: 1,
                 action: RuleAction::Deny,
+                except: Vec::new(),
             },
         ];
         let mut known = LastKnown::default();
@@ -678,6 +703,7 @@ mod tests {
             host: "gone.invalid".into(),
             port: 80,
             action,
+            except: Vec::new(),
         };
         for action in [RuleAction::Deny, RuleAction::Flag] {
             let rules = resolve_rules(&[endpoint(action)], &mut known).await;

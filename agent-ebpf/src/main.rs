@@ -21,7 +21,9 @@ use agent_common::{
         VERDICT_DENIED, VERDICT_FLAGGED,
     },
     counters,
-    rule::{CidrKey, EndpointKey, EndpointRule, ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS, MAX_RULES},
+    rule::{
+        CidrKey, EndpointKey, EndpointRule, ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS, MAX_RULES,
+    },
 };
 use aya_ebpf::{
     helpers::{

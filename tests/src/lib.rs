@@ -113,6 +113,15 @@ impl Daemon {
     /// [`Self::start`], with `toolwall run ...` started as the arguments of `wrapper` (say,
     /// `unshare -m ...` to give the daemon a private `/etc/hosts`).
     pub fn start_wrapped(extra: &str, wrapper: &[String]) -> Daemon {
+        Self::start_full(extra, wrapper, None)
+    }
+
+    /// [`Self::start`], with the event database at `db` (say, on a small tmpfs).
+    pub fn start_with_db(extra: &str, db: PathBuf) -> Daemon {
+        Self::start_full(extra, &[], Some(db))
+    }
+
+    fn start_full(extra: &str, wrapper: &[String], db: Option<PathBuf>) -> Daemon {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static DAEMONS: AtomicUsize = AtomicUsize::new(0);
         let dir = tempfile::tempdir().expect("temp dir");
@@ -123,7 +132,7 @@ impl Daemon {
         )
         .expect("chmod temp dir");
         let socket = dir.path().join("api.sock");
-        let db = dir.path().join("events.db");
+        let db = db.unwrap_or_else(|| dir.path().join("events.db"));
         let config = dir.path().join("toolwall.yaml");
         let proxy = if extra.contains("proxy:") {
             ""

@@ -400,6 +400,13 @@ async fn route(
             }
         }
     }
+    if forced_session.is_none()
+        && let Peer::Socket { pid: Some(pid), .. } = peer
+    {
+        // A process inside a session reports for that session only; its shim may not even know
+        // the name (in its own cgroup namespace, its cgroup reads `0::/`; agent/src/exec.rs).
+        forced_session = crate::cgroup::session_of(&pid.to_string());
+    }
     let result = match (&method, path.as_str()) {
         (&Method::GET, "/") => Ok(full(
             StatusCode::OK,
@@ -452,12 +459,21 @@ static INSTANCE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!("{}-{now}", std::process::id())
 });
 
+/// How long a posted batch may wait for its commit (past SQLite's 10 s busy time-out, so that a
+/// database another process holds a while is waited for, not refused).
+const COMMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
 fn health(state: &DaemonState) -> Response<Body> {
     let counters = state.netmon.as_ref().and_then(|n| n.counters().ok());
+    let failing = state.committer.health().failing();
     json_response(
         StatusCode::OK,
         &json!({
-            "status": "ok",
+            "status": if failing.is_some() { "degraded" } else { "ok" },
+            "store": match &failing {
+                Some(reason) => json!({ "writing": false, "error": reason }),
+                None => json!({ "writing": true }),
+            },
             "instance": &*INSTANCE,
             "layers": state.layers,
             "database": state.db_path,
@@ -605,13 +621,18 @@ async fn post_events(
         events.push(event);
     }
     let n = events.len();
-    for event in events {
-        state.sink.emit(event);
+    // 202 means stored: the answer waits for the commit (issue 15: events acknowledged and then
+    // lost to kill -9 or a full disk).
+    match state.committer.commit(events, COMMIT_WAIT).await {
+        Ok(()) => Ok(json_response(
+            StatusCode::ACCEPTED,
+            &json!({ "accepted": n }),
+        )),
+        Err(why) => {
+            tracing::warn!(%why, events = n, "refused posted events");
+            Ok(error(StatusCode::SERVICE_UNAVAILABLE, &why.to_string()))
+        }
     }
-    Ok(json_response(
-        StatusCode::ACCEPTED,
-        &json!({ "accepted": n }),
-    ))
 }
 
 #[derive(Deserialize)]

@@ -21,7 +21,7 @@ use crate::{
     config::{Config, OtherResolvers, ProxyMode, ServerType},
     correlate::Correlator,
     decision::Gate,
-    events::{EventSink, Store, spawn_writer},
+    events::{EventSink, Store, spawn_committing_writer},
     llm::{LlmProxy, LlmProxySettings},
     netmon::{
         KernelMonitor, RuleAction,
@@ -68,7 +68,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let store = Store::open(&db_path)?;
     let (sink, rx) = EventSink::channel();
     let (live_events, _) = broadcast::channel(4096);
-    let writer = spawn_writer(store, rx, live_events.clone());
+    let (writer, committer) = spawn_committing_writer(store, rx, live_events.clone());
+    let store_health = committer.health();
 
     let mut layers = Vec::new();
 
@@ -157,6 +158,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         db_path.clone(),
         policy,
         sink,
+        committer,
         live_events,
         live_calls,
         netmon,
@@ -235,6 +237,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     drop(state);
+    // A disk that keeps refusing no longer holds the stop up for ever.
+    store_health.stop();
     let join = tokio::task::spawn_blocking(move || writer.join());
     let written = tokio::time::timeout(Duration::from_secs(30), join)
         .await
@@ -245,6 +249,13 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         })?
         .context("join the event writer")?
         .map_err(|_| anyhow::anyhow!("the event writer panicked; some events may not be stored"))?;
+    let unstored = store_health.unstored();
+    if unstored > 0 {
+        anyhow::bail!(
+            "{unstored} events could not be stored ({}); {written} were",
+            store_health.failing().unwrap_or_default()
+        );
+    }
     tracing::info!(
         events_written = written,
         sessions_closed = pending_sessions,

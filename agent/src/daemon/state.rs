@@ -13,7 +13,7 @@ use crate::{
     cgroup::SessionCgroup,
     config::Config,
     correlate::CallRecord,
-    events::{EventSink, StoredEvent},
+    events::{Committer, EventSink, StoredEvent},
     netmon::service::NetmonService,
     policy::Policy,
 };
@@ -59,6 +59,8 @@ pub struct DaemonState {
     pub policy: Arc<Policy>,
     /// Where events go.
     pub sink: EventSink,
+    /// Where the API's posted events go: acknowledged once committed.
+    pub committer: Committer,
     /// Stored events, live.
     pub live_events: broadcast::Sender<StoredEvent>,
     /// Correlated call records, live.
@@ -84,6 +86,7 @@ impl DaemonState {
         db_path: PathBuf,
         policy: Arc<Policy>,
         sink: EventSink,
+        committer: Committer,
         live_events: broadcast::Sender<StoredEvent>,
         live_calls: broadcast::Sender<CallRecord>,
         netmon: Option<NetmonService>,
@@ -95,6 +98,7 @@ impl DaemonState {
             db_path,
             policy,
             sink,
+            committer,
             live_events,
             live_calls,
             netmon,

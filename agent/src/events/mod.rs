@@ -7,7 +7,10 @@ pub mod bound;
 mod store;
 mod types;
 
-pub use store::{EventQuery, Store, StoreError, StoredEvent, spawn_writer};
+pub use store::{
+    CommitError, Committer, EventQuery, Store, StoreError, StoreHealth, StoredEvent,
+    spawn_committing_writer, spawn_writer,
+};
 pub use types::*;
 
 use tokio::sync::mpsc;

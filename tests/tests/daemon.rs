@@ -315,20 +315,77 @@ fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
     assert!(status.success(), "{status:?}\n{}", daemon.stderr());
 }
 
+/// Issue 15.6 and 15.7: a process inside a session, even one running as the daemon's user, reads
+/// nothing through the socket, and what it reports is recorded under its own session.
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_session_reads_nothing_and_reports_only_for_itself() {
+    assert!(is_root());
+    let mut daemon = Daemon::start("");
+    let forged = event_line(7);
+    let client = format!(
+        r#"
+import os, socket
+def ask(method, path, body=b""):
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(os.environ["TOOLWALL_API_SOCKET"])
+    head = "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % (method, path, len(body))
+    u.sendall(head.encode() + body)
+    return u.recv(100).split()[1].decode()
+print("read", ask("GET", "/api/events"), ask("GET", "/api/calls"), ask("GET", "/api/stream/events"), ask("GET", "/api/tools"))
+print("post", ask("POST", "/api/events", {forged:?}.encode()))
+"#
+    );
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--session", "reader", "--as-root", "--config"])
+        .arg(&daemon.config)
+        .args(["--", "/usr/bin/python3", "-c", &client])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("read 403 403 403 403"), "{stdout}");
+    assert!(stdout.contains("post 202"), "{stdout}");
+    let stored = daemon.json_lines(&["mcp", "events", "--json"]);
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(
+        stored[0]["session_id"], "reader",
+        "the event names the session it came from, not the one it claimed"
+    );
+    assert!(daemon.stop().success());
+}
+
 #[test]
 fn the_loopback_api_is_read_only_and_answers_only_its_own_name() {
     let daemon = Daemon::start("");
+    // Issue 15.6: every local user read every session's events here; now only the holder of
+    // the token, which the daemon's user alone can read.
+    let token_file = daemon.socket.with_file_name("web-token");
+    let token = std::fs::read_to_string(&token_file).expect("the token file");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&token_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the daemon's user only");
     let script = format!(
         r#"
 import http.client
-def ask(method, host):
+def ask(method, host, path="/api/events", auth="Bearer {token}"):
     c = http.client.HTTPConnection("{api}")
-    c.putrequest(method, "/api/events", skip_host=True)
+    c.putrequest(method, path, skip_host=True)
     c.putheader("Host", host)
+    if auth:
+        c.putheader("Authorization", auth)
     c.putheader("Content-Length", "0")
     c.endheaders()
     return c.getresponse().status
-print(ask("GET", "{api}"), ask("GET", "evil.example:80"), ask("POST", "{api}"))
+print(ask("GET", "{api}"), ask("GET", "evil.example:80"), ask("POST", "{api}"),
+      ask("GET", "{api}", auth=None), ask("GET", "{api}", auth="Bearer wrong"),
+      ask("GET", "{api}", path="/api/calls?token={token}", auth=None),
+      ask("GET", "{api}", path="/", auth=None))
 "#,
         api = daemon.api
     );
@@ -338,7 +395,7 @@ print(ask("GET", "{api}"), ask("GET", "evil.example:80"), ask("POST", "{api}"))
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "200 403 403",
+        "200 403 403 401 401 200 200",
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

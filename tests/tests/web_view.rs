@@ -26,6 +26,7 @@ fn privileged_web_view_shows_calls_live_and_their_layers() {
         .arg(workspace_root().join("tests/web/check_view.cjs"))
         .arg(&daemon.api)
         .arg(&screenshot)
+        .arg(std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("web token"))
         .env("PEERS_NODE", peers_dir().join("node"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

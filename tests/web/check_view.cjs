@@ -1,10 +1,11 @@
 // Drives the daemon's web view in headless Chromium: loads the page, waits until it is live,
 // says so (the test then records calls), waits for their rows to appear, opens one, and prints what it
-// saw as JSON on stdout (the Rust test asserts on it). Args: API address, screenshot path.
+// saw as JSON on stdout (the Rust test asserts on it). Args: API address, screenshot path, the
+// loopback API's token (the page reads it from the URL's fragment, as `toolwall run` prints it).
 const path = require("path");
 const { chromium } = require(path.join(process.env.PEERS_NODE, "node_modules", "playwright-core"));
 
-const [api, screenshot] = process.argv.slice(2);
+const [api, screenshot, token] = process.argv.slice(2);
 const base = `http://${api}`;
 
 (async () => {
@@ -15,7 +16,7 @@ const base = `http://${api}`;
   });
   try {
     const page = await browser.newPage();
-    await page.goto(base + "/");
+    await page.goto(base + "/#token=" + token);
     await page.waitForFunction(() => document.getElementById("status").textContent === "live", null, { timeout: 10000 });
     // The test records the calls (through the daemon's Unix socket: the loopback HTTP API is
     // read-only) once it reads this line.

@@ -62,6 +62,8 @@ pub struct ApiHandle {
     pub http_addr: SocketAddr,
     /// The Unix socket.
     pub socket: PathBuf,
+    /// The loopback API's token, readable by the daemon's user only.
+    pub token_file: PathBuf,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
@@ -217,17 +219,21 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
             .with_context(|| format!("open {} to local users", socket.display()))?;
     }
 
+    let token_file = socket.with_file_name("web-token");
+    let edge = Arc::new(Edge {
+        origin: format!("http://{http_addr}"),
+        token: write_token(&token_file)?,
+    });
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
-    let origin = format!("http://{http_addr}");
     {
-        let (state, mut stopped, origin) = (state.clone(), stopped.clone(), origin.clone());
+        let (state, mut stopped, edge) = (state.clone(), stopped.clone(), edge.clone());
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
             loop {
                 tokio::select! {
                     accepted = tcp.accept() => match accepted {
-                        Ok((stream, _)) => { conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone(), Peer::Loopback)); }
+                        Ok((stream, _)) => { conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), Peer::Loopback)); }
                         Err(error) => tracing::warn!(%error, "API accept failed"),
                     },
                     _ = stopped.changed() => break,
@@ -249,7 +255,7 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
                         Ok((stream, _)) => {
                             let cred = stream.peer_cred().ok();
                             let peer = Peer::Socket { pid: cred.and_then(|c| c.pid()), uid: cred.map(|c| c.uid()) };
-                            conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), origin.clone(), peer));
+                            conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), peer));
                         }
                         Err(error) => tracing::warn!(%error, "API socket accept failed"),
                     },
@@ -265,9 +271,65 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
     Ok(ApiHandle {
         http_addr,
         socket,
+        token_file,
         stop,
         tasks,
     })
+}
+
+/// What every request on this API is judged against.
+#[derive(Debug)]
+struct Edge {
+    /// `http://ADDR` of the loopback listener.
+    origin: String,
+    /// The loopback API's bearer token (issue 15.6: every local user could read every
+    /// session's events there).
+    token: String,
+}
+
+/// A fresh random token, written to `path` readable by the daemon's user only (replacing the
+/// last daemon's); the web view and the loopback API's readers present it.
+fn write_token(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
+    let mut bytes = [0u8; 32];
+    // SAFETY: getrandom writes at most `len` bytes into the buffer.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    anyhow::ensure!(
+        got == bytes.len() as isize,
+        "no randomness for the web token: {}",
+        std::io::Error::last_os_error()
+    );
+    let token = hex::encode(bytes);
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("create the web token file {}", path.display()))?;
+    file.write_all(token.as_bytes())
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(token)
+}
+
+/// Whether a loopback request carries the token (`Authorization: Bearer`, or `token=` in the
+/// query for `EventSource`, which cannot set headers), compared in constant time.
+fn has_token(req: &Request<Incoming>, query: &str, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let from_header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let from_query = || {
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == "token")
+            .map(|(_, v)| v.into_owned())
+    };
+    from_header
+        .or_else(from_query)
+        .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
 }
 
 /// Who is on the other end of a connection.
@@ -290,13 +352,13 @@ fn outside_sessions(pid: i32) -> bool {
         .is_ok_and(|text| crate::cgroup::session_in(&text).is_none())
 }
 
-async fn serve_conn<I>(io: TokioIo<I>, state: Arc<DaemonState>, origin: String, peer: Peer)
+async fn serve_conn<I>(io: TokioIo<I>, state: Arc<DaemonState>, edge: Arc<Edge>, peer: Peer)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req| {
-        let (state, origin) = (state.clone(), origin.clone());
-        async move { Ok::<_, Infallible>(route(req, &state, &origin, peer).await) }
+        let (state, edge) = (state.clone(), edge.clone());
+        async move { Ok::<_, Infallible>(route(req, &state, &edge, peer).await) }
     });
     if let Err(error) = hyper::server::conn::http1::Builder::new()
         .serve_connection(io, service)
@@ -331,9 +393,10 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
 async fn route(
     req: Request<Incoming>,
     state: &Arc<DaemonState>,
-    origin: &str,
+    edge: &Edge,
     peer: Peer,
 ) -> Response<Body> {
+    let origin = edge.origin.as_str();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
     let method = req.method().clone();
@@ -360,7 +423,18 @@ async fn route(
                 "the loopback HTTP API is read-only; changes go through the Unix socket",
             );
         }
+        // The page holds no data; everything else needs the token.
+        if path != "/" && !has_token(&req, &query, &edge.token) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "the loopback API needs the token the daemon wrote next to its socket (web-token, readable by its user only); open the web view with the URL `toolwall run` printed",
+            );
+        }
     }
+    // The token is not a filter.
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form_urlencoded::parse(query.as_bytes()).filter(|(k, _)| k != "token"))
+        .finish();
     if let Peer::Socket { pid, .. } = peer
         && path.starts_with("/api/sessions")
         && !pid.is_some_and(outside_sessions)
@@ -373,9 +447,10 @@ async fn route(
     // SAFETY: geteuid has no preconditions.
     let ours = unsafe { libc::geteuid() };
     let mut forced_session = None;
-    if let Peer::Socket { pid, uid } = peer
-        && uid != Some(ours)
-    {
+    if let Peer::Socket { pid, uid } = peer {
+        // A process inside a session (whoever it runs as) may only report events and ask for
+        // decisions, for its own session; it reads nothing (issue 15.6). Its shim may not even
+        // know the session's name: in its own cgroup namespace its cgroup reads `0::/`.
         let session = pid.and_then(|p| crate::cgroup::session_of(&p.to_string()));
         let shim_route = matches!(
             (&method, path.as_str()),
@@ -387,10 +462,10 @@ async fn route(
             Some(_) => {
                 return error(
                     StatusCode::FORBIDDEN,
-                    "a session's processes of another user may only report events and ask for decisions",
+                    "a process inside a toolwall session may only report events and ask for decisions",
                 );
             }
-            None => {
+            None if uid != Some(ours) => {
                 return error(
                     StatusCode::FORBIDDEN,
                     &format!(
@@ -398,14 +473,8 @@ async fn route(
                     ),
                 );
             }
+            None => {}
         }
-    }
-    if forced_session.is_none()
-        && let Peer::Socket { pid: Some(pid), .. } = peer
-    {
-        // A process inside a session reports for that session only; its shim may not even know
-        // the name (in its own cgroup namespace, its cgroup reads `0::/`; agent/src/exec.rs).
-        forced_session = crate::cgroup::session_of(&pid.to_string());
     }
     let result = match (&method, path.as_str()) {
         (&Method::GET, "/") => Ok(full(

@@ -199,6 +199,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => println!("  LLM proxy         off (proxy.mode: disabled)"),
     }
     println!("  API and web view  http://{}/", api.http_addr);
+    println!(
+        "  web view token    {} (this user only; open http://{}/#token=<its contents>)",
+        api.token_file.display(),
+        api.http_addr
+    );
     println!("  API socket        {}", api.socket.display());
     println!("  event database    {}", db_path.display());
     println!("  stop with Ctrl-C or SIGTERM");

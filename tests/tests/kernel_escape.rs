@@ -689,3 +689,144 @@ fn privileged_dns_to_a_resolver_not_allowed_is_flagged_or_denied() {
         );
     }
 }
+
+/// A DNS server on 127.0.0.1:53 that answers every A query with the address in `answer`,
+/// TTL 1 s, and every other query with no data.
+fn fake_dns(answer: std::sync::Arc<std::sync::Mutex<std::net::Ipv4Addr>>) {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:53").expect("bind 127.0.0.1:53");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        loop {
+            let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                return;
+            };
+            let query = &buf[..n];
+            // The question: labels from byte 12 to a zero, then type and class.
+            let mut end = 12;
+            while end < n && query[end] != 0 {
+                end += 1 + query[end] as usize;
+            }
+            let end = end + 5;
+            if n < 12 || end > n {
+                continue;
+            }
+            let is_a = query[end - 4..end - 2] == [0, 1];
+            let mut reply = Vec::with_capacity(end + 16);
+            reply.extend_from_slice(&query[..2]);
+            reply.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(is_a), 0, 0, 0, 0]);
+            reply.extend_from_slice(&query[12..end]);
+            if is_a {
+                let ip = *answer.lock().expect("answer");
+                reply.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4]);
+                reply.extend_from_slice(&ip.octets());
+            }
+            let _ = socket.send_to(&reply, from);
+        }
+    });
+}
+
+const TTL_AGENT: &str = r#"
+import os, socket, sys, time
+port, marks = int(sys.argv[1]), sys.argv[2]
+def attempt(label):
+    for addr in ("203.0.113.7", "203.0.113.8"):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.sendto(b"x", (addr, port))
+            print(label, addr, "SENT", flush=True)
+        except PermissionError:
+            print(label, addr, "EPERM", flush=True)
+        except OSError as e:
+            print(label, addr, "ERROR", e.errno, flush=True)
+attempt("before")
+while not os.path.exists(os.path.join(marks, "go")):
+    time.sleep(0.05)
+attempt("after")
+"#;
+
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_changed_address_is_denied_once_its_ttl_expires() {
+    assert!(is_root());
+    let answer = std::sync::Arc::new(std::sync::Mutex::new(std::net::Ipv4Addr::new(
+        203, 0, 113, 7,
+    )));
+    fake_dns(answer.clone());
+    // No route to the test range: discovery of the denied server fails at once instead of
+    // waiting out its time-out.
+    struct Route;
+    impl Drop for Route {
+        fn drop(&mut self) {
+            let _ = Command::new("ip")
+                .args(["route", "del", "unreachable", "203.0.113.0/24"])
+                .status();
+        }
+    }
+    let _ = Command::new("ip")
+        .args(["route", "add", "unreachable", "203.0.113.0/24"])
+        .status();
+    let _route = Route;
+    let dir = shared_dir();
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(
+        &resolv,
+        "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
+    )
+    .expect("resolv.conf");
+    let wrapper: Vec<String> = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([resolv.display().to_string()])
+    .collect();
+    let port = 9999;
+    // A re-resolve interval far longer than the test: only the TTL can bring the new address.
+    let daemon = Daemon::start_wrapped(
+        &format!(
+            "sandbox:\n  mcp:\n    servers:\n      - id: moving\n        type: http\n        url: http://moving.toolwall-test.example:{port}/mcp\n    denied_servers:\n      - id: moving\nnetmon:\n  resolve_interval_secs: 3600\n"
+        ),
+        &wrapper,
+    );
+    let agent = write_agent(dir.path(), "ttl.py", TTL_AGENT);
+    let out_file = dir.path().join("agent.out");
+    let mut child = exec(
+        &daemon,
+        &["--user", "nobody", "--session", "ttl"],
+        &agent,
+        &[port.to_string(), dir.path().display().to_string()],
+    )
+    .stdout(std::fs::File::create(&out_file).expect("out"))
+    .spawn()
+    .expect("exec");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&out_file)
+        .unwrap_or_default()
+        .contains("before 203.0.113.8")
+    {
+        assert!(Instant::now() < deadline, "agent did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    *answer.lock().expect("answer") = std::net::Ipv4Addr::new(203, 0, 113, 8);
+    std::thread::sleep(Duration::from_millis(3500));
+    std::fs::write(dir.path().join("go"), "").expect("mark");
+    assert!(child.wait().expect("exec").success());
+    let seen = std::fs::read_to_string(&out_file).unwrap_or_default();
+    println!("{seen}\n{}", daemon.stderr());
+    let line = |l: &str| seen.lines().any(|seen| seen == l);
+    assert!(line("before 203.0.113.7 EPERM"), "{seen}");
+    assert!(
+        !line("before 203.0.113.8 EPERM"),
+        "not yet the name's address: {seen}"
+    );
+    assert!(
+        line("after 203.0.113.8 EPERM"),
+        "the new address is denied once the old answer's TTL ran out: {seen}"
+    );
+}

@@ -482,7 +482,7 @@ async fn route(
             "text/html; charset=utf-8",
             super::web::PAGE,
         )),
-        (&Method::GET, "/health") => Ok(health(state)),
+        (&Method::GET, "/health") => Ok(health(state, forced_session.as_deref())),
         (&Method::GET, "/api/events") => events(state, &query).await,
         (&Method::GET, "/api/calls") => calls(state, &query).await,
         (&Method::GET, "/api/tools") => Ok(tools(state)),
@@ -532,13 +532,17 @@ static INSTANCE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// database another process holds a while is waited for, not refused).
 const COMMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
-fn health(state: &DaemonState) -> Response<Body> {
+/// `peer_session`: the session the asking process runs in, when it asked through the socket
+/// from inside one (a shim started with a scrubbed environment in its own cgroup namespace
+/// learns here that it is in a session; agent/src/mcp/enforce.rs).
+fn health(state: &DaemonState, peer_session: Option<&str>) -> Response<Body> {
     let counters = state.netmon.as_ref().and_then(|n| n.counters().ok());
     let failing = state.committer.health().failing();
     json_response(
         StatusCode::OK,
         &json!({
             "status": if failing.is_some() { "degraded" } else { "ok" },
+            "peer_session": peer_session,
             "store": match &failing {
                 Some(reason) => json!({ "writing": false, "error": reason }),
                 None => json!({ "writing": true }),

@@ -60,6 +60,36 @@ pub fn deny_patterns(values: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
+/// Whether the daemon behind `socket` answers and places this process in a session
+/// (`peer_session` in its `/health`); false when there is no daemon (then the shim runs alone).
+fn daemon_sees_a_session(socket: &std::path::Path) -> bool {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return false;
+    };
+    runtime.block_on(async {
+        let ask = async {
+            let api = crate::client::ApiClient::connect(socket).await?;
+            let body = api.call(http::Method::GET, "/health", Vec::new()).await?;
+            let health: serde_json::Value = serde_json::from_slice(&body)?;
+            anyhow::Ok(health["peer_session"].is_string())
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(5), ask).await {
+            Ok(Ok(inside)) => inside,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, socket = %socket.display(), "no daemon answers; the shim runs on its own");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(socket = %socket.display(), "the daemon did not answer within 5 s; the shim runs on its own");
+                false
+            }
+        }
+    })
+}
+
 /// The policy and, when recording, the event sink and its writer.
 pub struct Enforcement {
     /// The gate every message is checked against.
@@ -87,9 +117,18 @@ impl Enforcement {
             .or_else(|| {
                 // The default socket directory is checked as for any client: a path another
                 // user could have made must not be trusted to answer for the daemon.
-                crate::cgroup::session_of("self").map(|_| {
-                    crate::daemon::api::prepare_socket_dir(loaded.api.socket.as_deref(), false)
-                })
+                let socket =
+                    || crate::daemon::api::prepare_socket_dir(loaded.api.socket.as_deref(), false);
+                if crate::cgroup::session_of("self").is_some() {
+                    return Some(socket());
+                }
+                // In a cgroup namespace (`toolwall exec` gives agents one) every cgroup reads
+                // `/`: the daemon, which sees the real one, says whether this is a session.
+                if crate::cgroup::cgroup_path_of("self").as_deref() == Some("/") {
+                    let socket = socket().ok()?;
+                    return daemon_sees_a_session(&socket).then_some(Ok(socket));
+                }
+                None
             })
             .transpose()?;
         if daemon.is_some() {
@@ -115,19 +154,22 @@ impl Enforcement {
             ),
             None => policy,
         };
+        // Inside a session, events go to its daemon, which records them under the session it
+        // sees the shim in (a shim in its own cgroup namespace cannot tell) and acknowledges them
+        // once stored; a database of our own is for a shim without a daemon.
         let (events, writer) = match (db_path, daemon) {
-            (Some(path), _) => {
-                let store = Store::open(&path)?;
-                let (sink, rx) = EventSink::channel();
-                let (live, _) = tokio::sync::broadcast::channel(1);
-                (Some(sink), Some((spawn_writer(store, rx, live), path)))
-            }
-            (None, Some(socket)) => {
+            (_, Some(socket)) => {
                 let (sink, rx) = EventSink::channel();
                 (
                     Some(sink),
                     Some((spawn_forwarder(socket.clone(), rx), socket)),
                 )
+            }
+            (Some(path), None) => {
+                let store = Store::open(&path)?;
+                let (sink, rx) = EventSink::channel();
+                let (live, _) = tokio::sync::broadcast::channel(1);
+                (Some(sink), Some((spawn_writer(store, rx, live), path)))
             }
             (None, None) => (None, None),
         };

@@ -45,9 +45,47 @@ pub struct WatchedEndpoint {
 }
 
 /// What a host name resolved to the last time it resolved, so that a name that stops
-/// resolving keeps its rules (issue 14, item 4: it used to lose them, DENY included).
+/// resolving keeps its rules (issue 14, item 4: it used to lose them, DENY included), and when
+/// the earliest of those answers expires (their DNS TTL), so that a changed address is picked up
+/// then rather than at the next interval.
 #[derive(Debug, Default)]
-pub struct LastKnown(HashMap<String, Vec<IpAddr>>);
+pub struct LastKnown {
+    addresses: HashMap<String, Vec<IpAddr>>,
+    /// The earliest TTL expiry of the last pass's names, when DNS said.
+    expires: Option<std::time::Instant>,
+    /// Asks DNS for the TTLs (getaddrinfo, which finds the addresses as the agent's libc does,
+    /// does not report them); built on first use, `None` when the system configuration cannot
+    /// be read.
+    ttl: Option<Option<hickory_resolver::TokioResolver>>,
+}
+
+impl LastKnown {
+    /// When the earliest answer of the last pass expires.
+    pub fn expires(&self) -> Option<std::time::Instant> {
+        self.expires
+    }
+
+    /// The TTL expiry of `host`'s DNS answer, if DNS has one.
+    async fn ttl_of(&mut self, host: &str) -> Option<std::time::Instant> {
+        let resolver = self.ttl.get_or_insert_with(|| {
+            match hickory_resolver::Resolver::builder_tokio().and_then(|b| b.build()) {
+                Ok(resolver) => Some(resolver),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the system's DNS configuration; names are re-resolved every resolve interval only, not on their TTL");
+                    None
+                }
+            }
+        });
+        // Bounded: a name getaddrinfo found elsewhere (nss-myhostname, mDNS) may leave DNS
+        // waiting; the interval still re-resolves it.
+        let lookup =
+            tokio::time::timeout(Duration::from_secs(2), resolver.as_ref()?.lookup_ip(host))
+                .await
+                .ok()?
+                .ok()?;
+        Some(lookup.valid_until())
+    }
+}
 
 /// Resolves each endpoint's host to all its addresses and lays out the rules.
 ///
@@ -56,6 +94,7 @@ pub struct LastKnown(HashMap<String, Vec<IpAddr>>);
 /// mapped IPv4 space too) until it does. Either way it is reported.
 pub async fn resolve_rules(endpoints: &[WatchedEndpoint], known: &mut LastKnown) -> Vec<Rule> {
     let mut rules = Vec::new();
+    known.expires = None;
     for (index, endpoint) in endpoints.iter().enumerate() {
         let index = index as u32;
         // A range (`::/0` for DNS to any resolver).
@@ -85,10 +124,13 @@ pub async fn resolve_rules(endpoints: &[WatchedEndpoint], known: &mut LastKnown)
                         let mut found: Vec<IpAddr> = found.map(|sa| sa.ip()).collect();
                         found.sort();
                         found.dedup();
-                        known.0.insert(endpoint.host.clone(), found.clone());
+                        known.addresses.insert(endpoint.host.clone(), found.clone());
+                        if let Some(expiry) = known.ttl_of(&endpoint.host).await {
+                            known.expires = Some(known.expires.map_or(expiry, |e| e.min(expiry)));
+                        }
                         found
                     }
-                    Err(error) => match known.0.get(&endpoint.host) {
+                    Err(error) => match known.addresses.get(&endpoint.host) {
                         Some(last) => {
                             tracing::warn!(server = %endpoint.id, host = %endpoint.host, %error, addresses = ?last, "cannot resolve; its rule stays on the addresses it last resolved to");
                             last.clone()
@@ -254,8 +296,21 @@ impl NetmonService {
                         None => std::future::pending().await,
                     }
                 };
+                // A name's answer expires (its TTL): resolve again then, at most once a second.
+                let expires = resync.known.lock().await.expires();
+                let ttl = async {
+                    match expires {
+                        Some(at) => {
+                            let at = tokio::time::Instant::from_std(at)
+                                .max(tokio::time::Instant::now() + Duration::from_secs(1));
+                            tokio::time::sleep_until(at).await
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = tick.tick() => {}
+                    _ = ttl => {}
                     result = changed => if let Err(error) = result {
                         tracing::error!(%error, "address change notifications stopped; re-reading every resolve interval");
                         changes = None;
@@ -695,7 +750,7 @@ mod tests {
     async fn a_name_that_stops_resolving_keeps_its_last_addresses() {
         let mut known = LastKnown::default();
         known
-            .0
+            .addresses
             .insert("gone.invalid".into(), vec!["192.0.2.9".parse().unwrap()]);
         let endpoint = |action| WatchedEndpoint {
             id: "a".into(),

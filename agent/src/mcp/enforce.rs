@@ -63,6 +63,14 @@ pub fn deny_patterns(values: &[String]) -> anyhow::Result<Vec<String>> {
 /// Whether the daemon behind `socket` answers and places this process in a session
 /// (`peer_session` in its `/health`); false when there is no daemon (then the shim runs alone).
 fn daemon_sees_a_session(socket: &std::path::Path) -> bool {
+    // A thread of its own: the caller may already be inside a runtime.
+    let socket = socket.to_path_buf();
+    std::thread::spawn(move || ask_daemon_for_a_session(&socket))
+        .join()
+        .unwrap_or(false)
+}
+
+fn ask_daemon_for_a_session(socket: &std::path::Path) -> bool {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

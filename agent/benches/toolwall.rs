@@ -96,10 +96,12 @@ fn bench_connect() {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         s.connect(udp_addr).unwrap();
     };
-    // A datagram on an unconnected socket: only `cgroup/sendmsg4` sees it.
-    let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A datagram on an unconnected socket: only `cgroup/sendmsg4` sees it. The socket is made
+    // per call, like the others: the kernel runs a socket's programs by the cgroup it was
+    // created in, not by its process's cgroup of the moment.
     let sendto = move || {
-        sender.send_to(b"x", udp_addr).unwrap();
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(b"x", udp_addr).unwrap();
     };
     // The kernel counts each program's runs and run time while this fd is open.
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);

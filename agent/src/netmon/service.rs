@@ -325,10 +325,16 @@ impl NetmonService {
 
         let watcher = service.clone();
         let watch = tokio::spawn(async move {
+            // Events that did not fit the ring are themselves an event (issue 15.2: they showed
+            // only in /health). The counters are pinned with the maps: drops from before this
+            // daemon (say while none ran) are reported at its start.
+            let mut reported = 0;
+            watcher.report_drops(&mut reported, "before this daemon started");
             let mut tick = tokio::time::interval(watch_every);
             loop {
                 tick.tick().await;
                 watcher.watch();
+                watcher.report_drops(&mut reported, "since the last check");
             }
         });
         service
@@ -584,6 +590,23 @@ impl NetmonService {
             pid,
             action,
         }));
+    }
+
+    /// Records an `events_lost` alert when the kernel counted ring drops past `reported`.
+    fn report_drops(&self, reported: &mut u64, when: &str) {
+        let Ok(counters) = self.counters() else {
+            return;
+        };
+        if counters.ring_drops > *reported {
+            let lost = counters.ring_drops - *reported;
+            let detail = format!(
+                "{lost} kernel events did not fit the event ring {when} (their connections were still decided: denied ones refused); {} in all since the programs were loaded",
+                counters.ring_drops
+            );
+            tracing::error!("{detail}");
+            self.alert("", "events_lost", detail, None, Action::Allow);
+            *reported = counters.ring_drops;
+        }
     }
 
     /// Counters, for the health endpoint and drop reports.

@@ -27,7 +27,21 @@ fn privileged_connect_counter_counts_connects_from_inside_the_cgroup_only() {
     // Pins of its own, so that a daemon on this host is not disturbed.
     let pin_root =
         std::path::PathBuf::from(format!("/sys/fs/bpf/toolwall-smoke-{}", std::process::id()));
+    // Another build's pins that nothing uses (a daemon of another version killed with no
+    // session open) are removed by the next daemon.
+    // (Opening a build of other bytes mounts bpffs if needed, and leaves one such build too.)
+    let other = b"another build";
+    drop(toolwall::netmon::pins::PinDir::open(&pin_root, other).expect("pin dir"));
+    let stale = pin_root.join("0000000000000000");
+    std::fs::create_dir_all(stale.join("maps")).expect("stale maps dir");
+    std::fs::create_dir_all(stale.join("sessions")).expect("stale sessions dir");
     let mut monitor = KernelMonitor::load(false, &pin_root).expect("load eBPF programs");
+    for gone in [
+        stale,
+        pin_root.join(toolwall::netmon::pins::build_id(other)),
+    ] {
+        assert!(!gone.exists(), "{} removed", gone.display());
+    }
     monitor
         .attach("smoke", cgroup.path())
         .expect("attach to cgroup");

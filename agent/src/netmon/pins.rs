@@ -77,11 +77,51 @@ impl PinDir {
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return Err(PinError::Busy(build));
         }
-        Ok(PinDir {
+        let pins = PinDir {
             root: root.to_path_buf(),
             build,
             _lock: lock,
-        })
+        };
+        pins.remove_stale_builds();
+        Ok(pins)
+    }
+
+    /// Removes other builds' pinned maps that nothing uses any more: no daemon holds their
+    /// directory and no session is pinned in it (a daemon of another version killed with no
+    /// session open). Builds with sessions stay: their programs still enforce.
+    fn remove_stale_builds(&self) {
+        let Ok(builds) = list_dirs(&self.root) else {
+            return;
+        };
+        for build in builds.into_iter().map(|b| self.root.join(b)) {
+            if build == self.build {
+                continue;
+            }
+            let Ok(dir) = File::open(&build) else {
+                continue;
+            };
+            // SAFETY: flock on a descriptor we own; released when `dir` closes.
+            let free = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+            if !free || !list_dirs(&build.join("sessions")).is_ok_and(|s| s.is_empty()) {
+                continue;
+            }
+            let maps = build.join("maps");
+            let removed = list_entries(&maps)
+                .map(|names| {
+                    names
+                        .into_iter()
+                        .all(|name| std::fs::remove_file(maps.join(name)).is_ok())
+                })
+                .unwrap_or(true)
+                && [maps, build.join("sessions"), build.clone()]
+                    .iter()
+                    .all(|d| std::fs::remove_dir(d).is_ok());
+            if removed {
+                tracing::info!(build = %build.display(), "removed the unused pins of another toolwall build");
+            } else {
+                tracing::warn!(build = %build.display(), "could not remove the unused pins of another toolwall build");
+            }
+        }
     }
 
     /// Where the maps are pinned (aya's `default_map_pin_directory`).

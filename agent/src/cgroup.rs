@@ -59,8 +59,9 @@ pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
     Err(CgroupError::NoCgroup2)
 }
 
-/// Every mount point whose filesystem type is one of `types` (`/proc/self/mountinfo`).
-pub fn mounts_of(types: &[&str]) -> Result<Vec<PathBuf>, CgroupError> {
+/// Every mount whose filesystem type is one of `types` (`/proc/self/mountinfo`): its type and
+/// mount point.
+pub fn mounts_of(types: &[&str]) -> Result<Vec<(String, PathBuf)>, CgroupError> {
     let path = Path::new("/proc/self/mountinfo");
     let file = fs::File::open(path).map_err(io_err("open", path))?;
     let mut found = Vec::new();
@@ -69,7 +70,7 @@ pub fn mounts_of(types: &[&str]) -> Result<Vec<PathBuf>, CgroupError> {
         if let Some((fstype, mount)) = parse_mountinfo(&line)
             && types.contains(&fstype)
         {
-            found.push(mount);
+            found.push((fstype.to_owned(), mount));
         }
     }
     Ok(found)

@@ -357,14 +357,12 @@ fn confine_on_spawn(
 /// of it must keep (a remount sets them all), and whether it is a bpf one (to hide).
 fn protected_mounts() -> anyhow::Result<Vec<(std::ffi::CString, libc::c_ulong, bool)>> {
     use std::os::unix::ffi::OsStrExt;
-    let bpf = crate::cgroup::mounts_of(&["bpf"])?;
-    let cgroups = crate::cgroup::mounts_of(&["cgroup2", "cgroup"])?;
-    let mut out = Vec::with_capacity(bpf.len() + cgroups.len());
-    let all = bpf
-        .into_iter()
-        .map(|m| (m, true))
-        .chain(cgroups.into_iter().map(|m| (m, false)));
-    for (mount, is_bpf) in all {
+    let mut mounts = crate::cgroup::mounts_of(&["bpf", "cgroup2", "cgroup"])?;
+    // bpf filesystems first: hidden before the cgroup ones turn read-only.
+    mounts.sort_by_key(|(fstype, _)| fstype != "bpf");
+    let mut out = Vec::with_capacity(mounts.len());
+    for (fstype, mount) in mounts {
+        let is_bpf = fstype == "bpf";
         let path = std::ffi::CString::new(mount.as_os_str().as_bytes())
             .with_context(|| format!("mount point {}", mount.display()))?;
         // SAFETY: statvfs writes into the zeroed struct; path is NUL-terminated.

@@ -153,6 +153,23 @@ fn stored_events(db: &Path) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
+/// Joins [`load`]'s writers and checks the database holds at least what they were told was
+/// stored.
+fn every_acknowledged_event_is_stored(
+    what: &str,
+    writers: Vec<std::thread::JoinHandle<(usize, String)>>,
+    db: &Path,
+) {
+    let acknowledged: usize = writers.into_iter().map(|w| w.join().unwrap().0).sum();
+    let stored = stored_events(db);
+    println!("{what}: {acknowledged} events acknowledged, {stored} stored");
+    assert!(acknowledged > 0, "the load ran");
+    assert!(
+        stored >= acknowledged,
+        "every acknowledged event is stored ({stored} < {acknowledged})"
+    );
+}
+
 #[test]
 fn shutdown_under_load_loses_no_acknowledged_event() {
     let mut daemon = Daemon::start("");
@@ -165,14 +182,7 @@ fn shutdown_under_load_loses_no_acknowledged_event() {
         "exit {status}; stderr:\n{}",
         daemon.stderr()
     );
-    let acknowledged: usize = writers.into_iter().map(|w| w.join().unwrap().0).sum();
-    let stored = stored_events(&daemon.db);
-    println!("shutdown under load: {acknowledged} events acknowledged, {stored} stored");
-    assert!(acknowledged > 0, "the load ran");
-    assert!(
-        stored >= acknowledged,
-        "every acknowledged event is stored ({stored} < {acknowledged})"
-    );
+    every_acknowledged_event_is_stored("shutdown under load", writers, &daemon.db);
 }
 
 /// Issue 15.4: 100 of 57,900 acknowledged events were lost to `kill -9`; 202 now means committed.
@@ -182,14 +192,7 @@ fn kill_9_under_load_loses_no_acknowledged_event() {
     let writers = load(&daemon.socket, 4, 0);
     std::thread::sleep(std::time::Duration::from_millis(700));
     daemon.kill9();
-    let acknowledged: usize = writers.into_iter().map(|w| w.join().unwrap().0).sum();
-    let stored = stored_events(&daemon.db);
-    println!("kill -9 under load: {acknowledged} events acknowledged, {stored} stored");
-    assert!(acknowledged > 0, "the load ran");
-    assert!(
-        stored >= acknowledged,
-        "every acknowledged event is stored ({stored} < {acknowledged})"
-    );
+    every_acknowledged_event_is_stored("kill -9 under load", writers, &daemon.db);
 }
 
 /// Issue 15.3: on a full disk the API kept answering 202 and `/health` "ok" while nothing was

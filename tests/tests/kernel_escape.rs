@@ -72,6 +72,37 @@ fn write_agent(dir: &Path, name: &str, source: &str) -> PathBuf {
     path
 }
 
+/// Waits up to 20 s until the agent's output `file` holds `what`; returns the output.
+fn wait_for(file: &Path, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = std::fs::read_to_string(file).unwrap_or_default();
+        if seen.contains(what) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "no {what:?} in {seen:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A `Daemon::start_wrapped` wrapper that gives the daemon its own mount namespace with
+/// `file` bind-mounted over `target` (say a private `/etc/hosts` the test edits).
+fn with_private(file: &Path, target: &str) -> Vec<String> {
+    [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &format!("mount --bind \"$0\" {target} && exec \"$@\""),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([file.display().to_string()])
+    .collect()
+}
+
 /// `toolwall exec` as root with `args` before `--`, the agent `python3 SCRIPT ARGS...` (the
 /// system's Python: `nobody` cannot reach root's pyenv).
 fn exec(daemon: &Daemon, args: &[&str], script: &Path, script_args: &[String]) -> Command {
@@ -451,17 +482,7 @@ fn privileged_a_killed_daemon_leaves_the_session_denied_and_the_next_one_adopts_
     .stderr(std::fs::File::create(dir.path().join("exec.err")).expect("err"))
     .spawn()
     .expect("exec");
-    let wait_for = |what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let seen = std::fs::read_to_string(&out_file).unwrap_or_default();
-            if seen.contains(what) {
-                return seen;
-            }
-            assert!(Instant::now() < deadline, "no {what:?} in {seen:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let wait_for = |what: &str| wait_for(&out_file, what);
     wait_for("1 EPERM");
     daemon.kill9();
     std::fs::write(marks.join("go2"), "").expect("mark");
@@ -542,19 +563,7 @@ fn privileged_a_name_that_stops_resolving_keeps_its_deny() {
     let hosts = dir.path().join("hosts");
     std::fs::write(&hosts, "127.0.0.1 toolwall-dns-test.internal\n").expect("hosts");
     // The daemon gets a private /etc/hosts (its own mount namespace), which the test edits.
-    let wrapper: Vec<String> = [
-        "unshare",
-        "-m",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        "mount --bind \"$0\" /etc/hosts && exec \"$@\"",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([hosts.display().to_string()])
-    .collect();
+    let wrapper = with_private(&hosts, "/etc/hosts");
     let daemon = Daemon::start_wrapped(
         &format!(
             "sandbox:\n  mcp:\n    servers:\n      - id: gone\n        type: http\n        url: http://toolwall-dns-test.internal:{gone}/mcp\n      - id: never\n        type: http\n        url: http://toolwall-never-resolves.internal:{never}/mcp\n    denied_servers:\n      - id: gone\n      - id: never\nnetmon:\n  resolve_interval_secs: 1\n"
@@ -576,14 +585,7 @@ fn privileged_a_name_that_stops_resolving_keeps_its_deny() {
     .stdout(std::fs::File::create(&out_file).expect("out"))
     .spawn()
     .expect("exec");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&out_file)
-        .unwrap_or_default()
-        .contains("never-resolved")
-    {
-        assert!(Instant::now() < deadline, "agent did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&out_file, "never-resolved");
     // In place (the bind mount holds the inode): the name stops resolving.
     std::fs::write(&hosts, "").expect("empty hosts");
     std::thread::sleep(Duration::from_millis(2500));
@@ -773,19 +775,7 @@ fn privileged_a_changed_address_is_denied_once_its_ttl_expires() {
         "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
     )
     .expect("resolv.conf");
-    let wrapper: Vec<String> = [
-        "unshare",
-        "-m",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([resolv.display().to_string()])
-    .collect();
+    let wrapper = with_private(&resolv, "/etc/resolv.conf");
     let port = 9999;
     // A re-resolve interval far longer than the test: only the TTL can bring the new address.
     let daemon = Daemon::start_wrapped(
@@ -805,14 +795,7 @@ fn privileged_a_changed_address_is_denied_once_its_ttl_expires() {
     .stdout(std::fs::File::create(&out_file).expect("out"))
     .spawn()
     .expect("exec");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&out_file)
-        .unwrap_or_default()
-        .contains("before 203.0.113.8")
-    {
-        assert!(Instant::now() < deadline, "agent did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(&out_file, "before 203.0.113.8");
     *answer.lock().expect("answer") = std::net::Ipv4Addr::new(203, 0, 113, 8);
     std::thread::sleep(Duration::from_millis(3500));
     std::fs::write(dir.path().join("go"), "").expect("mark");

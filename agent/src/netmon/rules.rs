@@ -148,18 +148,28 @@ impl MapContents {
             .into_iter()
             .partition(|r| r.action == RuleAction::Pass);
         out.lay_out(others);
-        // A PASS is carved out of the rule of its own server_index; any other DENY wins.
+        // A PASS is carved out of the rule of its own server_index; any other DENY wins. The
+        // other servers' DENYs are laid out once per carving server (in practice one: DNS).
+        let mut others_denies: HashMap<u32, MapContents> = HashMap::new();
         let passes: Vec<Rule> = passes
             .into_iter()
             .filter(|pass| {
-                let others: Vec<Rule> = rules
-                    .iter()
-                    .filter(|r| r.action == RuleAction::Deny && r.server_index != pass.server_index)
-                    .copied()
-                    .collect();
-                let mut denies = MapContents::default();
-                denies.lay_out(widen_local(&others, locals));
-                denies.lookup(pass.addr, pass.port).is_none()
+                others_denies
+                    .entry(pass.server_index)
+                    .or_insert_with(|| {
+                        let denies: Vec<Rule> = rules
+                            .iter()
+                            .filter(|r| {
+                                r.action == RuleAction::Deny && r.server_index != pass.server_index
+                            })
+                            .copied()
+                            .collect();
+                        let mut map = MapContents::default();
+                        map.lay_out(widen_local(&denies, locals));
+                        map
+                    })
+                    .lookup(pass.addr, pass.port)
+                    .is_none()
             })
             .collect();
         out.lay_out(passes);
@@ -347,37 +357,22 @@ mod tests {
             action,
         };
         let pass = Rule::exact(ip("192.0.2.53"), 53, 1, RuleAction::Pass);
+        let action =
+            |maps: &MapContents, addr: &str, port| maps.lookup(ip(addr), port).map(|r| r.action);
         let flagged = MapContents::from_rules(&[pass, any(RuleAction::Flag)], &[]);
+        assert_eq!(action(&flagged, "192.0.2.53", 53), Some(ACTION_PASS));
         assert_eq!(
-            flagged.lookup(ip("192.0.2.53"), 53).map(|r| r.action),
-            Some(ACTION_PASS)
-        );
-        assert_eq!(
-            flagged
-                .lookup(ip("::ffff:192.0.2.53"), 53)
-                .map(|r| r.action),
+            action(&flagged, "::ffff:192.0.2.53", 53),
             Some(ACTION_PASS),
             "the mapped form too"
         );
-        assert_eq!(
-            flagged.lookup(ip("198.51.100.9"), 53).map(|r| r.action),
-            Some(ACTION_FLAG)
-        );
-        assert_eq!(
-            flagged.lookup(ip("2001:db8::9"), 53).map(|r| r.action),
-            Some(ACTION_FLAG)
-        );
+        assert_eq!(action(&flagged, "198.51.100.9", 53), Some(ACTION_FLAG));
+        assert_eq!(action(&flagged, "2001:db8::9", 53), Some(ACTION_FLAG));
         assert!(flagged.lookup(ip("198.51.100.9"), 5353).is_none());
         // Carved out of a DENY of its own rule: passes.
         let denied = MapContents::from_rules(&[pass, any(RuleAction::Deny)], &[]);
-        assert_eq!(
-            denied.lookup(ip("192.0.2.53"), 53).map(|r| r.action),
-            Some(ACTION_PASS)
-        );
-        assert_eq!(
-            denied.lookup(ip("198.51.100.9"), 53).map(|r| r.action),
-            Some(ACTION_DENY)
-        );
+        assert_eq!(action(&denied, "192.0.2.53", 53), Some(ACTION_PASS));
+        assert_eq!(action(&denied, "198.51.100.9", 53), Some(ACTION_DENY));
         // Another server's DENY that covers the resolver (say a denied server on port 53 whose
         // name never resolved: `::/0`) is not shadowed by the pass.
         let other_deny = Rule {
@@ -385,16 +380,11 @@ mod tests {
             ..any(RuleAction::Deny)
         };
         let shadowed = MapContents::from_rules(&[pass, any(RuleAction::Flag), other_deny], &[]);
-        assert_eq!(
-            shadowed.lookup(ip("192.0.2.53"), 53).map(|r| r.action),
-            Some(ACTION_DENY)
-        );
+        assert_eq!(action(&shadowed, "192.0.2.53", 53), Some(ACTION_DENY));
         let exact_deny = Rule::exact(ip("192.0.2.53"), 53, 2, RuleAction::Deny);
         for rules in [[pass, exact_deny], [exact_deny, pass]] {
             assert_eq!(
-                MapContents::from_rules(&rules, &[])
-                    .lookup(ip("192.0.2.53"), 53)
-                    .map(|r| r.action),
+                action(&MapContents::from_rules(&rules, &[]), "192.0.2.53", 53),
                 Some(ACTION_DENY),
                 "either order"
             );

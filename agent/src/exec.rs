@@ -33,8 +33,9 @@ pub struct ExecArgs {
     /// configuration's `exec.user`.
     #[arg(long, conflicts_with = "as_root")]
     pub user: Option<String>,
-    /// Run the agent as root. A root agent keeps the power to leave its session on hosts whose
-    /// cgroup2 is mounted without `nsdelegate`; prefer `--user`.
+    /// Run the agent as root. It is still confined (cgroup and mount namespaces, no
+    /// CAP_SYS_ADMIN, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_PTRACE) but keeps root's other
+    /// powers (raw sockets, kernel modules, every file); prefer `--user`.
     #[arg(long)]
     pub as_root: bool,
     /// The agent and its arguments, e.g. `-- claude -p "..."`.
@@ -75,7 +76,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 .env("LOGNAME", &user.name);
             eprintln!("toolwall: session {session}: the agent runs as {} (uid {})", user.name, user.uid);
         } else if unsafe { libc::geteuid() } == 0 {
-            eprintln!("toolwall: WARNING: session {session}: the agent runs as root (--as-root); without nsdelegate on the cgroup2 mount a root agent can move itself out of its session");
+            eprintln!("toolwall: WARNING: session {session}: the agent runs as root (--as-root); it keeps root's powers beyond the ones toolwall drops (raw sockets, kernel modules, every file), so only trusted agents should run this way");
         }
         if is_codex(&args.command[0]) {
             for (name, command) in unshimmed_codex_servers(&codex_config_path()) {

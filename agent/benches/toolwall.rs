@@ -1,8 +1,8 @@
 //! `cargo xtask bench`: every number is printed next to a baseline measured in the same run, and
 //! as a ratio, because absolute times on a shared 2-core machine say little.
 //!
-//! Run one group with `cargo bench -p agent --bench toolwall -- GROUP` (connect, store, policy,
-//! interceptor, llm-throughput, llm-latency, mcp-latency). `llm-throughput` and `llm-latency`
+//! Run one group with `cargo bench -p agent --bench toolwall -- GROUP` (connect, store,
+//! correlate, policy, interceptor, llm-throughput, llm-latency, mcp-latency). `llm-throughput` and `llm-latency`
 //! also run the release binary as a relay next to nginx (`relay.rs`). `mcp-latency` drives the
 //! release binary
 //! (`TOOLWALL_BIN`, default `target/release/toolwall`) and the peers `cargo xtask peers`
@@ -23,7 +23,7 @@ mod relay;
 use toolwall::{
     cgroup::{SessionCgroup, cgroup2_mount},
     decision::Action,
-    events::{Event, Store, ToolCalled},
+    events::{Event, NetworkConnection, Store, StoredEvent, ToolCallIntercepted, ToolCalled},
     netmon::{KernelMonitor, Rule, RuleAction},
 };
 
@@ -38,6 +38,9 @@ fn main() {
     }
     if wanted("store") {
         bench_store();
+    }
+    if wanted("correlate") {
+        bench_correlate();
     }
     if wanted("policy") {
         bench_policy();
@@ -265,6 +268,108 @@ fn bench_store() {
     println!(
         "   batched writer             {batched:>10.0} events/s  {:.1}x  (goal: > 50,000)",
         batched / single
+    );
+}
+
+/// `n` stored events as a kernel flood leaves them: every 0.5 ms a connection, and in every 100
+/// events one intercepted call and its execution; four (session, server) pairs take turns.
+fn correlate_events(n: usize) -> Vec<StoredEvent> {
+    let start = chrono::DateTime::from_timestamp_millis(1_800_000_000_000).unwrap_or_default();
+    (0..n)
+        .map(|i| {
+            let timestamp = start + chrono::Duration::microseconds(500 * i as i64);
+            let (session_id, server_id) =
+                (format!("s{}", i / 100 % 2), format!("srv{}", i / 200 % 2));
+            let input = Some(serde_json::json!({"n": i / 100}));
+            let event = match i % 100 {
+                0 => Event::McpToolCallIntercepted(ToolCallIntercepted {
+                    timestamp,
+                    session_id,
+                    request_id: format!("r{i}"),
+                    dialect: "anthropic".into(),
+                    tool_name: format!("mcp__{server_id}__echo"),
+                    server_tool: "echo".into(),
+                    tool_call_id: format!("toolu_{i}"),
+                    input,
+                    server_id,
+                    server_type: "http".into(),
+                    server_addr: String::new(),
+                    tool_hash: String::new(),
+                    action: Action::Allow,
+                    reason: String::new(),
+                }),
+                3 => Event::McpToolCalled(ToolCalled {
+                    timestamp,
+                    session_id,
+                    server_id,
+                    server_type: "http".into(),
+                    tool_name: "echo".into(),
+                    jsonrpc_id: serde_json::json!(i),
+                    input,
+                    action: Action::Allow,
+                    reason: String::new(),
+                    layer: "mcp-proxy".into(),
+                }),
+                _ => Event::McpNetworkConnection(NetworkConnection {
+                    timestamp,
+                    session_id,
+                    remote_addr: "127.0.0.1:3001".into(),
+                    server_id,
+                    server_type: "http".into(),
+                    action: Action::Allow,
+                    pid: 1,
+                    tid: 1,
+                    uid: 0,
+                    comm: "node".into(),
+                    exe: None,
+                    cmdline: None,
+                    ppid: None,
+                    cgroup_id: 1,
+                    socket_cookie: i as u64,
+                    protocol: "tcp".into(),
+                    family: "ipv4".into(),
+                }),
+            };
+            StoredEvent {
+                id: i as i64 + 1,
+                event,
+            }
+        })
+        .collect()
+}
+
+/// `Correlator::batch` (what `/api/calls` and `toolwall mcp calls --db` run) over a kernel
+/// flood, against a plain clone of the same events. Goal (issue 15): 1M events in seconds, and
+/// linear: 4x the events, about 4x the time (a linear search per event made it quadratic).
+fn bench_correlate() {
+    println!("== correlator: batch over a flood of kernel connections (1% calls)");
+    let window = Duration::from_secs(2);
+    let mut times = Vec::new();
+    for n in [250_000, 1_000_000] {
+        let events = correlate_events(n);
+        let start = Instant::now();
+        black_box(events.clone());
+        let copy = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let records = toolwall::correlate::Correlator::batch(
+            window,
+            toolwall::registry::value_hash,
+            black_box(&events),
+        );
+        let batch = start.elapsed().as_secs_f64();
+        black_box(&records);
+        println!("   {n:>9} events: clone       {copy:>8.3} s  1.00x");
+        println!(
+            "   {n:>9} events: correlate   {batch:>8.3} s  {:.2}x  {:>10.0} events/s  ({} records)",
+            batch / copy,
+            n as f64 / batch,
+            records.len()
+        );
+        times.push(batch);
+    }
+    println!(
+        "   time for 1M events / 250k events: {:.2}x (linear: about 4x; quadratic: 16x)",
+        times[1] / times[0]
     );
 }
 

@@ -239,3 +239,109 @@ fn a_request_the_legacy_upstream_refuses_is_answered() {
     );
     assert!(started.elapsed() < Duration::from_secs(30));
 }
+
+/// One request the upstream breaks (Node resets a connection whose headers pass its 16 KiB
+/// limit while the body is still coming) is answered with an error; the proxy stays up for
+/// everyone else (it once took that for a lost upstream and exited).
+#[test]
+fn a_response_the_upstream_breaks_fails_that_request_only() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let (mut proxy, port) = proxy(&url, &[]);
+    let pad = format!("X-Pad: {}\r\n", "a".repeat(20 * 1024));
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{"_meta":{{"pad":"{}"}}}}}}"#,
+        "b".repeat(1024 * 1024)
+    );
+    for _ in 0..3 {
+        let (status, _, body) = exchange(port, &request("POST", "/mcp", &pad, &big));
+        assert!(status >= 400, "{status}: {body}");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        proxy.0.try_wait().expect("try_wait").is_none(),
+        "the proxy exited after one broken response"
+    );
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("serverInfo"), "{body}");
+}
+
+/// The descriptors the proxy holds.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn session_of(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l[15..].trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}"))
+}
+
+/// Streamable HTTP clients bridged to a legacy SSE upstream that leave without a DELETE: each
+/// session held an upstream stream for ever (30 clients, 60 descriptors). Idle ones are now
+/// ended after `--session-idle-timeout`; one with its GET stream open is kept.
+#[test]
+fn bridged_sessions_left_without_delete_are_ended() {
+    let (_server, url) = server_everything_http("sse");
+    let (proxy, port) = proxy(&url, &["--session-idle-timeout", "2"]);
+    let pid = proxy.0.id();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    // One client that stays: its GET stream is open.
+    let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+    let kept = session_of(&head);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .write_all(
+            format!(
+                "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {kept}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .expect("open the GET stream");
+    let baseline = open_fds(pid);
+    let mut left = Vec::new();
+    for _ in 0..30 {
+        let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
+        assert_eq!(status, 200, "{body}");
+        left.push(session_of(&head));
+    }
+    let grown = open_fds(pid);
+    assert!(grown >= baseline + 30, "{baseline} -> {grown} descriptors");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while open_fds(pid) > baseline + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "still {} descriptors (baseline {baseline}) 20 s after the clients left",
+            open_fds(pid)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ping = r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#;
+    let (status, _, _) = exchange(
+        port,
+        &request(
+            "POST",
+            "/mcp",
+            &format!("Mcp-Session-Id: {}\r\n", left[0]),
+            ping,
+        ),
+    );
+    assert_eq!(status, 404, "an ended session still answered");
+    let (status, _, body) = exchange(
+        port,
+        &request("POST", "/mcp", &format!("Mcp-Session-Id: {kept}\r\n"), ping),
+    );
+    assert_eq!(
+        status, 200,
+        "the session with a GET stream was ended: {body}"
+    );
+    drop(stream);
+}

@@ -232,6 +232,7 @@ impl UpstreamSession {
     /// Streamable HTTP nothing is sent until the first message (`initialize`). `Auto` is
     /// resolved by [`connect_and_initialize`], not here. `headers` go on every request.
     pub async fn open(
+        http: HttpClient,
         url: &str,
         transport: Transport,
         headers: HeaderMap,
@@ -240,7 +241,7 @@ impl UpstreamSession {
         let uri = parse_url(url)?;
         let (tx, rx) = mpsc::channel(64);
         let mut session = UpstreamSession {
-            http: http_client()?,
+            http,
             post_url: uri.clone(),
             url: uri,
             transport,
@@ -645,7 +646,7 @@ pub async fn connect_and_initialize(
         let headers = headers.clone();
         async move {
             let (session, mut inbox) =
-                UpstreamSession::open(url, transport, headers, timeout).await?;
+                UpstreamSession::open(http_client()?, url, transport, headers, timeout).await?;
             let init = call(
                 &session,
                 &mut inbox,

@@ -6,11 +6,12 @@
 //! replies (refused calls) first.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, Incoming};
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use super::filter::Filter;
 use super::sse::{SseDecoder, encode_event};
@@ -22,8 +23,9 @@ pub(crate) struct FilteredSse {
     decoder: SseDecoder,
     /// Our replies, sent before anything of the upstream's.
     first: Option<Bytes>,
-    /// Where a broken upstream stream is reported (it ends the proxy).
-    lost: mpsc::UnboundedSender<String>,
+    /// Wakes the proxy's watchdog when the upstream stream breaks: the upstream may be gone,
+    /// or may only have dropped this one connection.
+    probe: Arc<Notify>,
 }
 
 impl FilteredSse {
@@ -31,7 +33,7 @@ impl FilteredSse {
         upstream: Incoming,
         filter: Filter,
         replies: Vec<Vec<u8>>,
-        lost: mpsc::UnboundedSender<String>,
+        probe: Arc<Notify>,
     ) -> Self {
         let first: Vec<u8> = replies
             .iter()
@@ -42,7 +44,7 @@ impl FilteredSse {
             filter,
             decoder: SseDecoder::new(),
             first: (!first.is_empty()).then(|| Bytes::from(first)),
-            lost,
+            probe,
         }
     }
 
@@ -94,7 +96,8 @@ impl Body for FilteredSse {
                     continue;
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    let _ = self.lost.send(format!("an SSE stream broke: {e}"));
+                    tracing::warn!("an upstream SSE stream broke: {e}; probing the upstream");
+                    self.probe.notify_one();
                     self.upstream = None;
                 }
                 Poll::Ready(None) => self.upstream = None,

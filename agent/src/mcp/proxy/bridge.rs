@@ -14,6 +14,10 @@ pub(super) struct BridgedSession {
     /// Requests of Streamable HTTP POSTs waiting for their responses, by id.
     waiting: Mutex<HashMap<String, mpsc::Sender<Bytes>>>,
     get_opened: std::sync::atomic::AtomicBool,
+    /// When the client last sent a request or opened its stream (idle sessions are reaped).
+    last_active: Mutex<tokio::time::Instant>,
+    /// Told when the upstream session broke (a legacy client's stream then ends).
+    ended: tokio::sync::Notify,
 }
 
 pub(super) const MAX_QUEUED: usize = 256;
@@ -59,6 +63,42 @@ pub(super) fn response_id(message: &[u8]) -> Option<String> {
 }
 
 impl BridgedSession {
+    fn touch(&self) {
+        if let Ok(mut t) = self.last_active.lock() {
+            *t = tokio::time::Instant::now();
+        }
+    }
+
+    /// No request in flight, no client stream open, and nothing from the client for `idle`.
+    fn idle(&self, idle: Duration, now: tokio::time::Instant) -> bool {
+        let waiting = self.waiting.lock().map(|w| !w.is_empty()).unwrap_or(true);
+        let streaming = self
+            .stream
+            .lock()
+            .map(|s| s.as_ref().is_some_and(|tx| !tx.is_closed()))
+            .unwrap_or(true);
+        let quiet = self
+            .last_active
+            .lock()
+            .map(|t| now - *t >= idle)
+            .unwrap_or(false);
+        !waiting && !streaming && quiet
+    }
+
+    /// The upstream session broke: the client's stream ends and the session is forgotten, so
+    /// the client's next request gets 404 and starts a new one.
+    fn end(self: &Arc<Self>, shared: &Shared) {
+        if let Ok(mut s) = self.stream.lock() {
+            s.take();
+        }
+        self.ended.notify_one();
+        for map in [&shared.bridged, &shared.sse_sessions] {
+            if let Ok(mut m) = map.lock() {
+                m.retain(|_, s| !Arc::ptr_eq(s, self));
+            }
+        }
+    }
+
     /// Delivers one (filtered) server message: to the POST waiting for it, else the stream,
     /// else the queue. Returns false when the client is gone.
     async fn deliver(&self, message: Bytes) -> bool {
@@ -110,7 +150,7 @@ impl BridgedSession {
                         &format!("[toolwall] the upstream MCP server refused the request: {e}"),
                     ));
                 }
-                report_send_error(shared, e);
+                report_send_error(shared, e, false);
                 return (None, replies);
             } else if !self
                 .get_opened
@@ -142,6 +182,7 @@ pub(super) async fn bridge(
         headers.remove(name);
     }
     let (upstream, mut inbox) = match UpstreamSession::open(
+        shared.http.clone(),
         &shared.upstream.to_string(),
         shared.transport,
         headers,
@@ -152,7 +193,7 @@ pub(super) async fn bridge(
         Ok(s) => s,
         Err(e) => {
             if matches!(e, McpClientError::Connect { .. }) {
-                shared.lost(&e);
+                shared.suspect(&e);
             }
             return Err(plain(StatusCode::BAD_GATEWAY, &e.to_string()));
         }
@@ -164,6 +205,8 @@ pub(super) async fn bridge(
         queued: Mutex::default(),
         waiting: Mutex::default(),
         get_opened: std::sync::atomic::AtomicBool::new(false),
+        last_active: Mutex::new(tokio::time::Instant::now()),
+        ended: tokio::sync::Notify::new(),
     });
     let weak = Arc::downgrade(&session);
     let shared2 = shared.clone();
@@ -175,7 +218,8 @@ pub(super) async fn bridge(
             let message = match item {
                 Ok(m) => m,
                 Err(e) => {
-                    shared2.lost(e);
+                    shared2.suspect(format!("a bridged session ended: {e}"));
+                    session.end(&shared2);
                     return;
                 }
             };
@@ -214,10 +258,15 @@ pub(super) async fn sse_open(shared: Arc<Shared>, req: Request<Incoming>) -> Res
     if let Ok(mut map) = shared.sse_sessions.lock() {
         map.insert(id.clone(), session.clone());
     }
-    // When the client goes away, end its upstream session.
+    // When the client goes away, end its upstream session; when the upstream session ends,
+    // end the client's stream (this task's sender is the last one left).
     let shared2 = shared.clone();
     tokio::spawn(async move {
-        tx.closed().await;
+        tokio::select! {
+            _ = tx.closed() => {}
+            _ = session.ended.notified() => {}
+        }
+        drop(tx);
         let session = shared2
             .sse_sessions
             .lock()
@@ -295,6 +344,7 @@ pub(super) async fn bridge_streamable(
                     (session, id)
                 }
             };
+            session.touch();
             let (parts, body) = req.into_parts();
             let body =
                 match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
@@ -345,6 +395,7 @@ pub(super) async fn bridge_streamable(
                     }
                 }
             }
+            session.touch();
             let mut response = json_reply(replies);
             if let Ok(v) = HeaderValue::from_str(&id) {
                 response.headers_mut().insert(SESSION_HEADER, v);
@@ -352,6 +403,7 @@ pub(super) async fn bridge_streamable(
             response
         }
         (Method::GET, Some(session), _) => {
+            session.touch();
             let (tx, rx) = mpsc::channel(64);
             let queued = session
                 .queued
@@ -375,5 +427,40 @@ pub(super) async fn bridge_streamable(
         }
         (Method::GET | Method::DELETE, _, _) => plain(StatusCode::NOT_FOUND, "unknown session"),
         _ => plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+    }
+}
+
+/// Ends bridged Streamable HTTP sessions their clients left without a DELETE (each holds an
+/// upstream session and its connections). Legacy `/sse` sessions end with their stream.
+pub(super) async fn reap_idle_sessions(shared: std::sync::Weak<Shared>) {
+    let every = match shared.upgrade() {
+        Some(s) => (s.session_idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30)),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        let ended: Vec<Arc<BridgedSession>> = match shared.bridged.lock() {
+            Ok(mut map) => {
+                let idle: Vec<String> = map
+                    .iter()
+                    .filter(|(_, s)| s.idle(shared.session_idle, now))
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                idle.iter().filter_map(|id| map.remove(id)).collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        if !ended.is_empty() {
+            tracing::info!(
+                "ended {} bridged session(s) idle for {:?}",
+                ended.len(),
+                shared.session_idle
+            );
+        }
     }
 }

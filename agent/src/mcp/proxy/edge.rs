@@ -351,7 +351,7 @@ pub(super) fn join_array(first: Option<&[u8]>, replies: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// Forwards one request to the upstream; connection failures end the proxy.
+/// Forwards one request to the upstream; a failure is answered and makes the watchdog probe.
 pub(super) async fn forward(
     shared: &Shared,
     method: Method,
@@ -372,7 +372,7 @@ pub(super) async fn forward(
             ))
         }
         Ok(Err(e)) => {
-            shared.lost(format!("forwarding a request: {e}"));
+            shared.suspect(format!("forwarding a request: {e}"));
             Err(plain(
                 StatusCode::BAD_GATEWAY,
                 "upstream MCP server unreachable",

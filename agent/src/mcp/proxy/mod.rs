@@ -108,6 +108,11 @@ pub struct ProxyArgs {
     /// proxy with status 1).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub timeout: u64,
+    /// Seconds a client session bridged to a legacy SSE upstream may go without a request
+    /// (and with no GET stream open) before the proxy ends it and its upstream session; its
+    /// client then gets 404 and starts a new session, as the MCP spec says.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub session_idle_timeout: u64,
     /// Server id for policy and events (default: the upstream's host:port).
     #[arg(long, value_name = "ID")]
     pub server_id: Option<String>,
@@ -185,11 +190,25 @@ struct Shared {
     streams: Arc<StreamOrder>,
     /// Reasons the upstream is gone; the first one ends the process.
     fatal: mpsc::UnboundedSender<String>,
+    /// Wakes the watchdog for a probe now: one request's failure is only a suspicion.
+    probe: Arc<tokio::sync::Notify>,
+    /// Most time a bridged Streamable HTTP session may go without a request or an open GET
+    /// stream before it is ended (its upstream session holds connections).
+    session_idle: Duration,
 }
 
 impl Shared {
+    /// The upstream is gone for good (`--stdio`: the one session it serves broke).
     fn lost(&self, reason: impl std::fmt::Display) {
         let _ = self.fatal.send(reason.to_string());
+    }
+
+    /// One request or stream failed. A client can make a server break its own connection
+    /// (oversized headers, a reset), so that alone ends nothing: it is logged, the request
+    /// gets its error, and the watchdog probes the upstream at once (its loss ends the proxy).
+    fn suspect(&self, reason: impl std::fmt::Display) {
+        tracing::warn!("{reason}; probing the upstream");
+        self.probe.notify_one();
     }
 
     fn filter(&self) -> Filter {
@@ -239,6 +258,7 @@ pub async fn run_proxy(
     let cached: Arc<str> =
         Arc::from(serde_json::to_string(&allowed).context("serialising the tool list")?);
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let probe = Arc::new(tokio::sync::Notify::new());
     let upstream: Uri = args.upstream.parse().context("upstream URL")?;
     let shared = Arc::new(Shared {
         upstream: upstream.clone(),
@@ -254,8 +274,13 @@ pub async fn run_proxy(
         bridged: Mutex::default(),
         streams: Arc::default(),
         fatal: fatal_tx.clone(),
+        probe: probe.clone(),
+        session_idle: Duration::from_secs(args.session_idle_timeout.max(1)),
     });
-    tokio::spawn(watchdog(upstream, fatal_tx));
+    tokio::spawn(watchdog(upstream, fatal_tx, probe));
+    if !args.stdio {
+        tokio::spawn(reap_idle_sessions(Arc::downgrade(&shared)));
+    }
 
     let serve = async {
         if args.stdio {
@@ -276,8 +301,13 @@ pub async fn run_proxy(
     }
 }
 
-/// Probes the upstream's TCP port; a refused or timed-out connect means it is gone.
-async fn watchdog(upstream: Uri, fatal: mpsc::UnboundedSender<String>) {
+/// Probes the upstream's TCP port every [`WATCHDOG_INTERVAL`], and at once when a request
+/// failed; a refused or timed-out connect means it is gone.
+async fn watchdog(
+    upstream: Uri,
+    fatal: mpsc::UnboundedSender<String>,
+    probe: Arc<tokio::sync::Notify>,
+) {
     let Some(authority) = upstream.authority().cloned() else {
         return;
     };
@@ -295,7 +325,10 @@ async fn watchdog(upstream: Uri, fatal: mpsc::UnboundedSender<String>) {
     let mut interval = tokio::time::interval(WATCHDOG_INTERVAL);
     interval.tick().await;
     loop {
-        interval.tick().await;
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = probe.notified() => {}
+        }
         let probe = tokio::time::timeout(
             CONNECT_TIMEOUT,
             tokio::net::TcpStream::connect((host.as_str(), port)),

@@ -71,7 +71,7 @@ pub(super) async fn passthrough(
         rparts.headers.remove(name);
     }
     if is_event_stream(&rparts.headers) {
-        let body = FilteredSse::new(rbody, filter, replies, shared.fatal.clone());
+        let body = FilteredSse::new(rbody, filter, replies, shared.probe.clone());
         let mut response = Response::new(body.boxed());
         *response.status_mut() = rparts.status;
         // The upstream's headers as they were (repeated ones included); it already says
@@ -82,7 +82,7 @@ pub(super) async fn passthrough(
     let rbody = match rbody.collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            shared.lost(format!("reading a response: {e}"));
+            shared.suspect(format!("reading a response: {e}"));
             return plain(
                 StatusCode::BAD_GATEWAY,
                 "upstream MCP server broke the response",

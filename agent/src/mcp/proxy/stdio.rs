@@ -4,6 +4,7 @@ use super::*;
 
 pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyhow::Result<()> {
     let (session, mut inbox) = UpstreamSession::open(
+        shared.http.clone(),
         &shared.upstream.to_string(),
         shared.transport,
         shared.upstream_headers.clone(),
@@ -109,7 +110,7 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                         }
                         w.flush().await?;
                         drop(w);
-                        report_send_error(&shared, e);
+                        report_send_error(&shared, e, true);
                     } else if !get_opened {
                         get_opened = true;
                         if let Err(e) = session.open_get_stream(None).await {
@@ -149,11 +150,15 @@ pub(super) fn one_line(message: &[u8]) -> Cow<'_, [u8]> {
     }
 }
 
-/// A failed upstream send: connection-level failures end the proxy; an HTTP refusal of one
-/// message is logged (the client's request then times out as it would against the server).
-pub(super) fn report_send_error(shared: &Shared, e: McpClientError) {
+/// A failed upstream send: a connection-level failure ends the proxy when the session was
+/// its only one (`--stdio`), else makes the watchdog probe; an HTTP refusal of one message is
+/// logged (the client's request is answered with an error).
+pub(super) fn report_send_error(shared: &Shared, e: McpClientError, only_session: bool) {
     match e {
-        McpClientError::Connect { .. } | McpClientError::Closed { .. } => shared.lost(e),
+        McpClientError::Connect { .. } | McpClientError::Closed { .. } if only_session => {
+            shared.lost(e)
+        }
+        McpClientError::Connect { .. } | McpClientError::Closed { .. } => shared.suspect(e),
         other => tracing::warn!("upstream refused a message: {other}"),
     }
 }

@@ -345,3 +345,75 @@ fn bridged_sessions_left_without_delete_are_ended() {
     );
     drop(stream);
 }
+
+/// A quick call's response stream is answered whole (one write); a slow one still streams:
+/// its progress reaches the client before its result.
+#[test]
+fn a_slow_calls_progress_streams_before_its_result() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let (_proxy, port) = proxy(&url, &[]);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+    let header = format!(
+        "Mcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-06-18\r\n",
+        session_of(&head)
+    );
+    let (status, _, _) = exchange(
+        port,
+        &request(
+            "POST",
+            "/mcp",
+            &header,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        ),
+    );
+    assert!(status == 202 || status == 200, "{status}");
+    let quick = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":1,"b":2}}}"#;
+    let (status, head, body) = exchange(port, &request("POST", "/mcp", &header, quick));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(r#""text":"The sum of 1 and 2 is 3."#),
+        "{body}"
+    );
+    assert!(
+        head.to_ascii_lowercase().contains("content-length:"),
+        "a quick call was not answered whole: {head}"
+    );
+    let slow = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"trigger-long-running-operation","arguments":{"duration":1,"steps":2},"_meta":{"progressToken":"p"}}}"#;
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    stream
+        .write_all(&request("POST", "/mcp", &header, slow))
+        .expect("send");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut progress_before_result = None;
+    loop {
+        let n = stream.read(&mut buf).expect("read the stream");
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&seen);
+        let done = text.contains("Long running operation completed");
+        if progress_before_result.is_none() && text.contains("notifications/progress") {
+            progress_before_result = Some(!done);
+        }
+        if done {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(
+        text.contains("Long running operation completed"),
+        "no result: {text}"
+    );
+    assert_eq!(
+        progress_before_result,
+        Some(true),
+        "the progress did not stream ahead of the result: {text}"
+    );
+}

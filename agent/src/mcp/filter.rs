@@ -71,6 +71,9 @@ pub struct Filter {
     pending_lists: VecDeque<Value>,
     /// What the session may call; shared by the filters of one filter proxy.
     listing: Arc<Mutex<Listing>>,
+    /// Responses (messages with an `id` and no `method`) the server sent so far: a response
+    /// stream that carried one per request of its POST is complete (`mcp/filtered_sse.rs`).
+    responses: usize,
 }
 
 /// The tools a session may call, and the filter proxy's cached list.
@@ -158,6 +161,7 @@ impl Filter {
             ctx,
             pending_lists: VecDeque::new(),
             listing: Arc::default(),
+            responses: 0,
         }
     }
 
@@ -165,6 +169,11 @@ impl Filter {
     pub fn with_listing(mut self, listing: Arc<Mutex<Listing>>) -> Self {
         self.listing = listing;
         self
+    }
+
+    /// How many responses passed [`Filter::from_server`] (dropped ones included).
+    pub(crate) fn responses(&self) -> usize {
+        self.responses
     }
 
     fn listing(&self) -> MutexGuard<'_, Listing> {
@@ -367,6 +376,9 @@ impl Filter {
                 self.listing().cached = None;
             }
             return Some(Cow::Borrowed(msg));
+        }
+        if probe.id.is_some() {
+            self.responses += 1;
         }
         // Only parse the id (an allocation for string ids) when a list is outstanding.
         if !self.pending_lists.is_empty()

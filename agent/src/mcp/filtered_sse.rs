@@ -2,15 +2,20 @@
 //! of the upstream's body filtered as it arrives, on the client connection's own task.
 //!
 //! No task and no channel between the upstream and the client (one cross-task wake less per
-//! event); the events that are ready together leave in one frame, our own
-//! replies (refused calls) first.
+//! event); the events that are ready together leave in one frame, our own replies (refused
+//! calls) first. A POST's stream is complete once it carried a response for each request of
+//! the POST (the MCP spec: the server then closes it): the client's body ends there, and
+//! [`FilteredSse::gather`] lets the proxy answer a quick call in one write, head and body,
+//! instead of mirroring the upstream's head, event and end chunk as three.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use hyper::body::{Body, Frame, Incoming};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 
 use super::filter::Filter;
@@ -21,8 +26,14 @@ pub(crate) struct FilteredSse {
     upstream: Option<Incoming>,
     filter: Filter,
     decoder: SseDecoder,
-    /// Our replies, sent before anything of the upstream's.
-    first: Option<Bytes>,
+    /// Filtered bytes not yet handed to the client (our replies first).
+    ready: BytesMut,
+    /// Responses the stream owes the client (the POST's requests); `None` for a GET stream,
+    /// which ends only when the upstream's does.
+    owed: Option<usize>,
+    /// How long the rest of a completed upstream body may take to be read (so its pooled
+    /// connection is kept) before it is dropped.
+    drain_for: Duration,
     /// Wakes the proxy's watchdog when the upstream stream breaks: the upstream may be gone,
     /// or may only have dropped this one connection.
     probe: Arc<Notify>,
@@ -35,32 +46,110 @@ impl FilteredSse {
         replies: Vec<Vec<u8>>,
         probe: Arc<Notify>,
     ) -> Self {
-        let first: Vec<u8> = replies
-            .iter()
-            .flat_map(|r| encode_event(Some("message"), None, r))
-            .collect();
+        let mut ready = BytesMut::new();
+        for r in &replies {
+            ready.extend_from_slice(&encode_event(Some("message"), None, r));
+        }
         FilteredSse {
             upstream: Some(upstream),
             filter,
             decoder: SseDecoder::new(),
-            first: (!first.is_empty()).then(|| Bytes::from(first)),
+            ready,
+            owed: None,
+            drain_for: Duration::ZERO,
             probe,
         }
     }
 
-    /// Every complete event decoded so far, filtered and encoded into `out`.
-    fn drain(&mut self, out: &mut BytesMut) {
+    /// The stream answers a POST of `requests` requests (the ones forwarded upstream): it is
+    /// complete once that many responses passed. The upstream's remaining bytes (its end
+    /// chunk) are then read in the background for up to `drain_for`.
+    pub(crate) fn answering(mut self, requests: usize, drain_for: Duration) -> Self {
+        self.owed = Some(self.filter.responses() + requests);
+        self.drain_for = drain_for;
+        self
+    }
+
+    /// Waits up to `hold` for the stream to complete. Returns the whole filtered body when it
+    /// did (the proxy then answers with a plain body of known length), else `self` to stream
+    /// on, with what was gathered so far sent first.
+    pub(crate) async fn gather(mut self, hold: Duration) -> Result<Bytes, Self> {
+        let filled = tokio::time::timeout(hold, std::future::poll_fn(|cx| self.poll_fill(cx)));
+        match filled.await {
+            Ok(()) => Ok(self.ready.split().freeze()),
+            Err(_) => Err(self),
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.owed
+            .is_some_and(|owed| self.filter.responses() >= owed)
+    }
+
+    /// Reads what the upstream has ready into `ready`. Ready when the stream is over (the
+    /// upstream ended or broke, or every owed response passed); pending otherwise.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let Some(upstream) = self.upstream.as_mut() else {
+                return Poll::Ready(());
+            };
+            match Pin::new(upstream).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        self.decoder.feed(data);
+                        self.drain();
+                    }
+                    if self.complete() {
+                        self.finish_upstream();
+                        return Poll::Ready(());
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    tracing::warn!("an upstream SSE stream broke: {e}; probing the upstream");
+                    self.probe.notify_one();
+                    self.upstream = None;
+                }
+                Poll::Ready(None) => self.upstream = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// The client has all it is owed: the upstream's rest (normally just its end chunk) is
+    /// read in the background, so the connection goes back to the pool.
+    fn finish_upstream(&mut self) {
+        let Some(mut upstream) = self.upstream.take() else {
+            return;
+        };
+        if upstream.is_end_stream() {
+            return;
+        }
+        let drain_for = self.drain_for;
+        tokio::spawn(async move {
+            let rest = async {
+                while let Some(frame) = upstream.frame().await {
+                    if frame.is_err() {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(drain_for, rest).await;
+        });
+    }
+
+    /// Every complete event decoded so far, filtered and encoded into `ready`.
+    fn drain(&mut self) {
         while let Some(event) = self.decoder.next_event() {
             if event.is_message() && !event.data.is_empty() {
                 if let Some(data) = self.filter.from_server(&event.data).forward {
-                    out.extend_from_slice(&encode_event(
+                    self.ready.extend_from_slice(&encode_event(
                         event.event.as_deref(),
                         event.id.as_deref(),
                         &data,
                     ));
                 }
             } else {
-                out.extend_from_slice(&encode_event(
+                self.ready.extend_from_slice(&encode_event(
                     event.event.as_deref(),
                     event.id.as_deref(),
                     &event.data,
@@ -75,39 +164,28 @@ impl Body for FilteredSse {
     type Error = std::convert::Infallible;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let mut out = BytesMut::new();
-        if let Some(first) = self.first.take() {
-            out.extend_from_slice(&first);
+        let this = self.get_mut();
+        let over = this.poll_fill(cx).is_ready();
+        if !this.ready.is_empty() {
+            return Poll::Ready(Some(Ok(Frame::data(this.ready.split().freeze()))));
         }
-        loop {
-            let Some(upstream) = self.upstream.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match Pin::new(upstream).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Some(data) = frame.data_ref() {
-                        self.decoder.feed(data);
-                        self.drain(&mut out);
-                    }
-                    // Keep reading what is ready, so events that came together leave together.
-                    continue;
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    tracing::warn!("an upstream SSE stream broke: {e}; probing the upstream");
-                    self.probe.notify_one();
-                    self.upstream = None;
-                }
-                Poll::Ready(None) => self.upstream = None,
-                Poll::Pending if out.is_empty() => return Poll::Pending,
-                Poll::Pending => {}
-            }
-            return match out.is_empty() {
-                true => Poll::Ready(None),
-                false => Poll::Ready(Some(Ok(Frame::data(out.freeze())))),
-            };
+        match over {
+            true => Poll::Ready(None),
+            false => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.upstream.is_none() && self.ready.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.upstream {
+            None => SizeHint::with_exact(self.ready.len() as u64),
+            Some(_) => SizeHint::default(),
         }
     }
 }

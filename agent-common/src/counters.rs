@@ -16,8 +16,11 @@ pub const DENIED: u32 = 3;
 pub const RING_DROPS: u32 = 4;
 /// Every datagram sent with an address (`sendto`/`sendmsg`) the programs saw.
 pub const SENDMSGS: u32 = 5;
+/// Matched connections counted in a `SUMMARY` entry instead of sent as events (a key over its
+/// burst, or a full ring): reported by the daemon as summary events, not lost.
+pub const SUMMARISED: u32 = 6;
 /// Number of slots in the `COUNTERS` map.
-pub const COUNT: u32 = 6;
+pub const COUNT: u32 = 7;
 
 /// Map name of the per-CPU counter array.
 pub const MAP_NAME: &str = "COUNTERS";

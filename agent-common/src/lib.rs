@@ -8,6 +8,7 @@
 pub mod connect;
 pub mod counters;
 pub mod rule;
+pub mod summary;
 
 #[cfg(feature = "user")]
 mod user;

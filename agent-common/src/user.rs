@@ -3,6 +3,7 @@
 use crate::{
     connect::ConnectEvent,
     rule::{CidrKey, EndpointKey, EndpointRule},
+    summary::{SummaryKey, SummarySeen, SummaryValue},
 };
 
 // SAFETY: all are #[repr(C)], Copy, contain only integers and byte arrays, and have explicit
@@ -11,3 +12,6 @@ unsafe impl aya::Pod for EndpointKey {}
 unsafe impl aya::Pod for CidrKey {}
 unsafe impl aya::Pod for EndpointRule {}
 unsafe impl aya::Pod for ConnectEvent {}
+unsafe impl aya::Pod for SummaryKey {}
+unsafe impl aya::Pod for SummaryValue {}
+unsafe impl aya::Pod for SummarySeen {}

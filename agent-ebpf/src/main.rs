@@ -21,6 +21,7 @@ use agent_common::{
         VERDICT_DENIED, VERDICT_FLAGGED,
     },
     counters,
+    summary::{SummaryKey, SummaryValue, BURST, MAX_SUMMARIES, WINDOW_NS},
     rule::{
         CidrKey, EndpointKey, EndpointRule, ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS, MAX_RULES,
     },
@@ -31,7 +32,7 @@ use aya_ebpf::{
         bpf_get_current_uid_gid, bpf_get_socket_cookie, bpf_ktime_get_ns,
     },
     macros::{cgroup_sock_addr, map},
-    maps::{lpm_trie::Key, HashMap, LpmTrie, PerCpuArray, RingBuf},
+    maps::{lpm_trie::Key, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::SockAddrContext,
 };
 use aya_log_ebpf::debug;
@@ -53,6 +54,15 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(counters::COUNT, 0);
 
 #[map(name = "EVENTS")]
 static EVENTS: RingBuf = RingBuf::pinned(RING_BYTES, 0);
+
+#[map(name = "SUMMARY")]
+static SUMMARY: PerCpuHashMap<SummaryKey, SummaryValue> = PerCpuHashMap::pinned(MAX_SUMMARIES, 0);
+
+/// Written by user space only (what it reported of `SUMMARY`); declared here so it is created
+/// and pinned with the others.
+#[map(name = "SUMMARY_SEEN")]
+static SUMMARY_SEEN: HashMap<SummaryKey, agent_common::summary::SummarySeen> =
+    HashMap::pinned(MAX_SUMMARIES, 0);
 
 #[cgroup_sock_addr(connect4)]
 pub fn connect4(ctx: SockAddrContext) -> i32 {
@@ -127,7 +137,7 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
     } else {
         counters::FLAGGED
     });
-    emit(ctx, &rule, addr, port, family, hook, deny);
+    record(ctx, &rule, addr, port, family, hook, deny);
     if deny {
         debug!(ctx, "toolwall: port {} denied (hook {})", port, hook);
     }
@@ -173,8 +183,11 @@ fn lookup(addr: [u8; 16], port: u16) -> Option<EndpointRule> {
         .copied()
 }
 
+/// Sends the event, or counts it in its key's summary when the key is over its burst or the
+/// ring is full (agent-common/src/summary.rs). Only a key the summary map has no room for can
+/// lose an event, and that is counted (`RING_DROPS`).
 #[inline(always)]
-fn emit(
+fn record(
     ctx: &SockAddrContext,
     rule: &EndpointRule,
     addr: [u8; 16],
@@ -183,9 +196,104 @@ fn emit(
     hook: u8,
     deny: bool,
 ) {
-    let Some(mut entry) = EVENTS.reserve::<ConnectEvent>(0) else {
-        bump(counters::RING_DROPS);
+    // SAFETY: the helpers below are valid in cgroup_sock_addr programs.
+    let (now, cgroup_id, protocol) = unsafe {
+        (
+            bpf_ktime_get_ns(),
+            bpf_get_current_cgroup_id(),
+            core::ptr::read_volatile(&(*ctx.sock_addr).protocol),
+        )
+    };
+    let verdict = if deny {
+        VERDICT_DENIED
+    } else {
+        VERDICT_FLAGGED
+    };
+    let key = SummaryKey {
+        cgroup_id,
+        server_index: rule.server_index,
+        verdict,
+        hook,
+        protocol: protocol as u8,
+        _pad: 0,
+    };
+    let slot = match SUMMARY.get_ptr_mut(&key) {
+        Some(slot) => slot,
+        None => {
+            // A per-CPU entry: inserting from a program sets this CPU's share; another CPU
+            // may have made the entry first, which is fine.
+            let _ = SUMMARY.insert(&key, &blank_summary(now), 0);
+            match SUMMARY.get_ptr_mut(&key) {
+                Some(slot) => slot,
+                None => {
+                    if !emit(ctx, rule, addr, port, family, hook, verdict, now, cgroup_id) {
+                        bump(counters::RING_DROPS);
+                    }
+                    return;
+                }
+            }
+        }
+    };
+    // SAFETY: this CPU's share of the entry; no other writer while the program runs on it.
+    let summary = unsafe { &mut *slot };
+    if now.wrapping_sub(summary.window_start_ns) >= WINDOW_NS {
+        summary.window_start_ns = now;
+        summary.in_window = 0;
+    }
+    summary.in_window += 1;
+    if summary.in_window <= BURST
+        && emit(ctx, rule, addr, port, family, hook, verdict, now, cgroup_id)
+    {
         return;
+    }
+    if summary.summarised == 0 {
+        summary.first_ns = now;
+    }
+    summary.summarised += 1;
+    summary.last_ns = now;
+    summary.addr = addr;
+    summary.port = port;
+    summary.family = family;
+    summary.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    summary.uid = bpf_get_current_uid_gid() as u32;
+    summary.comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
+    bump(counters::SUMMARISED);
+}
+
+#[inline(always)]
+fn blank_summary(now: u64) -> SummaryValue {
+    SummaryValue {
+        window_start_ns: now,
+        in_window: 0,
+        summarised: 0,
+        first_ns: 0,
+        last_ns: 0,
+        addr: [0; 16],
+        port: 0,
+        family: 0,
+        pid: 0,
+        uid: 0,
+        _pad: 0,
+        comm: [0; COMM_LEN],
+    }
+}
+
+/// Sends one event through the ring; false when it does not fit.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn emit(
+    ctx: &SockAddrContext,
+    rule: &EndpointRule,
+    addr: [u8; 16],
+    port: u16,
+    family: u16,
+    hook: u8,
+    verdict: u8,
+    now: u64,
+    cgroup_id: u64,
+) -> bool {
+    let Some(mut entry) = EVENTS.reserve::<ConnectEvent>(0) else {
+        return false;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
     let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
@@ -197,9 +305,9 @@ fn emit(
         )
     };
     entry.write(ConnectEvent {
-        ktime_ns: unsafe { bpf_ktime_get_ns() },
+        ktime_ns: now,
         cookie,
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        cgroup_id,
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
         uid: bpf_get_current_uid_gid() as u32,
@@ -208,16 +316,13 @@ fn emit(
         port,
         family,
         protocol: protocol as u8,
-        verdict: if deny {
-            VERDICT_DENIED
-        } else {
-            VERDICT_FLAGGED
-        },
+        verdict,
         hook,
         _pad: [0; 5],
         comm,
     });
     entry.submit(0);
+    true
 }
 
 #[inline(always)]

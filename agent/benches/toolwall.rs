@@ -2,11 +2,11 @@
 //! as a ratio, because absolute times on a shared 2-core machine say little.
 //!
 //! Run one group with `cargo bench -p agent --bench toolwall -- GROUP` (connect, store,
-//! correlate, policy, interceptor, llm-throughput, llm-latency, mcp-latency). `llm-throughput` and `llm-latency`
-//! also run the release binary as a relay next to nginx (`relay.rs`). `mcp-latency` drives the
-//! release binary
-//! (`TOOLWALL_BIN`, default `target/release/toolwall`) and the peers `cargo xtask peers`
-//! installs (`TOOLWALL_PEERS_DIR`, default `target/peers`); `cargo xtask bench` sets both up.
+//! correlate, policy, interceptor, llm-throughput, llm-latency, mcp-latency). `llm-throughput`
+//! and `llm-latency` also run the release binary as a relay next to nginx (`relay.rs`).
+//! `mcp-latency` drives the release binary (`TOOLWALL_BIN`, default `target/release/toolwall`)
+//! and the peers `cargo xtask peers` installs (`TOOLWALL_PEERS_DIR`, default `target/peers`);
+//! `cargo xtask bench` sets both up.
 
 use std::{
     hint::black_box,
@@ -328,6 +328,8 @@ fn correlate_events(n: usize) -> Vec<StoredEvent> {
                     socket_cookie: i as u64,
                     protocol: "tcp".into(),
                     family: "ipv4".into(),
+                    count: 1,
+                    since: None,
                 }),
             };
             StoredEvent {

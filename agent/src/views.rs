@@ -475,13 +475,22 @@ fn event_cells(e: &StoredEvent) -> Vec<String> {
         Event::McpToolChanged(e) => e.timestamp,
         Event::KernelAlert(e) => e.timestamp,
     };
+    let tool = match &e.event {
+        // A summary the kernel made under a flood: how many, since when.
+        Event::McpNetworkConnection(c) if c.count > 1 => format!(
+            "{tool} ×{} since {}",
+            c.count,
+            c.since.unwrap_or(c.timestamp).format("%H:%M:%S%.3f")
+        ),
+        _ => tool.into(),
+    };
     vec![
         e.id.to_string(),
         time.format("%H:%M:%S%.3f").to_string(),
         e.event.kind().into(),
         session.into(),
         server.into(),
-        tool.into(),
+        tool,
         action.into(),
     ]
 }

@@ -166,6 +166,22 @@ pub struct NetworkConnection {
     pub protocol: String,
     /// `ipv4` or `ipv6`: the socket family the process used.
     pub family: String,
+    /// How many connections the event stands for: 1, or for a summary the kernel made under a
+    /// flood (agent-common/src/summary.rs) how many it counted; the other fields are then the
+    /// last one's.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count: u64,
+    /// For a summary: when the first connection it counts happened (`timestamp`: the last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<DateTime<Utc>>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
 }
 
 /// What the kernel layer's watch found about a session.

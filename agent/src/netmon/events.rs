@@ -27,9 +27,7 @@ pub fn decode(bytes: &[u8]) -> Option<Connect> {
     // SAFETY: the length was checked; ConnectEvent is plain old data valid for any bytes, and
     // read_unaligned does not need the ring's alignment.
     let raw: ConnectEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    let v6 = Ipv6Addr::from(raw.addr);
-    // An AF_INET6 socket to ::ffff:a.b.c.d talks IPv4: show it as what it reaches.
-    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    let ip = dest_ip(&raw.addr);
     let comm_len = raw.comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
     Some(Connect {
         dest: SocketAddr::new(ip, raw.port),
@@ -37,6 +35,13 @@ pub fn decode(bytes: &[u8]) -> Option<Connect> {
         comm: String::from_utf8_lossy(&raw.comm[..comm_len]).into_owned(),
         raw,
     })
+}
+
+/// A destination as the kernel stores it (IPv6, or IPv4-mapped) as what it reaches: an AF_INET6
+/// socket to ::ffff:a.b.c.d talks IPv4.
+pub(crate) fn dest_ip(addr: &[u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(*addr);
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
 }
 
 /// Waits for events and hands each to `on_event` until `stop` resolves; then hands over what

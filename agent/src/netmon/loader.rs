@@ -9,11 +9,12 @@ use agent_common::{
     connect::EVENTS_MAP,
     counters,
     rule::{CIDR_MAP, CidrKey, ENDPOINTS_MAP, EndpointKey, EndpointRule},
+    summary::{SUMMARY_MAP, SUMMARY_SEEN_MAP, SummaryKey, SummarySeen, SummaryValue},
 };
 use aya::{
     Ebpf, EbpfLoader,
     maps::{
-        HashMap, MapData, PerCpuArray, RingBuf,
+        HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
     programs::{
@@ -107,6 +108,23 @@ pub struct Counters {
     pub denied: u64,
     /// Events lost because the ring buffer was full.
     pub ring_drops: u64,
+    /// Matched connections counted in a summary instead of sent one by one (reported as
+    /// summary events, not lost).
+    pub summarised: u64,
+}
+
+/// A key's summary, summed over CPUs: connections over their key's burst (or that found the
+/// ring full), with the latest one's details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Summary {
+    /// Connections summarised since the entry was made.
+    pub summarised: u64,
+    /// The earliest `bpf_ktime_get_ns` of one.
+    pub first_ns: u64,
+    /// The latest one's share of the map (its time, destination, process).
+    pub last: SummaryValue,
+    /// What was reported of the key so far.
+    pub seen: SummarySeen,
 }
 
 /// One program's run count and total run time since it was loaded (see
@@ -325,7 +343,6 @@ impl KernelMonitor {
         locals: &[std::net::IpAddr],
     ) -> Result<(), NetmonError> {
         let want = MapContents::from_rules(rules, locals);
-        let map_err = |name| move |source| NetmonError::Map { name, source };
 
         let map = self
             .ebpf
@@ -410,6 +427,78 @@ impl KernelMonitor {
             .collect()
     }
 
+    /// Every key's summary with what was reported of it.
+    pub fn summaries(&self) -> Result<Vec<(SummaryKey, Summary)>, NetmonError> {
+        let map = self
+            .ebpf
+            .map(SUMMARY_MAP)
+            .ok_or(NetmonError::Missing("SUMMARY map"))?;
+        let summaries = PerCpuHashMap::<_, SummaryKey, SummaryValue>::try_from(map)
+            .map_err(map_err(SUMMARY_MAP))?;
+        let seen_map = self
+            .ebpf
+            .map(SUMMARY_SEEN_MAP)
+            .ok_or(NetmonError::Missing("SUMMARY_SEEN map"))?;
+        let seen = HashMap::<_, SummaryKey, SummarySeen>::try_from(seen_map)
+            .map_err(map_err(SUMMARY_SEEN_MAP))?;
+        let mut out = Vec::new();
+        for entry in summaries.iter() {
+            let (key, values) = entry.map_err(map_err(SUMMARY_MAP))?;
+            let busy = values.iter().filter(|v| v.summarised > 0);
+            let Some(last) = busy.clone().max_by_key(|v| v.last_ns).copied() else {
+                continue;
+            };
+            out.push((
+                key,
+                Summary {
+                    summarised: values.iter().map(|v| v.summarised).sum(),
+                    first_ns: busy.map(|v| v.first_ns).min().unwrap_or(last.first_ns),
+                    last,
+                    seen: seen.get(&key, 0).unwrap_or_default(),
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Records what was reported of a key (pinned: the next daemon does not report it again).
+    pub fn summary_reported(
+        &mut self,
+        key: SummaryKey,
+        seen: SummarySeen,
+    ) -> Result<(), NetmonError> {
+        let map = self
+            .ebpf
+            .map_mut(SUMMARY_SEEN_MAP)
+            .ok_or(NetmonError::Missing("SUMMARY_SEEN map"))?;
+        let mut map = HashMap::<_, SummaryKey, SummarySeen>::try_from(map)
+            .map_err(map_err(SUMMARY_SEEN_MAP))?;
+        map.insert(key, seen, 0).map_err(map_err(SUMMARY_SEEN_MAP))
+    }
+
+    /// Forgets a key of a session that is gone, once all of it was reported.
+    pub fn forget_summary(&mut self, key: SummaryKey) -> Result<(), NetmonError> {
+        for name in [SUMMARY_MAP, SUMMARY_SEEN_MAP] {
+            let map = self
+                .ebpf
+                .map_mut(name)
+                .ok_or(NetmonError::Missing("SUMMARY map"))?;
+            let removed = match name {
+                SUMMARY_MAP => PerCpuHashMap::<_, SummaryKey, SummaryValue>::try_from(map)
+                    .map_err(map_err(name))?
+                    .remove(&key),
+                _ => HashMap::<_, SummaryKey, SummarySeen>::try_from(map)
+                    .map_err(map_err(name))?
+                    .remove(&key),
+            };
+            match removed {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(source) => return Err(NetmonError::Map { name, source }),
+            }
+        }
+        Ok(())
+    }
+
     /// Reads and sums the per-CPU counters.
     pub fn counters(&self) -> Result<Counters, NetmonError> {
         let map = self
@@ -434,6 +523,7 @@ impl KernelMonitor {
             flagged: sum(counters::FLAGGED)?,
             denied: sum(counters::DENIED)?,
             ring_drops: sum(counters::RING_DROPS)?,
+            summarised: sum(counters::SUMMARISED)?,
         })
     }
 }
@@ -442,4 +532,8 @@ impl KernelMonitor {
 fn cgroup_id(cgroup: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(cgroup).ok().map(|m| m.ino())
+}
+
+fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> NetmonError {
+    move |source| NetmonError::Map { name, source }
 }

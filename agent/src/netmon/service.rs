@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::{
     KernelMonitor, NetmonError, Rule, RuleAction,
@@ -330,11 +330,13 @@ impl NetmonService {
             // daemon (say while none ran) are reported at its start.
             let mut reported = 0;
             watcher.report_drops(&mut reported, "before this daemon started");
+            watcher.report_summaries();
             let mut tick = tokio::time::interval(watch_every);
             loop {
                 tick.tick().await;
                 watcher.watch();
                 watcher.report_drops(&mut reported, "since the last check");
+                watcher.report_summaries();
             }
         });
         service
@@ -647,18 +649,131 @@ impl NetmonService {
             ppid: process.ppid,
             cgroup_id: c.raw.cgroup_id,
             socket_cookie: c.raw.cookie,
-            protocol: match (c.raw.protocol, c.raw.hook) {
-                (17, agent_common::connect::HOOK_SENDMSG) => "udp-sendmsg".into(),
-                (6, _) => "tcp".into(),
-                (17, _) => "udp".into(),
-                (n, _) => n.to_string(),
-            },
-            family: if c.raw.family == agent_common::connect::FAMILY_INET {
-                "ipv4".into()
-            } else {
-                "ipv6".into()
-            },
+            protocol: protocol_name(c.raw.protocol, c.raw.hook),
+            family: family_name(c.raw.family),
+            count: 1,
+            since: None,
         })
+    }
+
+    /// Turns what the kernel summarised since the last report into one event per key
+    /// (`count` > 1), and forgets the keys of sessions that are gone once reported.
+    fn report_summaries(&self) {
+        let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+        let summaries = match monitor.summaries() {
+            Ok(s) => s,
+            Err(error) => {
+                tracing::error!(%error, "cannot read the kernel's connection summaries");
+                return;
+            }
+        };
+        let clock = KtimeClock::now();
+        for (key, summary) in summaries {
+            let session = self
+                .sessions
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .name(key.cgroup_id)
+                .map(str::to_owned);
+            let new = summary.summarised.saturating_sub(summary.seen.reported);
+            if new > 0 {
+                let last = &summary.last;
+                let first_ns = if summary.seen.reported == 0 {
+                    summary.first_ns
+                } else {
+                    summary.seen.last_ns
+                };
+                let endpoints = self.endpoints.read().unwrap_or_else(|e| e.into_inner());
+                let endpoint = endpoints.get(key.server_index as usize);
+                let dest = std::net::SocketAddr::new(super::events::dest_ip(&last.addr), last.port);
+                let comm = String::from_utf8_lossy(
+                    last.comm.split(|b| *b == 0).next().unwrap_or_default(),
+                )
+                .into_owned();
+                let event = Event::McpNetworkConnection(NetworkConnection {
+                    timestamp: clock.wall(last.last_ns),
+                    session_id: session.clone().unwrap_or_default(),
+                    remote_addr: dest.to_string(),
+                    server_id: endpoint.map(|e| e.id.clone()).unwrap_or_default(),
+                    server_type: endpoint.map(|e| e.kind.clone()).unwrap_or_default(),
+                    action: if key.verdict == agent_common::connect::VERDICT_DENIED {
+                        Action::Block
+                    } else {
+                        Action::Allow
+                    },
+                    pid: last.pid,
+                    tid: 0,
+                    uid: last.uid,
+                    comm,
+                    exe: None,
+                    cmdline: None,
+                    ppid: None,
+                    cgroup_id: key.cgroup_id,
+                    socket_cookie: 0,
+                    protocol: protocol_name(key.protocol, key.hook),
+                    family: family_name(last.family),
+                    count: new,
+                    since: Some(clock.wall(first_ns)),
+                });
+                drop(endpoints);
+                self.sink.emit(event);
+                let seen = agent_common::summary::SummarySeen {
+                    reported: summary.summarised,
+                    last_ns: last.last_ns,
+                };
+                if let Err(error) = monitor.summary_reported(key, seen) {
+                    tracing::error!(%error, "cannot record a reported summary; it may be reported again");
+                }
+            }
+            if session.is_none()
+                && let Err(error) = monitor.forget_summary(key)
+            {
+                tracing::warn!(%error, "cannot forget the summary of a session that is gone");
+            }
+        }
+    }
+}
+
+fn protocol_name(protocol: u8, hook: u8) -> String {
+    match (protocol, hook) {
+        (17, agent_common::connect::HOOK_SENDMSG) => "udp-sendmsg".into(),
+        (6, _) => "tcp".into(),
+        (17, _) => "udp".into(),
+        (n, _) => n.to_string(),
+    }
+}
+
+fn family_name(family: u16) -> String {
+    if family == agent_common::connect::FAMILY_INET {
+        "ipv4".into()
+    } else {
+        "ipv6".into()
+    }
+}
+
+/// Wall-clock times of `bpf_ktime_get_ns` values (CLOCK_MONOTONIC), from one reading of both.
+struct KtimeClock {
+    mono_ns: u64,
+    wall: DateTime<Utc>,
+}
+
+impl KtimeClock {
+    fn now() -> Self {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        KtimeClock {
+            mono_ns: ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+            wall: Utc::now(),
+        }
+    }
+
+    fn wall(&self, ktime_ns: u64) -> DateTime<Utc> {
+        let ago = self.mono_ns.saturating_sub(ktime_ns);
+        self.wall - chrono::Duration::nanoseconds(ago.min(i64::MAX as u64) as i64)
     }
 }
 

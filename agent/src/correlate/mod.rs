@@ -1,0 +1,596 @@
+//! The correlator: joins the three layers' events into one record per tool call.
+//!
+//! Sans-IO: [`Correlator::push`] takes stored events (in store order) and
+//! [`Correlator::expire`] hands back the records whose window has passed, so the same code
+//! serves the daemon's live stream and a batch over the database (`toolwall mcp calls --db`).
+//!
+//! Keys, in order: session, then server and tool, then the arguments (a canonical hash, where
+//! both sides carry them), then time (a window, 2 s by default). Matching is one-to-one: an
+//! execution takes the intercept with the same arguments first, else the earliest open one. A
+//! blocked intercept is final at once and never joined: an execution of a call the LLM layer
+//! blocked is reported as an execution with no intercept — the alert that something bypassed it.
+//!
+//! Open records are kept by session and server, connections apart from calls, so a flood of
+//! kernel connections costs O(log n) an event; a batch closes records as the events' time moves
+//! on, so its memory is a few windows' worth however long the list.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    ops::Bound,
+};
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{
+    decision::Action,
+    events::{Event, StoredEvent},
+};
+
+/// Which layers saw the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// Asked for by the LLM and executed.
+    Joined,
+    /// Seen at the LLM layer only: blocked there, or never run.
+    InterceptOnly,
+    /// Executed with no matching LLM tool call: a call the LLM never asked for (or one the
+    /// LLM layer blocked and something ran anyway). Worth an alert.
+    ExecutionOnly,
+    /// A connection to an MCP server with no call around it.
+    ConnectionOnly,
+}
+
+/// One layer's sighting of a call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sighting {
+    /// Row id of the event in the store.
+    pub event_id: i64,
+    /// When the layer saw it.
+    pub at: DateTime<Utc>,
+    /// That layer's decision.
+    pub action: Action,
+    /// Its reason, if any.
+    pub reason: String,
+    /// `llm/anthropic`, `shim`, `mcp-proxy`, `kernel`.
+    pub layer: String,
+}
+
+/// One tool call across the layers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// Which layers saw it.
+    pub kind: RecordKind,
+    /// The agent session.
+    pub session_id: String,
+    /// The server.
+    pub server_id: String,
+    /// The tool's name on its server (empty for a bare connection).
+    pub tool: String,
+    /// The overall decision: blocked if any layer blocked it.
+    pub action: Action,
+    /// The blocking layer's reason, else the first non-empty one.
+    pub reason: String,
+    /// Canonical hash of the arguments, when known.
+    pub args_hash: Option<String>,
+    /// The LLM layer's sighting.
+    pub intercept: Option<Sighting>,
+    /// The shim's or filter proxy's sighting.
+    pub execution: Option<Sighting>,
+    /// The kernel's sighting.
+    pub connection: Option<Sighting>,
+}
+
+impl CallRecord {
+    /// When the call was first seen.
+    pub fn first_seen(&self) -> DateTime<Utc> {
+        [&self.intercept, &self.execution, &self.connection]
+            .into_iter()
+            .flatten()
+            .map(|s| s.at)
+            .min()
+            .unwrap_or_default()
+    }
+
+    /// Milliseconds from the LLM's tool call to its execution.
+    pub fn intercept_to_execution_ms(&self) -> Option<f64> {
+        let (i, e) = (self.intercept.as_ref()?, self.execution.as_ref()?);
+        Some((e.at - i.at).num_microseconds()? as f64 / 1000.0)
+    }
+
+    fn kind_now(&self) -> RecordKind {
+        match (&self.intercept, &self.execution) {
+            (Some(_), Some(_)) => RecordKind::Joined,
+            (Some(_), None) => RecordKind::InterceptOnly,
+            (None, Some(_)) => RecordKind::ExecutionOnly,
+            (None, None) => RecordKind::ConnectionOnly,
+        }
+    }
+
+    fn settle(mut self) -> Self {
+        self.kind = self.kind_now();
+        let sightings = [&self.intercept, &self.execution, &self.connection];
+        let blocked = sightings
+            .iter()
+            .copied()
+            .flatten()
+            .find(|s| s.action == Action::Block);
+        self.action = if blocked.is_some() {
+            Action::Block
+        } else {
+            Action::Allow
+        };
+        self.reason = blocked
+            .map(|s| s.reason.clone())
+            .or_else(|| {
+                sightings
+                    .iter()
+                    .copied()
+                    .flatten()
+                    .map(|s| s.reason.clone())
+                    .find(|r| !r.is_empty())
+            })
+            .unwrap_or_default();
+        self
+    }
+}
+
+/// A record with an intercept or an execution, still open for matching.
+struct Open {
+    record: CallRecord,
+    /// The latest sighting's time; the record closes a window after it.
+    last: DateTime<Utc>,
+    /// Arrival order: ties go to the earlier record, and records close in this order.
+    seq: u64,
+}
+
+/// An unclaimed connection: all a connection-only record needs besides its key.
+#[derive(Clone, Copy)]
+struct Conn {
+    event_id: i64,
+    action: Action,
+}
+
+/// One session and server's open records. Calls are few and searched in full; connections can
+/// be a flood (every connect the kernel saw), so they are kept by (time, arrival): the nearest
+/// is found in O(log n) and the oldest close first.
+#[derive(Default)]
+struct Pair {
+    /// In arrival order.
+    calls: Vec<Open>,
+    connections: BTreeMap<(DateTime<Utc>, u64), Conn>,
+}
+
+/// `map[key]`, made if missing: the key is copied only then (a function returning the reference
+/// does not borrow-check).
+macro_rules! slot {
+    ($map:expr, $key:expr) => {
+        match $map.get_mut($key) {
+            Some(value) => value,
+            None => $map.entry($key.to_owned()).or_default(),
+        }
+    };
+}
+
+/// A batch closes records at least this many events apart (and a quarter of the open count
+/// apart, so a sweep's cost is spread over the events that grew the set).
+const SWEEP_EVERY: usize = 256;
+
+/// The join state.
+pub struct Correlator {
+    window: Duration,
+    /// Open records by session, then server: an event looks at its own pair's only.
+    open: HashMap<String, HashMap<String, Pair>>,
+    /// How many records are open.
+    len: usize,
+    /// The next record's arrival number.
+    seq: u64,
+    /// The latest event time pushed: a batch closes records against it.
+    latest: Option<DateTime<Utc>>,
+    hash: fn(&Value) -> String,
+    /// The most records open at once (tests check that a batch stays bounded).
+    #[cfg(test)]
+    peak: usize,
+}
+
+impl Correlator {
+    /// A correlator with a time window and the canonical hash used for arguments.
+    pub fn new(window: std::time::Duration, hash: fn(&Value) -> String) -> Self {
+        Correlator {
+            window: Duration::from_std(window).unwrap_or(Duration::seconds(2)),
+            open: HashMap::new(),
+            len: 0,
+            seq: 0,
+            latest: None,
+            hash,
+            #[cfg(test)]
+            peak: 0,
+        }
+    }
+
+    /// Takes one stored event. Events that are not calls or connections are ignored.
+    pub fn push(&mut self, stored: &StoredEvent) -> Vec<CallRecord> {
+        let mut done = Vec::new();
+        match &stored.event {
+            Event::McpToolCallIntercepted(e) => {
+                self.saw(e.timestamp);
+                let tool = if e.server_tool.is_empty() {
+                    server_tool(&e.tool_name, &e.server_id)
+                } else {
+                    e.server_tool.clone()
+                };
+                let sighting = Sighting {
+                    event_id: stored.id,
+                    at: e.timestamp,
+                    action: e.action,
+                    reason: e.reason.clone(),
+                    layer: format!("llm/{}", e.dialect),
+                };
+                let args = e.input.as_ref().map(self.hash);
+                if e.action == Action::Block {
+                    let mut record = blank(&e.session_id, &e.server_id, &tool, args);
+                    record.intercept = Some(sighting);
+                    done.push(record.settle());
+                } else if let Some(open) = self.best(
+                    &e.session_id,
+                    &e.server_id,
+                    &tool,
+                    e.timestamp,
+                    &args,
+                    Side::NeedsIntercept,
+                ) {
+                    open.record.intercept = Some(sighting);
+                    open.record.args_hash = open.record.args_hash.take().or(args);
+                    open.last = open.last.max(e.timestamp);
+                } else {
+                    let mut record = blank(&e.session_id, &e.server_id, &tool, args);
+                    record.intercept = Some(sighting);
+                    self.open_call(record, e.timestamp);
+                }
+            }
+            Event::McpToolCalled(e) => {
+                self.saw(e.timestamp);
+                let sighting = Sighting {
+                    event_id: stored.id,
+                    at: e.timestamp,
+                    action: e.action,
+                    reason: e.reason.clone(),
+                    layer: e.layer.clone(),
+                };
+                let args = e.input.as_ref().map(self.hash);
+                if let Some(open) = self.best(
+                    &e.session_id,
+                    &e.server_id,
+                    &e.tool_name,
+                    e.timestamp,
+                    &args,
+                    Side::NeedsExecution,
+                ) {
+                    open.record.execution = Some(sighting);
+                    open.record.args_hash = open.record.args_hash.take().or(args);
+                    open.last = open.last.max(e.timestamp);
+                } else {
+                    let mut record = blank(&e.session_id, &e.server_id, &e.tool_name, args);
+                    record.execution = Some(sighting);
+                    self.open_call(record, e.timestamp);
+                }
+            }
+            // A summary the kernel made under a flood stands alone: it is many connections,
+            // none of which can be told apart to join a call.
+            Event::McpNetworkConnection(e) if e.count > 1 => {
+                self.saw(e.timestamp);
+                let mut sighting = kernel(stored.id, e.timestamp, e.action);
+                sighting.reason = format!(
+                    "{} connections summarised by the kernel under a flood, {} to {}",
+                    e.count,
+                    e.since.unwrap_or(e.timestamp).format("%H:%M:%S%.3f"),
+                    e.timestamp.format("%H:%M:%S%.3f")
+                );
+                let mut record = blank(&e.session_id, &e.server_id, "", None);
+                record.connection = Some(sighting);
+                done.push(record.settle());
+            }
+            Event::McpNetworkConnection(e) => {
+                let at = e.timestamp;
+                self.saw(at);
+                let window = self.window;
+                // The call of this session and server nearest in time that has no connection.
+                let near = self.pair(&e.session_id, &e.server_id).and_then(|pair| {
+                    pair.calls
+                        .iter_mut()
+                        .filter(|o| {
+                            o.record.connection.is_none()
+                                && (o.record.first_seen() - at).abs() <= window
+                        })
+                        .min_by_key(|o| (o.record.first_seen() - at).abs())
+                });
+                match near {
+                    Some(open) => {
+                        open.record.connection = Some(kernel(stored.id, at, e.action));
+                        open.last = open.last.max(at);
+                    }
+                    None => {
+                        let seq = self.opened();
+                        let servers = slot!(self.open, e.session_id.as_str());
+                        let pair = slot!(servers, e.server_id.as_str());
+                        let conn = Conn {
+                            event_id: stored.id,
+                            action: e.action,
+                        };
+                        pair.connections.insert((at, seq), conn);
+                    }
+                }
+            }
+            Event::McpToolSeen(_) | Event::McpToolChanged(_) | Event::KernelAlert(_) => {}
+        }
+        done
+    }
+
+    /// Notes an event's time (a batch closes records against the latest).
+    fn saw(&mut self, at: DateTime<Utc>) {
+        self.latest = Some(self.latest.map_or(at, |l| l.max(at)));
+    }
+
+    /// Counts a new open record and hands out its arrival number.
+    fn opened(&mut self) -> u64 {
+        self.len += 1;
+        #[cfg(test)]
+        {
+            self.peak = self.peak.max(self.len);
+        }
+        self.seq += 1;
+        self.seq
+    }
+
+    /// The open records of a session and server, if any.
+    fn pair(&mut self, session: &str, server: &str) -> Option<&mut Pair> {
+        self.open.get_mut(session)?.get_mut(server)
+    }
+
+    /// Opens a call record. It adopts the unclaimed connection of its session and server
+    /// nearest in time within the window (a TCP connect comes before the request that travels
+    /// on it).
+    fn open_call(&mut self, mut record: CallRecord, at: DateTime<Utc>) {
+        let window = self.window;
+        if let Some(pair) = self.pair(&record.session_id, &record.server_id)
+            && let Some((t, seq)) = nearest(&pair.connections, at, window)
+            && let Some(conn) = pair.connections.remove(&(t, seq))
+        {
+            record.connection = Some(kernel(conn.event_id, t, conn.action));
+            self.len -= 1;
+        }
+        let seq = self.opened();
+        let servers = slot!(self.open, record.session_id.as_str());
+        let pair = slot!(servers, record.server_id.as_str());
+        pair.calls.push(Open {
+            record,
+            last: at,
+            seq,
+        });
+    }
+
+    /// The open record an event should join: same session, server and tool, missing this side,
+    /// within the window; equal arguments first, then the earliest.
+    fn best(
+        &mut self,
+        session: &str,
+        server: &str,
+        tool: &str,
+        at: DateTime<Utc>,
+        args: &Option<String>,
+        side: Side,
+    ) -> Option<&mut Open> {
+        let window = self.window;
+        let calls = &mut self.pair(session, server)?.calls;
+        let candidates = calls.iter().enumerate().filter(|(_, o)| {
+            let r = &o.record;
+            let missing = match side {
+                Side::NeedsIntercept => r.intercept.is_none() && r.execution.is_some(),
+                Side::NeedsExecution => r.execution.is_none() && r.intercept.is_some(),
+            };
+            let args_agree = match (&r.args_hash, args) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
+            missing && args_agree && r.tool == tool && (r.first_seen() - at).abs() <= window
+        });
+        let mut best: Option<(usize, bool, DateTime<Utc>)> = None;
+        for (i, o) in candidates {
+            let same_args = args.is_some() && o.record.args_hash == *args;
+            let first = o.record.first_seen();
+            let better = match best {
+                None => true,
+                Some((_, b_same, b_first)) => {
+                    (same_args, std::cmp::Reverse(first)) > (b_same, std::cmp::Reverse(b_first))
+                }
+            };
+            if better {
+                best = Some((i, same_args, first));
+            }
+        }
+        calls.get_mut(best?.0)
+    }
+
+    /// Closes and returns the records whose window ended before `now`.
+    pub fn expire(&mut self, now: DateTime<Utc>) -> Vec<CallRecord> {
+        let mut done = self.close(Some(now));
+        done.sort_unstable_by_key(|(seq, _)| *seq);
+        done.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Closes every open record (end of a batch, or shutdown).
+    pub fn flush(&mut self) -> Vec<CallRecord> {
+        let mut done: Vec<_> = self
+            .close(None)
+            .into_iter()
+            .map(|(seq, r)| ((r.first_seen(), seq), r))
+            .collect();
+        done.sort_unstable_by_key(|(key, _)| *key);
+        done.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Closes the records whose window ended before `now` (all of them, without), settled and
+    /// with their arrival numbers. Pairs left empty go, so memory follows the open records.
+    fn close(&mut self, now: Option<DateTime<Utc>>) -> Vec<(u64, CallRecord)> {
+        // last + window < now, without overflow.
+        let before = now.map(|now| minus(now, self.window));
+        let due = |last: DateTime<Utc>| before.is_none_or(|b| last < b);
+        let mut done = Vec::new();
+        self.open.retain(|session, servers| {
+            servers.retain(|server, pair| {
+                let calls = pair.calls.extract_if(.., |o| due(o.last));
+                done.extend(calls.map(|o| (o.seq, o.record.settle())));
+                while let Some(entry) = pair.connections.first_entry() {
+                    if !due(entry.key().0) {
+                        break;
+                    }
+                    let ((at, seq), conn) = entry.remove_entry();
+                    let mut record = blank(session, server, "", None);
+                    record.connection = Some(kernel(conn.event_id, at, conn.action));
+                    done.push((seq, record.settle()));
+                }
+                !pair.calls.is_empty() || !pair.connections.is_empty()
+            });
+            !servers.is_empty()
+        });
+        self.len -= done.len();
+        done
+    }
+
+    /// Correlates a whole ordered list of stored events (a batch over the database).
+    pub fn batch(
+        window: std::time::Duration,
+        hash: fn(&Value) -> String,
+        events: &[StoredEvent],
+    ) -> Vec<CallRecord> {
+        Correlator::new(window, hash).run(events)
+    }
+
+    /// [`Correlator::batch`] on this correlator. Records close as the events' time moves on, so
+    /// the open set stays as small as a live one: a record closes once the latest event is two
+    /// windows past its last sighting (one window of slack for events stored a little out of
+    /// time order; one that late could have joined it). The output is in the order of pushing
+    /// everything and flushing: by first sighting; on a tie, blocked intercepts as they came,
+    /// then by arrival.
+    fn run(&mut self, events: &[StoredEvent]) -> Vec<CallRecord> {
+        type Order = (DateTime<Utc>, bool, u64);
+        let mut out: Vec<(Order, CallRecord)> = Vec::new();
+        let mut blocked = 0;
+        let mut since = 0;
+        let mut swept: Option<DateTime<Utc>> = None;
+        for event in events {
+            for r in self.push(event) {
+                blocked += 1;
+                out.push(((r.first_seen(), false, blocked), r));
+            }
+            since += 1;
+            let Some(latest) = self.latest else { continue };
+            let now = minus(latest, self.window);
+            if since >= SWEEP_EVERY.max(self.len / 4) && swept.is_none_or(|s| now > s) {
+                since = 0;
+                swept = Some(now);
+                let done = self.close(Some(now)).into_iter();
+                out.extend(done.map(|(seq, r)| ((r.first_seen(), true, seq), r)));
+            }
+        }
+        let done = self.close(None).into_iter();
+        out.extend(done.map(|(seq, r)| ((r.first_seen(), true, seq), r)));
+        out.sort_unstable_by_key(|(order, _)| *order);
+        out.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+/// The unclaimed connection nearest `at` within the window; of two as near, the earlier
+/// arrival (as a scan in arrival order would pick).
+fn nearest(
+    connections: &BTreeMap<(DateTime<Utc>, u64), Conn>,
+    at: DateTime<Utc>,
+    window: Duration,
+) -> Option<(DateTime<Utc>, u64)> {
+    let first_at = |t: DateTime<Utc>| {
+        connections
+            .range((t, 0)..=(t, u64::MAX))
+            .next()
+            .map(|(k, _)| *k)
+    };
+    let below = connections
+        .range((minus(at, window), 0)..=(at, u64::MAX))
+        .next_back()
+        .and_then(|(k, _)| first_at(k.0));
+    let above = connections
+        .range((
+            Bound::Excluded((at, u64::MAX)),
+            Bound::Included((plus(at, window), u64::MAX)),
+        ))
+        .next()
+        .map(|(k, _)| *k);
+    match (below, above) {
+        (Some(b), Some(a)) => Some(if (at - b.0, b.1) <= (a.0 - at, a.1) {
+            b
+        } else {
+            a
+        }),
+        (b, a) => b.or(a),
+    }
+}
+
+/// `at - d`, or the earliest time there is.
+fn minus(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    at.checked_sub_signed(d).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// `at + d`, or the latest time there is.
+fn plus(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    at.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// The kernel's sighting of a connection.
+fn kernel(event_id: i64, at: DateTime<Utc>, action: Action) -> Sighting {
+    Sighting {
+        event_id,
+        at,
+        action,
+        reason: if action == Action::Block {
+            "connection denied by the kernel".into()
+        } else {
+            String::new()
+        },
+        layer: "kernel".into(),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    NeedsIntercept,
+    NeedsExecution,
+}
+
+fn blank(session: &str, server: &str, tool: &str, args_hash: Option<String>) -> CallRecord {
+    CallRecord {
+        kind: RecordKind::ConnectionOnly,
+        session_id: session.into(),
+        server_id: server.into(),
+        tool: tool.into(),
+        action: Action::Allow,
+        reason: String::new(),
+        args_hash,
+        intercept: None,
+        execution: None,
+        connection: None,
+    }
+}
+
+/// The tool's own name from the name the model used: `mcp__<server>__<tool>` → `<tool>`.
+fn server_tool(model_name: &str, server_id: &str) -> String {
+    model_name
+        .strip_prefix("mcp__")
+        .and_then(|rest| rest.strip_prefix(server_id))
+        .and_then(|rest| rest.strip_prefix("__"))
+        .unwrap_or(model_name)
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests;

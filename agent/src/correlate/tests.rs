@@ -1,0 +1,470 @@
+use super::*;
+
+mod reference;
+use crate::events::{NetworkConnection, ToolCallIntercepted, ToolCalled};
+use serde_json::json;
+
+fn hash(v: &Value) -> String {
+    // serde_json's default map is ordered, so this is canonical enough for tests.
+    serde_json::to_string(v).unwrap()
+}
+
+fn t(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
+}
+
+fn intercept(id: i64, ms: i64, tool: &str, args: Value, action: Action) -> StoredEvent {
+    StoredEvent {
+        id,
+        event: Event::McpToolCallIntercepted(ToolCallIntercepted {
+            timestamp: t(ms),
+            session_id: "s".into(),
+            request_id: format!("r{id}"),
+            dialect: "anthropic".into(),
+            tool_name: format!("mcp__srv__{tool}"),
+            server_tool: String::new(),
+            tool_call_id: format!("toolu_{id}"),
+            input: Some(args),
+            server_id: "srv".into(),
+            server_type: "stdio".into(),
+            server_addr: String::new(),
+            tool_hash: String::new(),
+            action,
+            reason: if action == Action::Block {
+                "tool denied".into()
+            } else {
+                String::new()
+            },
+        }),
+    }
+}
+
+fn called(id: i64, ms: i64, tool: &str, args: Value) -> StoredEvent {
+    StoredEvent {
+        id,
+        event: Event::McpToolCalled(ToolCalled {
+            timestamp: t(ms),
+            session_id: "s".into(),
+            server_id: "srv".into(),
+            server_type: "stdio".into(),
+            tool_name: tool.into(),
+            jsonrpc_id: json!(id),
+            input: Some(args),
+            action: Action::Allow,
+            reason: String::new(),
+            layer: "shim".into(),
+        }),
+    }
+}
+
+fn connection(id: i64, ms: i64) -> StoredEvent {
+    StoredEvent {
+        id,
+        event: Event::McpNetworkConnection(NetworkConnection {
+            timestamp: t(ms),
+            session_id: "s".into(),
+            remote_addr: "127.0.0.1:3001".into(),
+            server_id: "srv".into(),
+            server_type: "http".into(),
+            action: Action::Allow,
+            pid: 1,
+            tid: 1,
+            uid: 0,
+            comm: "node".into(),
+            exe: None,
+            cmdline: None,
+            ppid: None,
+            cgroup_id: 1,
+            socket_cookie: 1,
+            protocol: "tcp".into(),
+            family: "ipv4".into(),
+            count: 1,
+            since: None,
+        }),
+    }
+}
+
+fn run(events: &[StoredEvent]) -> Vec<CallRecord> {
+    Correlator::batch(std::time::Duration::from_secs(2), hash, events)
+}
+
+#[test]
+fn joins_an_intercept_with_its_execution_and_connection() {
+    let records = run(&[
+        intercept(1, 0, "echo", json!({"m": 1}), Action::Allow),
+        connection(2, 40),
+        called(3, 50, "echo", json!({"m": 1})),
+    ]);
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let r = &records[0];
+    assert_eq!(r.kind, RecordKind::Joined);
+    assert_eq!((r.tool.as_str(), r.action), ("echo", Action::Allow));
+    assert_eq!(r.intercept.as_ref().unwrap().event_id, 1);
+    assert_eq!(r.connection.as_ref().unwrap().event_id, 2);
+    assert_eq!(r.execution.as_ref().unwrap().event_id, 3);
+    assert_eq!(r.intercept_to_execution_ms(), Some(50.0));
+}
+
+#[test]
+fn unmatched_records_are_first_class() {
+    let records = run(&[
+        intercept(1, 0, "delete", json!({}), Action::Block),
+        called(2, 100, "delete", json!({})),
+        intercept(3, 5_000, "echo", json!({}), Action::Allow),
+        connection(4, 20_000),
+    ]);
+    let kinds: Vec<_> = records.iter().map(|r| (r.kind, r.action)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (RecordKind::InterceptOnly, Action::Block),
+            (RecordKind::ExecutionOnly, Action::Allow),
+            (RecordKind::InterceptOnly, Action::Allow),
+            (RecordKind::ConnectionOnly, Action::Allow),
+        ],
+        "a blocked intercept is never joined to an execution: that execution bypassed the LLM layer"
+    );
+    assert_eq!(records[0].reason, "tool denied");
+}
+
+#[test]
+fn same_tool_same_second_is_matched_by_arguments_first() {
+    // The executions come back in the opposite order from the intercepts.
+    let records = run(&[
+        intercept(1, 0, "add", json!({"a": 1}), Action::Allow),
+        intercept(2, 1, "add", json!({"a": 2}), Action::Allow),
+        called(3, 10, "add", json!({"a": 2})),
+        called(4, 11, "add", json!({"a": 1})),
+    ]);
+    let pairs: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.intercept.as_ref().unwrap().event_id,
+                r.execution.as_ref().unwrap().event_id,
+            )
+        })
+        .collect();
+    assert_eq!(pairs, [(1, 4), (2, 3)]);
+}
+
+#[test]
+fn same_arguments_different_times_are_matched_in_order_and_outside_the_window_not_at_all() {
+    let records = run(&[
+        intercept(1, 0, "ping", json!({}), Action::Allow),
+        intercept(2, 500, "ping", json!({}), Action::Allow),
+        called(3, 600, "ping", json!({})),
+        called(4, 700, "ping", json!({})),
+        intercept(5, 10_000, "ping", json!({}), Action::Allow),
+        called(6, 13_000, "ping", json!({})),
+    ]);
+    let pairs: Vec<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.intercept.as_ref().map(|s| s.event_id),
+                r.execution.as_ref().map(|s| s.event_id),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            (Some(1), Some(3)),
+            (Some(2), Some(4)),
+            (Some(5), None),
+            (None, Some(6))
+        ]
+    );
+}
+
+#[test]
+fn expire_closes_only_records_past_their_window() {
+    let mut c = Correlator::new(std::time::Duration::from_secs(2), hash);
+    assert!(
+        c.push(&intercept(1, 0, "echo", json!({}), Action::Allow))
+            .is_empty()
+    );
+    assert!(c.expire(t(1_999)).is_empty());
+    c.push(&called(2, 1_000, "echo", json!({})));
+    assert!(
+        c.expire(t(2_500)).is_empty(),
+        "the execution extended the window"
+    );
+    let done = c.expire(t(3_001));
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].kind, RecordKind::Joined);
+}
+
+/// Many concurrent calls — bursts of 8 within ~100 ms, bursts 300 ms apart so windows
+/// overlap; the same tool throughout, four argument values so each appears twice per burst;
+/// executions returning out of order across arguments — plus calls the LLM layer blocked
+/// (never executed) and executions nobody asked for. The joins must equal the ground truth.
+#[test]
+fn concurrent_calls_are_joined_exactly_as_they_happened() {
+    // Deterministic pseudo-random numbers (xorshift), so a failure reproduces.
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rand = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    let mut truth = std::collections::HashSet::new(); // (intercept id, execution id)
+    let mut timeline = Vec::new(); // (ms, id, event)
+    let mut next_id = 1;
+    let mut id = || {
+        next_id += 1;
+        next_id - 1
+    };
+    for burst in 0..50i64 {
+        for k in 0..8i64 {
+            let start = burst * 300 + k * 12 + rand(5) as i64;
+            let args = json!({"n": k % 4});
+            match rand(20) {
+                0 | 1 => {
+                    let i = id();
+                    timeline.push((start, i, intercept(i, start, "add", args, Action::Block)));
+                    truth.insert((Some(i), None));
+                }
+                2 => {
+                    let e = id();
+                    let rogue = json!({"n": 1000 + burst * 8 + k});
+                    timeline.push((start, e, called(e, start, "add", rogue)));
+                    truth.insert((None, Some(e)));
+                }
+                _ => {
+                    let (i, e) = (id(), id());
+                    let done = start + 20 + rand(25) as i64;
+                    timeline.push((
+                        start,
+                        i,
+                        intercept(i, start, "add", args.clone(), Action::Allow),
+                    ));
+                    timeline.push((done, e, called(e, done, "add", args)));
+                    truth.insert((Some(i), Some(e)));
+                }
+            }
+        }
+    }
+    // The store's order is arrival order.
+    timeline.sort_by_key(|(ms, id, _)| (*ms, *id));
+    let events: Vec<StoredEvent> = timeline.into_iter().map(|(_, _, e)| e).collect();
+    let records = run(&events);
+    let got: std::collections::HashSet<_> = records
+        .iter()
+        .map(|r| {
+            (
+                r.intercept.as_ref().map(|s| s.event_id),
+                r.execution.as_ref().map(|s| s.event_id),
+            )
+        })
+        .collect();
+    let joins = |set: &std::collections::HashSet<(Option<i64>, Option<i64>)>| {
+        set.iter()
+            .filter(|p| p.0.is_some() && p.1.is_some())
+            .count()
+    };
+    let true_joins = got
+        .intersection(&truth)
+        .filter(|p| p.0.is_some() && p.1.is_some())
+        .count();
+    let precision = true_joins as f64 / joins(&got) as f64;
+    let recall = true_joins as f64 / joins(&truth) as f64;
+    println!(
+        "correlator: {} calls, {} true joins; precision {precision:.4}, recall {recall:.4}",
+        truth.len(),
+        joins(&truth)
+    );
+    assert_eq!(records.len(), truth.len(), "one record per call");
+    assert_eq!(
+        got, truth,
+        "every join, and every unmatched record, as it happened"
+    );
+}
+
+/// `e` moved `us` microseconds later.
+fn later(mut e: StoredEvent, us: i64) -> StoredEvent {
+    let d = Duration::microseconds(us);
+    match &mut e.event {
+        Event::McpToolCallIntercepted(x) => x.timestamp += d,
+        Event::McpToolCalled(x) => x.timestamp += d,
+        Event::McpNetworkConnection(x) => x.timestamp += d,
+        _ => {}
+    }
+    e
+}
+
+/// `e` in another session or server (and the model's name for the tool to match).
+fn rekey(mut e: StoredEvent, session: &str, server: &str) -> StoredEvent {
+    match &mut e.event {
+        Event::McpToolCallIntercepted(x) => {
+            x.tool_name = x.tool_name.replacen("__srv__", &format!("__{server}__"), 1);
+            (x.session_id, x.server_id) = (session.into(), server.into());
+        }
+        Event::McpToolCalled(x) => (x.session_id, x.server_id) = (session.into(), server.into()),
+        Event::McpNetworkConnection(x) => {
+            (x.session_id, x.server_id) = (session.into(), server.into());
+        }
+        _ => {}
+    }
+    e
+}
+
+const FLOOD: i64 = 200_000;
+/// When the calls among the flood start, µs: off the flood's 500 µs grid.
+const CALLS_AT: [i64; 5] = [10_000_250, 30_000_250, 50_000_250, 70_000_250, 90_000_250];
+
+/// 200,000 kernel connections of one session and server, one every 0.5 ms over 100 s, and among
+/// them five calls, each an intercept, a connection 50 µs before it (nearer than the flood's)
+/// and the execution 2 ms after, in time order.
+fn flood() -> Vec<StoredEvent> {
+    let mut timeline: Vec<(i64, StoredEvent)> = (0..FLOOD)
+        .map(|i| (i * 500, later(connection(i + 1, 0), i * 500)))
+        .collect();
+    for (k, &at) in CALLS_AT.iter().enumerate() {
+        let id = 1_000_000 + 10 * k as i64;
+        let args = json!({"k": k});
+        timeline.push((at - 50, later(connection(id, 0), at - 50)));
+        timeline.push((
+            at,
+            later(
+                intercept(id + 1, 0, "echo", args.clone(), Action::Allow),
+                at,
+            ),
+        ));
+        timeline.push((
+            at + 2_000,
+            later(called(id + 2, 0, "echo", args), at + 2_000),
+        ));
+    }
+    timeline.sort_by_key(|(us, _)| *us);
+    timeline.into_iter().map(|(_, e)| e).collect()
+}
+
+#[test]
+fn a_flood_of_connections_still_joins_every_call_with_its_own_connection() {
+    let events = flood();
+    let records = run(&events);
+    let calls: Vec<_> = records
+        .iter()
+        .filter(|r| r.kind != RecordKind::ConnectionOnly)
+        .collect();
+    let ids = |r: &CallRecord| {
+        [&r.connection, &r.intercept, &r.execution].map(|s| s.as_ref().map(|s| s.event_id))
+    };
+    let got: Vec<_> = calls.iter().map(|r| (r.kind, ids(r))).collect();
+    let want: Vec<_> = (0..CALLS_AT.len() as i64)
+        .map(|k| {
+            let id = 1_000_000 + 10 * k;
+            (RecordKind::Joined, [Some(id), Some(id + 1), Some(id + 2)])
+        })
+        .collect();
+    assert_eq!(got, want);
+    let connection_only = records.len() - calls.len();
+    assert_eq!(
+        connection_only as i64, FLOOD,
+        "every other connection on its own"
+    );
+    assert_eq!(3 * calls.len() + connection_only, events.len());
+    assert!(
+        records.is_sorted_by_key(CallRecord::first_seen),
+        "by first sighting"
+    );
+}
+
+#[test]
+fn a_batch_keeps_only_a_few_windows_of_records_open() {
+    let events = flood();
+    let mut c = Correlator::new(std::time::Duration::from_secs(2), hash);
+    let records = c.run(&events);
+    assert_eq!(records.len() as i64, FLOOD + CALLS_AT.len() as i64);
+    // 2,000 connections a second: two windows of slack are 8,000 open, and a quarter more
+    // between sweeps. Without closing as it went, all 200,000 were open at the end.
+    assert!(
+        c.peak < events.len() / 10,
+        "at most {} of {} events' records open at once",
+        c.peak,
+        events.len()
+    );
+    assert!(c.peak > 4_000, "the window's records stay open: {}", c.peak);
+    assert_eq!(
+        (c.len, c.open.len()),
+        (0, 0),
+        "nothing left, not even a key"
+    );
+}
+
+/// Deterministic pseudo-random numbers (xorshift), so a failure reproduces.
+fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move |n| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    }
+}
+
+/// A mixed stream: two sessions and two servers, two tools, few argument values, blocked calls
+/// and connections, ties in time, and events up to half a window out of time order.
+fn mixed(seed: u64, n: usize) -> Vec<StoredEvent> {
+    let mut rand = xorshift(seed);
+    let mut clock = 0i64;
+    (1..=n as i64)
+        .map(|id| {
+            // On a 10 ms grid, so records are as near before as after, or as near as each other.
+            clock += [0, 0, 10, 20, 100, 300, 900][rand(7) as usize];
+            let ms = clock + 10 * (rand(100) as i64 - 50);
+            let tool = ["a", "b"][rand(2) as usize];
+            let args = json!({"n": rand(3)});
+            let e = match rand(20) {
+                0 => intercept(id, ms, tool, args, Action::Block),
+                1..=6 => intercept(id, ms, tool, args, Action::Allow),
+                7..=12 => called(id, ms, tool, args),
+                _ => {
+                    let mut e = connection(id, ms);
+                    if let Event::McpNetworkConnection(c) = &mut e.event
+                        && rand(10) == 0
+                    {
+                        c.action = Action::Block;
+                    }
+                    e
+                }
+            };
+            rekey(
+                e,
+                ["s", "t"][rand(2) as usize],
+                ["srv", "other"][rand(2) as usize],
+            )
+        })
+        .collect()
+}
+
+/// The indexed correlator, closing as it goes, gives exactly what the linear search gave, in
+/// a batch and live (records closed at each `expire`, in the same order).
+#[test]
+fn the_index_changes_no_result() {
+    let window = std::time::Duration::from_secs(2);
+    for seed in 0..20 {
+        let events = mixed(seed, 1_500);
+        let want = reference::Linear::batch(window, hash, &events);
+        assert_eq!(run(&events), want, "batch, seed {seed}");
+
+        let (mut new, mut old) = (
+            Correlator::new(window, hash),
+            reference::Linear::new(window, hash),
+        );
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(new.push(e), old.push(e), "push, seed {seed}");
+            if i % 50 == 0
+                && let Event::McpNetworkConnection(c) = &e.event
+            {
+                let now = c.timestamp;
+                assert_eq!(new.expire(now), old.expire(now), "expire, seed {seed}");
+            }
+        }
+        assert_eq!(new.flush(), old.flush(), "flush, seed {seed}");
+        assert_eq!((new.len, new.open.len()), (0, 0));
+    }
+}

@@ -553,7 +553,7 @@ fn health(state: &DaemonState, peer_session: Option<&str>) -> Response<Body> {
             "sessions": state.session_names(),
             "kernel_counters": counters.map(|c| json!({
                 "connects": c.connects, "unmatched": c.unmatched, "flagged": c.flagged,
-                "denied": c.denied, "ring_drops": c.ring_drops,
+                "denied": c.denied, "ring_drops": c.ring_drops, "summarised": c.summarised,
             })),
         }),
     )

@@ -238,6 +238,27 @@ fn privileged_a_full_disk_is_refused_loudly_and_loses_no_acknowledged_event() {
             .is_some_and(|e| e.contains("full")),
         "{health}"
     );
+    // A call that could not be recorded does not run (store.on_failure: block, the default);
+    // a native tool of the agent is not ours to record and still runs.
+    let (status, decision) = http_unix(
+        &daemon.socket,
+        "POST",
+        "/api/check",
+        r#"{"server_id":"files","name":"read_file"}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{decision}");
+    let decision: serde_json::Value = serde_json::from_str(&decision).unwrap();
+    assert_eq!(decision["action"], "block", "{decision}");
+    assert!(
+        decision["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("event store cannot record")),
+        "{decision}"
+    );
+    let (_, native) =
+        http_unix(&daemon.socket, "POST", "/api/check", r#"{"name":"Bash"}"#).unwrap();
+    assert!(native.contains(r#""action":"allow""#), "{native}");
     let stopping = std::time::Instant::now();
     let status = daemon.stop();
     let took = stopping.elapsed();

@@ -416,6 +416,21 @@ pub struct StoreConfig {
     /// The SQLite database; see `config::default_store_path` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// What the layers do with an MCP tool call while the store cannot write (disk full,
+    /// read-only): refuse it (`block`) or let it run while its events wait in memory (`queue`).
+    #[serde(default)]
+    pub on_failure: OnStoreFailure,
+}
+
+/// `store.on_failure`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStoreFailure {
+    /// A call that cannot be recorded does not run.
+    #[default]
+    Block,
+    /// Calls run; their events wait in memory until the store writes again.
+    Queue,
 }
 
 /// `netmon:` — the eBPF connect hooks on the session cgroup.

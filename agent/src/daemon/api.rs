@@ -736,7 +736,7 @@ async fn check(state: &DaemonState, req: Request<Incoming>) -> anyhow::Result<Re
             "a name, server id or namespace is longer than {MAX_NAME} bytes"
         );
     }
-    let decision = state.policy.check_call(&CallQuery {
+    let decision = state.gate.check_call(&CallQuery {
         server_id: r.server_id.as_deref(),
         name: &r.name,
         namespace: r.namespace.as_deref(),

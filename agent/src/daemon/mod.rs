@@ -6,6 +6,7 @@
 //! work, flush every pending event to disk, detach the kernel programs and exit 0.
 
 pub mod api;
+mod audit_gate;
 mod state;
 mod web;
 
@@ -70,6 +71,12 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (live_events, _) = broadcast::channel(4096);
     let (writer, committer) = spawn_committing_writer(store, rx, live_events.clone());
     let store_health = committer.health();
+    // What every layer asks: the policy, refusing calls the store cannot record.
+    let gate = audit_gate::AuditGate::shared(
+        policy.clone(),
+        store_health.clone(),
+        config.store.on_failure,
+    );
 
     let mut layers = Vec::new();
 
@@ -80,7 +87,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // 5. LLM proxy
     let (stop_proxy, proxy_stopped) = tokio::sync::watch::channel(false);
-    let proxy_task = match start_proxy(&config, &policy, &sink, proxy_stopped).await? {
+    let proxy_task = match start_proxy(&config, &gate, &sink, proxy_stopped).await? {
         Some((addr, task)) => {
             layers.push(LayerStatus::on(
                 "llm-proxy",
@@ -336,7 +343,7 @@ async fn discover_servers(config: &Config, policy: &Arc<Policy>, sink: &EventSin
 /// `stopped` turns true; `None` when `proxy.mode` is `disabled`.
 async fn start_proxy(
     config: &Config,
-    policy: &Arc<Policy>,
+    gate: &Arc<dyn crate::decision::Gate>,
     sink: &EventSink,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<
@@ -361,7 +368,7 @@ async fn start_proxy(
         session_id: String::new(),
         ..LlmProxySettings::default()
     };
-    let proxy = LlmProxy::bind(settings, policy.clone(), sink.clone())
+    let proxy = LlmProxy::bind(settings, gate.clone(), sink.clone())
         .await
         .with_context(|| {
             format!(

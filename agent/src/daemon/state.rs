@@ -57,6 +57,9 @@ pub struct DaemonState {
     pub db_path: PathBuf,
     /// The policy engine (registry inside).
     pub policy: Arc<Policy>,
+    /// What `/api/check` asks: the policy, refusing calls the store cannot record
+    /// (`daemon/audit_gate.rs`).
+    pub gate: Arc<dyn crate::decision::Gate>,
     /// Where events go.
     pub sink: EventSink,
     /// Where the API's posted events go: acknowledged once committed.
@@ -93,10 +96,16 @@ impl DaemonState {
         proxy_addr: Option<std::net::SocketAddr>,
         layers: Vec<LayerStatus>,
     ) -> Self {
+        let gate = super::audit_gate::AuditGate::shared(
+            policy.clone(),
+            committer.health(),
+            config.store.on_failure,
+        );
         DaemonState {
             config,
             db_path,
             policy,
+            gate,
             sink,
             committer,
             live_events,

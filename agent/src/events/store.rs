@@ -428,6 +428,12 @@ impl StoreHealth {
         self.stopping.store(true, Ordering::Relaxed);
     }
 
+    /// A failing store, for tests of what the layers do then.
+    #[cfg(test)]
+    pub(crate) fn set_failing_for_test(&self, why: &str) {
+        self.set(Some(why.to_owned()));
+    }
+
     /// Records the outcome of a write; true when it changed (failing ↔ writing).
     fn set(&self, failing: Option<String>) -> bool {
         let mut now = self.failing.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,111 @@
+//! The policy as the daemon's layers ask it, with the audit in the question: while the event
+//! store cannot write (disk full, read-only; `events::StoreHealth`), an MCP tool call that
+//! would be allowed is refused under `store.on_failure: block` (the default) — a call that
+//! cannot be recorded does not run (issue 15.3). `queue` lets it run; its events wait in memory.
+
+use std::sync::Arc;
+
+use crate::config::OnStoreFailure;
+use crate::decision::{Action, CallQuery, Decision, Gate};
+use crate::events::StoreHealth;
+use crate::policy::Policy;
+
+pub(crate) struct AuditGate {
+    policy: Arc<Policy>,
+    health: Arc<StoreHealth>,
+    on_failure: OnStoreFailure,
+}
+
+impl AuditGate {
+    pub(crate) fn shared(
+        policy: Arc<Policy>,
+        health: Arc<StoreHealth>,
+        on_failure: OnStoreFailure,
+    ) -> Arc<dyn Gate> {
+        Arc::new(AuditGate {
+            policy,
+            health,
+            on_failure,
+        })
+    }
+}
+
+impl Gate for AuditGate {
+    fn check_call(&self, call: &CallQuery<'_>) -> Decision {
+        let decision = self.policy.check_call(call);
+        // Native tools of the agent (no server, not a registered tool) are not ours to record.
+        let mcp = decision.tool.is_some() || call.server_id.is_some();
+        if decision.is_blocked() || !mcp || self.on_failure != OnStoreFailure::Block {
+            return decision;
+        }
+        match self.health.failing() {
+            None => decision,
+            Some(why) => Decision {
+                action: Action::Block,
+                reason: format!(
+                    "the event store cannot record this call ({why}); refused under store.on_failure: block"
+                ),
+                tool: decision.tool,
+            },
+        }
+    }
+
+    fn check_listed(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tool: &serde_json::Value,
+    ) -> Decision {
+        self.policy.check_listed(server_id, server_type, tool)
+    }
+
+    fn check_listed_all(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tools: &[serde_json::Value],
+    ) -> Vec<Decision> {
+        self.policy.check_listed_all(server_id, server_type, tools)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::decision::CallStage;
+    use crate::registry::Registry;
+
+    fn gate(on_failure: OnStoreFailure, health: Arc<StoreHealth>) -> Arc<dyn Gate> {
+        let registry = Arc::new(Registry::in_memory().expect("registry"));
+        let policy = Policy::new(&Config::default(), registry, &[]).expect("policy");
+        AuditGate::shared(Arc::new(policy), health, on_failure)
+    }
+
+    fn call(server: Option<&str>) -> CallQuery<'_> {
+        CallQuery {
+            server_id: server,
+            name: "read_file",
+            namespace: None,
+            stage: CallStage::Executing,
+        }
+    }
+
+    #[test]
+    fn a_call_the_store_cannot_record_is_refused_unless_queued() {
+        let health = Arc::new(StoreHealth::default());
+        let block = gate(OnStoreFailure::Block, health.clone());
+        let queue = gate(OnStoreFailure::Queue, health.clone());
+        assert!(!block.check_call(&call(Some("files"))).is_blocked());
+        health.set_failing_for_test("database or disk is full");
+        let refused = block.check_call(&call(Some("files")));
+        assert!(refused.is_blocked());
+        assert!(
+            refused.reason.contains("database or disk is full"),
+            "{refused:?}"
+        );
+        assert!(!queue.check_call(&call(Some("files"))).is_blocked());
+        // Not an MCP call: nothing of ours to record.
+        assert!(!block.check_call(&call(None)).is_blocked());
+    }
+}

@@ -340,10 +340,11 @@ fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
 }
 
 /// Issue 15.6 and 15.7: a process inside a session, even one running as the daemon's user, reads
-/// nothing through the socket, and what it reports is recorded under its own session.
+/// nothing through the socket and reports nothing (its stdio servers are the daemon's to run
+/// and record: tests/tests/daemon_stdio.rs).
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
-fn privileged_a_session_reads_nothing_and_reports_only_for_itself() {
+fn privileged_a_session_reads_nothing_and_reports_nothing() {
     assert!(is_root());
     let mut daemon = Daemon::start("");
     let forged = event_line(7);
@@ -373,13 +374,9 @@ print("post", ask("POST", "/api/events", {forged:?}.encode()))
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("read 403 403 403 403"), "{stdout}");
-    assert!(stdout.contains("post 202"), "{stdout}");
+    assert!(stdout.contains("post 403"), "{stdout}");
     let stored = daemon.json_lines(&["mcp", "events", "--json"]);
-    assert_eq!(stored.len(), 1, "{stored:?}");
-    assert_eq!(
-        stored[0]["session_id"], "reader",
-        "the event names the session it came from, not the one it claimed"
-    );
+    assert!(stored.is_empty(), "a forged event was stored: {stored:?}");
     assert!(daemon.stop().success());
 }
 

@@ -43,7 +43,8 @@ use tokio::{
     task::JoinSet,
 };
 
-use super::DaemonState;
+use super::{DaemonState, stdio};
+use crate::mcp::relay;
 use crate::{
     correlate::{CallRecord, Correlator},
     decision::{CallQuery, CallStage, Gate},
@@ -254,7 +255,7 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
                     accepted = unix.accept() => match accepted {
                         Ok((stream, _)) => {
                             let cred = stream.peer_cred().ok();
-                            let peer = Peer::Socket { pid: cred.and_then(|c| c.pid()), uid: cred.map(|c| c.uid()) };
+                            let peer = Peer::Socket { pid: cred.and_then(|c| c.pid()), uid: cred.map(|c| c.uid()), gid: cred.map(|c| c.gid()) };
                             conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), peer));
                         }
                         Err(error) => tracing::warn!(%error, "API socket accept failed"),
@@ -337,11 +338,15 @@ fn has_token(req: &Request<Incoming>, query: &str, token: &str) -> bool {
 enum Peer {
     /// The loopback HTTP listener: anyone on the host, browsers included.
     Loopback,
-    /// The Unix socket: the peer's pid and uid when known. The socket is open to every local
-    /// user (0666 in a 0711 directory) because `toolwall exec` runs agents as other users and
-    /// their shims report here; [`route`] lets a peer of another uid do only that, and only
-    /// from inside a session.
-    Socket { pid: Option<i32>, uid: Option<u32> },
+    /// The Unix socket: the peer's pid, uid and gid when known. The socket is open to every
+    /// local user (0666 in a 0711 directory) because `toolwall exec` runs agents as other
+    /// users and their shims ask here for their servers; [`route`] lets a process inside a
+    /// session do only that (and read `/health`).
+    Socket {
+        pid: Option<i32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    },
 }
 
 /// Whether `pid` surely runs outside every toolwall session cgroup: its cgroup can be read
@@ -362,6 +367,7 @@ where
     });
     if let Err(error) = hyper::server::conn::http1::Builder::new()
         .serve_connection(io, service)
+        .with_upgrades()
         .await
     {
         tracing::debug!(%error, "API connection ended with an error");
@@ -447,22 +453,25 @@ async fn route(
     // SAFETY: geteuid has no preconditions.
     let ours = unsafe { libc::geteuid() };
     let mut forced_session = None;
-    if let Peer::Socket { pid, uid } = peer {
-        // A process inside a session (whoever it runs as) may only report events and ask for
-        // decisions, for its own session; it reads nothing (issue 15.6). Its shim may not even
-        // know the session's name: in its own cgroup namespace its cgroup reads `0::/`.
+    let mut asker = None;
+    if let Peer::Socket { pid, uid, gid } = peer {
+        // A process inside a session (whoever it runs as) may only have the daemon run its
+        // stdio servers, and read `/health`: it reads nothing (issue 15.6) and reports nothing
+        // and spends no rate budget (issue 15.7: what it reported, it could forge). Its shim
+        // may not even know the session's name: in its own cgroup namespace its cgroup reads
+        // `0::/`.
         let session = pid.and_then(|p| crate::cgroup::session_of(&p.to_string()));
+        asker = uid.zip(gid).map(|(uid, gid)| stdio::Asker { uid, gid });
         let shim_route = matches!(
             (&method, path.as_str()),
-            (&Method::POST, "/api/events" | "/api/check" | "/api/listed")
-                | (&Method::GET, "/health")
+            (&Method::POST, relay::ROUTE) | (&Method::GET, "/health")
         );
         match session {
             Some(session) if shim_route => forced_session = Some(session),
             Some(_) => {
                 return error(
                     StatusCode::FORBIDDEN,
-                    "a process inside a toolwall session may only report events and ask for decisions",
+                    "a process inside a toolwall session may only ask the daemon to run its stdio MCP servers (toolwall shim) and read /health; it cannot report events, ask for decisions or read records",
                 );
             }
             None if uid != Some(ours) => {
@@ -492,9 +501,16 @@ async fn route(
         )),
         (&Method::GET, "/api/stream/events") => Ok(stream(state.live_events.subscribe())),
         (&Method::GET, "/api/stream/calls") => Ok(stream(state.live_calls.subscribe())),
-        (&Method::POST, "/api/events") => post_events(state, req, forced_session).await,
+        (&Method::POST, "/api/events") => post_events(state, req).await,
         (&Method::POST, "/api/check") => check(state, req).await,
         (&Method::POST, "/api/listed") => listed(state, req).await,
+        (&Method::POST, relay::ROUTE) => match asker {
+            Some(asker) => stdio::run(state, req, asker, forced_session).await,
+            None => Ok(error(
+                StatusCode::FORBIDDEN,
+                "stdio servers are run only for processes on the Unix socket whose credentials are known",
+            )),
+        },
         (&Method::POST, "/api/sessions") => open_session(state, req).await,
         (&Method::DELETE, p) if p.starts_with("/api/sessions/") => {
             close_session(state, &p["/api/sessions/".len()..])
@@ -671,12 +687,11 @@ async fn body(req: Request<Incoming>) -> anyhow::Result<Bytes> {
         .map_err(|e| anyhow::anyhow!("read request body: {e}"))
 }
 
-/// Records posted events; `session` (a peer of another user, inside that session) overrides
-/// every event's session: such a peer reports for its own session only.
+/// Records posted events (only the daemon's user, outside every session, may post: see
+/// [`route`]).
 async fn post_events(
     state: &DaemonState,
     req: Request<Incoming>,
-    session: Option<String>,
 ) -> anyhow::Result<Response<Body>> {
     let body = body(req).await?;
     // Parse everything first: a batch with a bad line is refused whole, not half-recorded.
@@ -686,11 +701,8 @@ async fn post_events(
         .enumerate()
         .filter(|(_, l)| !l.trim_ascii().is_empty())
     {
-        let mut event: Event = serde_json::from_slice(line)
+        let event: Event = serde_json::from_slice(line)
             .with_context(|| format!("line {}: not an event", i + 1))?;
-        if let Some(session) = &session {
-            event.set_session(session);
-        }
         events.push(event);
     }
     let n = events.len();

@@ -8,6 +8,7 @@
 pub mod api;
 mod audit_gate;
 mod state;
+mod stdio;
 mod web;
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};

@@ -157,6 +157,14 @@ impl DaemonState {
         }
     }
 
+    /// Closes a session once its last process is gone (the reaper's check each second).
+    pub fn close_when_empty(&self, name: &str) {
+        self.adopted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned());
+    }
+
     /// Opens a session: its cgroup, with the kernel programs attached when the kernel layer is
     /// on. Returns the cgroup directory, or `None` when the kernel layer is off (the session
     /// then runs unwatched by the kernel, and says so).

@@ -44,19 +44,6 @@ impl Event {
         }
     }
 
-    /// Sets the session the event belongs to.
-    pub fn set_session(&mut self, session: &str) {
-        let slot = match self {
-            Event::McpToolCallIntercepted(e) => &mut e.session_id,
-            Event::McpToolCalled(e) => &mut e.session_id,
-            Event::McpNetworkConnection(e) => &mut e.session_id,
-            Event::McpToolSeen(e) => &mut e.session_id,
-            Event::McpToolChanged(e) => &mut e.session_id,
-            Event::KernelAlert(e) => &mut e.session_id,
-        };
-        session.clone_into(slot);
-    }
-
     /// Every event kind, for `--type` validation.
     pub const KINDS: [&'static str; 6] = [
         "mcp_tool_call_intercepted",

@@ -2,10 +2,9 @@
 //! they record it: the same [`Policy`] the daemon runs (the configuration, or the embedded
 //! default, plus the command line's `--deny` regexes), and with `--config` or `--db` the shared
 //! registry and event database, written directly (safe beside the daemon and other shims).
-//! Without either, inside a `toolwall exec` session (`TOOLWALL_API_SOCKET` set, or this process
-//! in a session cgroup), events go to the session's daemon through its API. Inside a session every decision is also the daemon's
-//! ([`super::daemon_gate::DaemonGate`]), so its registry, pins and rate limits cover the
-//! shim; the local policy then counts no rate limits of its own.
+//! Inside a `toolwall exec` session ([`session_daemon`]) neither judges nor records: what runs
+//! inside a session could forge it. The shim becomes a pipe to a server the daemon runs
+//! (`mcp/relay.rs`); the filter proxy refuses to start there.
 
 use std::{path::PathBuf, sync::Arc, thread::JoinHandle};
 
@@ -107,42 +106,45 @@ pub struct Enforcement {
     writer: Option<(JoinHandle<u64>, PathBuf)>,
 }
 
+/// The daemon of the session this process runs in, if it runs in one: the one `toolwall exec`
+/// named (`TOOLWALL_API_SOCKET`), or — for agents that start their MCP servers with a
+/// scrubbed environment (Codex CLI) — the configured one, when this process is in a session
+/// cgroup or the daemon says it is (in its own cgroup namespace every cgroup reads `/`).
+pub fn session_daemon(config: &Config) -> anyhow::Result<Option<PathBuf>> {
+    if let Some(socket) = std::env::var_os("TOOLWALL_API_SOCKET") {
+        return Ok(Some(PathBuf::from(socket)));
+    }
+    // The default socket directory is checked as for any client: a path another user could
+    // have made must not be trusted to answer for the daemon.
+    let socket = || crate::daemon::api::prepare_socket_dir(config.api.socket.as_deref(), false);
+    if crate::cgroup::session_of("self").is_some() {
+        return socket().map(Some);
+    }
+    if crate::cgroup::cgroup_path_of("self").as_deref() == Some("/") {
+        let Ok(socket) = socket() else {
+            return Ok(None);
+        };
+        return Ok(daemon_sees_a_session(&socket).then_some(socket));
+    }
+    Ok(None)
+}
+
 impl Enforcement {
     /// Builds the policy from `config` (or the embedded default) and the `--deny` values;
     /// records into `db` (or, with only `--config`, its `store.path`) when either is given.
+    /// Refused inside a session ([`session_daemon`]): the daemon judges and records there.
     pub fn new(
         config: Option<&std::path::Path>,
         db: Option<&std::path::Path>,
         deny: &[String],
     ) -> anyhow::Result<Self> {
         let patterns = deny_patterns(deny)?;
-        let mut loaded = Config::load(config)?;
-        // Inside a session: the daemon that `toolwall exec` named, or — for agents that start
-        // their MCP servers with a scrubbed environment (Codex CLI) — the configured one.
-        let daemon = std::env::var_os("TOOLWALL_API_SOCKET")
-            .map(PathBuf::from)
-            .map(Ok)
-            .or_else(|| {
-                // The default socket directory is checked as for any client: a path another
-                // user could have made must not be trusted to answer for the daemon.
-                let socket =
-                    || crate::daemon::api::prepare_socket_dir(loaded.api.socket.as_deref(), false);
-                if crate::cgroup::session_of("self").is_some() {
-                    return Some(socket());
-                }
-                // In a cgroup namespace (`toolwall exec` gives agents one) every cgroup reads
-                // `/`: the daemon, which sees the real one, says whether this is a session.
-                if crate::cgroup::cgroup_path_of("self").as_deref() == Some("/") {
-                    let socket = socket().ok()?;
-                    return daemon_sees_a_session(&socket).then_some(Ok(socket));
-                }
-                None
-            })
-            .transpose()?;
-        if daemon.is_some() {
-            // The daemon counts every call of the session once; a second, per-process count
-            // here would only be a looser copy of it.
-            loaded.sandbox.mcp.rate_limits.enabled = false;
+        let loaded = Config::load(config)?;
+        if let Some(socket) = session_daemon(&loaded)? {
+            anyhow::bail!(
+                "this runs inside a toolwall session (daemon {}): what runs inside a session could forge its own audit, so it neither judges nor records there. Run `toolwall mcp-proxy` outside the session; `toolwall shim` inside one has the daemon run the server",
+                socket.display()
+            );
         }
         let db_path = match (db, config) {
             (Some(db), _) => Some(db.to_path_buf()),
@@ -154,32 +156,15 @@ impl Enforcement {
                 .with_context(|| format!("open the tool registry in {}", path.display()))?,
             None => Registry::in_memory().context("create an in-memory tool registry")?,
         };
-        let policy: Arc<dyn Gate> = Arc::new(Policy::new(&loaded, Arc::new(registry), &patterns)?);
-        let gate: Arc<dyn Gate> = match &daemon {
-            Some(socket) => Arc::new(
-                super::daemon_gate::DaemonGate::new(policy, socket)
-                    .context("start the client of the session's daemon")?,
-            ),
-            None => policy,
-        };
-        // Inside a session, events go to its daemon, which records them under the session it
-        // sees the shim in (a shim in its own cgroup namespace cannot tell) and acknowledges them
-        // once stored; a database of our own is for a shim without a daemon.
-        let (events, writer) = match (db_path, daemon) {
-            (_, Some(socket)) => {
-                let (sink, rx) = EventSink::channel();
-                (
-                    Some(sink),
-                    Some((spawn_forwarder(socket.clone(), rx), socket)),
-                )
-            }
-            (Some(path), None) => {
+        let gate: Arc<dyn Gate> = Arc::new(Policy::new(&loaded, Arc::new(registry), &patterns)?);
+        let (events, writer) = match db_path {
+            Some(path) => {
                 let store = Store::open(&path)?;
                 let (sink, rx) = EventSink::channel();
                 let (live, _) = tokio::sync::broadcast::channel(1);
                 (Some(sink), Some((spawn_writer(store, rx, live), path)))
             }
-            (None, None) => (None, None),
+            None => (None, None),
         };
         Ok(Enforcement {
             gate,
@@ -201,67 +186,6 @@ impl Enforcement {
             }
         }
     }
-}
-
-/// Sends events to the daemon on `socket` in batches until every sink is dropped; returns how
-/// many it delivered. A batch the daemon does not take is retried for a while, then reported
-/// (with its size) on stderr — never dropped without a word.
-fn spawn_forwarder(
-    socket: PathBuf,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<crate::events::Event>,
-) -> JoinHandle<u64> {
-    std::thread::spawn(move || {
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(error) => {
-                tracing::error!(%error, "cannot start the event forwarder; events of this shim are not recorded");
-                return 0;
-            }
-        };
-        runtime.block_on(async move {
-            let mut delivered = 0u64;
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while let Ok(next) = rx.try_recv() {
-                    batch.push(next);
-                }
-                let body: Vec<u8> = batch
-                    .iter()
-                    .filter_map(|e| serde_json::to_vec(e).ok())
-                    .flat_map(|mut line| {
-                        line.push(b'\n');
-                        line
-                    })
-                    .collect();
-                let mut tries = 0;
-                loop {
-                    let sent = async {
-                        let api = crate::client::ApiClient::connect(&socket).await?;
-                        api.call(http::Method::POST, "/api/events", body.clone()).await
-                    };
-                    match sent.await {
-                        Ok(_) => {
-                            delivered += batch.len() as u64;
-                            break;
-                        }
-                        Err(error) if tries < 20 => {
-                            tries += 1;
-                            tracing::debug!(%error, "daemon did not take events; retrying");
-                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        }
-                        Err(error) => {
-                            eprintln!("toolwall: {} events could not be delivered to the daemon: {error:#}", batch.len());
-                            break;
-                        }
-                    }
-                }
-            }
-            delivered
-        })
-    })
 }
 
 #[cfg(test)]

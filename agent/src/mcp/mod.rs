@@ -39,7 +39,6 @@
 
 pub(crate) mod canonical;
 pub mod client;
-pub mod daemon_gate;
 pub mod enforce;
 pub mod filter;
 pub(crate) mod filtered_sse;
@@ -48,6 +47,7 @@ pub mod fuzzing;
 pub(crate) mod headers;
 pub(crate) mod modern;
 pub mod proxy;
+pub(crate) mod relay;
 pub mod shim;
 pub mod sse;
 pub(crate) mod stream_order;

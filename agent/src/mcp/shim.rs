@@ -113,6 +113,10 @@ pub fn default_server_id(command: &[String]) -> String {
 /// and, when `--config` or `--db` is given, the event store, then runs [`run_shim`] and returns
 /// the child's exit code once every event is stored.
 pub fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
+    let config = crate::config::Config::load(args.config.as_deref())?;
+    if let Some(socket) = super::enforce::session_daemon(&config)? {
+        return relay(&args, &socket);
+    }
     let enforcement =
         super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -124,6 +128,30 @@ pub fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
     // Stdin is read on a blocking thread that may still be parked in read(2); do not wait.
     runtime.shutdown_timeout(Duration::from_millis(100));
     enforcement.finish();
+    result
+}
+
+/// Inside a session: the daemon runs the server and judges and records it; this process is a
+/// pipe to it (`mcp/relay.rs`).
+fn relay(args: &ShimArgs, socket: &std::path::Path) -> anyhow::Result<ExitCode> {
+    super::enforce::deny_patterns(&args.deny)?;
+    let request = super::relay::RunRequest {
+        server_id: args.server_id(),
+        command: args.command.clone(),
+        env: std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect(),
+        cwd: std::env::current_dir().context("the working directory")?,
+        deny: args.deny.clone(),
+        max_message_bytes: args.max_message_bytes,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(super::relay::run(socket, &request));
+    // Stdin is read on a blocking thread that may still be parked in read(2); do not wait.
+    runtime.shutdown_timeout(Duration::from_millis(100));
     result
 }
 
@@ -172,13 +200,33 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let mut child = command
+    let child = spawn_server(command.stderr(Stdio::inherit()))?;
+    serve_child(child, ctx, client_in, client_out, max_message).await
+}
+
+/// Starts a stdio server with its stdin and stdout piped to us (its stderr as the caller set).
+pub(crate) fn spawn_server(command: &mut Command) -> anyhow::Result<tokio::process::Child> {
+    command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
-        .context("cannot start the MCP server")?;
+        .context("cannot start the MCP server")
+}
+
+/// [`serve`] for a server already started with [`spawn_server`] (the daemon starts servers
+/// itself, to answer a failed start before the relay begins: `daemon/stdio.rs`).
+pub(crate) async fn serve_child<R, W>(
+    mut child: tokio::process::Child,
+    ctx: FilterContext,
+    client_in: R,
+    client_out: W,
+    max_message: usize,
+) -> anyhow::Result<ExitCode>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let pid = child.id().context("the MCP server exited at once")? as libc::pid_t;
     let child_in = child.stdin.take().context("no stdin pipe to the server")?;
     let child_out = child

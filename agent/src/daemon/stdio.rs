@@ -1,0 +1,299 @@
+//! Stdio MCP servers the daemon runs for shims inside sessions (issue 15.7).
+//!
+//! Whatever runs inside a session could forge what it reports, so a shim there is only a pipe
+//! (`mcp/relay.rs`): it asks here (`POST /api/stdio`, upgraded to a raw byte stream) and the
+//! daemon starts the server — outside the agent's session, as the shim's user, in a cgroup of
+//! its own that the kernel layer watches like a session — and runs the same filter the shim
+//! runs stand-alone (`mcp/shim.rs`), with the daemon's policy and event store. A declared stdio
+//! server runs its declared command; an undeclared one is refused under
+//! `sandbox.mcp.fail_closed` and otherwise runs the command the shim was given.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context as _;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use regex::Regex;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::state::DaemonState;
+use crate::config::ServerType;
+use crate::decision::{Action, CallQuery, Decision, Gate};
+use crate::mcp::filter::FilterContext;
+use crate::mcp::relay::{MAX_REQUEST_BYTES, RunRequest, UPGRADE_PROTOCOL};
+
+/// The process asking, as the socket's peer credentials say.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Asker {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>;
+
+/// `POST /api/stdio`: starts the server and answers 101, then relays until it exits.
+pub(super) async fn run(
+    state: &Arc<DaemonState>,
+    mut req: Request<Incoming>,
+    asker: Asker,
+    session: Option<String>,
+) -> anyhow::Result<Response<Body>> {
+    let upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok());
+    anyhow::ensure!(
+        upgrade == Some(UPGRADE_PROTOCOL),
+        "expected `Upgrade: {UPGRADE_PROTOCOL}` (this route is for `toolwall shim`)"
+    );
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let body = Limited::new(req.into_body(), MAX_REQUEST_BYTES)
+        .collect()
+        .await
+        .map_err(|e| anyhow::anyhow!("read the request: {e}"))?
+        .to_bytes();
+    let request: RunRequest =
+        serde_json::from_slice(&body).context("expected a shim's run request")?;
+    let (program, args) = what_to_run(state, &request)?;
+    let gate = ExtraDeny::wrap(state.gate.clone(), &request.deny)?;
+
+    // A cgroup of its own, watched by the kernel layer like a session, named after the
+    // session it serves.
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let cgroup_name = format!(
+        "{}-mcp-{}-{}",
+        sanitize(session.as_deref().unwrap_or("host")),
+        sanitize(&request.server_id),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    );
+    let cgroup = state
+        .open_session(&cgroup_name)
+        .with_context(|| format!("a cgroup for MCP server {:?}", request.server_id))?;
+    let procs = match &cgroup {
+        Some(dir) => Some(
+            std::ffi::CString::new(
+                dir.join("cgroup.procs")
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            )
+            .context("cgroup path")?,
+        ),
+        None => None,
+    };
+    let mut command = tokio::process::Command::new(&program);
+    command
+        .args(&args)
+        .env_clear()
+        .envs(request.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(if request.cwd.is_dir() {
+            request.cwd.as_path()
+        } else {
+            std::path::Path::new("/")
+        })
+        .stderr(Stdio::piped());
+    let Asker { uid, gid } = asker;
+    // SAFETY: only async-signal-safe calls (open, write, close, setgroups, setgid, setuid,
+    // prctl) between fork and exec, on data prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            if let Some(procs) = &procs {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+            }
+            let groups = [gid];
+            if libc::setgroups(1, groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+                || libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = match crate::mcp::shim::spawn_server(&mut command) {
+        Ok(child) => child,
+        Err(error) => {
+            let _ = state.close_session(&cgroup_name);
+            return Err(error.context(format!("{program} {}", args.join(" "))));
+        }
+    };
+    let mut child = child;
+    if let Some(stderr) = child.stderr.take() {
+        let server = request.server_id.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(server = %server, "stderr: {line}");
+            }
+        });
+    }
+    tracing::info!(
+        server = %request.server_id,
+        session = session.as_deref().unwrap_or(""),
+        uid,
+        "started stdio MCP server for a shim: {program} {}",
+        args.join(" ")
+    );
+    let ctx = FilterContext {
+        gate,
+        server_id: request.server_id.clone(),
+        server_type: "stdio".to_owned(),
+        layer: "shim",
+        session_id: session.unwrap_or_default(),
+        events: Some(state.sink.clone()),
+    };
+    let state = state.clone();
+    let max_message = request.max_message_bytes;
+    let server = request.server_id;
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let (from_shim, to_shim) = tokio::io::split(TokioIo::new(upgraded));
+                let served =
+                    crate::mcp::shim::serve_child(child, ctx, from_shim, to_shim, max_message)
+                        .await;
+                if let Err(error) = served {
+                    tracing::warn!(%server, "{error:#}");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "the shim left before its server started"),
+        }
+        // Closed once its last process is gone (a server's own children may outlive it).
+        state.close_when_empty(&cgroup_name);
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, UPGRADE_PROTOCOL)
+        .body(Full::new(bytes::Bytes::new()).boxed())
+        .context("the switching response")
+}
+
+/// The declared command of a declared stdio server, else — unless `fail_closed` — the
+/// shim's own.
+fn what_to_run(state: &DaemonState, request: &RunRequest) -> anyhow::Result<(String, Vec<String>)> {
+    let mcp = &state.config.sandbox.mcp;
+    let declared = mcp.servers.iter().find(|s| s.id == request.server_id);
+    match declared {
+        Some(server) if server.server_type != ServerType::Stdio => anyhow::bail!(
+            "MCP server {:?} is declared as {}, not stdio",
+            server.id,
+            server.server_type.as_str()
+        ),
+        Some(server) => match &server.command {
+            Some(program) => {
+                if request.command.first() != Some(program)
+                    || request.command.get(1..).unwrap_or_default() != server.args.as_slice()
+                {
+                    tracing::warn!(
+                        server = %server.id,
+                        "the shim asked for `{}`; running the declared command instead",
+                        request.command.join(" ")
+                    );
+                }
+                Ok((program.clone(), server.args.clone()))
+            }
+            None => shim_command(request),
+        },
+        None if mcp.fail_closed => anyhow::bail!(
+            "MCP server {:?} is not declared; refused under sandbox.mcp.fail_closed (declare it under sandbox.mcp.servers with type: stdio and its command)",
+            request.server_id
+        ),
+        None => shim_command(request),
+    }
+}
+
+fn shim_command(request: &RunRequest) -> anyhow::Result<(String, Vec<String>)> {
+    let (program, args) = request
+        .command
+        .split_first()
+        .context("no server command given after `--`")?;
+    Ok((program.clone(), args.to_vec()))
+}
+
+/// A part of a session name: `cgroup.rs` allows `[A-Za-z0-9._-]` and 64 bytes, and bpffs (where
+/// the session's links are pinned) no dots.
+fn sanitize(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(24)
+        .collect()
+}
+
+/// The daemon's policy plus a shim's `--deny` patterns: they can only take more away.
+struct ExtraDeny {
+    inner: Arc<dyn Gate>,
+    patterns: Vec<(String, Regex)>,
+}
+
+impl ExtraDeny {
+    fn wrap(inner: Arc<dyn Gate>, patterns: &[String]) -> anyhow::Result<Arc<dyn Gate>> {
+        if patterns.is_empty() {
+            return Ok(inner);
+        }
+        let patterns = crate::mcp::enforce::deny_patterns(patterns)?
+            .into_iter()
+            .map(|p| {
+                crate::config::compile_deny_regex(&p)
+                    .map(|r| (p.clone(), r))
+                    .map_err(|why| anyhow::anyhow!("--deny {p:?}: {why}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Arc::new(ExtraDeny { inner, patterns }))
+    }
+
+    fn denies(&self, name: &str, decision: Decision) -> Decision {
+        match self.patterns.iter().find(|(_, r)| r.is_match(name)) {
+            Some((pattern, _)) if !decision.is_blocked() => Decision {
+                action: Action::Block,
+                reason: format!("tool denied by the shim's --deny {pattern:?}"),
+                tool: decision.tool,
+            },
+            _ => decision,
+        }
+    }
+}
+
+impl Gate for ExtraDeny {
+    fn check_call(&self, call: &CallQuery<'_>) -> Decision {
+        self.denies(call.name, self.inner.check_call(call))
+    }
+
+    fn check_listed(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tool: &serde_json::Value,
+    ) -> Decision {
+        let name = tool["name"].as_str().unwrap_or_default();
+        self.denies(name, self.inner.check_listed(server_id, server_type, tool))
+    }
+
+    fn check_listed_all(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tools: &[serde_json::Value],
+    ) -> Vec<Decision> {
+        self.inner
+            .check_listed_all(server_id, server_type, tools)
+            .into_iter()
+            .zip(tools)
+            .map(|(d, tool)| self.denies(tool["name"].as_str().unwrap_or_default(), d))
+            .collect()
+    }
+}

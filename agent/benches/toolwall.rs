@@ -839,6 +839,68 @@ fn free_port() -> u16 {
 }
 
 /// Starts `cmd` and waits until it accepts on `port`; why not, if it does not.
+/// nginx (one process) in front of `127.0.0.1:port` with upstream keep-alive and no
+/// buffering; its port.
+fn start_nginx_keepalive(dir: &Path, port: u16) -> Result<(Proc, u16), String> {
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .ok_or("nginx is not installed (cargo xtask bench installs Debian's nginx as root)")?;
+    let listen = free_port();
+    let d = dir.display();
+    let config = dir.join("nginx.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+             upstream mcp {{ server 127.0.0.1:{port}; keepalive 8; }}\n\
+             server {{ listen 127.0.0.1:{listen}; location / {{ proxy_pass http://mcp; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }} }}\n}}\n"
+        ),
+    )
+    .map_err(|e| format!("write {}: {e}", config.display()))?;
+    let proc = start_listening(
+        Command::new(nginx)
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&config),
+        listen,
+        "nginx",
+    )?;
+    Ok((proc, listen))
+}
+
+/// `toolwall run --config CONFIG`, once its socket answers.
+fn start_daemon(bin: &Path, config: &Path, socket: &Path) -> Result<Proc, String> {
+    let mut proc = Proc(
+        Command::new(bin)
+            .args(["run", "--config"])
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("start toolwall run: {e}"))?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return Ok(proc);
+        }
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            return Err(format!("toolwall run exited with {status}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!(
+        "toolwall run did not answer on {} within 30 s",
+        socket.display()
+    ))
+}
+
 fn start_listening(cmd: &mut Command, port: u16, what: &str) -> Result<Proc, String> {
     let mut proc = Proc(
         cmd.stdin(Stdio::null())
@@ -968,6 +1030,40 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
         ))
     })?;
 
+    // Inside a session the shim is a pipe to the daemon, which runs and filters the server
+    // (`daemon/stdio.rs`): the agent's shim -> daemon -> server, against the server direct.
+    let daemon_dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let socket = daemon_dir.path().join("api.sock");
+    let config = daemon_dir.path().join("toolwall.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "proxy: {{mode: disabled}}\nnetmon: {{enabled: false}}\nstore: {{path: {}}}\napi: {{listen: 127.0.0.1:{}, socket: {}}}\n",
+            daemon_dir.path().join("events.db").display(),
+            free_port(),
+            socket.display()
+        ),
+    )
+    .map_err(|e| format!("write the daemon's config: {e}"))?;
+    let _daemon = start_daemon(bin, &config, &socket)?;
+    let mut relay = vec![
+        "stdio".into(),
+        n.clone(),
+        "/usr/bin/env".into(),
+        format!("TOOLWALL_API_SOCKET={}", socket.display()),
+        s(bin),
+        "shim".into(),
+    ];
+    relay.extend(deny.iter().cloned());
+    relay.push("--".into());
+    relay.extend([s(server), "stdio".into()]);
+    let relayed = alternate(ROUNDS, || {
+        Ok((
+            mcp_round_trips(python, script, &direct_stdio)?,
+            mcp_round_trips(python, script, &relay)?,
+        ))
+    })?;
+
     let port = free_port();
     let _server = start_listening(
         Command::new(server)
@@ -994,9 +1090,25 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     let warm = |url: &str| vec!["http".to_owned(), "300".to_owned(), url.to_owned()];
     mcp_round_trips(python, script, &warm(&upstream))?;
     mcp_round_trips(python, script, &warm(&proxied_url))?;
+    // For reference, a bare nginx hop in front of the same server (upstream keep-alive,
+    // no buffering: the closest thing to what the proxy does, minus the judging).
+    let nginx_dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let nginx = start_nginx_keepalive(nginx_dir.path(), port);
+    let nginx_url = nginx
+        .as_ref()
+        .ok()
+        .map(|(_, p)| format!("http://127.0.0.1:{p}/mcp"));
+    if let Some(url) = &nginx_url {
+        mcp_round_trips(python, script, &warm(url))?;
+    }
+    let mut nginx_rounds = Vec::new();
     let http_rounds = alternate(ROUNDS, || {
+        let direct = mcp_round_trips(python, script, &http(&upstream))?;
+        if let Some(url) = &nginx_url {
+            nginx_rounds.push((direct, mcp_round_trips(python, script, &http(url))?));
+        }
         Ok((
-            mcp_round_trips(python, script, &http(&upstream))?,
+            direct,
             mcp_round_trips(python, script, &http(&proxied_url))?,
         ))
     })?;
@@ -1028,7 +1140,12 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
         );
     };
     report("stdio", "shim", &stdio);
+    report("relay", "daemon", &relayed);
     report("HTTP", "proxy", &http_rounds);
+    match &nginx {
+        Ok(_) => report("HTTP", "nginx", &nginx_rounds),
+        Err(why) => println!("   HTTP nginx reference SKIPPED: {why}"),
+    }
     println!(
         "   ({ROUNDS} rounds of {PER} calls per path, direct and through toolwall alternating; medians over rounds)"
     );

@@ -1,10 +1,11 @@
 //! Stdio MCP servers the daemon runs for shims inside sessions (issue 15.7).
 //!
 //! Whatever runs inside a session could forge what it reports, so a shim there is only a pipe
-//! (`mcp/relay.rs`): it asks here (`POST /api/stdio`, upgraded to a raw byte stream) and the
-//! daemon starts the server — outside the agent's session, as the shim's user, in a cgroup of
-//! its own that the kernel layer watches like a session — and runs the same filter the shim
-//! runs stand-alone (`mcp/shim.rs`), with the daemon's policy and event store. A declared stdio
+//! (`mcp/relay.rs`): it asks here (`POST /api/stdio`, upgraded) and hands over its stdin and
+//! stdout; the daemon starts the server — outside the agent's session, as the shim's user, in
+//! a cgroup of its own that the kernel layer watches like a session — and runs the same filter
+//! the shim runs stand-alone (`mcp/shim.rs`) between the agent's pipes and the server's, with
+//! the daemon's policy and event store. A declared stdio
 //! server runs its declared command; an undeclared one is refused under
 //! `sandbox.mcp.fail_closed` and otherwise runs the command the shim was given.
 
@@ -18,13 +19,14 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use regex::Regex;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use std::os::fd::AsRawFd;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Interest};
 
 use super::state::DaemonState;
 use crate::config::ServerType;
 use crate::decision::{Action, CallQuery, Decision, Gate};
 use crate::mcp::filter::FilterContext;
-use crate::mcp::relay::{MAX_REQUEST_BYTES, RunRequest, UPGRADE_PROTOCOL};
+use crate::mcp::relay::{MAX_REQUEST_BYTES, RunRequest, UPGRADE_PROTOCOL, recv_fds};
 
 /// The process asking, as the socket's peer credentials say.
 #[derive(Clone, Copy, Debug)]
@@ -154,17 +156,9 @@ pub(super) async fn run(
     let max_message = request.max_message_bytes;
     let server = request.server_id;
     tokio::spawn(async move {
-        match on_upgrade.await {
-            Ok(upgraded) => {
-                let (from_shim, to_shim) = tokio::io::split(TokioIo::new(upgraded));
-                let served =
-                    crate::mcp::shim::serve_child(child, ctx, from_shim, to_shim, max_message)
-                        .await;
-                if let Err(error) = served {
-                    tracing::warn!(%server, "{error:#}");
-                }
-            }
-            Err(error) => tracing::warn!(%error, "the shim left before its server started"),
+        match relay(on_upgrade, child, ctx, max_message).await {
+            Ok(code) => tracing::info!(%server, code, "stdio MCP server exited"),
+            Err(error) => tracing::warn!(%server, "{error:#}"),
         }
         // Closed once its last process is gone (a server's own children may outlive it).
         state.close_when_empty(&cgroup_name);
@@ -176,6 +170,48 @@ pub(super) async fn run(
         .body(Full::new(bytes::Bytes::new()).boxed())
         .context("the switching response")
 }
+
+/// Takes the shim's stdin and stdout (SCM_RIGHTS, `mcp/relay.rs`), serves the server between
+/// them, and tells the shim its exit status.
+async fn relay(
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    child: tokio::process::Child,
+    ctx: FilterContext,
+    max_message: usize,
+) -> anyhow::Result<u8> {
+    let upgraded = on_upgrade
+        .await
+        .context("the shim left before its server started")?;
+    let mut stream = match upgraded.downcast::<TokioIo<tokio::net::UnixStream>>() {
+        Ok(parts) if parts.read_buf.is_empty() => parts.io.into_inner(),
+        _ => anyhow::bail!("the shim's relay did not start cleanly"),
+    };
+    let fds = tokio::time::timeout(
+        HANDOVER_TIMEOUT,
+        stream.async_io(Interest::READABLE, || recv_fds(stream.as_raw_fd())),
+    )
+    .await
+    .context("the shim did not hand over its stdin and stdout in time")?
+    .context("receiving the shim's stdin and stdout")?;
+    let mut fds = fds.into_iter();
+    let (Some(stdin), Some(stdout)) = (fds.next(), fds.next()) else {
+        anyhow::bail!("the shim handed over fewer than two descriptors");
+    };
+    let code = crate::mcp::shim::serve_child(
+        child,
+        ctx,
+        crate::mcp::async_reader(stdin),
+        crate::mcp::async_writer(stdout),
+        max_message,
+    )
+    .await?;
+    // The shim may be gone (its agent kept the pipes): nothing to tell then.
+    let _ = stream.write_all(&[code]).await;
+    Ok(code)
+}
+
+/// How long a shim may take to hand over its descriptors after the upgrade.
+const HANDOVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The declared command of a declared stdio server, else — unless `fail_closed` — the
 /// shim's own.

@@ -86,6 +86,23 @@ pub fn async_stdin() -> Box<dyn AsyncRead + Unpin + Send> {
     }
 }
 
+/// A descriptor another process handed over (a shim's stdin, `mcp/relay.rs`) as an async
+/// reader: through epoll when it is a pipe or socket, else on blocking threads.
+pub(crate) fn async_reader(fd: std::os::fd::OwnedFd) -> Box<dyn AsyncRead + Unpin + Send> {
+    match pollable(fd.as_fd()).map(pipe::Receiver::from_file_unchecked) {
+        Some(Ok(receiver)) => Box::new(receiver),
+        _ => Box::new(tokio::fs::File::from_std(File::from(fd))),
+    }
+}
+
+/// [`async_reader`] for writing (a shim's stdout).
+pub(crate) fn async_writer(fd: std::os::fd::OwnedFd) -> Box<dyn AsyncWrite + Unpin + Send> {
+    match pollable(fd.as_fd()).map(pipe::Sender::from_file_unchecked) {
+        Some(Ok(sender)) => Box::new(sender),
+        _ => Box::new(tokio::fs::File::from_std(File::from(fd))),
+    }
+}
+
 /// Our stdout as an async writer, through epoll when it is a pipe or socket (see
 /// [`async_stdin`]).
 pub fn async_stdout() -> Box<dyn AsyncWrite + Unpin + Send> {

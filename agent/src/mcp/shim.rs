@@ -201,7 +201,8 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let child = spawn_server(command.stderr(Stdio::inherit()))?;
-    serve_child(child, ctx, client_in, client_out, max_message).await
+    let code = serve_child(child, ctx, client_in, client_out, max_message).await?;
+    Ok(ExitCode::from(code))
 }
 
 /// Starts a stdio server with its stdin and stdout piped to us (its stderr as the caller set).
@@ -215,14 +216,15 @@ pub(crate) fn spawn_server(command: &mut Command) -> anyhow::Result<tokio::proce
 }
 
 /// [`serve`] for a server already started with [`spawn_server`] (the daemon starts servers
-/// itself, to answer a failed start before the relay begins: `daemon/stdio.rs`).
+/// itself, to answer a failed start before the relay begins: `daemon/stdio.rs`); returns the
+/// server's exit status (128+N for signal N).
 pub(crate) async fn serve_child<R, W>(
     mut child: tokio::process::Child,
     ctx: FilterContext,
     client_in: R,
     client_out: W,
     max_message: usize,
-) -> anyhow::Result<ExitCode>
+) -> anyhow::Result<u8>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -318,7 +320,7 @@ where
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1);
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+    Ok(u8::try_from(code).unwrap_or(1))
 }
 
 /// What to write for one message, computed under the filter lock and written after it.

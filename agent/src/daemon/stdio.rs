@@ -120,22 +120,70 @@ pub(super) async fn run(
             Ok(())
         });
     }
-    let child = match crate::mcp::shim::spawn_server(&mut command) {
-        Ok(child) => child,
-        Err(error) => {
-            let _ = state.close_session(&cgroup_name);
-            return Err(error.context(format!("{program} {}", args.join(" "))));
-        }
+    let ctx = FilterContext {
+        gate,
+        server_id: request.server_id.clone(),
+        server_type: "stdio".to_owned(),
+        layer: "shim",
+        session_id: session.clone().unwrap_or_default(),
+        events: Some(state.sink.clone()),
     };
-    let mut child = child;
-    if let Some(stderr) = child.stderr.take() {
-        let server = request.server_id.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(server = %server, "stderr: {line}");
-            }
+    let max_message = request.max_message_bytes;
+    let server = request.server_id.clone();
+    // Each server on a thread and runtime of its own: the agent's pipes, the server's and the
+    // filter all wake on one thread, as in a stand-alone shim (the daemon's worker threads
+    // would hand every message across threads).
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let thread_state = state.clone();
+    let thread_cgroup = cgroup_name.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("mcp-{}", sanitize(&server)))
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(error) => {
+                    let _ = started_tx.send(Err(anyhow::Error::new(error).context("a runtime")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let mut child = match crate::mcp::shim::spawn_server(&mut command) {
+                    Ok(child) => child,
+                    Err(error) => {
+                        let _ = started_tx.send(Err(error));
+                        return;
+                    }
+                };
+                let _ = started_tx.send(Ok(()));
+                if let Some(stderr) = child.stderr.take() {
+                    let server = server.clone();
+                    tokio::spawn(async move {
+                        let mut lines = BufReader::new(stderr).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            tracing::info!(server = %server, "stderr: {line}");
+                        }
+                    });
+                }
+                match relay(on_upgrade, child, ctx, max_message).await {
+                    Ok(code) => tracing::info!(%server, code, "stdio MCP server exited"),
+                    Err(error) => tracing::warn!(%server, "{error:#}"),
+                }
+            });
+            // Closed once its last process is gone (a server's own children may outlive it).
+            thread_state.close_when_empty(&thread_cgroup);
         });
+    let started = match spawned {
+        Ok(_) => started_rx
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the server's thread ended at once"))),
+        Err(error) => Err(anyhow::Error::new(error).context("a thread for the server")),
+    };
+    if let Err(error) = started {
+        let _ = state.close_session(&cgroup_name);
+        return Err(error.context(format!("{program} {}", args.join(" "))));
     }
     tracing::info!(
         server = %request.server_id,
@@ -144,25 +192,6 @@ pub(super) async fn run(
         "started stdio MCP server for a shim: {program} {}",
         args.join(" ")
     );
-    let ctx = FilterContext {
-        gate,
-        server_id: request.server_id.clone(),
-        server_type: "stdio".to_owned(),
-        layer: "shim",
-        session_id: session.unwrap_or_default(),
-        events: Some(state.sink.clone()),
-    };
-    let state = state.clone();
-    let max_message = request.max_message_bytes;
-    let server = request.server_id;
-    tokio::spawn(async move {
-        match relay(on_upgrade, child, ctx, max_message).await {
-            Ok(code) => tracing::info!(%server, code, "stdio MCP server exited"),
-            Err(error) => tracing::warn!(%server, "{error:#}"),
-        }
-        // Closed once its last process is gone (a server's own children may outlive it).
-        state.close_when_empty(&cgroup_name);
-    });
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::CONNECTION, "upgrade")
@@ -182,10 +211,17 @@ async fn relay(
     let upgraded = on_upgrade
         .await
         .context("the shim left before its server started")?;
-    let mut stream = match upgraded.downcast::<TokioIo<tokio::net::UnixStream>>() {
+    let stream = match upgraded.downcast::<TokioIo<tokio::net::UnixStream>>() {
         Ok(parts) if parts.read_buf.is_empty() => parts.io.into_inner(),
         _ => anyhow::bail!("the shim's relay did not start cleanly"),
     };
+    // Accepted on the daemon's runtime; this server's runtime watches it from now on.
+    let mut stream = tokio::net::UnixStream::from_std(
+        stream
+            .into_std()
+            .context("taking over the shim's connection")?,
+    )
+    .context("taking over the shim's connection")?;
     let fds = tokio::time::timeout(
         HANDOVER_TIMEOUT,
         stream.async_io(Interest::READABLE, || recv_fds(stream.as_raw_fd())),

@@ -6,7 +6,8 @@
 //! calls) first. A POST's stream is complete once it carried a response for each request of
 //! the POST (the MCP spec: the server then closes it): the client's body ends there, and
 //! [`FilteredSse::gather`] lets the proxy answer a quick call in one write, head and body,
-//! instead of mirroring the upstream's head, event and end chunk as three.
+//! instead of mirroring the upstream's head, event and end chunk as three (a slow call's head
+//! waits for its first event).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -70,14 +71,19 @@ impl FilteredSse {
         self
     }
 
-    /// Waits up to `hold` for the stream to complete. Returns the whole filtered body when it
-    /// did (the proxy then answers with a plain body of known length), else `self` to stream
-    /// on, with what was gathered so far sent first.
-    pub(crate) async fn gather(mut self, hold: Duration) -> Result<Bytes, Self> {
-        let filled = tokio::time::timeout(hold, std::future::poll_fn(|cx| self.poll_fill(cx)));
-        match filled.await {
-            Ok(()) => Ok(self.ready.split().freeze()),
-            Err(_) => Err(self),
+    /// Waits (up to `limit`) for the upstream's first bytes, then takes what is ready with them.
+    /// Returns the whole filtered body when that completed the stream (the proxy then answers
+    /// with a plain body of known length), else `self` to stream on, with what was gathered
+    /// so far sent first. No short timer: one earlier than the runtime's next would cost a
+    /// wake-up of its driver (an eventfd write and an extra epoll_wait) on every call.
+    pub(crate) async fn gather(mut self, limit: Duration) -> Result<Bytes, Self> {
+        let first = std::future::poll_fn(|cx| match self.poll_fill(cx) {
+            Poll::Pending if self.ready.is_empty() => Poll::Pending,
+            _ => Poll::Ready(()),
+        });
+        match tokio::time::timeout(limit, first).await {
+            Ok(()) if self.upstream.is_none() => Ok(self.ready.split().freeze()),
+            _ => Err(self),
         }
     }
 

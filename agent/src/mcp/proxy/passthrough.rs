@@ -3,9 +3,6 @@
 
 use super::*;
 
-/// How long a POST's response stream is held back to be answered whole: a quick call then
-/// costs the client one write and one wake-up instead of three; a slow one streams after it.
-const GATHER: Duration = Duration::from_millis(20);
 
 pub(super) async fn passthrough(
     shared: Arc<Shared>,
@@ -84,7 +81,7 @@ pub(super) async fn passthrough(
         let mut body = FilteredSse::new(rbody, filter, replies, shared.probe.clone());
         if requests > 0 {
             body = body.answering(requests, shared.timeout);
-            match body.gather(GATHER).await {
+            match body.gather(shared.timeout).await {
                 Ok(all) => {
                     let mut response = Response::new(Full::new(all).boxed());
                     *response.status_mut() = rparts.status;

@@ -3,7 +3,6 @@
 
 use super::*;
 
-
 pub(super) async fn passthrough(
     shared: Arc<Shared>,
     req: Request<Incoming>,

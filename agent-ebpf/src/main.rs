@@ -21,10 +21,10 @@ use agent_common::{
         VERDICT_DENIED, VERDICT_FLAGGED,
     },
     counters,
-    summary::{SummaryKey, SummaryValue, BURST, MAX_SUMMARIES, WINDOW_NS},
     rule::{
         CidrKey, EndpointKey, EndpointRule, ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS, MAX_RULES,
     },
+    summary::{SummaryKey, SummaryValue, BURST, MAX_SUMMARIES, WINDOW_NS},
 };
 use aya_ebpf::{
     helpers::{

@@ -95,7 +95,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
                 let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
                 // After the cgroup is entered (closures run in the order they were added).
-                confine_on_spawn(&mut cmd, user.as_ref())?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())))?;
                 Some(procs)
             }
             None => {
@@ -103,7 +103,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
                     reply.kernel.as_deref().unwrap_or("off")
                 );
-                confine_on_spawn(&mut cmd, user.as_ref())?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())))?;
                 None
             }
         };
@@ -270,14 +270,16 @@ fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
 /// CAP_SYS_ADMIN), `no_new_privs`, [`DROPPED_CAPS`]
 /// gone from the bounding set (so not even a root agent gets them back at exec), then the
 /// user's groups and ids. Every step must succeed, or the agent does not start.
-fn confine_on_spawn(
+/// Also confines the stdio servers the daemon runs for shims (`daemon/stdio.rs`): a server
+/// runs outside the agent's session, so it must not get back what the agent lost. `ids`: the
+/// uid, gid and groups to run as.
+pub(crate) fn confine_on_spawn(
     cmd: &mut std::process::Command,
-    user: Option<&AgentUser>,
+    ids: Option<(u32, u32, Vec<libc::gid_t>)>,
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let ids = user.map(|u| (u.uid, u.gid, u.groups.clone()));
     let read_only = if root {
         protected_mounts()?
     } else {

@@ -19,6 +19,20 @@ def note(text):
         f.write(text + "\n")
 cgroup = open("/proc/self/cgroup").read().strip().splitlines()[-1]
 note(f"uid={os.getuid()} cgroup={cgroup}")
+status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+note("CapBnd " + status["CapBnd"].strip() + " NoNewPrivs " + status["NoNewPrivs"].strip())
+mounts = [l.split() for l in open("/proc/self/mounts")]
+cg = next(m[1] for m in mounts if m[2] == "cgroup2")
+try:
+    open(os.path.join(cg, "cgroup.procs"), "w").write(str(os.getpid()))
+    note("leave: moved to the root cgroup")
+except OSError as e:
+    note(f"leave: refused {e.errno}")
+try:
+    pins = os.listdir("/sys/fs/bpf")
+    note(f"bpffs: {len(pins)} entries")
+except OSError as e:
+    note(f"bpffs: refused {e.errno}")
 tools = [{"name": n, "description": n, "inputSchema": {"type": "object"}} for n in ("whoami", "forbidden")]
 for line in sys.stdin:
     m = json.loads(line)
@@ -164,9 +178,17 @@ fn privileged_an_agent_cannot_write_the_audit_and_its_stdio_servers_run_outside_
         .expect("a start line");
     assert!(started.starts_with("uid=65534 "), "{who}");
     assert!(
-        started.contains("cgroup=0::/toolwall/audited-mcp-whoami-"),
-        "the server runs in a cgroup of its own: {who}"
+        started.contains("cgroup=0::/"),
+        "the server sees only its own cgroup (a namespace of its own): {who}"
     );
+    let log = daemon.stderr();
+    assert!(
+        log.lines().any(|l| l.contains("started stdio MCP server")
+            && l.contains("audited-mcp-whoami-")
+            && l.contains("65534")),
+        "the server runs in a cgroup of its own, outside the session: {log}"
+    );
+    assert!(who.contains("leave: refused"), "{who}");
     assert!(!who.contains("forbidden ran"), "a denied tool ran: {who}");
     // The daemon recorded the calls, under the agent's session.
     let events = daemon.json_lines(&["mcp", "events", "--json", "--type", "mcp_tool_called"]);
@@ -191,5 +213,72 @@ fn privileged_an_agent_cannot_write_the_audit_and_its_stdio_servers_run_outside_
     assert!(
         !called.iter().any(|(s, _, _)| s == "other"),
         "a forged event was stored: {called:?}"
+    );
+}
+
+/// A root agent (`--as-root`) gets its servers run as root: confined as `toolwall exec`
+/// confines the agent itself (else asking for a server would be a way out of the session).
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_root_agents_server_is_as_confined_as_the_agent() {
+    assert!(is_root());
+    let dir = shared_dir();
+    let server = write(dir.path(), "server.py", SERVER);
+    let who = dir.path().join("who");
+    let agent = write(
+        dir.path(),
+        "agent.py",
+        &format!(
+            "import json, subprocess, sys\np = subprocess.Popen([sys.argv[1], 'shim', '--server-id', 'loose', '--', '/usr/bin/python3', {server:?}, {who:?}], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\np.stdin.write(b'{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{{}},\"clientInfo\":{{\"name\":\"a\",\"version\":\"1\"}}}}}}\\n')\np.stdin.flush()\nprint('init', 'serverInfo' in p.stdout.readline().decode())\np.stdin.close()\nprint('exit', p.wait(timeout=20))\n",
+            server = server.display().to_string(),
+            who = who.display().to_string()
+        ),
+    );
+    let daemon = Daemon::start("");
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--as-root", "--session", "rooted", "--config"])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg("/usr/bin/python3")
+        .arg(&agent)
+        .arg(toolwall_bin())
+        .output()
+        .expect("toolwall exec");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("init True"), "{stdout}");
+    let who = std::fs::read_to_string(&who).expect("the server said who ran it");
+    println!("{who}");
+    assert!(who.contains("uid=0 "), "{who}");
+    assert!(
+        who.contains("cgroup=0::/\n"),
+        "its own cgroup namespace: {who}"
+    );
+    assert!(who.contains("NoNewPrivs 1"), "{who}");
+    let bounding = who
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .expect("CapBnd");
+    for (name, bit) in [
+        ("SYS_ADMIN", 21),
+        ("NET_ADMIN", 12),
+        ("BPF", 39),
+        ("SYS_PTRACE", 19),
+    ] {
+        assert_eq!(
+            bounding & (1 << bit),
+            0,
+            "{name} is in the bounding set: {who}"
+        );
+    }
+    assert!(
+        who.contains("leave: refused 30"),
+        "cgroupfs is read-only: {who}"
+    );
+    assert!(
+        who.contains("bpffs: 0 entries"),
+        "the pins are hidden: {who}"
     );
 }

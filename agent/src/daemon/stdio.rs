@@ -98,8 +98,9 @@ pub(super) async fn run(
         })
         .stderr(Stdio::piped());
     let Asker { uid, gid } = asker;
-    // SAFETY: only async-signal-safe calls (open, write, close, setgroups, setgid, setuid,
-    // prctl) between fork and exec, on data prepared before the fork.
+    // SAFETY: only async-signal-safe calls (open, write, close) between fork and exec, on data
+    // prepared before the fork. Runs before the confinement below (which makes cgroupfs
+    // read-only).
     unsafe {
         command.pre_exec(move || {
             if let Some(procs) = &procs {
@@ -109,17 +110,14 @@ pub(super) async fn run(
                 }
                 libc::close(fd);
             }
-            let groups = [gid];
-            if libc::setgroups(1, groups.as_ptr()) != 0
-                || libc::setgid(gid) != 0
-                || libc::setuid(uid) != 0
-                || libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
             Ok(())
         });
     }
+    // The server runs outside the agent's session, so it is confined as `toolwall exec`
+    // confines agents: its own cgroup and mount namespaces (cgroupfs read-only, bpffs
+    // hidden), no_new_privs, the dangerous capabilities out of the bounding set, then the
+    // asker's ids — else a root agent could have an unconfined root process started for it.
+    crate::exec::confine_on_spawn(command.as_std_mut(), Some((uid, gid, vec![gid])))?;
     let ctx = FilterContext {
         gate,
         server_id: request.server_id.clone(),
@@ -189,6 +187,7 @@ pub(super) async fn run(
         server = %request.server_id,
         session = session.as_deref().unwrap_or(""),
         uid,
+        cgroup = %cgroup_name,
         "started stdio MCP server for a shim: {program} {}",
         args.join(" ")
     );

@@ -314,7 +314,7 @@ fn privileged_cidr_rule_catches_its_range_only() {
 
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
-fn privileged_a_flooded_ring_counts_its_drops_and_loses_nothing_silently() {
+fn privileged_a_flood_is_summarised_in_the_kernel_and_loses_nothing_silently() {
     let mut h = Harness::new("flood");
     let port = 9;
     h.monitor
@@ -323,8 +323,9 @@ fn privileged_a_flooded_ring_counts_its_drops_and_loses_nothing_silently() {
             &[],
         )
         .unwrap();
-    // More connects than the 256 KiB ring holds (88-byte events + 8-byte headers ≈ 2,730),
-    // with nobody reading until the end. UDP connect() runs the same hook and needs no peer.
+    // More connects than one key's burst (64 per CPU per second) and than the 256 KiB ring
+    // holds, with nobody reading until the end. UDP connect() runs the same hook and needs no
+    // peer.
     let n = 4000;
     let script = format!(
         "import socket\nfor _ in range({n}):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('127.0.0.1', {port})); s.close()\n"
@@ -340,16 +341,21 @@ fn privileged_a_flooded_ring_counts_its_drops_and_loses_nothing_silently() {
     );
     let read = events.len() as u64;
     let counters = h.monitor.counters().unwrap();
+    let summaries = h.monitor.summaries().unwrap();
+    let summarised: u64 = summaries.iter().map(|(_, s)| s.summarised).sum();
     println!(
-        "flood: {n} flagged connects, {read} events read, {} counted as dropped",
+        "flood: {n} flagged connects, {read} events read, {summarised} summarised, {} dropped",
         counters.ring_drops
     );
     assert_eq!(counters.flagged, n);
-    assert!(counters.ring_drops > 0, "the ring overflowed");
+    assert!(summarised > 0, "the flood was summarised");
+    assert_eq!(summarised, counters.summarised);
+    assert_eq!(counters.ring_drops, 0, "nothing lost");
     assert_eq!(
-        read + counters.ring_drops,
+        read + summarised,
         n,
-        "every event either delivered or counted as dropped"
+        "every connect delivered as an event or counted in a summary"
     );
+    assert_eq!(summaries.len(), 1, "one key: one session, server, verdict");
     assert!(h.events().is_empty());
 }

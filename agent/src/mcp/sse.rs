@@ -2,9 +2,9 @@
 //!
 //! Both MCP HTTP transports carry JSON-RPC messages as SSE `data`. The decoder has the
 //! framer's shape: bytes in, complete events out, "incomplete" is the normal state. Lines end
-//! in `\n` or `\r\n` (a lone `\r` terminator, allowed by the SSE spec but used by no MCP
-//! implementation, is not split on: such a stream yields no parseable messages, so nothing
-//! unfiltered gets through).
+//! in `\r\n`, `\n` or a lone `\r`, as the SSE spec says and as the SDKs' clients split them: a
+//! message hidden behind a lone `\r` inside another event's line is a message here too, and is
+//! filtered (an attack found one passing unfiltered when only `\n` ended lines).
 
 use bytes::{Buf, BytesMut};
 
@@ -52,13 +52,20 @@ impl SseDecoder {
     /// The next complete event, or `None` until more bytes arrive.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
-            let pos = memchr::memchr(b'\n', &self.buf[self.scanned..])?;
+            let pos = memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..])?;
             let end = self.scanned + pos;
+            // `\r\n` is one terminator: a `\r` at the end of what arrived waits for the next byte.
+            let terminator = match (self.buf[end], self.buf.get(end + 1)) {
+                (b'\n', _) => 1,
+                (_, Some(b'\n')) => 2,
+                (_, Some(_)) => 1,
+                (_, None) => {
+                    self.scanned = end;
+                    return None;
+                }
+            };
             self.scanned = 0;
-            let mut line = &self.buf[..end];
-            if let Some(stripped) = line.strip_suffix(b"\r") {
-                line = stripped;
-            }
+            let line = &self.buf[..end];
             let dispatched = if line.is_empty() {
                 self.dispatch()
             } else {
@@ -86,7 +93,7 @@ impl SseDecoder {
                 }
                 None
             };
-            self.buf.advance(end + 1);
+            self.buf.advance(end + terminator);
             if dispatched.is_some() {
                 return dispatched;
             }
@@ -116,10 +123,18 @@ pub fn encode_event(event: Option<&str>, id: Option<&str>, data: &[u8]) -> Vec<u
         out.extend_from_slice(single_line(id).as_bytes());
         out.push(b'\n');
     }
+    // Every line terminator a client splits on (`\n`, `\r\n`, a lone `\r`) starts a new
+    // `data:` line: nothing in the data can end the event or start a field.
     for line in data.split(|b| *b == b'\n') {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
-        out.push(b'\n');
+        for piece in line
+            .strip_suffix(b"\r")
+            .unwrap_or(line)
+            .split(|b| *b == b'\r')
+        {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(piece);
+            out.push(b'\n');
+        }
     }
     out.push(b'\n');
     out
@@ -182,6 +197,39 @@ mod tests {
             }
             assert_eq!(got, expected, "cut {cut}");
         }
+    }
+
+    /// The attack that passed: a message behind lone `\r`s inside a `note` event's line. The
+    /// SDKs' clients split there; so does the decoder, at every split of the stream.
+    #[test]
+    fn a_lone_cr_ends_a_line_at_every_split() {
+        let stream =
+            b"event: note\ndata:\revent: message\rdata: {\"id\":5}\n\nid: 9\r\rdata: x\r\n\r\n";
+        let expected = vec![
+            SseEvent {
+                event: Some("message".into()),
+                data: b"\n{\"id\":5}".to_vec(),
+                id: None,
+            },
+            SseEvent {
+                event: None,
+                data: b"x".to_vec(),
+                id: Some("9".into()),
+            },
+        ];
+        for cut in 0..=stream.len() {
+            let mut d = SseDecoder::new();
+            let mut got = Vec::new();
+            for part in [&stream[..cut], &stream[cut..]] {
+                d.feed(part);
+                while let Some(e) = d.next_event() {
+                    got.push(e);
+                }
+            }
+            assert_eq!(got, expected, "cut {cut}");
+        }
+        let encoded = encode_event(None, None, b"a\rb\r\nc");
+        assert_eq!(encoded, b"data: a\ndata: b\ndata: c\n\n");
     }
 
     #[test]

@@ -172,13 +172,19 @@ pub(super) async fn bridge(
 ) -> Result<Arc<BridgedSession>, Response<ProxyBody>> {
     // The session sets its own protocol headers; the client's others (auth) go along.
     let mut headers = upstream_headers(shared, headers);
-    for name in [
-        "accept",
-        "content-type",
-        "last-event-id",
-        "mcp-session-id",
-        "mcp-protocol-version",
-    ] {
+    for name in ["accept", "last-event-id"] {
+        headers.remove(name);
+    }
+    // Every `Mcp-*` header (session, version, and the 2026-07-28 routing headers `Mcp-Method`,
+    // `Mcp-Name`, `Mcp-Param-*`) is the session's own to set per message: a client's, kept for
+    // the session, would go with every later message, whatever it says (an upstream routing
+    // on `Mcp-Name: echo` ran echo for an allowed call).
+    let client_mcp: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| n.as_str().starts_with("mcp-"))
+        .cloned()
+        .collect();
+    for name in client_mcp {
         headers.remove(name);
     }
     let (upstream, mut inbox) = match UpstreamSession::open(

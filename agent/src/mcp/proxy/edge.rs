@@ -287,7 +287,13 @@ pub(super) fn upstream_headers(shared: &Shared, client: &HeaderMap) -> HeaderMap
 pub(super) fn merge_headers(configured: &HeaderMap, client: &HeaderMap) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(client.len() + configured.len());
     for (name, value) in client {
-        if !HOP_BY_HOP.contains(&name.as_str()) && name != http::header::ORIGIN {
+        // The body that goes upstream is the filter's canonical UTF-8 JSON, not the client's:
+        // the client's `Content-*` headers describe bytes the upstream never gets (a charset
+        // of `utf-7` made an upstream decode a different call than the one judged).
+        if !HOP_BY_HOP.contains(&name.as_str())
+            && name != http::header::ORIGIN
+            && !name.as_str().starts_with("content-")
+        {
             headers.append(name.clone(), value.clone());
         }
     }

@@ -64,7 +64,10 @@ pub(super) async fn passthrough(
     } else {
         Bytes::new()
     };
-    let headers = upstream_headers(&shared, &parts.headers);
+    let mut headers = upstream_headers(&shared, &parts.headers);
+    if parts.method == Method::POST {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
     let response = match forward(&shared, parts.method.clone(), headers, forward_body).await {
         Ok(r) => r,
         Err(r) => return r,

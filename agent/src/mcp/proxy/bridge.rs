@@ -21,6 +21,30 @@ pub(super) struct BridgedSession {
 }
 
 pub(super) const MAX_QUEUED: usize = 256;
+/// Most Streamable HTTP client sessions bridged at once (each holds an upstream session).
+pub(super) const MAX_BRIDGED: usize = 256;
+
+/// Whether a client message is a single `initialize` request.
+fn is_initialize(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .is_ok_and(|m| m.get("method").and_then(Value::as_str) == Some("initialize"))
+}
+
+/// A POST's waiters, removed when the POST ends however it ends.
+struct Waiters {
+    session: Arc<BridgedSession>,
+    ids: Vec<String>,
+}
+
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.session.waiting.lock() {
+            for id in &self.ids {
+                w.remove(id);
+            }
+        }
+    }
+}
 
 pub(super) fn new_session_id() -> String {
     let mut bytes = [0u8; 16];
@@ -77,12 +101,16 @@ impl BridgedSession {
             .lock()
             .map(|s| s.as_ref().is_some_and(|tx| !tx.is_closed()))
             .unwrap_or(true);
-        let quiet = self
-            .last_active
+        if waiting || streaming {
+            // An open stream counts as activity up to now: its client may reconnect after it
+            // drops, and the idle clock starts at the drop, not at the opening.
+            self.touch();
+            return false;
+        }
+        self.last_active
             .lock()
             .map(|t| now - *t >= idle)
-            .unwrap_or(false);
-        !waiting && !streaming && quiet
+            .unwrap_or(false)
     }
 
     /// The upstream session broke: the client's stream ends and the session is forgotten, so
@@ -335,11 +363,39 @@ pub(super) async fn bridge_streamable(
         .and_then(|id| shared.bridged.lock().ok().and_then(|m| m.get(id).cloned()));
     match (req.method().clone(), existing, session_id) {
         (Method::POST, existing, sid) => {
+            let (parts, body) = req.into_parts();
+            let body =
+                match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
+                    Ok(b) => b,
+                    Err(r) => return r,
+                };
             let (session, id) = match (existing, sid) {
                 (Some(s), Some(id)) => (s, id),
                 (None, Some(_)) => return plain(StatusCode::NOT_FOUND, "unknown session"),
                 (_, None) => {
-                    let session = match bridge(&shared, req.headers(), None).await {
+                    // Each session holds an upstream session and its connections: one is made
+                    // only for an `initialize`, and only so many at once.
+                    if !is_initialize(&body) {
+                        return plain(
+                            StatusCode::BAD_REQUEST,
+                            "a request without Mcp-Session-Id must be an initialize request",
+                        );
+                    }
+                    let full = shared
+                        .bridged
+                        .lock()
+                        .map(|m| m.len() >= MAX_BRIDGED)
+                        .unwrap_or(true);
+                    if full {
+                        tracing::warn!(
+                            "{MAX_BRIDGED} bridged sessions open; refusing a new one until some end"
+                        );
+                        return plain(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too many open sessions; end one (DELETE) or try later",
+                        );
+                    }
+                    let session = match bridge(&shared, &parts.headers, None).await {
                         Ok(s) => s,
                         Err(r) => return r,
                     };
@@ -351,12 +407,6 @@ pub(super) async fn bridge_streamable(
                 }
             };
             session.touch();
-            let (parts, body) = req.into_parts();
-            let body =
-                match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
-                    Ok(b) => b,
-                    Err(r) => return r,
-                };
             // Register the waiters before sending, so a fast answer is not missed.
             let ids = request_ids(&body);
             let (tx, mut rx) = mpsc::channel(ids.len().max(1));
@@ -365,6 +415,11 @@ pub(super) async fn bridge_streamable(
                     w.insert(id.clone(), tx.clone());
                 }
             }
+            // A client that leaves takes its waiters with it (else the session never idles).
+            let _waiters = Waiters {
+                session: session.clone(),
+                ids: ids.clone(),
+            };
             let (forward, mut replies) = session.client_message(&shared, &body).await;
             // Ids answered locally (refused calls, cached lists) or not sent do not wait.
             let sent_ids = forward.as_deref().map(request_ids).unwrap_or_default();

@@ -229,9 +229,21 @@ pub(super) fn origin_allowed(allow_origins: &[String], headers: &HeaderMap) -> b
     )
 }
 
+/// Longest `Mcp-Session-Id` accepted (servers make UUIDs or hex of 32–64 bytes).
+const MAX_SESSION_ID: usize = 256;
+
 pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
     if !origin_allowed(&shared.allow_origins, req.headers()) {
         return plain(StatusCode::FORBIDDEN, "origin not allowed");
+    }
+    // Session ids are kept (stream order, bridged sessions): the spec's visible ASCII, bounded.
+    if let Some(id) = req.headers().get(SESSION_HEADER)
+        && (id.len() > MAX_SESSION_ID || !id.as_bytes().iter().all(|b| (0x21..=0x7e).contains(b)))
+    {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "Mcp-Session-Id must be visible ASCII of at most 256 bytes",
+        );
     }
     let path = req.uri().path().to_owned();
     // Only the methods the transports define are served; nothing else is forwarded (a

@@ -22,7 +22,8 @@
 //! the response headers of every forwarded request, `--timeout` (default 60 s, the MCP SDKs'
 //! default request time-out); open SSE streams have no idle time-out (MCP streams are quiet
 //! for as long as nothing happens). The upstream is probed with a TCP connect every
-//! [`WATCHDOG_INTERVAL`]; when it is gone the proxy exits with status 1.
+//! [`WATCHDOG_INTERVAL`] (and at once when a request failed); three failed probes in a row, a
+//! second apart, mean it is gone and the proxy exits with status 1.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -68,6 +69,8 @@ const INTERNAL_ERROR: i64 = -32603;
 /// The MCP SDKs' "Request timed out" code.
 const REQUEST_TIMEOUT: i64 = -32001;
 
+/// Failed probes in a row (a second apart) that mean the upstream is gone.
+const PROBES_TO_LOSE: usize = 3;
 /// How often the upstream is probed for liveness.
 pub const WATCHDOG_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a client may take to send request headers (slow-loris guard).
@@ -324,29 +327,45 @@ async fn watchdog(
         .to_owned();
     let mut interval = tokio::time::interval(WATCHDOG_INTERVAL);
     interval.tick().await;
+    // One failed probe is not the upstream gone: a busy server's full accept queue drops a
+    // SYN. It is gone after PROBES_TO_LOSE failures in a row, a second apart.
+    let mut failures: Vec<String> = Vec::new();
     loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            _ = probe.notified() => {}
+        if failures.is_empty() {
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = probe.notified() => {}
+            }
+        } else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let probe = tokio::time::timeout(
             CONNECT_TIMEOUT,
             tokio::net::TcpStream::connect((host.as_str(), port)),
         );
-        match probe.await {
-            Ok(Ok(_)) => {}
+        let failure = match probe.await {
+            Ok(Ok(_)) => None,
             Ok(Err(e)) if out_of_descriptors(&e) => {
                 tracing::warn!("cannot probe the upstream, out of file descriptors: {e}");
+                None
             }
-            Ok(Err(e)) => {
-                let _ = fatal.send(format!("cannot connect to {authority}: {e}"));
-                return;
-            }
-            Err(_) => {
-                let _ = fatal.send(format!(
-                    "connecting to {authority} timed out after {CONNECT_TIMEOUT:?}"
-                ));
-                return;
+            Ok(Err(e)) => Some(format!("cannot connect to {authority}: {e}")),
+            Err(_) => Some(format!(
+                "connecting to {authority} timed out after {CONNECT_TIMEOUT:?}"
+            )),
+        };
+        match failure {
+            None => failures.clear(),
+            Some(why) => {
+                tracing::warn!(
+                    "upstream probe failed ({} of {PROBES_TO_LOSE}): {why}",
+                    failures.len() + 1
+                );
+                failures.push(why);
+                if failures.len() >= PROBES_TO_LOSE {
+                    let _ = fatal.send(failures.join("; "));
+                    return;
+                }
             }
         }
     }

@@ -2,12 +2,14 @@
 // the hostile-client corpus: it tells from the server's side which tools actually ran. The twin
 // of mcp_marker_server.py.
 //
-// Usage: node mcp_marker_server.mjs stdio | http PORT
+// Usage: node mcp_marker_server.mjs stdio | http PORT | express PORT
 //
 // Tools: `secret` (the one the tests deny) and `harmless`. Every run of a tool appends
 // `<tool name>\n` to the file named by $TOOLWALL_MARKER (flushed and fsynced) before it answers.
 // Over HTTP it serves Streamable HTTP (stateful, one transport per session, as the SDK's
-// examples do) at http://127.0.0.1:PORT/mcp. The SDK comes from
+// examples do) at http://127.0.0.1:PORT/mcp; `express` serves it stateless behind express.json()
+// as the SDK's README shows (body-parser decodes the body in the charset `Content-Type` names).
+// The SDK comes from
 // $TOOLWALL_PEERS_DIR/node/node_modules (default: target/peers).
 
 import { randomUUID } from "node:crypto";
@@ -85,7 +87,22 @@ if (mode === "stdio") {
     }
   });
   httpServer.listen(Number(port), "127.0.0.1");
+} else if (mode === "express" && port) {
+  const express = require("express");
+  const app = express();
+  app.use(express.json());
+  app.post("/mcp", async (req, res) => {
+    const server = newServer();
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    res.on("close", () => {
+      transport.close();
+      server.close();
+    });
+    await server.connect(transport);
+    await transport.handleRequest(req, res, req.body);
+  });
+  app.listen(Number(port), "127.0.0.1");
 } else {
-  console.error("usage: node mcp_marker_server.mjs stdio | http PORT");
+  console.error("usage: node mcp_marker_server.mjs stdio | http PORT | express PORT");
   process.exit(2);
 }

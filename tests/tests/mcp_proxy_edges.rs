@@ -307,6 +307,16 @@ fn bridged_sessions_left_without_delete_are_ended() {
         )
         .expect("open the GET stream");
     let baseline = open_fds(pid);
+    // A session is bridged only for an initialize (junk POSTs held an upstream stream each),
+    // and a session id is bounded.
+    for _ in 0..20 {
+        let (status, _, _) = exchange(port, &request("POST", "/mcp", "", "x"));
+        assert_eq!(status, 400);
+    }
+    let huge = format!("Mcp-Session-Id: {}\r\n", "a".repeat(300));
+    let (status, _, _) = exchange(port, &request("GET", "/mcp", &huge, ""));
+    assert_eq!(status, 400, "a 300-byte session id is refused");
+    assert!(open_fds(pid) <= baseline + 2, "junk POSTs hold descriptors");
     let mut left = Vec::new();
     for _ in 0..30 {
         let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
@@ -415,5 +425,64 @@ fn a_slow_calls_progress_streams_before_its_result() {
         progress_before_result,
         Some(true),
         "the progress did not stream ahead of the result: {text}"
+    );
+}
+
+/// The attack that ran a denied tool: the client's `Content-Type` named `charset=utf-7`, the
+/// proxy judged the body as UTF-8 (a call of `harmless`) and passed the header on, and an
+/// express.json() server decoded another call (`secret`, the last `name`). The body that goes
+/// upstream is the filter's JSON, so the header that goes with it is now always plain JSON.
+#[test]
+fn a_charset_in_content_type_cannot_change_the_call_upstream() {
+    let marker_dir = tempfile::tempdir().expect("temp dir");
+    let marker = marker_dir.path().join("marker");
+    let port = free_port();
+    let mut server = Proc(
+        Command::new("node")
+            .arg(toolwall_tests::workspace_root().join("tests/peers/mcp_marker_server.mjs"))
+            .args(["express", &port.to_string()])
+            .env("TOOLWALL_MARKER", &marker)
+            .env("TOOLWALL_PEERS_DIR", toolwall_tests::peers_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the express MCP server"),
+    );
+    wait_port(&mut server, port, "the express MCP server");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let (_proxy, proxy_port) = proxy(&url, &["--deny", "^secret$"]);
+    // UTF-7 of `","` and `":"`: as UTF-8 the string `x` holds them; as UTF-7 it closes early
+    // and a second `name` follows.
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"harmless","arguments":{},"x":"+ACIALAAi-name+ACIAOgAi-secret"}}"#;
+    let utf7 = "Content-Type: application/json; charset=utf-7\r\n";
+    let attack = |port: u16| {
+        let mut req = request("POST", "/mcp", "", call);
+        // `request` writes its own Content-Type: put ours in its place.
+        let text = String::from_utf8(req.clone()).expect("ascii");
+        req = text
+            .replace("Content-Type: application/json\r\n", utf7)
+            .into_bytes();
+        exchange(port, &req)
+    };
+    // Direct, the attack is real: the server runs `secret`.
+    let _ = attack(port);
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(
+        ran.contains("secret"),
+        "the attack does not work directly: {ran:?}"
+    );
+    std::fs::remove_file(&marker).expect("reset the marker");
+    // Through the proxy, the server runs what the proxy judged.
+    let (status, _, body) = attack(proxy_port);
+    assert_eq!(status, 200, "{body}");
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(
+        !ran.contains("secret"),
+        "a denied tool ran: {ran:?}\n{body}"
+    );
+    assert!(
+        ran.contains("harmless"),
+        "the judged call ran: {ran:?}\n{body}"
     );
 }

@@ -41,6 +41,10 @@ pub enum RecordKind {
     ExecutionOnly,
     /// A connection to an MCP server with no call around it.
     ConnectionOnly,
+    /// What the kernel layer's watch found (a detached program put back, a process moved
+    /// back, events lost): shown among the calls, so a loss or an escape attempt is seen where
+    /// the calls are read, not only in `/health` or the event list.
+    Alert,
 }
 
 /// One layer's sighting of a call.
@@ -323,7 +327,26 @@ impl Correlator {
                     }
                 }
             }
-            Event::McpToolSeen(_) | Event::McpToolChanged(_) | Event::KernelAlert(_) => {}
+            Event::KernelAlert(e) => {
+                self.saw(e.timestamp);
+                let mut record = blank(
+                    &e.session_id,
+                    "",
+                    &format!("kernel alert: {}", e.alert),
+                    None,
+                );
+                record.connection = Some(Sighting {
+                    event_id: stored.id,
+                    at: e.timestamp,
+                    action: e.action,
+                    reason: e.detail.clone(),
+                    layer: "kernel".into(),
+                });
+                let mut record = record.settle();
+                record.kind = RecordKind::Alert;
+                done.push(record);
+            }
+            Event::McpToolSeen(_) | Event::McpToolChanged(_) => {}
         }
         done
     }

@@ -468,3 +468,38 @@ fn the_index_changes_no_result() {
         assert_eq!((new.len, new.open.len()), (0, 0));
     }
 }
+
+/// Issue 15.2: a loss (or any kernel alert) shows among the calls, with what happened.
+#[test]
+fn kernel_alerts_are_records_of_their_own() {
+    let alert = StoredEvent {
+        id: 9,
+        event: Event::KernelAlert(crate::events::KernelAlert {
+            timestamp: t(5),
+            session_id: "s".into(),
+            alert: "events_lost".into(),
+            detail: "12 kernel events did not fit".into(),
+            pid: None,
+            action: Action::Allow,
+        }),
+    };
+    let records = Correlator::batch(
+        std::time::Duration::from_secs(2),
+        hash,
+        &[connection(1, 0), alert],
+    );
+    let alerts: Vec<&CallRecord> = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Alert)
+        .collect();
+    assert_eq!(alerts.len(), 1, "{records:?}");
+    assert_eq!(alerts[0].tool, "kernel alert: events_lost");
+    assert_eq!(alerts[0].reason, "12 kernel events did not fit");
+    assert_eq!(alerts[0].session_id, "s");
+    assert_eq!(alerts[0].connection.as_ref().map(|s| s.event_id), Some(9));
+    assert_eq!(
+        records.len(),
+        2,
+        "the connection stays a record of its own: {records:?}"
+    );
+}

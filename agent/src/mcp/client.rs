@@ -599,6 +599,15 @@ async fn pump_sse(
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
                     decoder.feed(data);
+                    if decoder.overflowed() {
+                        let _ = tx
+                            .send(Err(McpClientError::Closed {
+                                url,
+                                reason: "an SSE event is larger than the message limit".into(),
+                            }))
+                            .await;
+                        return;
+                    }
                 }
             }
             Some(Err(e)) => {

@@ -46,6 +46,7 @@ impl FilteredSse {
         filter: Filter,
         replies: Vec<Vec<u8>>,
         probe: Arc<Notify>,
+        max_message: usize,
     ) -> Self {
         let mut ready = BytesMut::new();
         for r in &replies {
@@ -54,7 +55,7 @@ impl FilteredSse {
         FilteredSse {
             upstream: Some(upstream),
             filter,
-            decoder: SseDecoder::new(),
+            decoder: SseDecoder::with_limit(max_message),
             ready,
             owed: None,
             drain_for: Duration::ZERO,
@@ -104,6 +105,13 @@ impl FilteredSse {
                     if let Some(data) = frame.data_ref() {
                         self.decoder.feed(data);
                         self.drain();
+                        if self.decoder.overflowed() {
+                            tracing::warn!(
+                                "an upstream SSE event is larger than the message limit; ending its stream"
+                            );
+                            self.upstream = None;
+                            continue;
+                        }
                     }
                     if self.complete() {
                         self.finish_upstream();

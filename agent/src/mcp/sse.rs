@@ -28,7 +28,7 @@ impl SseEvent {
 }
 
 /// Incremental SSE parser.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseDecoder {
     buf: BytesMut,
     scanned: usize,
@@ -36,17 +36,55 @@ pub struct SseDecoder {
     has_data: bool,
     /// The last `id:` seen; it stays in force for later events, as in the SSE spec.
     last_id: Option<String>,
+    /// Most bytes held for one event (its lines and data); past it the stream is refused.
+    limit: usize,
+    overflowed: bool,
+}
+
+impl Default for SseDecoder {
+    fn default() -> Self {
+        Self::with_limit(super::framing::DEFAULT_MAX_MESSAGE_BYTES)
+    }
 }
 
 impl SseDecoder {
-    /// A decoder at the start of a stream.
+    /// A decoder at the start of a stream, holding at most the default message size.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Appends received bytes.
+    /// A decoder holding at most `limit` bytes of one event: a server cannot make us buffer
+    /// without end (a stream with no line end, or one endless event).
+    pub fn with_limit(limit: usize) -> Self {
+        SseDecoder {
+            buf: BytesMut::new(),
+            scanned: 0,
+            pending: SseEvent::default(),
+            has_data: false,
+            last_id: None,
+            limit,
+            overflowed: false,
+        }
+    }
+
+    /// Appends received bytes; past the limit nothing more is taken ([`Self::overflowed`]).
     pub fn feed(&mut self, chunk: &[u8]) {
+        if self.overflowed {
+            return;
+        }
+        if self.buf.len() + self.pending.data.len() + chunk.len() > self.limit {
+            self.overflowed = true;
+            self.buf = BytesMut::new();
+            self.pending = SseEvent::default();
+            return;
+        }
         self.buf.extend_from_slice(chunk);
+    }
+
+    /// Whether an event grew past the limit: the stream must be given up (what is left of it
+    /// cannot be framed).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
     }
 
     /// The next complete event, or `None` until more bytes arrive.
@@ -230,6 +268,18 @@ mod tests {
         }
         let encoded = encode_event(None, None, b"a\rb\r\nc");
         assert_eq!(encoded, b"data: a\ndata: b\ndata: c\n\n");
+    }
+
+    #[test]
+    fn an_event_past_the_limit_is_refused_not_buffered() {
+        let mut d = SseDecoder::with_limit(64);
+        d.feed(b"data: 0123456789\n\n");
+        assert_eq!(d.next_event().map(|e| e.data), Some(b"0123456789".to_vec()));
+        for _ in 0..10 {
+            d.feed(b"data: 0123456789012345678901234567890123456789\n");
+        }
+        assert!(d.overflowed());
+        assert!(d.next_event().is_none());
     }
 
     #[test]

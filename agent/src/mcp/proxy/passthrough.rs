@@ -80,7 +80,13 @@ pub(super) async fn passthrough(
     if is_event_stream(&rparts.headers) {
         // The filtered body's length is ours to say.
         rparts.headers.remove(http::header::CONTENT_LENGTH);
-        let mut body = FilteredSse::new(rbody, filter, replies, shared.probe.clone());
+        let mut body = FilteredSse::new(
+            rbody,
+            filter,
+            replies,
+            shared.probe.clone(),
+            shared.max_message,
+        );
         if requests > 0 {
             body = body.answering(requests, shared.timeout);
             match body.gather(shared.timeout).await {
@@ -100,13 +106,31 @@ pub(super) async fn passthrough(
         *response.headers_mut() = rparts.headers;
         return response;
     }
-    let rbody = match rbody.collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
+    // Bounded like a client's message, in size and time.
+    let read = tokio::time::timeout(
+        shared.timeout,
+        http_body_util::Limited::new(rbody, shared.max_message).collect(),
+    );
+    let rbody = match read.await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            tracing::warn!("an upstream response is larger than the message limit; refused");
+            return plain(
+                StatusCode::BAD_GATEWAY,
+                "upstream MCP server's response is larger than --max-message-bytes",
+            );
+        }
+        Ok(Err(e)) => {
             shared.suspect(format!("reading a response: {e}"));
             return plain(
                 StatusCode::BAD_GATEWAY,
                 "upstream MCP server broke the response",
+            );
+        }
+        Err(_) => {
+            return plain(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream MCP server did not finish its response in time",
             );
         }
     };

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// How long the rest of an answered response stream is read for its connection to be reused: a
+/// server ends it right after its last response; one that does not holds a connection no
+/// longer than this per abandoned request (an attack left one per POST for `--timeout`).
+const DRAIN_AFTER_ANSWER: Duration = Duration::from_secs(5);
+
 pub(super) async fn passthrough(
     shared: Arc<Shared>,
     req: Request<Incoming>,
@@ -88,7 +93,7 @@ pub(super) async fn passthrough(
             shared.max_message,
         );
         if requests > 0 {
-            body = body.answering(requests, shared.timeout);
+            body = body.answering(requests, shared.timeout.min(DRAIN_AFTER_ANSWER));
             match body.gather(shared.timeout).await {
                 Ok(all) => {
                     let mut response = Response::new(Full::new(all).boxed());

@@ -123,7 +123,7 @@ fn privileged_an_agent_cannot_write_the_audit_and_its_stdio_servers_run_outside_
     let server = write(dir.path(), "server.py", SERVER);
     let agent = write(dir.path(), "agent.py", AGENT);
     let who = dir.path().join("who");
-    let daemon = Daemon::start(&format!(
+    let mut daemon = Daemon::start(&format!(
         "sandbox:\n  mcp:\n    fail_closed: true\n    servers:\n      - id: whoami\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}, {}]\n",
         server.display(),
         who.display()
@@ -214,6 +214,8 @@ fn privileged_an_agent_cannot_write_the_audit_and_its_stdio_servers_run_outside_
         !called.iter().any(|(s, _, _)| s == "other"),
         "a forged event was stored: {called:?}"
     );
+    // Stopped, the daemon closes the servers' cgroups with the sessions.
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
 }
 
 /// A root agent (`--as-root`) gets its servers run as root: confined as `toolwall exec`
@@ -234,7 +236,7 @@ fn privileged_a_root_agents_server_is_as_confined_as_the_agent() {
             who = who.display().to_string()
         ),
     );
-    let daemon = Daemon::start("");
+    let mut daemon = Daemon::start("");
     let out = Command::new(toolwall_bin())
         .args(["exec", "--as-root", "--session", "rooted", "--config"])
         .arg(&daemon.config)
@@ -281,4 +283,5 @@ fn privileged_a_root_agents_server_is_as_confined_as_the_agent() {
         who.contains("bpffs: 0 entries"),
         "the pins are hidden: {who}"
     );
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
 }

@@ -390,7 +390,13 @@ impl NetmonService {
     /// Creates (or reuses) the session's cgroup and attaches the programs to it.
     pub fn open_session(&self, name: &str) -> Result<SessionCgroup, SessionError> {
         let cgroup = SessionCgroup::create(name)?;
-        self.register(name, &cgroup)?;
+        if let Err(error) = self.register(name, &cgroup) {
+            // Not watched, so not left behind: an empty cgroup nobody would close.
+            if let Err(cleanup) = cgroup.remove_if_empty() {
+                tracing::warn!(session = %name, %cleanup, "removing the cgroup of a session that failed to open");
+            }
+            return Err(error);
+        }
         Ok(cgroup)
     }
 

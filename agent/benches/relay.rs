@@ -358,12 +358,26 @@ pub fn start_toolwall(bin: &Path, dir: &Path, source: SocketAddr) -> Result<(Pro
 /// settings (buffering on) and `proxy_buffering off`. HTTP/1.1 to the source in both, since
 /// the source answers chunked.
 pub fn start_nginx(dir: &Path, source: SocketAddr) -> Result<(Proc, u16, u16), String> {
+    let (buffered, unbuffered) = (free_port(), free_port());
+    let proc = run_nginx(
+        dir,
+        &format!(
+            "server {{ listen 127.0.0.1:{buffered}; location / {{ proxy_pass http://{source}; proxy_http_version 1.1; }} }}\n\
+             server {{ listen 127.0.0.1:{unbuffered}; location / {{ proxy_pass http://{source}; proxy_http_version 1.1; proxy_buffering off; }} }}\n"
+        ),
+        unbuffered,
+    )?;
+    Ok((proc, buffered, unbuffered))
+}
+
+/// One nginx process (no master, files under `dir`) with `http` inside its `http {}` block,
+/// once it listens on `port`.
+pub fn run_nginx(dir: &Path, http: &str, port: u16) -> Result<Proc, String> {
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .map(PathBuf::from)
         .find(|p| p.exists())
         .ok_or("nginx is not installed (cargo xtask bench installs Debian's nginx as root)")?;
-    let (buffered, unbuffered) = (free_port(), free_port());
     let d = dir.display();
     let config = dir.join("nginx.conf");
     std::fs::write(
@@ -371,20 +385,17 @@ pub fn start_nginx(dir: &Path, source: SocketAddr) -> Result<(Proc, u16, u16), S
         format!(
             "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
              events {{ worker_connections 1024; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-             server {{ listen 127.0.0.1:{buffered}; location / {{ proxy_pass http://{source}; proxy_http_version 1.1; }} }}\n\
-             server {{ listen 127.0.0.1:{unbuffered}; location / {{ proxy_pass http://{source}; proxy_http_version 1.1; proxy_buffering off; }} }}\n}}\n"
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n{http}}}\n"
         ),
     )
     .map_err(|e| format!("write {}: {e}", config.display()))?;
-    let proc = start_listening(
+    start_listening(
         Command::new(nginx)
             .arg("-p")
             .arg(dir)
             .arg("-c")
             .arg(&config),
-        unbuffered,
+        port,
         "nginx",
-    )?;
-    Ok((proc, buffered, unbuffered))
+    )
 }

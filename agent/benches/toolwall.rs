@@ -842,33 +842,14 @@ fn free_port() -> u16 {
 /// nginx (one process) in front of `127.0.0.1:port` with upstream keep-alive and no
 /// buffering; its port.
 fn start_nginx_keepalive(dir: &Path, port: u16) -> Result<(Proc, u16), String> {
-    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .ok_or("nginx is not installed (cargo xtask bench installs Debian's nginx as root)")?;
     let listen = free_port();
-    let d = dir.display();
-    let config = dir.join("nginx.conf");
-    std::fs::write(
-        &config,
-        format!(
-            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-             events {{ worker_connections 1024; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-             upstream mcp {{ server 127.0.0.1:{port}; keepalive 8; }}\n\
-             server {{ listen 127.0.0.1:{listen}; location / {{ proxy_pass http://mcp; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }} }}\n}}\n"
+    let proc = relay::run_nginx(
+        dir,
+        &format!(
+            "upstream mcp {{ server 127.0.0.1:{port}; keepalive 8; }}\n\
+             server {{ listen 127.0.0.1:{listen}; location / {{ proxy_pass http://mcp; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }} }}\n"
         ),
-    )
-    .map_err(|e| format!("write {}: {e}", config.display()))?;
-    let proc = start_listening(
-        Command::new(nginx)
-            .arg("-p")
-            .arg(dir)
-            .arg("-c")
-            .arg(&config),
         listen,
-        "nginx",
     )?;
     Ok((proc, listen))
 }

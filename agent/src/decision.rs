@@ -68,6 +68,16 @@ impl Decision {
     pub fn is_blocked(&self) -> bool {
         self.action == Action::Block
     }
+
+    /// The same tool, blocked for `reason`: what a gate layered over the policy answers when
+    /// it refuses what the policy allowed.
+    pub fn overruled(self, reason: String) -> Self {
+        Decision {
+            action: Action::Block,
+            reason,
+            tool: self.tool,
+        }
+    }
 }
 
 /// Where in a tool call's life a layer sees it. A call the LLM layer saw proposed and a shim

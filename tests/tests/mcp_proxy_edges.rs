@@ -200,15 +200,7 @@ fn a_request_the_legacy_upstream_refuses_is_answered() {
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
     assert_eq!(status, 200, "{body}");
-    let session = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .starts_with("mcp-session-id:")
-                .then(|| l[15..].trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no session id in {head}"));
-    let header = format!("Mcp-Session-Id: {session}\r\n");
+    let header = format!("Mcp-Session-Id: {}\r\n", session_of(&head));
     let (status, _, _) = exchange(
         port,
         &request(
@@ -485,4 +477,67 @@ fn a_charset_in_content_type_cannot_change_the_call_upstream() {
         ran.contains("harmless"),
         "the judged call ran: {ran:?}\n{body}"
     );
+}
+
+/// An upstream hid an unfiltered tool list (with the denied `echo`) behind lone CRs inside
+/// another event's line; the proxy split lines at `\n` only and passed it, while the SDK
+/// clients' SSE parsers split at a lone CR too and read a `message`. Judged by the Python
+/// SDK's own parser: no message the client reads through the proxy names the denied tool.
+#[test]
+fn a_message_hidden_behind_lone_crs_is_filtered_as_the_client_reads_it() {
+    let port = free_port();
+    let mut upstream = Proc(
+        Command::new(toolwall_tests::python())
+            .arg(toolwall_tests::workspace_root().join("tests/peers/mcp_cr_upstream.py"))
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the hostile upstream"),
+    );
+    wait_port(&mut upstream, port, "the hostile upstream");
+    let (_proxy, proxy_port) = proxy(
+        &format!("http://127.0.0.1:{port}/mcp"),
+        &["--deny", "^echo$"],
+    );
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"get-sum","arguments":{}}}"#;
+    let (status, _, body) = exchange(
+        proxy_port,
+        &request(
+            "POST",
+            "/mcp",
+            "Mcp-Session-Id: s1\r\nMCP-Protocol-Version: 2025-06-18\r\n",
+            call,
+        ),
+    );
+    assert_eq!(status, 200, "{body}");
+    let parse = "import json, sys\nfrom httpx2._sse import _SSEParser\np = _SSEParser()\nfor e in list(p.decode(sys.stdin.read())) + list(p.flush()):\n    print(json.dumps({'event': e.event, 'data': e.data}))\n";
+    let mut child = Command::new(toolwall_tests::python())
+        .args(["-c", parse])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the Python SDK's SSE parser");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("feed the parser");
+    let out = child.wait_with_output().expect("parse");
+    let events = String::from_utf8_lossy(&out.stdout);
+    let messages: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "message")
+        .collect();
+    assert!(!messages.is_empty(), "the client read no message: {body:?}");
+    for m in &messages {
+        let data = m["data"].as_str().unwrap_or_default();
+        assert!(
+            !data.contains("\"echo\""),
+            "the client read a message naming the denied tool: {data}\n{body:?}"
+        );
+    }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::config::OnStoreFailure;
-use crate::decision::{Action, CallQuery, Decision, Gate};
+use crate::decision::{CallQuery, Decision, Gate};
 use crate::events::StoreHealth;
 use crate::policy::Policy;
 
@@ -40,13 +40,9 @@ impl Gate for AuditGate {
         }
         match self.health.failing() {
             None => decision,
-            Some(why) => Decision {
-                action: Action::Block,
-                reason: format!(
-                    "the event store cannot record this call ({why}); refused under store.on_failure: block"
-                ),
-                tool: decision.tool,
-            },
+            Some(why) => decision.overruled(format!(
+                "the event store cannot record this call ({why}); refused under store.on_failure: block"
+            )),
         }
     }
 

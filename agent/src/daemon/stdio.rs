@@ -24,7 +24,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Interest};
 
 use super::state::DaemonState;
 use crate::config::ServerType;
-use crate::decision::{Action, CallQuery, Decision, Gate};
+use crate::decision::{CallQuery, Decision, Gate};
 use crate::mcp::filter::FilterContext;
 use crate::mcp::relay::{MAX_REQUEST_BYTES, RunRequest, UPGRADE_PROTOCOL, recv_fds};
 
@@ -329,11 +329,9 @@ impl ExtraDeny {
 
     fn denies(&self, name: &str, decision: Decision) -> Decision {
         match self.patterns.iter().find(|(_, r)| r.is_match(name)) {
-            Some((pattern, _)) if !decision.is_blocked() => Decision {
-                action: Action::Block,
-                reason: format!("tool denied by the shim's --deny {pattern:?}"),
-                tool: decision.tool,
-            },
+            Some((pattern, _)) if !decision.is_blocked() => {
+                decision.overruled(format!("tool denied by the shim's --deny {pattern:?}"))
+            }
             _ => decision,
         }
     }

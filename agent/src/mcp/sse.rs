@@ -75,6 +75,7 @@ impl SseDecoder {
         if self.buf.len() + self.pending.data.len() + chunk.len() > self.limit {
             self.overflowed = true;
             self.buf = BytesMut::new();
+            self.scanned = 0;
             self.pending = SseEvent::default();
             return;
         }
@@ -89,6 +90,9 @@ impl SseDecoder {
 
     /// The next complete event, or `None` until more bytes arrive.
     pub fn next_event(&mut self) -> Option<SseEvent> {
+        if self.overflowed {
+            return None;
+        }
         loop {
             let pos = memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..])?;
             let end = self.scanned + pos;
@@ -204,6 +208,21 @@ mod tests {
         assert!(!e.is_message());
     }
 
+    /// `stream` cut in two at every byte decodes to `expected`.
+    fn decodes_the_same_at_every_split(stream: &[u8], expected: &[SseEvent]) {
+        for cut in 0..=stream.len() {
+            let mut d = SseDecoder::new();
+            let mut got = Vec::new();
+            for part in [&stream[..cut], &stream[cut..]] {
+                d.feed(part);
+                while let Some(e) = d.next_event() {
+                    got.push(e);
+                }
+            }
+            assert_eq!(got, expected, "cut {cut}");
+        }
+    }
+
     #[test]
     fn decodes_at_every_split() {
         let stream = b": comment\r\nevent: endpoint\r\ndata: /message?sessionId=1\r\n\r\nid: 7\ndata: {\"a\":\ndata: 1}\n\nid: 8\n\nevent: message\ndata\n\n";
@@ -224,17 +243,7 @@ mod tests {
                 id: Some("8".into()),
             },
         ];
-        for cut in 0..=stream.len() {
-            let mut d = SseDecoder::new();
-            let mut got = Vec::new();
-            for part in [&stream[..cut], &stream[cut..]] {
-                d.feed(part);
-                while let Some(e) = d.next_event() {
-                    got.push(e);
-                }
-            }
-            assert_eq!(got, expected, "cut {cut}");
-        }
+        decodes_the_same_at_every_split(stream, &expected);
     }
 
     /// The attack that passed: a message behind lone `\r`s inside a `note` event's line. The
@@ -255,17 +264,7 @@ mod tests {
                 id: Some("9".into()),
             },
         ];
-        for cut in 0..=stream.len() {
-            let mut d = SseDecoder::new();
-            let mut got = Vec::new();
-            for part in [&stream[..cut], &stream[cut..]] {
-                d.feed(part);
-                while let Some(e) = d.next_event() {
-                    got.push(e);
-                }
-            }
-            assert_eq!(got, expected, "cut {cut}");
-        }
+        decodes_the_same_at_every_split(stream, &expected);
         let encoded = encode_event(None, None, b"a\rb\r\nc");
         assert_eq!(encoded, b"data: a\ndata: b\ndata: c\n\n");
     }
@@ -275,6 +274,9 @@ mod tests {
         let mut d = SseDecoder::with_limit(64);
         d.feed(b"data: 0123456789\n\n");
         assert_eq!(d.next_event().map(|e| e.data), Some(b"0123456789".to_vec()));
+        // A lone `\r` at the end waits (the scan position is kept) when the limit is passed.
+        d.feed(b"data: x\r");
+        assert!(d.next_event().is_none());
         for _ in 0..10 {
             d.feed(b"data: 0123456789012345678901234567890123456789\n");
         }

@@ -123,6 +123,9 @@ fn privileged_an_agent_cannot_write_the_audit_and_its_stdio_servers_run_outside_
     let server = write(dir.path(), "server.py", SERVER);
     let agent = write(dir.path(), "agent.py", AGENT);
     let who = dir.path().join("who");
+    // `nobody` runs the shim: a copy it can reach (the checkout may be in a 0700 directory).
+    let shim = dir.path().join("toolwall");
+    std::fs::copy(toolwall_bin(), &shim).expect("copy the toolwall binary");
     let mut daemon = Daemon::start(&format!(
         "sandbox:\n  mcp:\n    fail_closed: true\n    servers:\n      - id: whoami\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}, {}]\n",
         server.display(),
@@ -141,7 +144,7 @@ fn privileged_an_agent_cannot_write_the_audit_and_its_stdio_servers_run_outside_
         .arg("--")
         .arg("/usr/bin/python3")
         .arg(&agent)
-        .arg(toolwall_bin())
+        .arg(&shim)
         .current_dir(dir.path())
         .output()
         .expect("toolwall exec");

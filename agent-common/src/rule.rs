@@ -69,3 +69,35 @@ const _: () = assert!(core::mem::align_of::<EndpointKey>() == 2);
 const _: () = assert!(core::mem::size_of::<CidrKey>() == 18);
 const _: () = assert!(core::mem::size_of::<EndpointRule>() == 8);
 const _: () = assert!(core::mem::align_of::<EndpointRule>() == 4);
+
+/// Data of an `EGRESS_ALLOW` LPM-trie key: one destination a daemon-run stdio server's cgroup
+/// may reach (its declaration's `egress:`). The cgroup and port are always matched in full
+/// (prefix length `EGRESS_FIXED_BITS + address prefix`); port 0 is "any port", found by a
+/// second lookup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EgressKey {
+    /// The cgroup id, big-endian (the trie matches bytes from the front).
+    pub cgroup: [u8; 8],
+    /// Destination port, network byte order (0 = any).
+    pub port: [u8; 2],
+    /// IPv6 or IPv4-mapped address, network byte order.
+    pub addr: [u8; 16],
+}
+
+/// Bits of [`EgressKey`] before the address.
+pub const EGRESS_FIXED_BITS: u32 = 64 + 16;
+
+/// `server_index` of an event for a connection refused because the server's declaration does
+/// not allow it (the server is the cgroup's, not a rule's).
+pub const EGRESS_INDEX: u32 = u32::MAX;
+
+/// Map name of the cgroups whose egress is limited (cgroup id → 1).
+pub const EGRESS_SCOPE_MAP: &str = "EGRESS_SCOPE";
+/// Map name of what those cgroups may reach.
+pub const EGRESS_ALLOW_MAP: &str = "EGRESS_ALLOW";
+/// Capacity of the scope map: cgroups with limited egress at once.
+pub const MAX_EGRESS_SCOPES: u32 = 1024;
+
+const _: () = assert!(core::mem::size_of::<EgressKey>() == 26);
+const _: () = assert!(core::mem::align_of::<EgressKey>() == 1);

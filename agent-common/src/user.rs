@@ -2,7 +2,7 @@
 
 use crate::{
     connect::ConnectEvent,
-    rule::{CidrKey, EndpointKey, EndpointRule},
+    rule::{CidrKey, EgressKey, EndpointKey, EndpointRule},
     summary::{SummaryKey, SummarySeen, SummaryValue},
 };
 
@@ -10,6 +10,7 @@ use crate::{
 // padding fields, so every bit pattern is valid and no byte is uninitialised.
 unsafe impl aya::Pod for EndpointKey {}
 unsafe impl aya::Pod for CidrKey {}
+unsafe impl aya::Pod for EgressKey {}
 unsafe impl aya::Pod for EndpointRule {}
 unsafe impl aya::Pod for ConnectEvent {}
 unsafe impl aya::Pod for SummaryKey {}

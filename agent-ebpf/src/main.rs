@@ -22,7 +22,8 @@ use agent_common::{
     },
     counters,
     rule::{
-        CidrKey, EndpointKey, EndpointRule, ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS, MAX_RULES,
+        CidrKey, EgressKey, EndpointKey, EndpointRule, ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS,
+        EGRESS_FIXED_BITS, EGRESS_INDEX, MAX_EGRESS_SCOPES, MAX_RULES,
     },
     summary::{SummaryKey, SummaryValue, BURST, MAX_SUMMARIES, WINDOW_NS},
 };
@@ -48,6 +49,13 @@ static ENDPOINTS: HashMap<EndpointKey, EndpointRule> = HashMap::pinned(MAX_RULES
 // BPF_F_NO_PREALLOC (1) is mandatory for LPM tries.
 #[map(name = "CIDR_RULES")]
 static CIDR_RULES: LpmTrie<CidrKey, EndpointRule> = LpmTrie::pinned(MAX_RULES, 1);
+
+/// Cgroups of daemon-run stdio servers whose egress is limited to their declaration's.
+#[map(name = "EGRESS_SCOPE")]
+static EGRESS_SCOPE: HashMap<u64, u32> = HashMap::pinned(MAX_EGRESS_SCOPES, 0);
+
+#[map(name = "EGRESS_ALLOW")]
+static EGRESS_ALLOW: LpmTrie<EgressKey, u8> = LpmTrie::pinned(MAX_RULES, 1);
 
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(counters::COUNT, 0);
@@ -123,6 +131,20 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
     let raw_port = unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).user_port) };
     let port = u16::from_be(raw_port as u16);
 
+    // SAFETY: bpf_get_current_cgroup_id is valid in cgroup_sock_addr programs.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    // SAFETY: map values are plain Copy data; only presence is read.
+    if unsafe { EGRESS_SCOPE.get(&cgroup_id) }.is_some() && !egress_allowed(cgroup_id, addr, port) {
+        bump(counters::DENIED);
+        let rule = EndpointRule {
+            server_index: EGRESS_INDEX,
+            action: ACTION_DENY,
+            _pad: [0; 3],
+        };
+        record(ctx, &rule, addr, port, family, hook, true);
+        return REFUSE;
+    }
+
     let Some(rule) = lookup(addr, port) else {
         bump(counters::UNMATCHED);
         return ALLOW;
@@ -150,6 +172,34 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
     } else {
         ALLOW
     }
+}
+
+/// Whether a limited cgroup's declaration lets it reach the destination: (port, then any
+/// port) under the longest matching prefix.
+#[inline(always)]
+fn egress_allowed(cgroup_id: u64, addr: [u8; 16], port: u16) -> bool {
+    let full = EGRESS_FIXED_BITS + 128;
+    let cgroup = cgroup_id.to_be_bytes();
+    EGRESS_ALLOW
+        .get(&Key::new(
+            full,
+            EgressKey {
+                cgroup,
+                port: port.to_be_bytes(),
+                addr,
+            },
+        ))
+        .is_some()
+        || EGRESS_ALLOW
+            .get(&Key::new(
+                full,
+                EgressKey {
+                    cgroup,
+                    port: [0; 2],
+                    addr,
+                },
+            ))
+            .is_some()
 }
 
 /// Exact (address, port), then (address, any port), then the longest CIDR prefix.

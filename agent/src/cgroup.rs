@@ -248,6 +248,13 @@ impl SessionCgroup {
         Ok(out)
     }
 
+    /// Sends SIGKILL to every process in the cgroup and below it (`cgroup.kill`, Linux 5.14):
+    /// what a stdio server left behind must not outlive it (issue 15).
+    pub fn kill_all(&self) -> Result<(), CgroupError> {
+        let kill = self.path.join("cgroup.kill");
+        fs::write(&kill, b"1").map_err(io_err("write", &kill))
+    }
+
     /// Removes the directory if no process is left in it; returns whether it was removed.
     pub fn remove_if_empty(&self) -> Result<bool, CgroupError> {
         if !self.all_processes()?.is_empty() {

@@ -169,12 +169,12 @@ async fn daemon_instance(api: &ApiClient) -> anyhow::Result<Option<String>> {
 
 /// Who the agent runs as, when that is not the caller.
 #[derive(Debug)]
-struct AgentUser {
-    name: String,
-    uid: u32,
-    gid: u32,
-    groups: Vec<libc::gid_t>,
-    home: PathBuf,
+pub(crate) struct AgentUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<libc::gid_t>,
+    pub home: PathBuf,
 }
 
 /// The capabilities no agent keeps, root or not: each could undo the session (detach its
@@ -215,7 +215,7 @@ fn agent_user(args: &ExecArgs, config: &Config) -> anyhow::Result<Option<AgentUs
             "toolwall exec was started by root and no user to run the agent as is known: an agent running as root can leave its session. Pass --user NAME, set `exec.user` in the configuration, run it through sudo (SUDO_USER), or pass --as-root to run the agent as root anyway"
         );
     };
-    let user = lookup_user(&name)?;
+    let user = lookup_user(&name).context("--user, SUDO_USER or exec.user")?;
     anyhow::ensure!(
         user.uid != 0,
         "user {name:?} is root; pass --as-root to run the agent as root"
@@ -223,7 +223,8 @@ fn agent_user(args: &ExecArgs, config: &Config) -> anyhow::Result<Option<AgentUs
     Ok(Some(user))
 }
 
-fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
+/// The user of that name from the password database, with its groups.
+pub(crate) fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
     use std::ffi::{CStr, CString};
     let c_name = CString::new(name).with_context(|| format!("user name {name:?}"))?;
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
@@ -241,7 +242,7 @@ fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
     };
     anyhow::ensure!(
         rc == 0 && !result.is_null(),
-        "no user {name:?} on this host (--user, SUDO_USER or exec.user)"
+        "no user {name:?} on this host"
     );
     // SAFETY: getpwnam_r succeeded, so pw_dir points into buf.
     let home = unsafe { CStr::from_ptr(pwd.pw_dir) }
@@ -261,6 +262,22 @@ fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
         groups,
         home: PathBuf::from(home),
     })
+}
+
+/// The home directory of `uid` in the password database.
+pub(crate) fn home_of(uid: u32) -> Option<PathBuf> {
+    use std::ffi::CStr;
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes into pwd and buf, both alive for the call.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded, so pw_dir points into buf.
+    let home = unsafe { CStr::from_ptr(pwd.pw_dir) };
+    Some(PathBuf::from(home.to_string_lossy().into_owned()))
 }
 
 /// Confines the agent between fork and exec, after it entered its cgroup: its own cgroup and

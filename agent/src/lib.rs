@@ -4,6 +4,7 @@
 //! The binary `toolwall` is a thin shell over [`cli`]; everything else is a library so the
 //! end-to-end tests and benchmarks can drive the same code.
 
+mod accept;
 pub mod cgroup;
 pub mod cli;
 pub mod client;

@@ -288,3 +288,296 @@ fn privileged_a_root_agents_server_is_as_confined_as_the_agent() {
     );
     assert!(daemon.stop().success(), "{}", daemon.stderr());
 }
+
+/// A declared server that reports what it was given and what it may do: its environment and
+/// directory, whether the agent's `PYTHONPATH` ran code in it, the socket routes open to it, its
+/// egress, and a process it leaves behind.
+const PROBE: &str = r#"
+import json, os, socket, subprocess, sys
+out, ok_port, no_port = sys.argv[1], int(sys.argv[3]), int(sys.argv[4])
+sock = open(sys.argv[2]).read()
+def note(text):
+    with open(out, "a") as f:
+        f.write(text + "\n")
+note("uid " + str(os.getuid()))
+note("cwd " + os.getcwd())
+note("env " + " ".join(sorted(os.environ)))
+note("PATH " + os.environ.get("PATH", ""))
+note("DECLARED " + os.environ.get("DECLARED", ""))
+def http(raw):
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(sock)
+    u.sendall(raw)
+    data = b""
+    while True:
+        c = u.recv(65536)
+        if not c:
+            break
+        data += c
+    return data.decode(errors="replace")
+def status(text):
+    return text.split()[1] if text else "closed"
+body = json.dumps({"server_id": "nested", "command": ["/bin/true"], "env": [], "cwd": "/", "deny": [], "max_message_bytes": 65536}).encode()
+note("stdio " + status(http(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body)))
+note("events " + status(http(b"POST /api/events HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")))
+health = http(b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+note("health " + status(health) + " " + json.loads(health.split("\r\n\r\n", 1)[1]).get("peer_session", ""))
+for port in (ok_port, no_port):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        note(f"connect {port} ok")
+    except OSError as e:
+        note(f"connect {port} errno {e.errno}")
+    s.close()
+left = subprocess.Popen(["/bin/sleep", "1000"], start_new_session=True)
+note(f"left {left.pid}")
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        result = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "probe", "version": "1"}}
+    elif m["method"] == "tools/list":
+        result = {"tools": []}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}), flush=True)
+"#;
+
+/// A root agent in a session: holds more connections than it may, sends a body too slowly,
+/// hands its connection to a child and exits, then runs the probe with a hostile environment.
+const ROOT_AGENT: &str = r#"
+import json, os, socket, subprocess, sys, time
+toolwall, inject, socket_file = sys.argv[1], sys.argv[2], sys.argv[3]
+sock = os.environ["TOOLWALL_API_SOCKET"]
+open(socket_file, "w").write(sock)
+def connect():
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(sock)
+    return u
+def answer(u):
+    data = b""
+    while True:
+        c = u.recv(65536)
+        if not c:
+            break
+        data += c
+    return data.split()[1].decode() if data else "closed"
+held = [connect() for _ in range(70)]
+time.sleep(1)
+closed = 0
+for u in held:
+    u.setblocking(False)
+    try:
+        if u.recv(1) == b"":
+            closed += 1
+    except BlockingIOError:
+        pass
+print("connections refused", closed)
+for u in held:
+    u.close()
+time.sleep(1)
+slow = connect()
+started = time.monotonic()
+slow.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: 100\r\n\r\n{")
+print("slow body", answer(slow), "after", int(time.monotonic() - started), "s")
+r, w = os.pipe()
+a = os.fork()
+if a == 0:
+    u = connect()
+    b = os.fork()
+    if b == 0:
+        os.read(r, 1)
+        u.sendall(b"POST /api/events HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        print("orphaned connection", answer(u), flush=True)
+        os._exit(0)
+    os._exit(0)
+os.waitpid(a, 0)
+os.write(w, b"x")
+time.sleep(2)
+env = dict(os.environ, PYTHONPATH=inject, NODE_OPTIONS="--require /nonexistent.js", LD_PRELOAD="/nonexistent.so")
+p = subprocess.Popen([toolwall, "shim", "--server-id", "probe", "--", "/bin/false"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+p.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}\n')
+p.stdin.flush()
+print("probe init", "serverInfo" in p.stdout.readline().decode())
+p.stdin.close()
+print("probe exit", p.wait(timeout=30))
+"#;
+
+/// A `nobody` agent forging a shim's request for a directory it cannot enter.
+const NOBODY_AGENT: &str = r#"
+import json, os, socket, sys
+private = sys.argv[1]
+u = socket.socket(socket.AF_UNIX)
+u.connect(os.environ["TOOLWALL_API_SOCKET"])
+body = json.dumps({"server_id": "loose", "command": ["/bin/true"], "env": [], "cwd": private, "deny": [], "max_message_bytes": 65536}).encode()
+u.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+data = u.recv(65536).decode(errors="replace")
+print("forged cwd", data.split()[1], data.split("\r\n\r\n", 1)[-1])
+"#;
+
+/// Issue 15, the attack on daemon-run servers: a declared server runs with its declaration's
+/// environment, directory, user and egress (not the agent's); what it leaves running dies with
+/// it; it cannot start servers or report; an agent cannot hold the daemon's descriptors, pass
+/// its connection to a child to look like the host, or have a directory entered as root.
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into_it() {
+    assert!(is_root());
+    let dir = shared_dir();
+    let probe = write(dir.path(), "probe.py", PROBE);
+    let root_agent = write(dir.path(), "root_agent.py", ROOT_AGENT);
+    let nobody_agent = write(dir.path(), "nobody_agent.py", NOBODY_AGENT);
+    let inject = dir.path().join("inject");
+    std::fs::create_dir(&inject).expect("mkdir");
+    let injected = dir.path().join("injected");
+    write(
+        &inject,
+        "sitecustomize.py",
+        &format!(
+            "open({:?}, 'a').write('agent code ran\\n')\n",
+            injected.display()
+        ),
+    );
+    let out = dir.path().join("probe.out");
+    let private = tempfile::tempdir().expect("a private directory");
+    let shim = dir.path().join("toolwall");
+    std::fs::copy(toolwall_bin(), &shim).expect("copy the toolwall binary");
+    let ok = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let no = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let (ok_port, no_port) = (
+        ok.local_addr().unwrap().port(),
+        no.local_addr().unwrap().port(),
+    );
+    // The probe learns the socket from the agent: only the daemon knows it before it starts.
+    let socket_file = dir.path().join("socket-path");
+    let config = format!(
+        "sandbox:\n  mcp:\n    servers:\n      - id: probe\n        type: stdio\n        command: /usr/bin/python3\n        args: [{probe}, {out}, {socket}, '{ok_port}', '{no_port}']\n        env: {{DECLARED: 'yes'}}\n        cwd: {cwd}\n        user: nobody\n        egress: ['127.0.0.1:{ok_port}']\n",
+        probe = probe.display(),
+        out = out.display(),
+        socket = socket_file.display(),
+        cwd = dir.path().display(),
+    );
+    let mut daemon = Daemon::start(&config);
+    let run = Command::new(toolwall_bin())
+        .args(["exec", "--as-root", "--session", "probing", "--config"])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg("/usr/bin/python3")
+        .arg(&root_agent)
+        .arg(&shim)
+        .arg(&inject)
+        .arg(&socket_file)
+        .current_dir(private.path())
+        .output()
+        .expect("toolwall exec");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let report = std::fs::read_to_string(&out).unwrap_or_default();
+    println!("{report}");
+    let line = |l: &str| stdout.lines().any(|s| s == l);
+    // Descriptors: past 64 connections, a session's user is refused at once; a body that does
+    // not arrive is answered within the read time-out.
+    assert!(line("connections refused 6"), "{stdout}");
+    let slow = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("slow body 400 after "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("the slow body was not answered 400: {stdout}"));
+    assert!((5..40).contains(&slow), "{stdout}");
+    // A connection whose process exited is not the host's.
+    assert!(line("orphaned connection 403"), "{stdout}");
+    assert!(line("probe init True"), "{stdout}");
+    // The declaration's user, directory and environment; none of the agent's.
+    assert!(report.contains("uid 65534\n"), "{report}");
+    assert!(
+        report.contains(&format!("cwd {}\n", dir.path().display())),
+        "{report}"
+    );
+    // (Python itself adds LC_CTYPE when the locale is C: PEP 538.)
+    let env: Vec<&str> = report
+        .lines()
+        .find_map(|l| l.strip_prefix("env "))
+        .map(|l| l.split(' ').filter(|k| *k != "LC_CTYPE").collect())
+        .unwrap_or_default();
+    assert_eq!(env, ["DECLARED", "HOME", "PATH"], "{report}");
+    assert!(report.contains("DECLARED yes\n"), "{report}");
+    assert!(
+        !injected.exists(),
+        "the agent's PYTHONPATH ran code in the server"
+    );
+    // The server of a session may read /health (as of that session) and nothing else.
+    assert!(report.contains("stdio 403\n"), "{report}");
+    assert!(report.contains("events 403\n"), "{report}");
+    assert!(report.contains("health 200 probing\n"), "{report}");
+    // Its egress is its declaration's.
+    assert!(
+        report.contains(&format!("connect {ok_port} ok\n")),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("connect {no_port} errno 1\n")),
+        "{report}"
+    );
+    // What it left running died with it.
+    let left: i32 = report
+        .lines()
+        .find_map(|l| l.strip_prefix("left "))
+        .and_then(|p| p.parse().ok())
+        .expect("the probe's background process");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while Path::new(&format!("/proc/{left}")).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        !Path::new(&format!("/proc/{left}")).exists(),
+        "a process the server started outlived it"
+    );
+    // The refused connection is recorded as the server's.
+    let connections = daemon.json_lines(&[
+        "mcp",
+        "events",
+        "--json",
+        "--type",
+        "mcp_network_connection",
+    ]);
+    assert!(
+        connections.iter().any(|e| e["server_id"] == "probe"
+            && e["action"] == "block"
+            && e["remote_addr"] == format!("127.0.0.1:{no_port}")),
+        "{connections:?}"
+    );
+
+    // A `nobody` agent's forged request: the directory is entered as nobody, so refused.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod");
+    let run = Command::new(toolwall_bin())
+        .args([
+            "exec",
+            "--user",
+            "nobody",
+            "--session",
+            "forging",
+            "--config",
+        ])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg("/usr/bin/python3")
+        .arg(&nobody_agent)
+        .arg(private.path())
+        .current_dir(dir.path())
+        .output()
+        .expect("toolwall exec");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("forged cwd 400") && l.contains("Permission denied")),
+        "{stdout}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
+}

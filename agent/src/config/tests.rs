@@ -340,3 +340,54 @@ fn find_line_handles_lists_quotes_and_repeats() {
     assert_eq!(validate::find_line(text, "", "^a", 0), Some(6));
     assert_eq!(validate::find_line(text, "id", "zzz", 0), None);
 }
+
+#[test]
+fn a_stdio_servers_egress_is_parsed_and_a_bad_entry_is_located() {
+    let config = parse(
+        "sandbox:\n  mcp:\n    servers:\n      - id: s\n        type: stdio\n        command: /bin/s\n        egress: ['127.0.0.53:53', '10.0.0.0/8', '[::1]:8080', '[fd00::/8]']\n",
+    )
+    .expect("valid");
+    let egress = config.sandbox.mcp.servers[0].egress().expect("parsed");
+    let rule = |addr: &str, prefix, port| EgressRule {
+        addr: addr.parse().unwrap(),
+        prefix,
+        port,
+    };
+    assert_eq!(
+        egress,
+        Egress::Only(vec![
+            rule("127.0.0.53", 32, 53),
+            rule("10.0.0.0", 8, 0),
+            rule("::1", 128, 8080),
+            rule("fd00::", 8, 0),
+        ])
+    );
+    let none = parse("sandbox:\n  mcp:\n    servers:\n      - id: s\n        type: stdio\n        command: /bin/s\n").unwrap();
+    assert_eq!(
+        none.sandbox.mcp.servers[0].egress(),
+        Ok(Egress::Only(vec![]))
+    );
+    for bad in [
+        "'::1'",
+        "'10.0.0.0/33'",
+        "'host.example:443'",
+        "'1.2.3.4:x'",
+        "any, '1.2.3.4'",
+    ] {
+        let text = error_text(&format!(
+            "sandbox:\n  mcp:\n    servers:\n      - id: s\n        type: stdio\n        command: /bin/s\n        egress: [{bad}]\n"
+        ));
+        assert!(
+            text.contains("egress") && text.contains("policy.yaml:4:"),
+            "{bad}: {text}"
+        );
+    }
+    let text = error_text(
+        "sandbox:\n  mcp:\n    servers:\n      - id: n\n        type: http\n        url: http://127.0.0.1:1/mcp\n        user: nobody\n",
+    );
+    assert!(text.contains("`user` does not apply"), "{text}");
+    let text = error_text(
+        "sandbox:\n  mcp:\n    servers:\n      - id: s\n        type: stdio\n        command: /bin/s\n        cwd: relative\n",
+    );
+    assert!(text.contains("not an absolute path"), "{text}");
+}

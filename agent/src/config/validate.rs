@@ -94,6 +94,28 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
                         "add `command:` (and `args:`) naming the program that runs the server",
                     ));
                 }
+                if let Err(why) = server.egress() {
+                    return Err(check.error(
+                        format!("{key}.egress"),
+                        line_of,
+                        format!("stdio server {:?}: {why}", server.id),
+                        "list where the server may connect, e.g. `egress: [\"127.0.0.53:53\", \"140.82.112.0/20:443\"]`, or `egress: [any]`",
+                    ));
+                }
+                if let Some(cwd) = &server.cwd
+                    && !cwd.is_absolute()
+                {
+                    return Err(check.error(
+                        format!("{key}.cwd"),
+                        line_of,
+                        format!(
+                            "stdio server {:?}: cwd {} is not an absolute path",
+                            server.id,
+                            cwd.display()
+                        ),
+                        "write the full path of the directory the server runs in",
+                    ));
+                }
                 for (field, present) in [
                     ("url", server.url.is_some()),
                     ("tls_fingerprint", server.tls_fingerprint.is_some()),
@@ -126,6 +148,24 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
                         format!("{url:?} is not an http:// or https:// URL with a host"),
                         "write the full endpoint, e.g. `https://mcp.example.com/mcp`",
                     ));
+                }
+                for (field, present) in [
+                    ("env", !server.env.is_empty()),
+                    ("cwd", server.cwd.is_some()),
+                    ("user", server.user.is_some()),
+                    ("egress", !server.egress.is_empty()),
+                ] {
+                    if present {
+                        return Err(check.error(
+                            format!("{key}.{field}"),
+                            line_of,
+                            format!(
+                                "`{field}` does not apply to {} server {:?}",
+                                server.server_type, server.id
+                            ),
+                            "remove it: it describes a stdio server the daemon starts",
+                        ));
+                    }
                 }
                 if server.command.is_some() || !server.args.is_empty() {
                     return Err(check.error(

@@ -43,6 +43,7 @@ use tokio::{
     task::JoinSet,
 };
 
+use super::peer::{Kind, Place, SocketPeer};
 use super::{DaemonState, stdio};
 use crate::mcp::relay;
 use crate::{
@@ -231,12 +232,17 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
         let (state, mut stopped, edge) = (state.clone(), stopped.clone(), edge.clone());
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
+            let mut backoff = crate::accept::AcceptBackoff::default();
             loop {
                 tokio::select! {
                     accepted = tcp.accept() => match accepted {
-                        Ok((stream, _)) => { conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), Peer::Loopback)); }
-                        Err(error) => tracing::warn!(%error, "API accept failed"),
+                        Ok((stream, _)) => {
+                            backoff.reset();
+                            conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), Peer::Loopback, None));
+                        }
+                        Err(error) => backoff.failed(&error).await,
                     },
+                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
                     _ = stopped.changed() => break,
                 }
             }
@@ -248,18 +254,33 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
     }
     {
         let mut stopped = stopped;
+        let quotas = super::peer::Quotas::new();
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
+            let mut backoff = crate::accept::AcceptBackoff::default();
             loop {
                 tokio::select! {
                     accepted = unix.accept() => match accepted {
                         Ok((stream, _)) => {
-                            let cred = stream.peer_cred().ok();
-                            let peer = Peer::Socket { pid: cred.and_then(|c| c.pid()), uid: cred.map(|c| c.uid()), gid: cred.map(|c| c.gid()) };
-                            conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), peer));
+                            backoff.reset();
+                            let peer = Arc::new(SocketPeer::of(&stream));
+                            // Processes outside the host share the daemon within limits.
+                            let held = match peer.place(|n| state.server_session(n)) {
+                                Place::Host => None,
+                                _ => match quotas.take(Kind::Connection, peer.uid.unwrap_or(u32::MAX)) {
+                                    Some(held) => Some(held),
+                                    None => {
+                                        tracing::debug!(uid = ?peer.uid, "API connection refused: the user holds {} already", Kind::Connection.limit());
+                                        continue;
+                                    }
+                                },
+                            };
+                            conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), Peer::Socket(peer), held));
                         }
-                        Err(error) => tracing::warn!(%error, "API socket accept failed"),
+                        Err(error) => backoff.failed(&error).await,
                     },
+                    // Reap finished connections so the set does not grow.
+                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
                     _ = stopped.changed() => break,
                 }
             }
@@ -334,44 +355,44 @@ fn has_token(req: &Request<Incoming>, query: &str, token: &str) -> bool {
 }
 
 /// Who is on the other end of a connection.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Peer {
     /// The loopback HTTP listener: anyone on the host, browsers included.
     Loopback,
-    /// The Unix socket: the peer's pid, uid and gid when known. The socket is open to every
-    /// local user (0666 in a 0711 directory) because `toolwall exec` runs agents as other
-    /// users and their shims ask here for their servers; [`route`] lets a process inside a
-    /// session do only that (and read `/health`).
-    Socket {
-        pid: Option<i32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-    },
+    /// The Unix socket. It is open to every local user (0666 in a 0711 directory) because
+    /// `toolwall exec` runs agents as other users and their shims ask here for their servers;
+    /// [`route`] lets a process that is not surely on the host do only that (and read
+    /// `/health`).
+    Socket(Arc<SocketPeer>),
 }
 
-/// Whether `pid` surely runs outside every toolwall session cgroup: its cgroup can be read
-/// and names none. A peer whose cgroup cannot be read (it exited after connecting and left the
-/// connection to a child, say) counts as inside one.
-fn outside_sessions(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .is_ok_and(|text| crate::cgroup::session_in(&text).is_none())
-}
+/// How long a client may take to send a request's head, and then its body: a slow one must
+/// not hold a descriptor for ever.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn serve_conn<I>(io: TokioIo<I>, state: Arc<DaemonState>, edge: Arc<Edge>, peer: Peer)
-where
+async fn serve_conn<I>(
+    io: TokioIo<I>,
+    state: Arc<DaemonState>,
+    edge: Arc<Edge>,
+    peer: Peer,
+    held: Option<super::peer::Held>,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req| {
-        let (state, edge) = (state.clone(), edge.clone());
-        async move { Ok::<_, Infallible>(route(req, &state, &edge, peer).await) }
+        let (state, edge, peer) = (state.clone(), edge.clone(), peer.clone());
+        async move { Ok::<_, Infallible>(route(req, &state, &edge, &peer).await) }
     });
     if let Err(error) = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
         .serve_connection(io, service)
         .with_upgrades()
         .await
     {
         tracing::debug!(%error, "API connection ended with an error");
     }
+    drop(held);
 }
 
 fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
@@ -400,7 +421,7 @@ async fn route(
     req: Request<Incoming>,
     state: &Arc<DaemonState>,
     edge: &Edge,
-    peer: Peer,
+    peer: &Peer,
 ) -> Response<Body> {
     let origin = edge.origin.as_str();
     let path = req.uri().path().to_owned();
@@ -441,40 +462,31 @@ async fn route(
     let query: String = form_urlencoded::Serializer::new(String::new())
         .extend_pairs(form_urlencoded::parse(query.as_bytes()).filter(|(k, _)| k != "token"))
         .finish();
-    if let Peer::Socket { pid, .. } = peer
-        && path.starts_with("/api/sessions")
-        && !pid.is_some_and(outside_sessions)
-    {
-        return error(
-            StatusCode::FORBIDDEN,
-            "a process inside a toolwall session cannot open or close sessions",
-        );
-    }
     // SAFETY: geteuid has no preconditions.
     let ours = unsafe { libc::geteuid() };
     let mut forced_session = None;
     let mut asker = None;
-    if let Peer::Socket { pid, uid, gid } = peer {
+    if let Peer::Socket(peer) = peer {
         // A process inside a session (whoever it runs as) may only have the daemon run its
         // stdio servers, and read `/health`: it reads nothing (issue 15.6) and reports nothing
         // and spends no rate budget (issue 15.7: what it reported, it could forge). Its shim
         // may not even know the session's name: in its own cgroup namespace its cgroup reads
-        // `0::/`.
-        let session = pid.and_then(|p| crate::cgroup::session_of(&p.to_string()));
-        asker = uid.zip(gid).map(|(uid, gid)| stdio::Asker { uid, gid });
-        let shim_route = matches!(
-            (&method, path.as_str()),
-            (&Method::POST, relay::ROUTE) | (&Method::GET, "/health")
-        );
-        match session {
-            Some(session) if shim_route => forced_session = Some(session),
-            Some(_) => {
-                return error(
-                    StatusCode::FORBIDDEN,
-                    "a process inside a toolwall session may only ask the daemon to run its stdio MCP servers (toolwall shim) and read /health; it cannot report events, ask for decisions or read records",
-                );
+        // `0::/`. A server the daemon runs for a session is of that session, and starts no
+        // servers of its own.
+        asker = peer
+            .uid
+            .zip(peer.gid)
+            .map(|(uid, gid)| stdio::Asker { uid, gid });
+        let place = peer.place(|name| state.server_session(name));
+        let health_route = method == Method::GET && path == "/health";
+        let stdio_route = method == Method::POST && path == relay::ROUTE;
+        match place {
+            Place::Session(session) if health_route || stdio_route => {
+                forced_session = Some(session)
             }
-            None if uid != Some(ours) => {
+            Place::Server { session } if health_route => forced_session = Some(session),
+            Place::Host if peer.uid == Some(ours) => {}
+            Place::Host => {
                 return error(
                     StatusCode::FORBIDDEN,
                     &format!(
@@ -482,7 +494,24 @@ async fn route(
                     ),
                 );
             }
-            None => {}
+            Place::Unknown => {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    "cannot tell where the process that opened this connection runs (it has exited, or its pid is unknown): connect from the process that asks",
+                );
+            }
+            Place::Server { .. } => {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    "a stdio MCP server the daemon runs may only read /health; it cannot start servers, report events, ask for decisions or read records",
+                );
+            }
+            Place::Session(_) => {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    "a process inside a toolwall session may only ask the daemon to run its stdio MCP servers (toolwall shim) and read /health; it cannot open or close sessions, report events, ask for decisions or read records",
+                );
+            }
         }
     }
     let result = match (&method, path.as_str()) {
@@ -679,10 +708,11 @@ fn stream<T: Serialize + Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> 
         .expect("static response parts are valid")
 }
 
-async fn body(req: Request<Incoming>) -> anyhow::Result<Bytes> {
-    Limited::new(req.into_body(), MAX_BODY)
-        .collect()
+/// A request's body: at most `limit` bytes, within [`READ_TIMEOUT`].
+pub(super) async fn body(req: Request<Incoming>, limit: usize) -> anyhow::Result<Bytes> {
+    tokio::time::timeout(READ_TIMEOUT, Limited::new(req.into_body(), limit).collect())
         .await
+        .map_err(|_| anyhow::anyhow!("the request body did not arrive within {READ_TIMEOUT:?}"))?
         .map(|c| c.to_bytes())
         .map_err(|e| anyhow::anyhow!("read request body: {e}"))
 }
@@ -693,7 +723,7 @@ async fn post_events(
     state: &DaemonState,
     req: Request<Incoming>,
 ) -> anyhow::Result<Response<Body>> {
-    let body = body(req).await?;
+    let body = body(req, MAX_BODY).await?;
     // Parse everything first: a batch with a bad line is refused whole, not half-recorded.
     let mut events = Vec::new();
     for (i, line) in body
@@ -735,7 +765,7 @@ fn executing() -> CallStage {
 }
 
 async fn check(state: &DaemonState, req: Request<Incoming>) -> anyhow::Result<Response<Body>> {
-    let r: CheckRequest = serde_json::from_slice(&body(req).await?).context(
+    let r: CheckRequest = serde_json::from_slice(&body(req, MAX_BODY).await?).context(
         "expected {\"name\", \"server_id\"?, \"namespace\"?, \"stage\"?: \"proposed\"|\"executing\"}",
     )?;
     for field in [Some(&r.name), r.server_id.as_ref(), r.namespace.as_ref()]
@@ -772,7 +802,7 @@ struct ListedRequest {
 const MAX_NAME: usize = 512;
 
 async fn listed(state: &DaemonState, req: Request<Incoming>) -> anyhow::Result<Response<Body>> {
-    let r: ListedRequest = serde_json::from_slice(&body(req).await?)
+    let r: ListedRequest = serde_json::from_slice(&body(req, MAX_BODY).await?)
         .context("expected {\"server_id\", \"server_type\", \"tools\": [...], \"whole\": bool}")?;
     anyhow::ensure!(
         r.server_id.len() <= MAX_NAME,
@@ -804,8 +834,8 @@ async fn open_session(
     state: &DaemonState,
     req: Request<Incoming>,
 ) -> anyhow::Result<Response<Body>> {
-    let r: SessionRequest =
-        serde_json::from_slice(&body(req).await?).context("expected {\"name\": \"...\"}")?;
+    let r: SessionRequest = serde_json::from_slice(&body(req, MAX_BODY).await?)
+        .context("expected {\"name\": \"...\"}")?;
     let cgroup = state.open_session(&r.name)?;
     let kernel = state.layers.iter().find(|l| l.name == "kernel");
     Ok(json_response(
@@ -836,16 +866,6 @@ fn close_session(state: &DaemonState, name: &str) -> anyhow::Result<Response<Bod
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_peer_counts_as_outside_sessions_only_when_its_cgroup_says_so() {
-        // This test runs outside any session; a pid that is gone (its connection handed to a
-        // child, say) cannot prove it is outside one.
-        let me = i32::try_from(std::process::id()).unwrap();
-        let outside = crate::cgroup::session_of("self").is_none();
-        assert_eq!(outside_sessions(me), outside);
-        assert!(!outside_sessions(i32::MAX));
-    }
 
     #[test]
     fn query_parameters_are_validated() {

@@ -7,6 +7,7 @@
 
 pub mod api;
 mod audit_gate;
+mod peer;
 mod state;
 mod stdio;
 mod web;

@@ -79,6 +79,11 @@ pub struct DaemonState {
     /// Sessions taken over from a daemon before this one: no `toolwall exec` will close them,
     /// so they are closed once empty.
     adopted: Mutex<std::collections::HashSet<String>>,
+    /// The cgroups of the stdio servers the daemon runs (`daemon/stdio.rs`), with the session
+    /// each serves.
+    servers: Mutex<HashMap<String, String>>,
+    /// What one user's processes may hold of the daemon at once.
+    pub(super) quotas: Arc<super::peer::Quotas>,
 }
 
 impl DaemonState {
@@ -115,6 +120,8 @@ impl DaemonState {
             layers,
             sessions: Mutex::new(HashMap::new()),
             adopted: Mutex::new(std::collections::HashSet::new()),
+            servers: Mutex::new(HashMap::new()),
+            quotas: super::peer::Quotas::new(),
         }
     }
 
@@ -154,6 +161,70 @@ impl DaemonState {
             if empty != Some(false) && self.close_session(&name).unwrap_or(false) {
                 tracing::info!(session = %name, "adopted session ended; closed");
             }
+        }
+    }
+
+    /// Opens the cgroup of a stdio server the daemon runs for `session` (a session of its own
+    /// to the kernel layer), limited to what `egress` (server id, its declaration's) allows.
+    pub(super) fn open_server(
+        &self,
+        name: &str,
+        session: &str,
+        egress: Option<(&str, &crate::config::Egress)>,
+    ) -> anyhow::Result<Option<PathBuf>> {
+        let path = self.open_session(name)?;
+        self.servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), session.to_owned());
+        if let Some((server, crate::config::Egress::Only(allowed))) = egress {
+            let limited = match (&path, &self.netmon) {
+                (Some(_), Some(netmon)) => {
+                    let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+                    match sessions.get(name) {
+                        Some(cgroup) => netmon
+                            .limit_egress(cgroup, server, allowed)
+                            .map_err(anyhow::Error::from),
+                        None => Err(anyhow::anyhow!("the cgroup {name} is gone")),
+                    }
+                }
+                _ => {
+                    tracing::warn!(%server, "the kernel layer is off: the server's egress is not limited to its declaration's");
+                    Ok(())
+                }
+            };
+            if let Err(error) = limited {
+                let _ = self.close_session(name);
+                return Err(error.context(format!("limiting the egress of MCP server {server:?}")));
+            }
+        }
+        Ok(path)
+    }
+
+    /// The session a daemon-run server's cgroup serves.
+    pub(super) fn server_session(&self, cgroup: &str) -> Option<String> {
+        self.servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cgroup)
+            .cloned()
+    }
+
+    /// Ends a daemon-run server's cgroup: whatever the server left running is killed (it must
+    /// not outlive the server, nor the session it served), and the cgroup is closed once the
+    /// kernel has reaped them.
+    pub(super) fn end_server(&self, name: &str) {
+        let killed = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .map(|cgroup| cgroup.kill_all());
+        if let Some(Err(error)) = killed {
+            tracing::warn!(cgroup = %name, %error, "killing what a stdio MCP server left running");
+        }
+        if !matches!(self.close_session(name), Ok(true)) {
+            self.close_when_empty(name);
         }
     }
 
@@ -204,6 +275,10 @@ impl DaemonState {
         netmon.close_session(name, cgroup)?;
         sessions.remove(name);
         self.adopted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        self.servers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);

@@ -15,15 +15,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 use http::{Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use regex::Regex;
 use std::os::fd::AsRawFd;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Interest};
 
+use super::peer::Kind;
 use super::state::DaemonState;
-use crate::config::ServerType;
+use crate::config::{Egress, ServerType};
 use crate::decision::{CallQuery, Decision, Gate};
 use crate::mcp::filter::FilterContext;
 use crate::mcp::relay::{MAX_REQUEST_BYTES, RunRequest, UPGRADE_PROTOCOL, recv_fds};
@@ -53,27 +54,42 @@ pub(super) async fn run(
         "expected `Upgrade: {UPGRADE_PROTOCOL}` (this route is for `toolwall shim`)"
     );
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let body = Limited::new(req.into_body(), MAX_REQUEST_BYTES)
-        .collect()
-        .await
-        .map_err(|e| anyhow::anyhow!("read the request: {e}"))?
-        .to_bytes();
+    let body = super::api::body(req, MAX_REQUEST_BYTES).await?;
     let request: RunRequest =
         serde_json::from_slice(&body).context("expected a shim's run request")?;
-    let (program, args) = what_to_run(state, &request)?;
+    let launch = what_to_run(state, &request, asker)?;
     let gate = ExtraDeny::wrap(state.gate.clone(), &request.deny)?;
+    // Each running server holds a thread, a cgroup and four pipes.
+    let held = state
+        .quotas
+        .take(Kind::Server, asker.uid)
+        .with_context(|| {
+            format!(
+                "uid {} runs {} stdio MCP servers already; end one first",
+                asker.uid,
+                Kind::Server.limit()
+            )
+        })?;
 
     // A cgroup of its own, watched by the kernel layer like a session, named after the
     // session it serves.
     static RUNS: AtomicU64 = AtomicU64::new(0);
+    let session_name = session.clone().unwrap_or_else(|| "host".to_owned());
     let cgroup_name = format!(
         "{}-mcp-{}-{}",
-        sanitize(session.as_deref().unwrap_or("host")),
+        sanitize(&session_name),
         sanitize(&request.server_id),
         RUNS.fetch_add(1, Ordering::Relaxed)
     );
     let cgroup = state
-        .open_session(&cgroup_name)
+        .open_server(
+            &cgroup_name,
+            &session_name,
+            launch
+                .egress
+                .as_ref()
+                .map(|e| (request.server_id.as_str(), e)),
+        )
         .with_context(|| format!("a cgroup for MCP server {:?}", request.server_id))?;
     let procs = match &cgroup {
         Some(dir) => Some(
@@ -86,18 +102,14 @@ pub(super) async fn run(
         ),
         None => None,
     };
-    let mut command = tokio::process::Command::new(&program);
+    let cwd = std::ffi::CString::new(launch.cwd.clone().into_os_string().into_encoded_bytes())
+        .context("working directory")?;
+    let mut command = tokio::process::Command::new(&launch.program);
     command
-        .args(&args)
+        .args(&launch.args)
         .env_clear()
-        .envs(request.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(if request.cwd.is_dir() {
-            request.cwd.as_path()
-        } else {
-            std::path::Path::new("/")
-        })
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stderr(Stdio::piped());
-    let Asker { uid, gid } = asker;
     // SAFETY: only async-signal-safe calls (open, write, close) between fork and exec, on data
     // prepared before the fork. Runs before the confinement below (which makes cgroupfs
     // read-only).
@@ -116,8 +128,21 @@ pub(super) async fn run(
     // The server runs outside the agent's session, so it is confined as `toolwall exec`
     // confines agents: its own cgroup and mount namespaces (cgroupfs read-only, bpffs
     // hidden), no_new_privs, the dangerous capabilities out of the bounding set, then the
-    // asker's ids — else a root agent could have an unconfined root process started for it.
-    crate::exec::confine_on_spawn(command.as_std_mut(), Some((uid, gid, vec![gid])))?;
+    // user's ids — else a root agent could have an unconfined root process started for it.
+    let (uid, gid, groups) = launch.ids.clone();
+    crate::exec::confine_on_spawn(command.as_std_mut(), Some((uid, gid, groups)))?;
+    // The working directory is entered as the server's user, after the ids changed (std's
+    // `current_dir` would enter it as root, before them): root must not open for an agent a
+    // directory the agent cannot open.
+    // SAFETY: chdir is async-signal-safe; the path was prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let ctx = FilterContext {
         gate,
         server_id: request.server_id.clone(),
@@ -170,8 +195,9 @@ pub(super) async fn run(
                     Err(error) => tracing::warn!(%server, "{error:#}"),
                 }
             });
-            // Closed once its last process is gone (a server's own children may outlive it).
-            thread_state.close_when_empty(&thread_cgroup);
+            // What the server left running dies with it.
+            thread_state.end_server(&thread_cgroup);
+            drop(held);
         });
     let started = match spawned {
         Ok(_) => started_rx
@@ -179,17 +205,27 @@ pub(super) async fn run(
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the server's thread ended at once"))),
         Err(error) => Err(anyhow::Error::new(error).context("a thread for the server")),
     };
+    let shown = format!("{} {}", launch.program, launch.args.join(" "));
     if let Err(error) = started {
         let _ = state.close_session(&cgroup_name);
-        return Err(error.context(format!("{program} {}", args.join(" "))));
+        return Err(error.context(format!(
+            "{shown} (as uid {uid}, in {})",
+            launch.cwd.display()
+        )));
     }
     tracing::info!(
         server = %request.server_id,
         session = session.as_deref().unwrap_or(""),
         uid,
         cgroup = %cgroup_name,
-        "started stdio MCP server for a shim: {program} {}",
-        args.join(" ")
+        declared = launch.declared,
+        egress = match &launch.egress {
+            None => "the session's rules".to_owned(),
+            Some(Egress::Any) => "any".to_owned(),
+            Some(Egress::Only(allowed)) if allowed.is_empty() => "nowhere".to_owned(),
+            Some(Egress::Only(allowed)) => format!("{} destinations", allowed.len()),
+        },
+        "started stdio MCP server for a shim: {shown}"
     );
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
@@ -248,46 +284,99 @@ async fn relay(
 /// How long a shim may take to hand over its descriptors after the upgrade.
 const HANDOVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The declared command of a declared stdio server, else — unless `fail_closed` — the
-/// shim's own.
-fn what_to_run(state: &DaemonState, request: &RunRequest) -> anyhow::Result<(String, Vec<String>)> {
-    let mcp = &state.config.sandbox.mcp;
-    let declared = mcp.servers.iter().find(|s| s.id == request.server_id);
-    match declared {
-        Some(server) if server.server_type != ServerType::Stdio => anyhow::bail!(
-            "MCP server {:?} is declared as {}, not stdio",
-            server.id,
-            server.server_type.as_str()
-        ),
-        Some(server) => match &server.command {
-            Some(program) => {
-                if request.command.first() != Some(program)
-                    || request.command.get(1..).unwrap_or_default() != server.args.as_slice()
-                {
-                    tracing::warn!(
-                        server = %server.id,
-                        "the shim asked for `{}`; running the declared command instead",
-                        request.command.join(" ")
-                    );
-                }
-                Ok((program.clone(), server.args.clone()))
-            }
-            None => shim_command(request),
-        },
-        None if mcp.fail_closed => anyhow::bail!(
-            "MCP server {:?} is not declared; refused under sandbox.mcp.fail_closed (declare it under sandbox.mcp.servers with type: stdio and its command)",
-            request.server_id
-        ),
-        None => shim_command(request),
-    }
+/// What the daemon starts for a shim, and how.
+struct Launch {
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: std::path::PathBuf,
+    /// uid, gid and groups.
+    ids: (u32, u32, Vec<libc::gid_t>),
+    /// A declared server's `egress:`; `None` for an undeclared one, which runs the agent's own
+    /// command under the session's rules.
+    egress: Option<Egress>,
+    declared: bool,
 }
 
-fn shim_command(request: &RunRequest) -> anyhow::Result<(String, Vec<String>)> {
-    let (program, args) = request
+/// `PATH` of a declared server unless its `env:` sets one.
+const DECLARED_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A declared stdio server runs as its declaration says — command, environment, working
+/// directory, user, egress — whatever the shim asked (issue 15: the agent's environment or
+/// directory would run the agent's code in it). An undeclared one is refused under
+/// `fail_closed`, else runs the shim's command as the agent would run it: with the shim's
+/// environment and directory, as the agent's user.
+fn what_to_run(state: &DaemonState, request: &RunRequest, asker: Asker) -> anyhow::Result<Launch> {
+    let mcp = &state.config.sandbox.mcp;
+    let declared = mcp.servers.iter().find(|s| s.id == request.server_id);
+    let Some(server) = declared else {
+        anyhow::ensure!(
+            !mcp.fail_closed,
+            "MCP server {:?} is not declared; refused under sandbox.mcp.fail_closed (declare it under sandbox.mcp.servers with type: stdio and its command)",
+            request.server_id
+        );
+        let (program, args) = request
+            .command
+            .split_first()
+            .context("no server command given after `--`")?;
+        return Ok(Launch {
+            program: program.clone(),
+            args: args.to_vec(),
+            env: request.env.clone(),
+            cwd: request.cwd.clone(),
+            ids: (asker.uid, asker.gid, vec![asker.gid]),
+            egress: None,
+            declared: false,
+        });
+    };
+    anyhow::ensure!(
+        server.server_type == ServerType::Stdio,
+        "MCP server {:?} is declared as {}, not stdio",
+        server.id,
+        server.server_type.as_str()
+    );
+    let program = server
         .command
-        .split_first()
-        .context("no server command given after `--`")?;
-    Ok((program.clone(), args.to_vec()))
+        .clone()
+        .with_context(|| format!("declared stdio server {:?} has no command", server.id))?;
+    if request.command.first() != Some(&program)
+        || request.command.get(1..).unwrap_or_default() != server.args.as_slice()
+    {
+        tracing::warn!(
+            server = %server.id,
+            "the shim asked for `{}`; running the declared command instead",
+            request.command.join(" ")
+        );
+    }
+    let (ids, home) = match &server.user {
+        Some(name) => {
+            let user = crate::exec::lookup_user(name)
+                .with_context(|| format!("the user of declared stdio server {:?}", server.id))?;
+            ((user.uid, user.gid, user.groups), Some(user.home))
+        }
+        None => (
+            (asker.uid, asker.gid, vec![asker.gid]),
+            crate::exec::home_of(asker.uid),
+        ),
+    };
+    let mut env: Vec<(String, String)> = vec![("PATH".to_owned(), DECLARED_PATH.to_owned())];
+    if let Some(home) = home {
+        env.push(("HOME".to_owned(), home.to_string_lossy().into_owned()));
+    }
+    env.retain(|(k, _)| !server.env.contains_key(k));
+    env.extend(server.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let egress = server
+        .egress()
+        .map_err(|why| anyhow::anyhow!("declared stdio server {:?}: {why}", server.id))?;
+    Ok(Launch {
+        program,
+        args: server.args.clone(),
+        env,
+        cwd: server.cwd.clone().unwrap_or_else(|| "/".into()),
+        ids,
+        egress: Some(egress),
+        declared: true,
+    })
 }
 
 /// A part of a session name: `cgroup.rs` allows `[A-Za-z0-9._-]` and 64 bytes, and bpffs (where

@@ -209,6 +209,7 @@ impl LlmProxy {
         tracing::info!(addr = ?self.listener.local_addr().ok(), "LLM proxy listening");
         tokio::pin!(shutdown);
         let mut conns = tokio::task::JoinSet::new();
+        let mut backoff = crate::accept::AcceptBackoff::default();
         loop {
             let accepted = tokio::select! {
                 () = &mut shutdown => break,
@@ -217,11 +218,12 @@ impl LlmProxy {
                 Some(_) = conns.join_next(), if !conns.is_empty() => continue,
             };
             let (stream, peer) = match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    backoff.reset();
+                    a
+                }
                 Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    backoff.failed(&e).await;
                     continue;
                 }
             };

@@ -8,7 +8,10 @@ use std::{
 use agent_common::{
     connect::EVENTS_MAP,
     counters,
-    rule::{CIDR_MAP, CidrKey, ENDPOINTS_MAP, EndpointKey, EndpointRule},
+    rule::{
+        CIDR_MAP, CidrKey, EGRESS_ALLOW_MAP, EGRESS_FIXED_BITS, EGRESS_SCOPE_MAP, ENDPOINTS_MAP,
+        EgressKey, EndpointKey, EndpointRule,
+    },
     summary::{SUMMARY_MAP, SUMMARY_SEEN_MAP, SummaryKey, SummarySeen, SummaryValue},
 };
 use aya::{
@@ -381,6 +384,70 @@ impl KernelMonitor {
             .collect();
         for key in stale {
             cidr.remove(&key).map_err(map_err(CIDR_MAP))?;
+        }
+        Ok(())
+    }
+
+    /// Limits what the cgroup `cgroup_id` may connect to: `allowed` (address, prefix length
+    /// over the IPv4-mapped form, port or 0), nothing else. The allowed entries are written
+    /// before the cgroup is marked limited, so none is briefly refused.
+    pub fn limit_egress(
+        &mut self,
+        cgroup_id: u64,
+        allowed: &[(std::net::Ipv6Addr, u32, u16)],
+    ) -> Result<(), NetmonError> {
+        let map = self
+            .ebpf
+            .map_mut(EGRESS_ALLOW_MAP)
+            .ok_or(NetmonError::Missing("EGRESS_ALLOW map"))?;
+        let mut allow =
+            LpmTrie::<_, EgressKey, u8>::try_from(map).map_err(map_err(EGRESS_ALLOW_MAP))?;
+        for (addr, bits, port) in allowed {
+            let key = EgressKey {
+                cgroup: cgroup_id.to_be_bytes(),
+                port: port.to_be_bytes(),
+                addr: super::rules::mask(*addr, *bits).octets(),
+            };
+            allow
+                .insert(&Key::new(EGRESS_FIXED_BITS + bits, key), 1, 0)
+                .map_err(map_err(EGRESS_ALLOW_MAP))?;
+        }
+        let map = self
+            .ebpf
+            .map_mut(EGRESS_SCOPE_MAP)
+            .ok_or(NetmonError::Missing("EGRESS_SCOPE map"))?;
+        let mut scope = HashMap::<_, u64, u32>::try_from(map).map_err(map_err(EGRESS_SCOPE_MAP))?;
+        scope
+            .insert(cgroup_id, 1, 0)
+            .map_err(map_err(EGRESS_SCOPE_MAP))
+    }
+
+    /// Forgets a cgroup's egress limit (its cgroup is gone; ids are not reused while it exists).
+    pub fn forget_egress(&mut self, cgroup_id: u64) -> Result<(), NetmonError> {
+        let map = self
+            .ebpf
+            .map_mut(EGRESS_SCOPE_MAP)
+            .ok_or(NetmonError::Missing("EGRESS_SCOPE map"))?;
+        let mut scope = HashMap::<_, u64, u32>::try_from(map).map_err(map_err(EGRESS_SCOPE_MAP))?;
+        match scope.remove(&cgroup_id) {
+            Ok(()) => {}
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(error) => return Err(map_err(EGRESS_SCOPE_MAP)(error)),
+        }
+        let map = self
+            .ebpf
+            .map_mut(EGRESS_ALLOW_MAP)
+            .ok_or(NetmonError::Missing("EGRESS_ALLOW map"))?;
+        let mut allow =
+            LpmTrie::<_, EgressKey, u8>::try_from(map).map_err(map_err(EGRESS_ALLOW_MAP))?;
+        let ours: Vec<Key<EgressKey>> = allow
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.data().cgroup == cgroup_id.to_be_bytes())
+            .collect();
+        for key in ours {
+            allow.remove(&key).map_err(map_err(EGRESS_ALLOW_MAP))?;
         }
         Ok(())
     }

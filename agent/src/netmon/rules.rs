@@ -252,7 +252,7 @@ impl MapContents {
     }
 }
 
-fn mask(addr: Ipv6Addr, bits: u32) -> Ipv6Addr {
+pub(super) fn mask(addr: Ipv6Addr, bits: u32) -> Ipv6Addr {
     let v = u128::from(addr);
     let m = if bits == 0 {
         0

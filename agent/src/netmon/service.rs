@@ -219,6 +219,8 @@ pub struct NetmonService {
     sink: EventSink,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     stop: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Cgroups whose egress is limited to a declared stdio server's, with the server's id.
+    egress_owners: Arc<RwLock<HashMap<u64, String>>>,
 }
 
 impl NetmonService {
@@ -247,6 +249,7 @@ impl NetmonService {
             sink: sink.clone(),
             tasks: Arc::new(Mutex::new(Vec::new())),
             stop: Arc::new(stop),
+            egress_owners: Arc::new(RwLock::new(HashMap::new())),
         };
         service.resync().await?;
         // Before the reader starts: events a pinned session left in the ring are read with
@@ -465,13 +468,62 @@ impl NetmonService {
         Ok(adopted)
     }
 
-    /// Detaches from the session's cgroup, unpins it and removes the cgroup if it is empty.
-    pub fn close_session(&self, name: &str, cgroup: &SessionCgroup) -> Result<bool, SessionError> {
+    /// Limits a session's cgroup (a daemon-run stdio server's) to the destinations its
+    /// declaration allows (`egress:`); refused connections are recorded as the server's.
+    pub fn limit_egress(
+        &self,
+        cgroup: &SessionCgroup,
+        server_id: &str,
+        allowed: &[crate::config::EgressRule],
+    ) -> Result<(), SessionError> {
         let id = cgroup.id()?;
+        let allowed: Vec<(std::net::Ipv6Addr, u32, u16)> = allowed
+            .iter()
+            .map(|rule| match rule.addr {
+                IpAddr::V4(v4) => (v4.to_ipv6_mapped(), 96 + u32::from(rule.prefix), rule.port),
+                IpAddr::V6(v6) => (v6, u32::from(rule.prefix), rule.port),
+            })
+            .collect();
+        self.egress_owners
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, server_id.to_owned());
         self.monitor
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .detach(name)?;
+            .limit_egress(id, &allowed)?;
+        Ok(())
+    }
+
+    /// The id and kind of the server a kernel event names: a rule's endpoint, or for a refused
+    /// egress the declared stdio server whose cgroup it came from.
+    fn server_of(&self, server_index: u32, cgroup_id: u64) -> (String, String) {
+        if server_index == agent_common::rule::EGRESS_INDEX {
+            let owners = self.egress_owners.read().unwrap_or_else(|e| e.into_inner());
+            return (
+                owners.get(&cgroup_id).cloned().unwrap_or_default(),
+                "stdio".to_owned(),
+            );
+        }
+        let endpoints = self.endpoints.read().unwrap_or_else(|e| e.into_inner());
+        endpoints
+            .get(server_index as usize)
+            .map(|e| (e.id.clone(), e.kind.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Detaches from the session's cgroup, unpins it and removes the cgroup if it is empty.
+    pub fn close_session(&self, name: &str, cgroup: &SessionCgroup) -> Result<bool, SessionError> {
+        let id = cgroup.id()?;
+        {
+            let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+            monitor.detach(name)?;
+            monitor.forget_egress(id)?;
+        }
+        self.egress_owners
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
         let drains = self.drains.load(Ordering::Acquire);
         self.sessions
             .write()
@@ -626,8 +678,7 @@ impl NetmonService {
     }
 
     fn to_event(&self, c: &Connect) -> Event {
-        let endpoints = self.endpoints.read().unwrap_or_else(|e| e.into_inner());
-        let endpoint = endpoints.get(c.raw.server_index as usize);
+        let (server_id, server_type) = self.server_of(c.raw.server_index, c.raw.cgroup_id);
         let session = self
             .sessions
             .read()
@@ -639,8 +690,8 @@ impl NetmonService {
             timestamp: Utc::now(),
             session_id: session.unwrap_or_default(),
             remote_addr: c.dest.to_string(),
-            server_id: endpoint.map(|e| e.id.clone()).unwrap_or_default(),
-            server_type: endpoint.map(|e| e.kind.clone()).unwrap_or_default(),
+            server_id,
+            server_type,
             action: if c.denied {
                 Action::Block
             } else {
@@ -689,8 +740,7 @@ impl NetmonService {
                 } else {
                     summary.seen.last_ns
                 };
-                let endpoints = self.endpoints.read().unwrap_or_else(|e| e.into_inner());
-                let endpoint = endpoints.get(key.server_index as usize);
+                let (server_id, server_type) = self.server_of(key.server_index, key.cgroup_id);
                 let dest = std::net::SocketAddr::new(super::events::dest_ip(&last.addr), last.port);
                 let comm = String::from_utf8_lossy(
                     last.comm.split(|b| *b == 0).next().unwrap_or_default(),
@@ -700,8 +750,8 @@ impl NetmonService {
                     timestamp: clock.wall(last.last_ns),
                     session_id: session.clone().unwrap_or_default(),
                     remote_addr: dest.to_string(),
-                    server_id: endpoint.map(|e| e.id.clone()).unwrap_or_default(),
-                    server_type: endpoint.map(|e| e.kind.clone()).unwrap_or_default(),
+                    server_id,
+                    server_type,
                     action: if key.verdict == agent_common::connect::VERDICT_DENIED {
                         Action::Block
                     } else {
@@ -721,7 +771,6 @@ impl NetmonService {
                     count: new,
                     since: Some(clock.wall(first_ns)),
                 });
-                drop(endpoints);
                 self.sink.emit(event);
                 let seen = agent_common::summary::SummarySeen {
                     reported: summary.summarised,

@@ -59,7 +59,7 @@ pub(super) async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyho
     tracing::info!(
         "MCP filter proxy on http://{listen}/mcp (Streamable HTTP) and http://{listen}/sse (legacy SSE)"
     );
-    let mut backoff = AcceptBackoff::default();
+    let mut backoff = crate::accept::AcceptBackoff::default();
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => {
@@ -90,49 +90,6 @@ pub(super) async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyho
                 tracing::debug!("client connection: {e}");
             }
         });
-    }
-}
-
-/// Waits after a failed `accept`: out of file descriptors (EMFILE, ENFILE) or memory the
-/// listener stays readable, so retrying at once would spin and log without end. The wait
-/// doubles from 10 ms to 1 s; the error is logged once per wait that grows, then once a minute.
-#[derive(Default)]
-pub(super) struct AcceptBackoff {
-    wait: Duration,
-    failures: u64,
-    last_log: Option<tokio::time::Instant>,
-}
-
-impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(10);
-    const MOST: Duration = Duration::from_secs(1);
-
-    async fn failed(&mut self, error: &std::io::Error) {
-        self.failures += 1;
-        self.wait = (self.wait * 2).clamp(Self::FIRST, Self::MOST);
-        let now = tokio::time::Instant::now();
-        if self
-            .last_log
-            .is_none_or(|t| self.wait < Self::MOST || now - t >= Duration::from_secs(60))
-        {
-            tracing::warn!(
-                failures = self.failures,
-                "cannot accept a client connection ({error}); retrying in {:?}",
-                self.wait
-            );
-            self.last_log = Some(now);
-        }
-        tokio::time::sleep(self.wait).await;
-    }
-
-    fn reset(&mut self) {
-        if self.failures > 0 {
-            tracing::info!(
-                failures = self.failures,
-                "accepting client connections again"
-            );
-        }
-        *self = Self::default();
     }
 }
 

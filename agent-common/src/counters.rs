@@ -19,8 +19,12 @@ pub const SENDMSGS: u32 = 5;
 /// Matched connections counted in a `SUMMARY` entry instead of sent as events (a key over its
 /// burst, or a full ring): reported by the daemon as summary events, not lost.
 pub const SUMMARISED: u32 = 6;
+/// Packets of an egress-limited cgroup (a daemon-run stdio server's) dropped by
+/// `cgroup_skb`: to or from a destination its declaration does not allow, sent on sockets the
+/// connect programs never see (ICMP, raw) or received from a peer it was never allowed.
+pub const EGRESS_DROPS: u32 = 7;
 /// Number of slots in the `COUNTERS` map.
-pub const COUNT: u32 = 7;
+pub const COUNT: u32 = 8;
 
 /// Map name of the per-CPU counter array.
 pub const MAP_NAME: &str = "COUNTERS";

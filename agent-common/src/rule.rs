@@ -98,6 +98,9 @@ pub const EGRESS_SCOPE_MAP: &str = "EGRESS_SCOPE";
 pub const EGRESS_ALLOW_MAP: &str = "EGRESS_ALLOW";
 /// Capacity of the scope map: cgroups with limited egress at once.
 pub const MAX_EGRESS_SCOPES: u32 = 1024;
+/// Deepest cgroup level searched for a limited ancestor (a process may make cgroups below
+/// its own; they stay limited).
+pub const MAX_EGRESS_LEVEL: i32 = 16;
 
 const _: () = assert!(core::mem::size_of::<EgressKey>() == 26);
 const _: () = assert!(core::mem::align_of::<EgressKey>() == 1);

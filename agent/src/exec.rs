@@ -95,7 +95,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
                 let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
                 // After the cgroup is entered (closures run in the order they were added).
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())))?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[])?;
                 Some(procs)
             }
             None => {
@@ -103,7 +103,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
                     reply.kernel.as_deref().unwrap_or("off")
                 );
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())))?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[])?;
                 None
             }
         };
@@ -187,6 +187,15 @@ pub const DROPPED_CAPS: [(u32, &str); 5] = [
     (19, "CAP_SYS_PTRACE"),
 ];
 
+/// What a stdio server the daemon runs loses besides [`DROPPED_CAPS`]: a root server must not
+/// send raw packets past its egress limit, change its ids or load kernel code.
+pub(crate) const SERVER_DROPPED_CAPS: [(u32, &str); 4] = [
+    (13, "CAP_NET_RAW"),
+    (6, "CAP_SETGID"),
+    (7, "CAP_SETUID"),
+    (16, "CAP_SYS_MODULE"),
+];
+
 /// The user to run the agent as: none when the caller is not root (it runs as the caller) or
 /// asked for root; else `--user`, `SUDO_USER`, `exec.user`, in that order.
 fn agent_user(args: &ExecArgs, config: &Config) -> anyhow::Result<Option<AgentUser>> {
@@ -215,7 +224,8 @@ fn agent_user(args: &ExecArgs, config: &Config) -> anyhow::Result<Option<AgentUs
             "toolwall exec was started by root and no user to run the agent as is known: an agent running as root can leave its session. Pass --user NAME, set `exec.user` in the configuration, run it through sudo (SUDO_USER), or pass --as-root to run the agent as root anyway"
         );
     };
-    let user = lookup_user(&name).context("--user, SUDO_USER or exec.user")?;
+    let user =
+        lookup_user(&name).map_err(|e| anyhow::anyhow!("{e} (--user, SUDO_USER or exec.user)"))?;
     anyhow::ensure!(
         user.uid != 0,
         "user {name:?} is root; pass --as-root to run the agent as root"
@@ -293,6 +303,7 @@ pub(crate) fn home_of(uid: u32) -> Option<PathBuf> {
 pub(crate) fn confine_on_spawn(
     cmd: &mut std::process::Command,
     ids: Option<(u32, u32, Vec<libc::gid_t>)>,
+    also_dropped: &'static [(u32, &'static str)],
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
@@ -353,7 +364,7 @@ pub(crate) fn confine_on_spawn(
                     0,
                     0,
                 ))?;
-                for (cap, _) in DROPPED_CAPS {
+                for (cap, _) in DROPPED_CAPS.iter().chain(also_dropped) {
                     // EINVAL: a capability this kernel does not know; nothing to drop.
                     if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
                         && *libc::__errno_location() != libc::EINVAL

@@ -19,4 +19,5 @@ pub mod mcp;
 pub mod netmon;
 pub mod policy;
 pub mod registry;
+mod seccomp;
 pub mod views;

@@ -321,7 +321,11 @@ body = json.dumps({"server_id": "nested", "command": ["/bin/true"], "env": [], "
 note("stdio " + status(http(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body)))
 note("events " + status(http(b"POST /api/events HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")))
 health = http(b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-note("health " + status(health) + " " + json.loads(health.split("\r\n\r\n", 1)[1]).get("peer_session", ""))
+health = json.loads(health.split("\r\n\r\n", 1)[1]) if health else {}
+note("health " + str(bool(health)) + " " + str(health.get("peer_session")) + " " + ",".join(k for k in ("database", "sessions") if k in health))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+note(f"ptrace {libc.ptrace(0, 0, 0, 0)} {ctypes.get_errno()}")
 for port in (ok_port, no_port):
     s = socket.socket()
     try:
@@ -330,6 +334,21 @@ for port in (ok_port, no_port):
     except OSError as e:
         note(f"connect {port} errno {e.errno}")
     s.close()
+icmp = None
+try:
+    icmp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+    icmp.settimeout(1)
+    icmp.sendto(b"\x08\x00\x00\x00\x00\x01\x00\x01leak", ("127.0.0.2", 0))
+    icmp.recv(64)
+    note("icmp reply")
+except socket.timeout:
+    note("icmp no reply")
+except OSError as e:
+    note(f"icmp errno {e.errno}")
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen()
+note(f"listening {listener.getsockname()[1]}")
 left = subprocess.Popen(["/bin/sleep", "1000"], start_new_session=True)
 note(f"left {left.pid}")
 for line in sys.stdin:
@@ -349,7 +368,7 @@ for line in sys.stdin:
 /// hands its connection to a child and exits, then runs the probe with a hostile environment.
 const ROOT_AGENT: &str = r#"
 import json, os, socket, subprocess, sys, time
-toolwall, inject, socket_file = sys.argv[1], sys.argv[2], sys.argv[3]
+toolwall, inject, socket_file, report = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 sock = os.environ["TOOLWALL_API_SOCKET"]
 open(socket_file, "w").write(sock)
 def connect():
@@ -401,6 +420,12 @@ p = subprocess.Popen([toolwall, "shim", "--server-id", "probe", "--", "/bin/fals
 p.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}\n')
 p.stdin.flush()
 print("probe init", "serverInfo" in p.stdout.readline().decode())
+port = next(int(l.split()[1]) for l in open(report) if l.startswith("listening "))
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    print("ingress connected")
+except OSError as e:
+    print("ingress refused", type(e).__name__)
 p.stdin.close()
 print("probe exit", p.wait(timeout=30))
 "#;
@@ -460,6 +485,7 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
         cwd = dir.path().display(),
     );
     let mut daemon = Daemon::start(&config);
+    let ping_range = PingGroups::open_to_all();
     let run = Command::new(toolwall_bin())
         .args(["exec", "--as-root", "--session", "probing", "--config"])
         .arg(&daemon.config)
@@ -469,9 +495,11 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
         .arg(&shim)
         .arg(&inject)
         .arg(&socket_file)
+        .arg(&out)
         .current_dir(private.path())
         .output()
         .expect("toolwall exec");
+    drop(ping_range);
     let stdout = String::from_utf8_lossy(&run.stdout);
     println!("{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
     let report = std::fs::read_to_string(&out).unwrap_or_default();
@@ -511,7 +539,9 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
     // The server of a session may read /health (as of that session) and nothing else.
     assert!(report.contains("stdio 403\n"), "{report}");
     assert!(report.contains("events 403\n"), "{report}");
-    assert!(report.contains("health 200 probing\n"), "{report}");
+    assert!(report.contains("health True probing \n"), "{report}");
+    // It cannot reach into other processes (seccomp).
+    assert!(report.contains("ptrace -1 1\n"), "{report}");
     // Its egress is its declaration's.
     assert!(
         report.contains(&format!("connect {ok_port} ok\n")),
@@ -521,6 +551,13 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
         report.contains(&format!("connect {no_port} errno 1\n")),
         "{report}"
     );
+    // Packets no connect() sees: ICMP out (ping sockets opened to every group for the test),
+    // a connection in to a socket it listens on.
+    assert!(
+        report.contains("icmp errno 1\n") || report.contains("icmp no reply\n"),
+        "{report}"
+    );
+    assert!(line("ingress refused TimeoutError"), "{stdout}");
     // What it left running died with it.
     let left: i32 = report
         .lines()
@@ -535,7 +572,16 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
         !Path::new(&format!("/proc/{left}")).exists(),
         "a process the server started outlived it"
     );
-    // The refused connection is recorded as the server's.
+    // The record is its owner's alone.
+    use std::os::unix::fs::MetadataExt as _;
+    let mode = std::fs::metadata(&daemon.db).expect("the database").mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    // The dropped packets are an alert; the refused connection is recorded as the server's.
+    let alerts = daemon.json_lines(&["mcp", "events", "--json", "--type", "kernel_alert"]);
+    assert!(
+        alerts.iter().any(|e| e["alert"] == "egress_dropped"),
+        "{alerts:?}"
+    );
     let connections = daemon.json_lines(&[
         "mcp",
         "events",
@@ -580,4 +626,23 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
         "{stdout}"
     );
     assert!(daemon.stop().success(), "{}", daemon.stderr());
+}
+
+/// `net.ipv4.ping_group_range` opened to every group (as on Ubuntu and Fedora) until dropped.
+struct PingGroups(String);
+
+impl PingGroups {
+    const PATH: &str = "/proc/sys/net/ipv4/ping_group_range";
+
+    fn open_to_all() -> Self {
+        let old = std::fs::read_to_string(Self::PATH).expect("read ping_group_range");
+        std::fs::write(Self::PATH, "0 2147483647").expect("open ping sockets to all groups");
+        PingGroups(old.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+}
+
+impl Drop for PingGroups {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, &self.0);
+    }
 }

@@ -583,9 +583,7 @@ const COMMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 fn health(state: &DaemonState, peer_session: Option<&str>) -> Response<Body> {
     let counters = state.netmon.as_ref().and_then(|n| n.counters().ok());
     let failing = state.committer.health().failing();
-    json_response(
-        StatusCode::OK,
-        &json!({
+    let mut report = json!({
             "status": if failing.is_some() { "degraded" } else { "ok" },
             "peer_session": peer_session,
             "store": match &failing {
@@ -599,9 +597,17 @@ fn health(state: &DaemonState, peer_session: Option<&str>) -> Response<Body> {
             "kernel_counters": counters.map(|c| json!({
                 "connects": c.connects, "unmatched": c.unmatched, "flagged": c.flagged,
                 "denied": c.denied, "ring_drops": c.ring_drops, "summarised": c.summarised,
+                "egress_drops": c.egress_drops,
             })),
-        }),
-    )
+    });
+    // Inside a session: nothing of other sessions, nor where the record lies.
+    if peer_session.is_some()
+        && let Some(fields) = report.as_object_mut()
+    {
+        fields.remove("database");
+        fields.remove("sessions");
+    }
+    json_response(StatusCode::OK, &report)
 }
 
 /// Filters shared by `/api/events` and `/api/calls`.

@@ -47,8 +47,33 @@ pub struct RunArgs {
 
 /// Starts the daemon and runs it until SIGINT or SIGTERM.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    raise_descriptor_limit();
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
     runtime.block_on(serve(args))
+}
+
+/// Lifts the soft limit on open descriptors to the hard one: every session's proxy connections,
+/// shims' pipes and servers hold some, and running out stops the API and the kernel watch.
+fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            let soft = limit.rlim_cur;
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                tracing::debug!(
+                    from = soft,
+                    to = limit.rlim_max,
+                    "raised the descriptor limit"
+                );
+            }
+        }
+    }
 }
 
 async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {

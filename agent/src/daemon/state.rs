@@ -183,7 +183,7 @@ impl DaemonState {
                     let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
                     match sessions.get(name) {
                         Some(cgroup) => netmon
-                            .limit_egress(cgroup, server, allowed)
+                            .limit_egress(name, cgroup, server, allowed)
                             .map_err(anyhow::Error::from),
                         None => Err(anyhow::anyhow!("the cgroup {name} is gone")),
                     }

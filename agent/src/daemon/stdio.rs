@@ -130,7 +130,11 @@ pub(super) async fn run(
     // hidden), no_new_privs, the dangerous capabilities out of the bounding set, then the
     // user's ids — else a root agent could have an unconfined root process started for it.
     let (uid, gid, groups) = launch.ids.clone();
-    crate::exec::confine_on_spawn(command.as_std_mut(), Some((uid, gid, groups)))?;
+    crate::exec::confine_on_spawn(
+        command.as_std_mut(),
+        Some((uid, gid, groups)),
+        &crate::exec::SERVER_DROPPED_CAPS,
+    )?;
     // The working directory is entered as the server's user, after the ids changed (std's
     // `current_dir` would enter it as root, before them): root must not open for an agent a
     // directory the agent cannot open.
@@ -143,6 +147,8 @@ pub(super) async fn run(
             Ok(())
         });
     }
+    // Last: nothing it runs may reach into other processes (`seccomp.rs`).
+    crate::seccomp::apply_on_spawn(command.as_std_mut(), crate::seccomp::server_filters()?);
     let ctx = FilterContext {
         gate,
         server_id: request.server_id.clone(),

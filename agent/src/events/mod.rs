@@ -7,6 +7,7 @@ pub mod bound;
 mod store;
 mod types;
 
+pub(crate) use store::prepare_private;
 pub use store::{
     CommitError, Committer, EventQuery, Store, StoreError, StoreHealth, StoredEvent,
     spawn_committing_writer, spawn_writer,

@@ -26,7 +26,7 @@ use super::{Event, SCHEMA_VERSION};
 #[derive(Debug, Error)]
 pub enum StoreError {
     /// The directory for the database could not be made.
-    #[error("create directory {path}: {source}")]
+    #[error("make {path} private to its owner: {source}")]
     Dir {
         /// The directory.
         path: PathBuf,
@@ -121,15 +121,48 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// Makes a database file readable by its owner only, before SQLite opens it (its `-wal` and
+/// `-shm` files take the database's mode), in a directory made `0700` if it has to be made: the
+/// record holds every session's tool inputs, and `/health` once told every session where it was
+/// (issue 15.6). Returns the path that failed.
+pub(crate) fn prepare_private(path: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| (dir.to_path_buf(), e))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| (path.to_path_buf(), e))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for suffix in ["", "-wal", "-shm"] {
+        use std::os::unix::fs::MetadataExt;
+        let file = PathBuf::from(format!("{}{suffix}", path.display()));
+        // Another user's database (a view opened with `--db`) is left as it is.
+        if let Ok(meta) = std::fs::metadata(&file)
+            && meta.uid() == me
+            && meta.mode() & 0o777 != 0o600
+        {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| (file, e))?;
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if needed) the database and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
+        prepare_private(path).map_err(|(path, source)| StoreError::Dir { path, source })?;
         let sql = |source| StoreError::Sqlite {
             path: path.to_path_buf(),
             source,

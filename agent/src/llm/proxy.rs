@@ -210,6 +210,7 @@ impl LlmProxy {
         tokio::pin!(shutdown);
         let mut conns = tokio::task::JoinSet::new();
         let mut backoff = crate::accept::AcceptBackoff::default();
+        let mut refusing = false;
         loop {
             let accepted = tokio::select! {
                 () = &mut shutdown => break,
@@ -227,9 +228,31 @@ impl LlmProxy {
                     continue;
                 }
             };
+            if conns.len() >= MAX_CONNECTIONS {
+                // Refused, not queued: a flood of idle connections must not take the daemon's
+                // descriptors (its API socket and kernel watch need them).
+                if !refusing {
+                    tracing::warn!(
+                        "LLM proxy: {MAX_CONNECTIONS} client connections open; refusing more until some close"
+                    );
+                }
+                refusing = true;
+                continue;
+            }
+            refusing = false;
             let inner = self.inner.clone();
             let header_read_timeout = inner.settings.header_read_timeout;
             conns.spawn(async move {
+                // hyper's head time-out starts only once the protocol is sniffed from the first
+                // bytes: a client that sends nothing is timed out here.
+                let mut first = [0u8; 1];
+                if !matches!(
+                    tokio::time::timeout(header_read_timeout, stream.peek(&mut first)).await,
+                    Ok(Ok(1))
+                ) {
+                    tracing::debug!(%peer, "client sent nothing within {header_read_timeout:?}");
+                    return;
+                }
                 let service = hyper::service::service_fn(move |req| handle(inner.clone(), req));
                 let mut builder =
                     hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -266,6 +289,9 @@ impl LlmProxy {
         Ok(())
     }
 }
+
+/// Most client connections open at once (each holds a descriptor, and upstream ones more).
+const MAX_CONNECTIONS: usize = 4096;
 
 /// Binds and serves until `shutdown` resolves (see [`LlmProxy`]).
 pub async fn serve(

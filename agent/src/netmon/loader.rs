@@ -21,7 +21,7 @@ use aya::{
         lpm_trie::{Key, LpmTrie},
     },
     programs::{
-        CgroupAttachMode, CgroupSockAddr,
+        CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSockAddr,
         links::{FdLink, PinnedLink},
     },
 };
@@ -96,6 +96,13 @@ pub enum NetmonError {
 /// The programs; each attaches as the hook its name says.
 pub const PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
 
+/// The `cgroup_skb` programs attached to egress-limited cgroups only (daemon-run stdio
+/// servers' with an `egress:` list), with the direction each filters.
+const GUARDS: [(&str, CgroupSkbAttachType); 2] = [
+    ("egress_guard", CgroupSkbAttachType::Egress),
+    ("ingress_guard", CgroupSkbAttachType::Ingress),
+];
+
 /// Sums of the per-CPU counters (see `agent_common::counters`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -114,6 +121,8 @@ pub struct Counters {
     /// Matched connections counted in a summary instead of sent one by one (reported as
     /// summary events, not lost).
     pub summarised: u64,
+    /// Packets of egress-limited cgroups dropped by the guards.
+    pub egress_drops: u64,
 }
 
 /// A key's summary, summed over CPUs: connections over their key's burst (or that found the
@@ -189,6 +198,20 @@ impl KernelMonitor {
             let program: &mut CgroupSockAddr = ebpf
                 .program_mut(name)
                 .ok_or(NetmonError::Missing("connect program"))?
+                .try_into()
+                .map_err(|source| NetmonError::Program {
+                    what: format!("{name}: wrong type"),
+                    source,
+                })?;
+            program.load().map_err(|source| NetmonError::Program {
+                what: format!("verify {name}"),
+                source,
+            })?;
+        }
+        for (name, _) in GUARDS {
+            let program: &mut CgroupSkb = ebpf
+                .program_mut(name)
+                .ok_or(NetmonError::Missing("egress guard program"))?
                 .try_into()
                 .map_err(|source| NetmonError::Program {
                     what: format!("{name}: wrong type"),
@@ -305,6 +328,16 @@ impl KernelMonitor {
             })?;
         }
         let dir = self.pins.session(session);
+        // Links a daemon before this one pinned and this one did not adopt (an egress guard).
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                std::fs::remove_file(entry.path()).map_err(|source| NetmonError::Pin {
+                    what: "unpin",
+                    path: entry.path(),
+                    source,
+                })?;
+            }
+        }
         std::fs::remove_dir(&dir).map_err(|source| NetmonError::Pin {
             what: "remove",
             path: dir,
@@ -318,11 +351,18 @@ impl KernelMonitor {
         let Some(attached) = self.sessions.get(session) else {
             return PROGRAMS.to_vec();
         };
-        let want = cgroup_id(&attached.cgroup);
+        // What cannot be read (out of descriptors, say) is not reported as detached: a false
+        // alert each second is what an attack that exhausted the daemon's descriptors got.
+        let Some(want) = cgroup_id(&attached.cgroup) else {
+            return Vec::new();
+        };
         PROGRAMS
             .iter()
             .zip(&attached.links)
-            .filter(|(_, (pin, _))| want.is_none() || super::pins::link_cgroup(pin).ok() != want)
+            .filter(|(_, (pin, _))| match super::pins::link_cgroup(pin) {
+                Ok(id) => id != want,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            })
             .map(|(name, _)| *name)
             .collect()
     }
@@ -393,6 +433,7 @@ impl KernelMonitor {
     /// before the cgroup is marked limited, so none is briefly refused.
     pub fn limit_egress(
         &mut self,
+        session: &str,
         cgroup_id: u64,
         allowed: &[(std::net::Ipv6Addr, u32, u16)],
     ) -> Result<(), NetmonError> {
@@ -419,7 +460,63 @@ impl KernelMonitor {
         let mut scope = HashMap::<_, u64, u32>::try_from(map).map_err(map_err(EGRESS_SCOPE_MAP))?;
         scope
             .insert(cgroup_id, 1, 0)
-            .map_err(map_err(EGRESS_SCOPE_MAP))
+            .map_err(map_err(EGRESS_SCOPE_MAP))?;
+        self.attach_guards(session)
+    }
+
+    /// Attaches [`GUARDS`] to an attached session's cgroup, pinned beside its other links
+    /// (and detached with them).
+    fn attach_guards(&mut self, session: &str) -> Result<(), NetmonError> {
+        let Some(attached) = self.sessions.get(session) else {
+            return Err(NetmonError::Missing("the session to limit"));
+        };
+        let cgroup = attached.cgroup.clone();
+        let dir = File::open(&cgroup).map_err(|source| NetmonError::Cgroup {
+            path: cgroup.clone(),
+            source,
+        })?;
+        let pin_dir = self.pins.session(session);
+        let mut links = Vec::with_capacity(GUARDS.len());
+        for (name, direction) in GUARDS {
+            let pin = pin_dir.join(name);
+            let program: &mut CgroupSkb = self
+                .ebpf
+                .program_mut(name)
+                .ok_or(NetmonError::Missing("egress guard program"))?
+                .try_into()
+                .map_err(|source| NetmonError::Program {
+                    what: format!("{name}: wrong type"),
+                    source,
+                })?;
+            let what = || format!("attach {name} to {}", cgroup.display());
+            let id = program
+                .attach(&dir, direction, CgroupAttachMode::Single)
+                .map_err(|source| NetmonError::Program {
+                    what: what(),
+                    source,
+                })?;
+            let link = program
+                .take_link(id)
+                .map_err(|source| NetmonError::Program {
+                    what: what(),
+                    source,
+                })?;
+            let link = FdLink::try_from(link).map_err(|e| NetmonError::Pin {
+                what: "take the bpf_link of",
+                path: pin.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            let link = link.pin(&pin).map_err(|e| NetmonError::Pin {
+                what: "pin",
+                path: pin.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            links.push((pin, link));
+        }
+        if let Some(attached) = self.sessions.get_mut(session) {
+            attached.links.extend(links);
+        }
+        Ok(())
     }
 
     /// Forgets a cgroup's egress limit (its cgroup is gone; ids are not reused while it exists).
@@ -591,6 +688,7 @@ impl KernelMonitor {
             denied: sum(counters::DENIED)?,
             ring_drops: sum(counters::RING_DROPS)?,
             summarised: sum(counters::SUMMARISED)?,
+            egress_drops: sum(counters::EGRESS_DROPS)?,
         })
     }
 }

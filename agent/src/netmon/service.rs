@@ -331,7 +331,7 @@ impl NetmonService {
             // Events that did not fit the ring are themselves an event (issue 15.2: they showed
             // only in /health). The counters are pinned with the maps: drops from before this
             // daemon (say while none ran) are reported at its start.
-            let mut reported = 0;
+            let mut reported = (0, 0);
             watcher.report_drops(&mut reported, "before this daemon started");
             watcher.report_summaries();
             let mut tick = tokio::time::interval(watch_every);
@@ -472,6 +472,7 @@ impl NetmonService {
     /// declaration allows (`egress:`); refused connections are recorded as the server's.
     pub fn limit_egress(
         &self,
+        name: &str,
         cgroup: &SessionCgroup,
         server_id: &str,
         allowed: &[crate::config::EgressRule],
@@ -491,7 +492,7 @@ impl NetmonService {
         self.monitor
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .limit_egress(id, &allowed)?;
+            .limit_egress(name, id, &allowed)?;
         Ok(())
     }
 
@@ -652,20 +653,30 @@ impl NetmonService {
         }));
     }
 
-    /// Records an `events_lost` alert when the kernel counted ring drops past `reported`.
-    fn report_drops(&self, reported: &mut u64, when: &str) {
+    /// Records an `events_lost` alert when the kernel counted ring drops past `reported.0`, and
+    /// an `egress_dropped` one when the egress guards dropped packets past `reported.1`.
+    fn report_drops(&self, reported: &mut (u64, u64), when: &str) {
         let Ok(counters) = self.counters() else {
             return;
         };
-        if counters.ring_drops > *reported {
-            let lost = counters.ring_drops - *reported;
+        if counters.ring_drops > reported.0 {
+            let lost = counters.ring_drops - reported.0;
             let detail = format!(
                 "{lost} kernel events did not fit the event ring {when} (their connections were still decided: denied ones refused); {} in all since the programs were loaded",
                 counters.ring_drops
             );
             tracing::error!("{detail}");
             self.alert("", "events_lost", detail, None, Action::Allow);
-            *reported = counters.ring_drops;
+            reported.0 = counters.ring_drops;
+        }
+        if counters.egress_drops > reported.1 {
+            let dropped = counters.egress_drops - reported.1;
+            let detail = format!(
+                "{dropped} packets of daemon-run stdio servers went to or came from where their declarations' `egress:` does not allow (ICMP, raw or inbound: no connect() to refuse), {when}; dropped"
+            );
+            tracing::warn!("{detail}");
+            self.alert("", "egress_dropped", detail, None, Action::Block);
+            reported.1 = counters.egress_drops;
         }
     }
 

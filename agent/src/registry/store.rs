@@ -65,18 +65,8 @@ pub(super) struct Snapshot {
 
 /// Opens (creating if needed) the database and the registry tables.
 pub(super) fn open(path: &Path) -> Result<Connection, RegistryError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        // Owner-only: the database records what agents did, and root runs toolwall.
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|source| RegistryError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-    }
+    crate::events::prepare_private(path)
+        .map_err(|(path, source)| RegistryError::Io { path, source })?;
     let conn = Connection::open(path)?;
     // WAL lets the daemon and shims read while one writes; the busy time-out makes a writer
     // wait for another instead of failing.

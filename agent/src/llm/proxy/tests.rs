@@ -762,6 +762,30 @@ async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
 }
 
 #[tokio::test]
+async fn a_client_that_sends_nothing_is_disconnected() {
+    // Before the first byte hyper's head time-out does not run (an attack held 20,000 idle
+    // connections and with them every descriptor of the daemon).
+    let settings = LlmProxySettings {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        header_read_timeout: Duration::from_millis(300),
+        ..LlmProxySettings::default()
+    };
+    let (sink, _rx) = EventSink::channel();
+    let proxy = LlmProxy::bind(settings, gate(&[]), sink)
+        .await
+        .expect("bind proxy");
+    let addr = proxy.local_addr().expect("addr");
+    tokio::spawn(proxy.run(std::future::pending()));
+    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(120), sock.read(&mut buf))
+        .await
+        .expect("the proxy closes a silent connection long before two minutes")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "{:?}", &buf[..n]);
+}
+
+#[tokio::test]
 async fn a_second_content_encoding_or_one_named_by_connection_is_not_missed() {
     for extra in [
         "content-encoding: identity\r\ncontent-encoding: gzip\r\n",

@@ -364,7 +364,7 @@ pub(crate) fn confine_on_spawn(
                     0,
                     0,
                 ))?;
-                for (cap, _) in DROPPED_CAPS.iter().chain(also_dropped) {
+                for &(cap, _) in DROPPED_CAPS.iter().chain(also_dropped) {
                     // EINVAL: a capability this kernel does not know; nothing to drop.
                     if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
                         && *libc::__errno_location() != libc::EINVAL

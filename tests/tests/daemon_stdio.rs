@@ -271,6 +271,9 @@ fn privileged_a_root_agents_server_is_as_confined_as_the_agent() {
         ("NET_ADMIN", 12),
         ("BPF", 39),
         ("SYS_PTRACE", 19),
+        ("NET_RAW", 13),
+        ("SETUID", 7),
+        ("SYS_MODULE", 16),
     ] {
         assert_eq!(
             bounding & (1 << bit),
@@ -645,4 +648,30 @@ impl Drop for PingGroups {
     fn drop(&mut self) {
         let _ = std::fs::write(Self::PATH, &self.0);
     }
+}
+
+/// A declared server's `user:` that does not exist stops the daemon at start, named.
+#[test]
+fn a_missing_server_user_stops_the_daemon_at_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write(
+        dir.path(),
+        "toolwall.yaml",
+        &format!(
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  enabled: false\nsandbox:\n  mcp:\n    servers:\n      - id: lonely\n        type: stdio\n        command: /bin/true\n        user: no_such_user_tw\n",
+            dir.path().join("api.sock").display(),
+            dir.path().join("events.db").display()
+        ),
+    );
+    let out = Command::new(toolwall_bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("toolwall run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("\"lonely\"") && stderr.contains("no user \"no_such_user_tw\""),
+        "{stderr}"
+    );
 }

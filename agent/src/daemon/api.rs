@@ -43,7 +43,7 @@ use tokio::{
     task::JoinSet,
 };
 
-use super::peer::{Kind, Place, SocketPeer};
+use super::peer::{Holder, Kind, Place, SocketPeer};
 use super::{DaemonState, stdio};
 use crate::mcp::relay;
 use crate::{
@@ -267,10 +267,10 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
                             // Processes outside the host share the daemon within limits.
                             let held = match peer.place(|n| state.server_session(n)) {
                                 Place::Host => None,
-                                _ => match quotas.take(Kind::Connection, peer.uid.unwrap_or(u32::MAX)) {
+                                place => match quotas.take(Kind::Connection, Holder::of(&place, peer.uid)) {
                                     Some(held) => Some(held),
                                     None => {
-                                        tracing::debug!(uid = ?peer.uid, "API connection refused: the user holds {} already", Kind::Connection.limit());
+                                        tracing::debug!("API connection refused: {} holds {} already", Holder::of(&place, peer.uid), Kind::Connection.limit());
                                         continue;
                                     }
                                 },

@@ -52,6 +52,31 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(args))
 }
 
+/// Every declared stdio server's `user:` must exist here (found at start, not at the first
+/// call); one without runs as the agent that asks, which can reach into it: said once, here.
+fn check_server_users(config: &Config) -> anyhow::Result<()> {
+    for server in &config.sandbox.mcp.servers {
+        if server.server_type != crate::config::ServerType::Stdio {
+            continue;
+        }
+        match &server.user {
+            Some(name) => {
+                crate::exec::lookup_user(name).with_context(|| {
+                    format!(
+                        "{}: sandbox.mcp.servers {:?}: `user: {name}`",
+                        config.origin, server.id
+                    )
+                })?;
+            }
+            None => tracing::warn!(
+                server = %server.id,
+                "declared stdio server without `user:` runs as the agent that asks for it, which can then reach into it (its memory, its files); give it a user of its own"
+            ),
+        }
+    }
+    Ok(())
+}
+
 /// Lifts the soft limit on open descriptors to the hard one: every session's proxy connections,
 /// shims' pipes and servers hold some, and running out stops the API and the kernel watch.
 fn raise_descriptor_limit() {
@@ -81,6 +106,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(args.config.as_deref())?;
     let db_path = config.store_path();
     tracing::info!(config = %config.origin, "configuration loaded");
+    check_server_users(&config)?;
 
     // 2. registry (persistent; discovery of declared network servers happens below, once the
     //    event store can record what it finds)

@@ -100,10 +100,38 @@ fn alive(pidfd: &OwnedFd) -> bool {
     rc == 0
 }
 
-/// Caps on what one user's processes may hold of the daemon at once (issue 15: a slow or
-/// endless stream of connections from an agent must not take the daemon's descriptors).
+/// Caps on what one session's processes (or, where no session can be named, one user's) may
+/// hold of the daemon at once (issue 15: a slow or endless stream of connections from an agent
+/// must not take the daemon's descriptors; a root agent can take on any uid, not another
+/// session).
 pub(super) struct Quotas {
-    held: Mutex<HashMap<(Kind, u32), usize>>,
+    held: Mutex<HashMap<(Kind, Holder), usize>>,
+}
+
+/// Who a quota is counted for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Holder {
+    Session(String),
+    Uid(u32),
+}
+
+impl Holder {
+    /// The holder a peer counts as, from where it runs.
+    pub fn of(place: &Place, uid: Option<u32>) -> Self {
+        match place {
+            Place::Session(session) | Place::Server { session } => Holder::Session(session.clone()),
+            Place::Host | Place::Unknown => Holder::Uid(uid.unwrap_or(u32::MAX)),
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Session(s) => write!(f, "session {s:?}"),
+            Holder::Uid(uid) => write!(f, "uid {uid}"),
+        }
+    }
 }
 
 /// What a quota counts.
@@ -116,7 +144,7 @@ pub(super) enum Kind {
 }
 
 impl Kind {
-    /// The most one user other than the daemon's may hold.
+    /// The most one holder may have at once.
     pub const fn limit(self) -> usize {
         match self {
             Kind::Connection => 64,
@@ -128,7 +156,7 @@ impl Kind {
 /// One unit of a quota, given back when dropped.
 pub(super) struct Held {
     quotas: Arc<Quotas>,
-    key: (Kind, u32),
+    key: (Kind, Holder),
 }
 
 impl Quotas {
@@ -138,17 +166,17 @@ impl Quotas {
         })
     }
 
-    /// Takes one unit for `uid`, or `None` when it holds its limit already.
-    pub fn take(self: &Arc<Self>, kind: Kind, uid: u32) -> Option<Held> {
+    /// Takes one unit for `holder`, or `None` when it holds its limit already.
+    pub fn take(self: &Arc<Self>, kind: Kind, holder: Holder) -> Option<Held> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let count = held.entry((kind, uid)).or_default();
+        let count = held.entry((kind, holder.clone())).or_default();
         if *count >= kind.limit() {
             return None;
         }
         *count += 1;
         Some(Held {
             quotas: self.clone(),
-            key: (kind, uid),
+            key: (kind, holder),
         })
     }
 }
@@ -203,13 +231,17 @@ mod tests {
     #[test]
     fn a_quota_stops_at_its_limit_and_frees_what_is_dropped() {
         let quotas = Quotas::new();
+        let s = || Holder::Session("s".into());
         let held: Vec<_> = (0..Kind::Server.limit())
-            .map(|_| quotas.take(Kind::Server, 7).expect("under the limit"))
+            .map(|_| quotas.take(Kind::Server, s()).expect("under the limit"))
             .collect();
-        assert!(quotas.take(Kind::Server, 7).is_none());
-        assert!(quotas.take(Kind::Server, 8).is_some(), "another user");
-        assert!(quotas.take(Kind::Connection, 7).is_some(), "another kind");
+        assert!(quotas.take(Kind::Server, s()).is_none());
+        assert!(
+            quotas.take(Kind::Server, Holder::Uid(7)).is_some(),
+            "another holder"
+        );
+        assert!(quotas.take(Kind::Connection, s()).is_some(), "another kind");
         drop(held);
-        assert!(quotas.take(Kind::Server, 7).is_some());
+        assert!(quotas.take(Kind::Server, s()).is_some());
     }
 }

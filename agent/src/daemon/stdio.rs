@@ -22,7 +22,7 @@ use regex::Regex;
 use std::os::fd::AsRawFd;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Interest};
 
-use super::peer::Kind;
+use super::peer::{Holder, Kind};
 use super::state::DaemonState;
 use crate::config::{Egress, ServerType};
 use crate::decision::{CallQuery, Decision, Gate};
@@ -60,13 +60,16 @@ pub(super) async fn run(
     let launch = what_to_run(state, &request, asker)?;
     let gate = ExtraDeny::wrap(state.gate.clone(), &request.deny)?;
     // Each running server holds a thread, a cgroup and four pipes.
+    let holder = match &session {
+        Some(session) => Holder::Session(session.clone()),
+        None => Holder::Uid(asker.uid),
+    };
     let held = state
         .quotas
-        .take(Kind::Server, asker.uid)
+        .take(Kind::Server, holder.clone())
         .with_context(|| {
             format!(
-                "uid {} runs {} stdio MCP servers already; end one first",
-                asker.uid,
+                "{holder} runs {} stdio MCP servers already; end one first",
                 Kind::Server.limit()
             )
         })?;

@@ -54,7 +54,7 @@ struct SessionReply {
 pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(args.config.as_deref())?;
     let user = agent_user(&args, &config)?;
-    let socket = crate::daemon::api::prepare_socket_dir(config.api.socket.as_deref(), false)?;
+    let socket = crate::config::prepare_socket_dir(config.api.socket.as_deref(), false)?;
     let session = args.session.unwrap_or_else(|| {
         format!(
             "s-{}-{}",

@@ -153,7 +153,7 @@ async fn source(common: &Common) -> anyhow::Result<Source> {
             window,
         });
     }
-    let socket = crate::daemon::api::prepare_socket_dir(config.api.socket.as_deref(), false)?;
+    let socket = crate::config::prepare_socket_dir(config.api.socket.as_deref(), false)?;
     match ApiClient::connect(&socket).await {
         Ok(client) => Ok(Source::Daemon(client)),
         Err(_) => {
@@ -212,13 +212,6 @@ fn query_string(q: &EventQuery) -> String {
     s.finish()
 }
 
-fn record_matches(r: &CallRecord, q: &EventQuery) -> bool {
-    q.session.as_ref().is_none_or(|s| &r.session_id == s)
-        && q.server.as_ref().is_none_or(|s| &r.server_id == s)
-        && q.tool.as_ref().is_none_or(|t| &r.tool == t)
-        && q.action.as_ref().is_none_or(|a| r.action.as_str() == a)
-}
-
 async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
     let q = filters.query()?;
     let mut out = Output::new(common.json, &CALL_COLUMNS);
@@ -232,7 +225,7 @@ async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
             if common.follow {
                 api.follow("/api/stream/calls", |data| {
                     let r: CallRecord = serde_json::from_str(data)?;
-                    if record_matches(&r, &q) {
+                    if r.matches(&q) {
                         out.row(&r, call_cells(&r))
                     } else {
                         Ok(())
@@ -243,7 +236,7 @@ async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
         }
         Source::Db { path, window } => {
             let store = Store::open(&path)?;
-            let records = crate::daemon::api::correlate_stored(&store, &q, window)?;
+            let records = crate::correlate::correlate_stored(&store, &q, window)?;
             records.iter().try_for_each(|r| out.row(r, call_cells(r)))?;
             out.flush()?;
             if common.follow {
@@ -259,13 +252,13 @@ async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
                     for e in &new {
                         last = e.id;
                         for r in correlator.push(e) {
-                            if record_matches(&r, &q) {
+                            if r.matches(&q) {
                                 out.row(&r, call_cells(&r))?;
                             }
                         }
                     }
                     for r in correlator.expire(chrono::Utc::now()) {
-                        if record_matches(&r, &q) {
+                        if r.matches(&q) {
                             out.row(&r, call_cells(&r))?;
                         }
                     }

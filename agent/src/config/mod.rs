@@ -22,7 +22,7 @@ pub use deny_regex::{
     DENY_REGEX_DFA_SIZE_LIMIT, DENY_REGEX_MAX_LEN, DENY_REGEX_SIZE_LIMIT, compile_deny_regex,
 };
 pub use error::{ConfigError, Location};
-pub use paths::{ROOT_STORE_PATH, default_store_path};
+pub use paths::{ROOT_STORE_PATH, default_store_path, prepare_socket_dir, socket_path};
 pub use types::*;
 
 /// The embedded default configuration, as YAML (`toolwall config default` prints it).

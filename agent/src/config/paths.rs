@@ -1,6 +1,8 @@
-//! Where the database lives when the configuration does not say.
+//! Where the database and the API socket live when the configuration does not say.
 
 use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
 
 /// The database used by root when `store.path` is not set (system-wide, survives users).
 pub const ROOT_STORE_PATH: &str = "/var/lib/toolwall/events.db";
@@ -40,6 +42,92 @@ pub(crate) fn store_path_from(
         return home.join(".local/share/toolwall/events.db");
     }
     PathBuf::from("toolwall-events.db")
+}
+
+/// The API socket: `api.socket`, else `/run/toolwall/api.sock` for root, else
+/// `$XDG_RUNTIME_DIR/toolwall/api.sock`, else `/tmp/toolwall-<uid>/api.sock`. The default
+/// directories are toolwall's own and must be private (see [`prepare_socket_dir`]): a socket
+/// path another local user can predict and pre-create would let them impersonate the daemon
+/// or catch its clients.
+pub fn socket_path(configured: Option<&Path>) -> PathBuf {
+    if let Some(path) = configured {
+        return path.to_path_buf();
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/toolwall/api.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("toolwall/api.sock"),
+        None => PathBuf::from(format!("/tmp/toolwall-{uid}/api.sock")),
+    }
+}
+
+/// [`socket_path`], with the default directory checked before use: it must be a real
+/// directory (not a symlink) owned by the current user that nobody else can write to; a
+/// directory of ours with read/search bits for others is tightened to 0711 (others may reach the socket in it, not list or write). With `create`
+/// (the daemon) it is created with mode 0711 when missing; without (clients) a missing one is
+/// fine (no daemon runs). A configured `api.socket` is the administrator's choice and is not
+/// checked.
+pub fn prepare_socket_dir(configured: Option<&Path>, create: bool) -> anyhow::Result<PathBuf> {
+    let socket = socket_path(configured);
+    if configured.is_none()
+        && let Some(dir) = socket.parent()
+    {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        ensure_private_dir(dir, create, uid)?;
+    }
+    Ok(socket)
+}
+
+/// Makes sure `dir` is a private directory of user `uid` (see [`prepare_socket_dir`]).
+fn ensure_private_dir(dir: &Path, create: bool, uid: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if create {
+        match std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(dir)
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("create {}", dir.display())),
+        }
+    }
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("inspect {}", dir.display())),
+    };
+    let fix = "remove it (as its owner or root), or set `api.socket` in the configuration to a \
+               path in a directory only you can write to";
+    anyhow::ensure!(
+        meta.file_type().is_dir(),
+        "{} is not a directory (a symlink or a file): another user may have put it there to \
+         catch toolwall's API socket; {fix}",
+        dir.display()
+    );
+    anyhow::ensure!(
+        meta.uid() == uid,
+        "{} is owned by uid {}, not by you (uid {uid}): another user may have created it to \
+         catch toolwall's API socket; {fix}",
+        dir.display(),
+        meta.uid()
+    );
+    let mode = meta.mode() & 0o7777;
+    anyhow::ensure!(
+        mode & 0o022 == 0,
+        "{} has mode {mode:04o}: others can write to it (and replace the API socket); it must \
+         be 0711; {fix}, or `chmod 711` it if it is really yours",
+        dir.display()
+    );
+    if mode & 0o066 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+            .with_context(|| format!("restrict {} to its owner (mode 0711)", dir.display()))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -97,5 +185,63 @@ mod tests {
                 PathBuf::from(want)
             );
         }
+    }
+
+    #[test]
+    fn the_default_socket_directory_must_be_private_and_ours() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let base = tempfile::tempdir().expect("tempdir");
+        let me = std::fs::metadata(base.path()).expect("stat").uid();
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
+
+        // Missing: created 0711 by the daemon; a client only notes there is none.
+        let dir = base.path().join("toolwall-1000");
+        ensure_private_dir(&dir, false, me).expect("missing is fine for a client");
+        assert!(!dir.exists());
+        ensure_private_dir(&dir, true, me).expect("created");
+        assert_eq!(
+            mode(&dir),
+            0o711,
+            "others may reach the socket, not list or write"
+        );
+        ensure_private_dir(&dir, true, me).expect("ours already");
+
+        // Someone else's (pre-created by another user): refused, naming the path and the fix.
+        let error = ensure_private_dir(&dir, true, me + 1).expect_err("other owner");
+        let text = format!("{error:#}");
+        assert!(text.contains(&dir.display().to_string()), "{text}");
+        assert!(
+            text.contains("owned by uid") && text.contains("api.socket"),
+            "{text}"
+        );
+
+        // Writable by others: refused; readable by others but ours: tightened.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let error = ensure_private_dir(&dir, false, me).expect_err("world-writable");
+        assert!(format!("{error:#}").contains("0777"), "{error:#}");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        ensure_private_dir(&dir, false, me).expect("ours, tightened");
+        assert_eq!(mode(&dir), 0o711);
+
+        // A symlink (even to a directory of ours) or a file: refused.
+        let link = base.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).expect("symlink");
+        assert!(ensure_private_dir(&link, true, me).is_err());
+        let file = base.path().join("file");
+        std::fs::write(&file, b"").expect("file");
+        assert!(ensure_private_dir(&file, true, me).is_err());
+    }
+
+    #[test]
+    fn default_socket_paths_are_in_a_directory_of_their_own() {
+        let configured = Path::new("/srv/x.sock");
+        assert_eq!(socket_path(Some(configured)), configured);
+        let default = socket_path(None);
+        assert_eq!(
+            default.file_name().and_then(|n| n.to_str()),
+            Some("api.sock")
+        );
+        let dir = default.parent().expect("a directory");
+        assert_ne!(dir, Path::new("/tmp"), "never directly in /tmp");
     }
 }

@@ -615,5 +615,8 @@ fn server_tool(model_name: &str, server_id: &str) -> String {
         .to_owned()
 }
 
+mod stored;
+pub use stored::correlate_stored;
+
 #[cfg(test)]
 mod tests;

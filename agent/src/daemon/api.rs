@@ -24,7 +24,7 @@
 use std::{
     convert::Infallible,
     net::SocketAddr,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::Arc,
     time::Duration,
 };
@@ -47,10 +47,9 @@ use super::peer::{Holder, Kind, Place, SocketPeer};
 use super::{DaemonState, stdio};
 use crate::mcp::relay;
 use crate::{
-    correlate::{CallRecord, Correlator},
+    correlate::correlate_stored,
     decision::{CallQuery, CallStage, Gate},
     events::{Event, EventQuery, Store},
-    registry::value_hash,
 };
 
 /// Largest request body accepted (events are small; a batch of them stays well under this).
@@ -95,92 +94,6 @@ fn remove_socket(path: &std::path::Path) {
     }
 }
 
-/// The API socket: `api.socket`, else `/run/toolwall/api.sock` for root, else
-/// `$XDG_RUNTIME_DIR/toolwall/api.sock`, else `/tmp/toolwall-<uid>/api.sock`. The default
-/// directories are toolwall's own and must be private (see [`prepare_socket_dir`]): a socket
-/// path another local user can predict and pre-create would let them impersonate the daemon
-/// or catch its clients.
-pub fn socket_path(configured: Option<&Path>) -> PathBuf {
-    if let Some(path) = configured {
-        return path.to_path_buf();
-    }
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if uid == 0 {
-        return PathBuf::from("/run/toolwall/api.sock");
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("toolwall/api.sock"),
-        None => PathBuf::from(format!("/tmp/toolwall-{uid}/api.sock")),
-    }
-}
-
-/// [`socket_path`], with the default directory checked before use: it must be a real
-/// directory (not a symlink) owned by the current user that nobody else can write to; a
-/// directory of ours with read/search bits for others is tightened to 0711 (others may reach the socket in it, not list or write). With `create`
-/// (the daemon) it is created with mode 0711 when missing; without (clients) a missing one is
-/// fine (no daemon runs). A configured `api.socket` is the administrator's choice and is not
-/// checked.
-pub fn prepare_socket_dir(configured: Option<&Path>, create: bool) -> anyhow::Result<PathBuf> {
-    let socket = socket_path(configured);
-    if configured.is_none()
-        && let Some(dir) = socket.parent()
-    {
-        // SAFETY: geteuid has no preconditions.
-        let uid = unsafe { libc::geteuid() };
-        ensure_private_dir(dir, create, uid)?;
-    }
-    Ok(socket)
-}
-
-/// Makes sure `dir` is a private directory of user `uid` (see [`prepare_socket_dir`]).
-fn ensure_private_dir(dir: &Path, create: bool, uid: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    if create {
-        match std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o711)
-            .create(dir)
-        {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).with_context(|| format!("create {}", dir.display())),
-        }
-    }
-    let meta = match std::fs::symlink_metadata(dir) {
-        Ok(m) => m,
-        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("inspect {}", dir.display())),
-    };
-    let fix = "remove it (as its owner or root), or set `api.socket` in the configuration to a \
-               path in a directory only you can write to";
-    anyhow::ensure!(
-        meta.file_type().is_dir(),
-        "{} is not a directory (a symlink or a file): another user may have put it there to \
-         catch toolwall's API socket; {fix}",
-        dir.display()
-    );
-    anyhow::ensure!(
-        meta.uid() == uid,
-        "{} is owned by uid {}, not by you (uid {uid}): another user may have created it to \
-         catch toolwall's API socket; {fix}",
-        dir.display(),
-        meta.uid()
-    );
-    let mode = meta.mode() & 0o7777;
-    anyhow::ensure!(
-        mode & 0o022 == 0,
-        "{} has mode {mode:04o}: others can write to it (and replace the API socket); it must \
-         be 0711; {fix}, or `chmod 711` it if it is really yours",
-        dir.display()
-    );
-    if mode & 0o066 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
-            .with_context(|| format!("restrict {} to its owner (mode 0711)", dir.display()))?;
-    }
-    Ok(())
-}
-
 /// Binds both listeners and serves until [`ApiHandle::stop`].
 pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
     let listen = state.config.api.listen;
@@ -189,7 +102,7 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
     })?;
     let http_addr = tcp.local_addr()?;
     let configured = state.config.api.socket.as_deref();
-    let socket = prepare_socket_dir(configured, true)?;
+    let socket = crate::config::prepare_socket_dir(configured, true)?;
     if configured.is_some()
         && let Some(dir) = socket.parent()
     {
@@ -659,37 +572,10 @@ async fn events(state: &DaemonState, query: &str) -> anyhow::Result<Response<Bod
     Ok(json_response(StatusCode::OK, &events))
 }
 
-/// Correlated records over the stored events that match the filters.
-pub fn correlate_stored(
-    store: &Store,
-    q: &EventQuery,
-    window: Duration,
-) -> anyhow::Result<Vec<CallRecord>> {
-    // Correlate over all call events in the time range and filter the records after: a filter
-    // on one side's fields must not cut the other side of a join away.
-    let events = store.query(&EventQuery {
-        types: vec![
-            "mcp_tool_call_intercepted".into(),
-            "mcp_tool_called".into(),
-            "mcp_network_connection".into(),
-        ],
-        since_ns: q.since_ns,
-        ..Default::default()
-    })?;
-    let records = Correlator::batch(window, value_hash, &events);
-    Ok(records
-        .into_iter()
-        .filter(|r| q.session.as_ref().is_none_or(|s| &r.session_id == s))
-        .filter(|r| q.server.as_ref().is_none_or(|s| &r.server_id == s))
-        .filter(|r| q.tool.as_ref().is_none_or(|t| &r.tool == t))
-        .filter(|r| q.action.as_ref().is_none_or(|a| r.action.as_str() == a))
-        .collect())
-}
-
 async fn calls(state: &DaemonState, query: &str) -> anyhow::Result<Response<Body>> {
     let q = parse_query(query)?;
     let window = Duration::from_millis(state.config.correlator.window_ms);
-    let records = read_store(state, move |s| correlate_stored(s, &q, window)).await?;
+    let records = read_store(state, move |s| Ok(correlate_stored(s, &q, window)?)).await?;
     Ok(json_response(StatusCode::OK, &records))
 }
 
@@ -883,63 +769,5 @@ mod tests {
         for bad in ["type=nope", "action=maybe", "after=x", "colour=red"] {
             assert!(parse_query(bad).is_err(), "{bad} accepted");
         }
-    }
-
-    #[test]
-    fn the_default_socket_directory_must_be_private_and_ours() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let base = tempfile::tempdir().expect("tempdir");
-        let me = std::fs::metadata(base.path()).expect("stat").uid();
-        let mode = |p: &Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
-
-        // Missing: created 0711 by the daemon; a client only notes there is none.
-        let dir = base.path().join("toolwall-1000");
-        ensure_private_dir(&dir, false, me).expect("missing is fine for a client");
-        assert!(!dir.exists());
-        ensure_private_dir(&dir, true, me).expect("created");
-        assert_eq!(
-            mode(&dir),
-            0o711,
-            "others may reach the socket, not list or write"
-        );
-        ensure_private_dir(&dir, true, me).expect("ours already");
-
-        // Someone else's (pre-created by another user): refused, naming the path and the fix.
-        let error = ensure_private_dir(&dir, true, me + 1).expect_err("other owner");
-        let text = format!("{error:#}");
-        assert!(text.contains(&dir.display().to_string()), "{text}");
-        assert!(
-            text.contains("owned by uid") && text.contains("api.socket"),
-            "{text}"
-        );
-
-        // Writable by others: refused; readable by others but ours: tightened.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-        let error = ensure_private_dir(&dir, false, me).expect_err("world-writable");
-        assert!(format!("{error:#}").contains("0777"), "{error:#}");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        ensure_private_dir(&dir, false, me).expect("ours, tightened");
-        assert_eq!(mode(&dir), 0o711);
-
-        // A symlink (even to a directory of ours) or a file: refused.
-        let link = base.path().join("link");
-        std::os::unix::fs::symlink(&dir, &link).expect("symlink");
-        assert!(ensure_private_dir(&link, true, me).is_err());
-        let file = base.path().join("file");
-        std::fs::write(&file, b"").expect("file");
-        assert!(ensure_private_dir(&file, true, me).is_err());
-    }
-
-    #[test]
-    fn default_socket_paths_are_in_a_directory_of_their_own() {
-        let configured = Path::new("/srv/x.sock");
-        assert_eq!(socket_path(Some(configured)), configured);
-        let default = socket_path(None);
-        assert_eq!(
-            default.file_name().and_then(|n| n.to_str()),
-            Some("api.sock")
-        );
-        let dir = default.parent().expect("a directory");
-        assert_ne!(dir, Path::new("/tmp"), "never directly in /tmp");
     }
 }

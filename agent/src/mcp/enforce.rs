@@ -116,7 +116,7 @@ pub fn session_daemon(config: &Config) -> anyhow::Result<Option<PathBuf>> {
     }
     // The default socket directory is checked as for any client: a path another user could
     // have made must not be trusted to answer for the daemon.
-    let socket = || crate::daemon::api::prepare_socket_dir(config.api.socket.as_deref(), false);
+    let socket = || crate::config::prepare_socket_dir(config.api.socket.as_deref(), false);
     if crate::cgroup::session_of("self").is_some() {
         return socket().map(Some);
     }

@@ -74,6 +74,9 @@ pub struct Filter {
     /// Responses (messages with an `id` and no `method`) the server sent so far: a response
     /// stream that carried one per request of its POST is complete (`mcp/filtered_sse.rs`).
     responses: usize,
+    /// Requests (messages with a `method` and an `id`) [`Filter::from_client`] passed on so
+    /// far: the responses a POST's stream owes, counted without parsing the message again.
+    requests: usize,
 }
 
 /// The tools a session may call, and the filter proxy's cached list.
@@ -162,6 +165,7 @@ impl Filter {
             pending_lists: VecDeque::new(),
             listing: Arc::default(),
             responses: 0,
+            requests: 0,
         }
     }
 
@@ -174,6 +178,11 @@ impl Filter {
     /// How many responses passed [`Filter::from_server`] (dropped ones included).
     pub(crate) fn responses(&self) -> usize {
         self.responses
+    }
+
+    /// How many requests [`Filter::from_client`] passed on.
+    pub(crate) fn requests(&self) -> usize {
+        self.requests
     }
 
     fn listing(&self) -> MutexGuard<'_, Listing> {
@@ -280,7 +289,7 @@ impl Filter {
             }
         };
         let id = probe.id.map(RawValue::get);
-        match probe.method.as_deref() {
+        let forward = match probe.method.as_deref() {
             Some("tools/call") => {
                 let params = probe
                     .params
@@ -357,7 +366,11 @@ impl Filter {
                 Some(Cow::Borrowed(msg))
             }
             _ => Some(Cow::Borrowed(msg)),
+        };
+        if probe.method.is_some() && id.is_some() {
+            self.requests += 1;
         }
+        forward
     }
 
     fn server_one<'a>(&mut self, msg: &'a [u8]) -> Option<Cow<'a, [u8]>> {

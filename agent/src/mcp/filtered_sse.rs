@@ -32,7 +32,7 @@ pub(crate) struct FilteredSse {
     /// Responses the stream owes the client (the POST's requests); `None` for a GET stream,
     /// which ends only when the upstream's does.
     owed: Option<usize>,
-    /// How long the rest of a completed upstream body may take to be read (so its pooled
+    /// How long the rest of a completed upstream body may take to be read (so its
     /// connection is kept) before it is dropped.
     drain_for: Duration,
     /// Wakes the proxy's watchdog when the upstream stream breaks: the upstream may be gone,
@@ -130,7 +130,7 @@ impl FilteredSse {
     }
 
     /// The client has all it is owed: the upstream's rest (normally just its end chunk) is
-    /// read in the background, so the connection goes back to the pool.
+    /// read in the background, so the connection can serve the next request.
     fn finish_upstream(&mut self) {
         let Some(mut upstream) = self.upstream.take() else {
             return;

@@ -67,7 +67,8 @@ pub struct Outcome<'a> {
 /// One session's filter. Client messages go through [`Filter::from_client`], server messages
 /// through [`Filter::from_server`]; it remembers which requests were `tools/list`.
 pub struct Filter {
-    ctx: FilterContext,
+    /// Shared by the filters of one filter proxy: a request's filter costs no copy of it.
+    ctx: Arc<FilterContext>,
     pending_lists: VecDeque<Value>,
     /// What the session may call; shared by the filters of one filter proxy.
     listing: Arc<Mutex<Listing>>,
@@ -160,6 +161,11 @@ fn offset_in(outer: &[u8], inner: &str) -> Option<usize> {
 impl Filter {
     /// A fresh session.
     pub fn new(ctx: FilterContext) -> Self {
+        Self::shared(Arc::new(ctx))
+    }
+
+    /// A fresh session of a context shared with other sessions.
+    pub(crate) fn shared(ctx: Arc<FilterContext>) -> Self {
         Self {
             ctx,
             pending_lists: VecDeque::new(),

@@ -20,7 +20,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 
 use super::filter::Filter;
-use super::sse::{SseDecoder, encode_event};
+use super::sse::{SseDecoder, encode_event_into};
 
 /// An upstream SSE body, filtered.
 pub(crate) struct FilteredSse {
@@ -50,7 +50,7 @@ impl FilteredSse {
     ) -> Self {
         let mut ready = BytesMut::new();
         for r in &replies {
-            ready.extend_from_slice(&encode_event(Some("message"), None, r));
+            encode_event_into(&mut ready, Some("message"), None, r);
         }
         FilteredSse {
             upstream: Some(upstream),
@@ -156,18 +156,20 @@ impl FilteredSse {
         while let Some(event) = self.decoder.next_event() {
             if event.is_message() && !event.data.is_empty() {
                 if let Some(data) = self.filter.from_server(&event.data).forward {
-                    self.ready.extend_from_slice(&encode_event(
+                    encode_event_into(
+                        &mut self.ready,
                         event.event.as_deref(),
                         event.id.as_deref(),
                         &data,
-                    ));
+                    );
                 }
             } else {
-                self.ready.extend_from_slice(&encode_event(
+                encode_event_into(
+                    &mut self.ready,
                     event.event.as_deref(),
                     event.id.as_deref(),
                     &event.data,
-                ));
+                );
             }
         }
     }

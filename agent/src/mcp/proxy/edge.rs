@@ -283,17 +283,18 @@ pub(super) async fn handle(
     }
 }
 
-pub(super) const HOP_BY_HOP: [&str; 10] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
+/// Headers of one hop, never passed on (as names, so checking one costs no parse).
+pub(super) const HOP_BY_HOP: [HeaderName; 10] = [
+    http::header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+    http::header::HOST,
+    http::header::CONTENT_LENGTH,
 ];
 
 /// The client's headers minus hop-by-hop ones and `Origin` (checked here; the upstream sees
@@ -308,7 +309,7 @@ pub(super) fn merge_headers(configured: &HeaderMap, client: &HeaderMap) -> Heade
         // The body that goes upstream is the filter's canonical UTF-8 JSON, not the client's:
         // the client's `Content-*` headers describe bytes the upstream never gets (a charset
         // of `utf-7` made an upstream decode a different call than the one judged).
-        if !HOP_BY_HOP.contains(&name.as_str())
+        if !HOP_BY_HOP.contains(name)
             && name != http::header::ORIGIN
             && !name.as_str().starts_with("content-")
         {

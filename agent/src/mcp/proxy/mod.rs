@@ -182,7 +182,7 @@ struct Shared {
     /// Opens the upstream connections of the Streamable HTTP passthrough ([`UpstreamConn`]).
     connector: Connector,
     transport: Transport,
-    ctx: FilterContext,
+    ctx: Arc<FilterContext>,
     /// The filtered tool list (a JSON array), answered to every `tools/list`.
     /// The cached list and what may be called, shared by every session's filter.
     listing: Arc<Mutex<Listing>>,
@@ -222,7 +222,7 @@ impl Shared {
     }
 
     fn filter(&self) -> Filter {
-        Filter::new(self.ctx.clone()).with_listing(self.listing.clone())
+        Filter::shared(self.ctx.clone()).with_listing(self.listing.clone())
     }
 }
 
@@ -276,7 +276,7 @@ pub async fn run_proxy(
         connector: client::connector()?,
         upstream: upstream.clone(),
         transport: discovered.transport,
-        ctx,
+        ctx: Arc::new(ctx),
         listing: Arc::new(Mutex::new(Listing::cached(cached))),
         http: http_client()?,
         timeout,

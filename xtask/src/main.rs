@@ -82,7 +82,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     setup::setup_if_possible()?;
     step::cargo(&["build", "-p", "agent"])?;
-    let bin = step::workspace_root().join("target/debug/toolwall");
+    let bin = step::target_dir().join("debug/toolwall");
     eprintln!("xtask: starting {} run {}", bin.display(), args.join(" "));
     let error = std::process::Command::new(&bin)
         .arg("run")

@@ -38,7 +38,7 @@ pub fn install() -> anyhow::Result<()> {
     }
     let root = step::workspace_root();
     let pins = root.join("xtask/peers");
-    let dir = root.join("target/peers");
+    let dir = step::target_dir().join("peers");
     fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
 
     let requirements = pins.join("requirements.txt");

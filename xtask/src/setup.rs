@@ -196,7 +196,7 @@ pub fn build_ebpf() -> anyhow::Result<()> {
     timed("build agent (with eBPF)", || {
         step::cargo(&["build", "-p", "agent"])
     })?;
-    let object = step::workspace_root().join("target/ebpf/bpfel-unknown-none/release/toolwall");
+    let object = step::target_dir().join("ebpf/bpfel-unknown-none/release/toolwall");
     let size = std::fs::metadata(&object).map(|m| m.len()).unwrap_or(0);
     if size == 0 {
         bail!(

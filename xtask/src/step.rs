@@ -16,6 +16,15 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace root),
+/// else `target/`, so the binaries and peers xtask points at are the ones cargo built there.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => workspace_root().join(dir),
+        _ => workspace_root().join("target"),
+    }
+}
+
 /// Runs `f` as a named step, printing its name and how long it took.
 pub fn timed<T>(name: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     eprintln!("xtask: ── {name}");

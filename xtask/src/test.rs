@@ -9,9 +9,9 @@ use crate::{
 
 /// Environment the end-to-end tests read (see `tests/src/lib.rs`).
 fn e2e_env(cmd: &mut Command) -> &mut Command {
-    let root = step::workspace_root();
-    cmd.env("TOOLWALL_BIN", root.join("target/debug/toolwall"))
-        .env("TOOLWALL_PEERS_DIR", root.join("target/peers"))
+    let target = step::target_dir();
+    cmd.env("TOOLWALL_BIN", target.join("debug/toolwall"))
+        .env("TOOLWALL_PEERS_DIR", target.join("peers"))
 }
 
 /// Every check, in order of cost; stops at the first failure.
@@ -92,14 +92,14 @@ pub fn bench(groups: &[String]) -> anyhow::Result<()> {
         "cargo build --release -p agent (the binary the MCP and relay benches drive)",
         || step::cargo(&["build", "--release", "-p", "agent"]),
     )?;
-    let root = step::workspace_root();
+    let target = step::target_dir();
     timed("cargo bench -p agent", || {
         step::run(
             Command::new(step::cargo_bin())
                 .args(["bench", "-p", "agent", "--bench", "toolwall", "--"])
                 .args(groups)
-                .env("TOOLWALL_BIN", root.join("target/release/toolwall"))
-                .env("TOOLWALL_PEERS_DIR", root.join("target/peers")),
+                .env("TOOLWALL_BIN", target.join("release/toolwall"))
+                .env("TOOLWALL_PEERS_DIR", target.join("peers")),
         )
     })
 }

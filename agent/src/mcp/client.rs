@@ -38,21 +38,29 @@ const MAX_PAGES: usize = 1000;
 
 /// The HTTP client used for upstreams (`http://`, and `https://` verified against the
 /// system's trust store).
-pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type HttpClient = Client<Connector, Full<Bytes>>;
 
-/// A new HTTP(S) client with [`CONNECT_TIMEOUT`].
-pub fn http_client() -> Result<HttpClient, McpClientError> {
+/// What opens upstream connections: TCP with [`CONNECT_TIMEOUT`] and `TCP_NODELAY`, TLS for
+/// `https://`.
+pub type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// A new [`Connector`].
+pub fn connector() -> Result<Connector, McpClientError> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
     connector.set_nodelay(true);
     connector.enforce_http(false);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
         .map_err(|e| McpClientError::Tls(e.to_string()))?
         .https_or_http()
         .enable_http1()
-        .wrap_connector(connector);
-    Ok(Client::builder(TokioExecutor::new()).build(https))
+        .wrap_connector(connector))
+}
+
+/// A new HTTP(S) client with [`CONNECT_TIMEOUT`].
+pub fn http_client() -> Result<HttpClient, McpClientError> {
+    Ok(Client::builder(TokioExecutor::new()).build(connector()?))
 }
 
 /// Which HTTP transport a network MCP server speaks.

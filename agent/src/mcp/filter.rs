@@ -67,13 +67,17 @@ pub struct Outcome<'a> {
 /// One session's filter. Client messages go through [`Filter::from_client`], server messages
 /// through [`Filter::from_server`]; it remembers which requests were `tools/list`.
 pub struct Filter {
-    ctx: FilterContext,
+    /// Shared by the filters of one filter proxy: a request's filter costs no copy of it.
+    ctx: Arc<FilterContext>,
     pending_lists: VecDeque<Value>,
     /// What the session may call; shared by the filters of one filter proxy.
     listing: Arc<Mutex<Listing>>,
     /// Responses (messages with an `id` and no `method`) the server sent so far: a response
     /// stream that carried one per request of its POST is complete (`mcp/filtered_sse.rs`).
     responses: usize,
+    /// Requests (messages with a `method` and an `id`) [`Filter::from_client`] passed on so
+    /// far: the responses a POST's stream owes, counted without parsing the message again.
+    requests: usize,
 }
 
 /// The tools a session may call, and the filter proxy's cached list.
@@ -157,11 +161,17 @@ fn offset_in(outer: &[u8], inner: &str) -> Option<usize> {
 impl Filter {
     /// A fresh session.
     pub fn new(ctx: FilterContext) -> Self {
+        Self::shared(Arc::new(ctx))
+    }
+
+    /// A fresh session of a context shared with other sessions.
+    pub(crate) fn shared(ctx: Arc<FilterContext>) -> Self {
         Self {
             ctx,
             pending_lists: VecDeque::new(),
             listing: Arc::default(),
             responses: 0,
+            requests: 0,
         }
     }
 
@@ -174,6 +184,11 @@ impl Filter {
     /// How many responses passed [`Filter::from_server`] (dropped ones included).
     pub(crate) fn responses(&self) -> usize {
         self.responses
+    }
+
+    /// How many requests [`Filter::from_client`] passed on.
+    pub(crate) fn requests(&self) -> usize {
+        self.requests
     }
 
     fn listing(&self) -> MutexGuard<'_, Listing> {
@@ -280,7 +295,7 @@ impl Filter {
             }
         };
         let id = probe.id.map(RawValue::get);
-        match probe.method.as_deref() {
+        let forward = match probe.method.as_deref() {
             Some("tools/call") => {
                 let params = probe
                     .params
@@ -357,7 +372,11 @@ impl Filter {
                 Some(Cow::Borrowed(msg))
             }
             _ => Some(Cow::Borrowed(msg)),
+        };
+        if probe.method.is_some() && id.is_some() {
+            self.requests += 1;
         }
+        forward
     }
 
     fn server_one<'a>(&mut self, msg: &'a [u8]) -> Option<Cow<'a, [u8]>> {

@@ -20,7 +20,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 
 use super::filter::Filter;
-use super::sse::{SseDecoder, encode_event};
+use super::sse::{SseDecoder, encode_event_into};
 
 /// An upstream SSE body, filtered.
 pub(crate) struct FilteredSse {
@@ -32,7 +32,7 @@ pub(crate) struct FilteredSse {
     /// Responses the stream owes the client (the POST's requests); `None` for a GET stream,
     /// which ends only when the upstream's does.
     owed: Option<usize>,
-    /// How long the rest of a completed upstream body may take to be read (so its pooled
+    /// How long the rest of a completed upstream body may take to be read (so its
     /// connection is kept) before it is dropped.
     drain_for: Duration,
     /// Wakes the proxy's watchdog when the upstream stream breaks: the upstream may be gone,
@@ -50,7 +50,7 @@ impl FilteredSse {
     ) -> Self {
         let mut ready = BytesMut::new();
         for r in &replies {
-            ready.extend_from_slice(&encode_event(Some("message"), None, r));
+            encode_event_into(&mut ready, Some("message"), None, r);
         }
         FilteredSse {
             upstream: Some(upstream),
@@ -130,7 +130,7 @@ impl FilteredSse {
     }
 
     /// The client has all it is owed: the upstream's rest (normally just its end chunk) is
-    /// read in the background, so the connection goes back to the pool.
+    /// read in the background, so the connection can serve the next request.
     fn finish_upstream(&mut self) {
         let Some(mut upstream) = self.upstream.take() else {
             return;
@@ -156,18 +156,20 @@ impl FilteredSse {
         while let Some(event) = self.decoder.next_event() {
             if event.is_message() && !event.data.is_empty() {
                 if let Some(data) = self.filter.from_server(&event.data).forward {
-                    self.ready.extend_from_slice(&encode_event(
+                    encode_event_into(
+                        &mut self.ready,
                         event.event.as_deref(),
                         event.id.as_deref(),
                         &data,
-                    ));
+                    );
                 }
             } else {
-                self.ready.extend_from_slice(&encode_event(
+                encode_event_into(
+                    &mut self.ready,
                     event.event.as_deref(),
                     event.id.as_deref(),
                     &event.data,
-                ));
+                );
             }
         }
     }

@@ -6,7 +6,7 @@
 //! message hidden behind a lone `\r` inside another event's line is a message here too, and is
 //! filtered (an attack found one passing unfiltered when only `\n` ended lines).
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 
 /// One dispatched event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -155,15 +155,26 @@ impl SseDecoder {
 /// containing a newline cannot end the event early or inject fields.
 pub fn encode_event(event: Option<&str>, id: Option<&str>, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + 32);
+    encode_event_into(&mut out, event, id, data);
+    out
+}
+
+/// [`encode_event`] appended to `out` (the filter proxy's response buffer: no copy between).
+pub(crate) fn encode_event_into(
+    out: &mut impl BufMut,
+    event: Option<&str>,
+    id: Option<&str>,
+    data: &[u8],
+) {
     if let Some(event) = event {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(single_line(event).as_bytes());
-        out.push(b'\n');
+        out.put_slice(b"event: ");
+        out.put_slice(single_line(event).as_bytes());
+        out.put_u8(b'\n');
     }
     if let Some(id) = id {
-        out.extend_from_slice(b"id: ");
-        out.extend_from_slice(single_line(id).as_bytes());
-        out.push(b'\n');
+        out.put_slice(b"id: ");
+        out.put_slice(single_line(id).as_bytes());
+        out.put_u8(b'\n');
     }
     // Every line terminator a client splits on (`\n`, `\r\n`, a lone `\r`) starts a new
     // `data:` line: nothing in the data can end the event or start a field.
@@ -173,13 +184,12 @@ pub fn encode_event(event: Option<&str>, id: Option<&str>, data: &[u8]) -> Vec<u
             .unwrap_or(line)
             .split(|b| *b == b'\r')
         {
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(piece);
-            out.push(b'\n');
+            out.put_slice(b"data: ");
+            out.put_slice(piece);
+            out.put_u8(b'\n');
         }
     }
-    out.push(b'\n');
-    out
+    out.put_u8(b'\n');
 }
 
 fn single_line(s: &str) -> &str {

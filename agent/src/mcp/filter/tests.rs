@@ -137,6 +137,24 @@ fn batch_hiding_a_denied_call() {
     assert!(f.from_client(b"[]").forward.is_none());
 }
 
+/// The proxy's count of the responses a POST's stream owes: requests passed on, no more.
+#[test]
+fn requests_passed_on_are_counted() {
+    let mut f = filter(&["^echo$"]);
+    let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}}, {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","method":"notifications/progress"},{"jsonrpc":"2.0","id":3,"result":{}}]"#;
+    f.from_client(batch);
+    assert_eq!(
+        f.requests(),
+        1,
+        "the refused call, the notification and the response are not"
+    );
+    f.from_client(br#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#);
+    assert_eq!(f.requests(), 2);
+    f.from_client(br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo"}}"#);
+    f.from_client(b"{not json");
+    assert_eq!(f.requests(), 2);
+}
+
 const PAGE1: &[u8] = br#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"echo","description":"Echoes"},{"name":"add","inputSchema":{"type":"object"}},{"name":"echo_twice"}],"nextCursor":"c2"}}"#;
 
 #[test]

@@ -78,9 +78,11 @@ pub(super) async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyho
         }
         let shared = shared.clone();
         tokio::spawn(async move {
+            let upstream = Arc::new(UpstreamConn::default());
             let service = hyper::service::service_fn(move |req| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(shared, req).await) }
+                let upstream = upstream.clone();
+                async move { Ok::<_, Infallible>(handle(shared, &upstream, req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -189,7 +191,11 @@ pub(super) fn origin_allowed(allow_origins: &[String], headers: &HeaderMap) -> b
 /// Longest `Mcp-Session-Id` accepted (servers make UUIDs or hex of 32–64 bytes).
 const MAX_SESSION_ID: usize = 256;
 
-pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+pub(super) async fn handle(
+    shared: Arc<Shared>,
+    upstream: &UpstreamConn,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
     if !origin_allowed(&shared.allow_origins, req.headers()) {
         return plain(StatusCode::FORBIDDEN, "origin not allowed");
     }
@@ -217,7 +223,7 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         (Method::POST | Method::GET | Method::DELETE, "/mcp")
             if shared.transport == Transport::StreamableHttp =>
         {
-            passthrough(shared, req).await
+            passthrough(shared, upstream, req).await
         }
         (Method::POST | Method::GET | Method::DELETE, "/mcp") => {
             bridge_streamable(shared, req).await
@@ -234,17 +240,18 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
     }
 }
 
-pub(super) const HOP_BY_HOP: [&str; 10] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
+/// Headers of one hop, never passed on (as names, so checking one costs no parse).
+pub(super) const HOP_BY_HOP: [HeaderName; 10] = [
+    http::header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+    http::header::HOST,
+    http::header::CONTENT_LENGTH,
 ];
 
 /// The client's headers minus hop-by-hop ones and `Origin` (checked here; the upstream sees
@@ -259,7 +266,7 @@ pub(super) fn merge_headers(configured: &HeaderMap, client: &HeaderMap) -> Heade
         // The body that goes upstream is the filter's canonical UTF-8 JSON, not the client's:
         // the client's `Content-*` headers describe bytes the upstream never gets (a charset
         // of `utf-7` made an upstream decode a different call than the one judged).
-        if !HOP_BY_HOP.contains(&name.as_str())
+        if !HOP_BY_HOP.contains(name)
             && name != http::header::ORIGIN
             && !name.as_str().starts_with("content-")
         {
@@ -326,20 +333,88 @@ pub(super) fn join_array(first: Option<&[u8]>, replies: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// Forwards one request to the upstream; a failure is answered and makes the watchdog probe.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The upstream connection of one client connection. A client connection's requests come one
+/// at a time (HTTP/1), so one upstream connection serves them in turn: no pool to find it in
+/// and no task per request to give it back (what the pooled client cost on every call). It
+/// closes with its client connection.
+#[derive(Default)]
+pub(super) struct UpstreamConn(Mutex<Option<SendRequest<Full<Bytes>>>>);
+
+impl UpstreamConn {
+    fn take(&self) -> Option<SendRequest<Full<Bytes>>> {
+        self.0.lock().ok()?.take()
+    }
+
+    fn keep(&self, sender: SendRequest<Full<Bytes>>) {
+        if let Ok(mut held) = self.0.lock() {
+            *held = Some(sender);
+        }
+    }
+
+    /// Sends `request` on the held connection when it is idle, else on a new one (which is
+    /// then held); a busy one (the rest of an answered stream still being read) is let go.
+    async fn send(
+        &self,
+        shared: &Shared,
+        mut request: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, BoxError> {
+        if let Some(mut sender) = self.take().filter(SendRequest::is_ready) {
+            let response = sender.try_send_request(request);
+            self.keep(sender);
+            match response.await {
+                Ok(response) => return Ok(response),
+                // Not written: the server closed the idle connection first. It goes on a new
+                // one, as the pooled client retried it.
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => return Err(e.into_error().into()),
+                },
+            }
+        }
+        let mut sender = connect(shared).await?;
+        let response = sender.send_request(request);
+        self.keep(sender);
+        Ok(response.await?)
+    }
+}
+
+/// A new HTTP/1 connection to the upstream; its task ends when the connection does.
+async fn connect(shared: &Shared) -> Result<SendRequest<Full<Bytes>>, BoxError> {
+    use tower_service::Service as _;
+    let mut connector = shared.connector.clone();
+    std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
+    let stream = connector.call(shared.upstream.clone()).await?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(stream).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!("upstream connection: {e}");
+        }
+    });
+    Ok(sender)
+}
+
+/// Forwards one request to the upstream on the client connection's upstream connection; a
+/// failure is answered and makes the watchdog probe.
 pub(super) async fn forward(
     shared: &Shared,
+    upstream: &UpstreamConn,
     method: Method,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response<Incoming>, Response<ProxyBody>> {
+    // The upstream's host, unless an `--upstream-header` names another (as the pooled client did).
+    headers
+        .entry(http::header::HOST)
+        .or_insert_with(|| shared.upstream_host.clone());
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = method;
-    *request.uri_mut() = shared.upstream.clone();
+    *request.uri_mut() = shared.upstream_target.clone();
     *request.headers_mut() = headers;
-    match tokio::time::timeout(shared.timeout, shared.http.request(request)).await {
+    match tokio::time::timeout(shared.timeout, upstream.send(shared, request)).await {
         Ok(Ok(response)) => Ok(response),
-        Ok(Err(e)) if out_of_descriptors(&e) => {
+        Ok(Err(e)) if out_of_descriptors(&*e) => {
             tracing::warn!("cannot forward a request, out of file descriptors: {e}");
             Err(plain(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -43,6 +43,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Frame, Incoming};
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,8 +53,8 @@ use crate::decision::Gate;
 use crate::events::EventSink;
 
 use super::client::{
-    self, CONNECT_TIMEOUT, HttpClient, McpClientError, SESSION_HEADER, Transport, UpstreamSession,
-    http_client,
+    self, CONNECT_TIMEOUT, Connector, HttpClient, McpClientError, SESSION_HEADER, Transport,
+    UpstreamSession, http_client,
 };
 use super::filter::{
     Filter, FilterContext, INVALID_REQUEST, Listing, allowed_tools, error_response,
@@ -174,8 +175,14 @@ fn parse_headers(lines: &[String]) -> anyhow::Result<HeaderMap> {
 /// Everything the request handlers share.
 struct Shared {
     upstream: Uri,
+    /// What a request to the upstream names: the URL's path and query (origin form).
+    upstream_target: Uri,
+    /// The `Host` header of every request to the upstream.
+    upstream_host: HeaderValue,
+    /// Opens the upstream connections of the Streamable HTTP passthrough ([`UpstreamConn`]).
+    connector: Connector,
     transport: Transport,
-    ctx: FilterContext,
+    ctx: Arc<FilterContext>,
     /// The filtered tool list (a JSON array), answered to every `tools/list`.
     /// The cached list and what may be called, shared by every session's filter.
     listing: Arc<Mutex<Listing>>,
@@ -215,7 +222,7 @@ impl Shared {
     }
 
     fn filter(&self) -> Filter {
-        Filter::new(self.ctx.clone()).with_listing(self.listing.clone())
+        Filter::shared(self.ctx.clone()).with_listing(self.listing.clone())
     }
 }
 
@@ -264,9 +271,12 @@ pub async fn run_proxy(
     let probe = Arc::new(tokio::sync::Notify::new());
     let upstream: Uri = args.upstream.parse().context("upstream URL")?;
     let shared = Arc::new(Shared {
+        upstream_target: origin_form(&upstream)?,
+        upstream_host: host_header(&upstream)?,
+        connector: client::connector()?,
         upstream: upstream.clone(),
         transport: discovered.transport,
-        ctx,
+        ctx: Arc::new(ctx),
         listing: Arc::new(Mutex::new(Listing::cached(cached))),
         http: http_client()?,
         timeout,
@@ -302,6 +312,27 @@ pub async fn run_proxy(
         _ = tokio::signal::ctrl_c() => Ok(()),
         _ = sigterm.recv() => Ok(()),
     }
+}
+
+/// The path and query of a URL, what an HTTP/1 request to its server names.
+fn origin_form(url: &Uri) -> anyhow::Result<Uri> {
+    let target = url.path_and_query().map_or("/", |p| p.as_str());
+    target.parse().context("upstream URL path")
+}
+
+/// The `Host` header for a URL: its host, and its port unless the scheme's default.
+fn host_header(url: &Uri) -> anyhow::Result<HeaderValue> {
+    let host = url.host().context("upstream URL without a host")?;
+    let default_port = if url.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let value = match url.port_u16() {
+        Some(port) if port != default_port => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    };
+    HeaderValue::from_str(&value).context("upstream URL host")
 }
 
 /// Probes the upstream's TCP port every [`WATCHDOG_INTERVAL`], and at once when a request

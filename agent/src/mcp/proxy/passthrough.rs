@@ -10,6 +10,7 @@ const DRAIN_AFTER_ANSWER: Duration = Duration::from_secs(5);
 
 pub(super) async fn passthrough(
     shared: Arc<Shared>,
+    upstream: &UpstreamConn,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
@@ -44,17 +45,16 @@ pub(super) async fn passthrough(
             None => return json_reply(replies),
             Some(text) => Bytes::from(text.into_owned()),
         };
-        let ids = request_ids(&text);
-        requests = ids.len();
+        requests = filter.requests();
         if let Some(session) = &session
-            && !ids.is_empty()
+            && requests > 0
         {
             shared.streams.before_request(session, shared.timeout).await;
         }
         // The upstream may route on the 2026-07-28 headers: they must say what the body says.
         if let Err(mismatch) = headers::check(&parts.headers, &text) {
             tracing::warn!("refused a request: {mismatch}");
-            let id = ids.into_iter().next();
+            let id = request_ids(&text).into_iter().next();
             return full(
                 StatusCode::BAD_REQUEST,
                 Some("application/json"),
@@ -73,7 +73,15 @@ pub(super) async fn passthrough(
     if parts.method == Method::POST {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
-    let response = match forward(&shared, parts.method.clone(), headers, forward_body).await {
+    let response = match forward(
+        &shared,
+        upstream,
+        parts.method.clone(),
+        headers,
+        forward_body,
+    )
+    .await
+    {
         Ok(r) => r,
         Err(r) => return r,
     };

@@ -4,7 +4,6 @@
 //! The binary `toolwall` is a thin shell over [`cli`]; everything else is a library so the
 //! end-to-end tests and benchmarks can drive the same code.
 
-mod accept;
 pub mod cgroup;
 pub mod cli;
 pub mod client;
@@ -12,6 +11,7 @@ pub mod config;
 pub mod correlate;
 pub mod daemon;
 pub mod decision;
+mod edge;
 pub mod events;
 pub mod exec;
 pub mod llm;

@@ -21,18 +21,12 @@
 //! and the session routes refuse a caller that runs inside a toolwall session, so an agent cannot
 //! detach its own kernel programs.
 
-use std::{
-    convert::Infallible,
-    net::SocketAddr,
-    path::PathBuf,
-    sync::Arc,
-    time::Duration,
-};
+use std::{convert::Infallible, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
@@ -44,7 +38,7 @@ use tokio::{
 };
 
 use super::peer::{Holder, Kind, Place, SocketPeer};
-use super::{DaemonState, stdio};
+use super::{DaemonState, READ_TIMEOUT, stdio};
 use crate::mcp::relay;
 use crate::{
     correlate::correlate_stored,
@@ -145,7 +139,7 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
         let (state, mut stopped, edge) = (state.clone(), stopped.clone(), edge.clone());
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
-            let mut backoff = crate::accept::AcceptBackoff::default();
+            let mut backoff = crate::edge::AcceptBackoff::default();
             loop {
                 tokio::select! {
                     accepted = tcp.accept() => match accepted {
@@ -170,7 +164,7 @@ pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
         let quotas = super::peer::Quotas::new();
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
-            let mut backoff = crate::accept::AcceptBackoff::default();
+            let mut backoff = crate::edge::AcceptBackoff::default();
             loop {
                 tokio::select! {
                     accepted = unix.accept() => match accepted {
@@ -278,10 +272,6 @@ enum Peer {
     /// `/health`).
     Socket(Arc<SocketPeer>),
 }
-
-/// How long a client may take to send a request's head, and then its body: a slow one must
-/// not hold a descriptor for ever.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn serve_conn<I>(
     io: TokioIo<I>,
@@ -601,12 +591,9 @@ fn stream<T: Serialize + Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> 
 }
 
 /// A request's body: at most `limit` bytes, within [`READ_TIMEOUT`].
-pub(super) async fn body(req: Request<Incoming>, limit: usize) -> anyhow::Result<Bytes> {
-    tokio::time::timeout(READ_TIMEOUT, Limited::new(req.into_body(), limit).collect())
-        .await
-        .map_err(|_| anyhow::anyhow!("the request body did not arrive within {READ_TIMEOUT:?}"))?
-        .map(|c| c.to_bytes())
-        .map_err(|e| anyhow::anyhow!("read request body: {e}"))
+async fn body(req: Request<Incoming>, limit: usize) -> anyhow::Result<Bytes> {
+    let (parts, body) = req.into_parts();
+    Ok(crate::edge::read_body(body, &parts.headers, limit, READ_TIMEOUT).await?)
 }
 
 /// Records posted events (only the daemon's user, outside every session, may post: see

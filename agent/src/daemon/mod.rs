@@ -52,6 +52,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(args))
 }
 
+/// How long a client of the API socket may take to send a request's head, and then its body:
+/// a slow one must not hold a descriptor for ever.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Every declared stdio server's `user:` must exist here (found at start, not at the first
 /// call); one without runs as the agent that asks, which can reach into it: said once, here.
 fn check_server_users(config: &Config) -> anyhow::Result<()> {

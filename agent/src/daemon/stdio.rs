@@ -54,7 +54,9 @@ pub(super) async fn run(
         "expected `Upgrade: {UPGRADE_PROTOCOL}` (this route is for `toolwall shim`)"
     );
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let body = super::api::body(req, MAX_REQUEST_BYTES).await?;
+    let (parts, body) = req.into_parts();
+    let body = crate::edge::read_body(body, &parts.headers, MAX_REQUEST_BYTES, super::READ_TIMEOUT)
+        .await?;
     let request: RunRequest =
         serde_json::from_slice(&body).context("expected a shim's run request")?;
     let launch = what_to_run(state, &request, asker)?;

@@ -34,7 +34,7 @@ use futures_util::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{self, HeaderValue};
 use hyper::http::uri::{Authority, Scheme};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -209,7 +209,7 @@ impl LlmProxy {
         tracing::info!(addr = ?self.listener.local_addr().ok(), "LLM proxy listening");
         tokio::pin!(shutdown);
         let mut conns = tokio::task::JoinSet::new();
-        let mut backoff = crate::accept::AcceptBackoff::default();
+        let mut backoff = crate::edge::AcceptBackoff::default();
         let mut refusing = false;
         loop {
             let accepted = tokio::select! {
@@ -316,34 +316,6 @@ fn full(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
     resp
 }
 
-/// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
-/// `Connection` header names.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
-}
-
 fn is_upgrade(req: &Request<Incoming>) -> bool {
     req.headers().contains_key(header::UPGRADE)
         || req
@@ -408,7 +380,7 @@ async fn handle(
         }
     };
     let (mut parts, body) = req.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
+    crate::edge::strip_hop_by_hop(&mut parts.headers);
     // Every route is read (the backstop reads the ones no dialect machine does): ask for the
     // bytes as they are; a compressed answer is decoded anyway.
     parts.headers.insert(
@@ -434,7 +406,7 @@ async fn handle(
     };
     let (mut parts, body) = upstream_resp.into_parts();
     let encoding = Encoding::of(&parts.headers);
-    strip_hop_by_hop(&mut parts.headers);
+    crate::edge::strip_hop_by_hop(&mut parts.headers);
     if dialect.is_some() && parts.status.is_redirection() {
         // The SDKs follow a redirect, and back through this proxy it could lead to a path that
         // is not inspected: a redirect never leaves an inspected route.

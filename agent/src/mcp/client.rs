@@ -216,15 +216,7 @@ fn parse_url(url: &str) -> Result<Uri, McpClientError> {
 }
 
 fn is_sse(response: &Response<Incoming>) -> bool {
-    response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        })
+    crate::edge::is_event_stream(response.headers())
 }
 
 async fn error_body(response: Response<Incoming>) -> String {

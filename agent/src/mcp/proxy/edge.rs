@@ -59,7 +59,7 @@ pub(super) async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyho
     tracing::info!(
         "MCP filter proxy on http://{listen}/mcp (Streamable HTTP) and http://{listen}/sse (legacy SSE)"
     );
-    let mut backoff = crate::accept::AcceptBackoff::default();
+    let mut backoff = crate::edge::AcceptBackoff::default();
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => {
@@ -118,35 +118,27 @@ pub(super) async fn read_body(
     limit: usize,
     timeout: Duration,
 ) -> Result<Bytes, Response<ProxyBody>> {
-    let too_large = || {
-        let message = format!(
-            "[toolwall] the request body is larger than {limit} bytes (raise it with --max-message-bytes); it was not forwarded"
-        );
-        full(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            Some("application/json"),
-            error_response("null", INVALID_REQUEST, &message),
-        )
-    };
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(_)) => Err(plain(
-            StatusCode::BAD_REQUEST,
-            "cannot read the request body",
-        )),
-        Err(_) => Err(plain(
-            StatusCode::REQUEST_TIMEOUT,
-            "the request body did not arrive in time",
-        )),
-    }
+    crate::edge::read_body(body, headers, limit, timeout)
+        .await
+        .map_err(|error| match error {
+            crate::edge::BodyError::TooLarge(limit) => {
+                let message = format!(
+                    "[toolwall] the request body is larger than {limit} bytes (raise it with --max-message-bytes); it was not forwarded"
+                );
+                full(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    Some("application/json"),
+                    error_response("null", INVALID_REQUEST, &message),
+                )
+            }
+            crate::edge::BodyError::Unreadable => {
+                plain(StatusCode::BAD_REQUEST, "cannot read the request body")
+            }
+            crate::edge::BodyError::TimedOut(_) => plain(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            ),
+        })
 }
 
 /// Whether a request says it has a body (GET and DELETE must not: the proxy would not judge it).
@@ -240,20 +232,6 @@ pub(super) async fn handle(
     }
 }
 
-/// Headers of one hop, never passed on (as names, so checking one costs no parse).
-pub(super) const HOP_BY_HOP: [HeaderName; 10] = [
-    http::header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    http::header::PROXY_AUTHENTICATE,
-    http::header::PROXY_AUTHORIZATION,
-    http::header::TE,
-    http::header::TRAILER,
-    http::header::TRANSFER_ENCODING,
-    http::header::UPGRADE,
-    http::header::HOST,
-    http::header::CONTENT_LENGTH,
-];
-
 /// The client's headers minus hop-by-hop ones and `Origin` (checked here; the upstream sees
 /// the proxy, not the browser), plus the configured upstream headers where the client has none.
 pub(super) fn upstream_headers(shared: &Shared, client: &HeaderMap) -> HeaderMap {
@@ -265,14 +243,16 @@ pub(super) fn merge_headers(configured: &HeaderMap, client: &HeaderMap) -> Heade
     for (name, value) in client {
         // The body that goes upstream is the filter's canonical UTF-8 JSON, not the client's:
         // the client's `Content-*` headers describe bytes the upstream never gets (a charset
-        // of `utf-7` made an upstream decode a different call than the one judged).
-        if !HOP_BY_HOP.contains(name)
-            && name != http::header::ORIGIN
+        // of `utf-7` made an upstream decode a different call than the one judged). The Host
+        // is the upstream's.
+        if name != http::header::ORIGIN
+            && name != http::header::HOST
             && !name.as_str().starts_with("content-")
         {
             headers.append(name.clone(), value.clone());
         }
     }
+    crate::edge::strip_hop_by_hop(&mut headers);
     for name in configured.keys() {
         if !headers.contains_key(name) {
             for value in configured.get_all(name) {
@@ -433,15 +413,4 @@ pub(super) async fn forward(
             "upstream MCP server did not answer in time",
         )),
     }
-}
-
-pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        })
 }

@@ -87,10 +87,9 @@ pub(super) async fn passthrough(
     };
     drop(opening);
     let (mut rparts, rbody) = response.into_parts();
-    for name in HOP_BY_HOP {
-        rparts.headers.remove(name);
-    }
-    if is_event_stream(&rparts.headers) {
+    crate::edge::strip_hop_by_hop(&mut rparts.headers);
+    rparts.headers.remove(http::header::CONTENT_LENGTH);
+    if crate::edge::is_event_stream(&rparts.headers) {
         // The filtered body's length is ours to say.
         rparts.headers.remove(http::header::CONTENT_LENGTH);
         let mut body = FilteredSse::new(

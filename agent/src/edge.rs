@@ -1,0 +1,173 @@
+//! The HTTP edge every server and client in the binary shares (issue 18: three accept loops,
+//! two hop-by-hop lists that stripped different headers, three body readers): accept loops that
+//! survive running out of descriptors (issue 13: the MCP proxy spun and logged 120 MB in 20 s),
+//! bounded body reads, hop-by-hop headers, and what an event stream looks like.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, header};
+use http_body_util::BodyExt as _;
+
+/// Waits after a failed `accept`: out of file descriptors (EMFILE, ENFILE) or memory the
+/// listener stays readable, so retrying at once would spin and log without end. The wait
+/// doubles from 10 ms to 1 s; the error is logged once per wait that grows, then once a minute.
+#[derive(Default)]
+pub(crate) struct AcceptBackoff {
+    wait: Duration,
+    failures: u64,
+    last_log: Option<tokio::time::Instant>,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MOST: Duration = Duration::from_secs(1);
+
+    pub(crate) async fn failed(&mut self, error: &std::io::Error) {
+        self.failures += 1;
+        self.wait = (self.wait * 2).clamp(Self::FIRST, Self::MOST);
+        let now = tokio::time::Instant::now();
+        if self
+            .last_log
+            .is_none_or(|t| self.wait < Self::MOST || now - t >= Duration::from_secs(60))
+        {
+            tracing::warn!(
+                failures = self.failures,
+                "cannot accept a connection ({error}); retrying in {:?}",
+                self.wait
+            );
+            self.last_log = Some(now);
+        }
+        tokio::time::sleep(self.wait).await;
+    }
+
+    pub(crate) fn reset(&mut self) {
+        if self.failures > 0 {
+            tracing::info!(failures = self.failures, "accepting connections again");
+        }
+        *self = Self::default();
+    }
+}
+
+/// Why a request body was not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    /// Larger than the limit (said by `Content-Length` or by its bytes); the rest is not read.
+    #[error("the request body is larger than {0} bytes")]
+    TooLarge(usize),
+    /// The connection failed while it was read.
+    #[error("cannot read the request body")]
+    Unreadable,
+    /// Not all of it arrived in time.
+    #[error("the request body did not arrive within {0:?}")]
+    TimedOut(Duration),
+}
+
+/// A request's body: at most `limit` bytes (a larger one is refused as soon as its
+/// `Content-Length` or its bytes say so), all of it within `timeout` (a slow client must not
+/// hold a descriptor for ever).
+pub(crate) async fn read_body(
+    body: hyper::body::Incoming,
+    headers: &HeaderMap,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, BodyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge(limit));
+    }
+    match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge(limit)),
+        Ok(Err(_)) => Err(BodyError::Unreadable),
+        Err(_) => Err(BodyError::TimedOut(timeout)),
+    }
+}
+
+/// Headers of one hop (RFC 9110 §7.6.1, plus the unofficial `keep-alive` and
+/// `proxy-connection`), never passed on.
+pub(crate) const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes [`HOP_BY_HOP`] and every header the `Connection` header names.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(&HOP_BY_HOP) {
+        headers.remove(name);
+    }
+}
+
+/// Whether a message's media type is `text/event-stream` (parameters and case aside).
+pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_go() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "close, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("authorization", "Bearer t"),
+            ("content-type", "application/json"),
+        ] {
+            headers.append(
+                HeaderName::from_static(name),
+                http::HeaderValue::from_static(value),
+            );
+        }
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn an_event_stream_is_known_whatever_its_case_and_parameters() {
+        for (value, expected) in [
+            ("text/event-stream", true),
+            (" Text/Event-Stream; charset=utf-8", true),
+            ("application/json", false),
+            ("text/event-streamx", false),
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_str(value).unwrap(),
+            );
+            assert_eq!(is_event_stream(&headers), expected, "{value}");
+        }
+        assert!(!is_event_stream(&HeaderMap::new()));
+    }
+}

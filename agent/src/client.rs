@@ -121,34 +121,31 @@ impl ApiClient {
             resp.status()
         );
         let mut body = resp.into_body();
-        let mut buf = Vec::new();
+        // A record is one event; 64 MiB bounds what a broken stream can make us hold.
+        let mut events = crate::sse::message::SseDecoder::with_limit(64 << 20);
         while let Some(frame) = body.frame().await {
             let frame = frame.context("read the live stream")?;
             let Some(data) = frame.data_ref() else {
                 continue;
             };
-            buf.extend_from_slice(data);
-            // The daemon writes whole events, each ending in a blank line.
-            while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
-                let event: Vec<u8> = buf.drain(..end + 2).collect();
-                let text = String::from_utf8_lossy(&event);
-                let mut name = "message";
-                let mut payload = String::new();
-                for line in text.lines() {
-                    if let Some(v) = line.strip_prefix("event: ") {
-                        name = if v == "lagged" { "lagged" } else { "message" };
-                    } else if let Some(v) = line.strip_prefix("data: ") {
-                        payload.push_str(v);
-                    }
-                }
-                if name == "lagged" {
-                    eprintln!(
+            events.feed(data);
+            while let Some(event) = events.next_event() {
+                let payload = String::from_utf8_lossy(&event.data);
+                match event.event.as_deref() {
+                    Some("lagged") => eprintln!(
                         "toolwall: the live stream skipped {payload} records (this follower fell behind)"
-                    );
-                } else if !payload.is_empty() {
-                    on_data(&payload)?;
+                    ),
+                    Some("error") => {
+                        eprintln!("toolwall: the daemon could not send a record: {payload}")
+                    }
+                    _ if !payload.is_empty() => on_data(&payload)?,
+                    _ => {}
                 }
             }
+            anyhow::ensure!(
+                !events.overflowed(),
+                "the live stream sent an event over 64 MiB"
+            );
         }
         bail!("the daemon closed the live stream (it stopped?)")
     }

@@ -20,4 +20,5 @@ pub mod netmon;
 pub mod policy;
 pub mod registry;
 mod seccomp;
+mod sse;
 pub mod views;

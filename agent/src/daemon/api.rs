@@ -40,6 +40,7 @@ use tokio::{
 use super::peer::{Holder, Kind, Place, SocketPeer};
 use super::{DaemonState, READ_TIMEOUT, stdio};
 use crate::mcp::relay;
+use crate::sse::message::encode_event;
 use crate::{
     correlate::correlate_stored,
     decision::{CallQuery, CallStage, Gate},
@@ -574,11 +575,13 @@ async fn calls(state: &DaemonState, query: &str) -> anyhow::Result<Response<Body
 fn stream<T: Serialize + Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> Response<Body> {
     let frames = futures_util::stream::unfold(rx, |mut rx| async move {
         let chunk = match rx.recv().await {
-            Ok(item) => format!(
-                "data: {}\n\n",
-                serde_json::to_string(&item).unwrap_or_default()
-            ),
-            Err(broadcast::error::RecvError::Lagged(n)) => format!("event: lagged\ndata: {n}\n\n"),
+            Ok(item) => match serde_json::to_vec(&item) {
+                Ok(json) => encode_event(None, None, &json),
+                Err(e) => encode_event(Some("error"), None, e.to_string().as_bytes()),
+            },
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                encode_event(Some("lagged"), None, n.to_string().as_bytes())
+            }
             Err(broadcast::error::RecvError::Closed) => return None,
         };
         Some((Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))), rx))

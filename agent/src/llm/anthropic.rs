@@ -16,9 +16,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_str};
-use super::sse::{write_event, write_with_data};
 use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
 use crate::decision::Decision;
+use crate::sse::{write_event, write_with_data};
 
 /// `tool_use"` (no opening quote) also finds `"server_tool_use"` and `"mcp_tool_use"`: blocks
 /// the SDKs keep as calls too, which this machine passes on for the backstop (`backstop.rs`) to

@@ -207,47 +207,31 @@ fn scan_lines(body: &[u8], gate: &dyn Gate) -> Option<Found> {
         .find_map(|line| judge_json(line, gate))
 }
 
-/// Each SSE event's `data` (its `data:` lines joined by LF), for any of the line ends WHATWG
-/// allows; only events that may hold a call are parsed.
+/// Each SSE event's `data` (its `data:` lines joined by LF), framed by the one framer
+/// (`sse/framer.rs`: every line end WHATWG allows, a lone CR included); only events that may
+/// hold a call are parsed, and an unterminated last event is judged too.
 pub(crate) fn scan_sse(body: &[u8], gate: &dyn Gate) -> Option<Found> {
-    let normalised;
-    let text: &[u8] = if memchr::memchr(b'\r', body).is_some() {
-        normalised = String::from_utf8_lossy(body)
-            .replace("\r\n", "\n")
-            .replace('\r', "\n")
-            .into_bytes();
-        &normalised
-    } else {
-        body
+    if !may_hold_a_call(body) {
+        return None;
+    }
+    // The body is whole: no event is left incomplete for want of a read, so no limit.
+    let mut framer = crate::sse::SseDecoder::new(usize::MAX);
+    framer.feed(Bytes::copy_from_slice(body));
+    let judge = |raw: &[u8]| {
+        if !may_hold_a_call(raw) {
+            return None;
+        }
+        let data = crate::sse::SseEvent::new(raw).data()?;
+        (may_hold_a_call(&data) && looks_like_json(&data))
+            .then(|| judge_json(&data, gate))
+            .flatten()
     };
-    memmem::find_iter(text, b"\n\n")
-        .chain(std::iter::once(text.len()))
-        .scan(0usize, |start, end| {
-            let event = &text[(*start).min(end)..end];
-            *start = end + 2;
-            Some(event)
-        })
-        .filter(|event| may_hold_a_call(event))
-        .find_map(|event| {
-            let mut data = Vec::new();
-            for line in event.split(|&b| b == b'\n') {
-                let Some(value) = line.strip_prefix(b"data") else {
-                    continue;
-                };
-                let value = match value.strip_prefix(b":") {
-                    Some(v) => v.strip_prefix(b" ").unwrap_or(v),
-                    None if value.is_empty() => value,
-                    None => continue,
-                };
-                if !data.is_empty() {
-                    data.push(b'\n');
-                }
-                data.extend_from_slice(value);
-            }
-            (may_hold_a_call(&data) && looks_like_json(&data))
-                .then(|| judge_json(&data, gate))
-                .flatten()
-        })
+    while let Ok(Some(raw)) = framer.next_event() {
+        if let Some(found) = judge(&raw) {
+            return Some(found);
+        }
+    }
+    judge(&framer.finish())
 }
 
 /// The backstop over a streamed body of a route no dialect machine reads (batch results,

@@ -66,9 +66,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_array, raw_from_json, raw_str};
-use super::sse::{SseEvent, write_event, write_with_data};
 use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
 use crate::decision::Decision;
+use crate::sse::{SseEvent, write_event, write_with_data};
 
 /// The keys a tool call comes under (the legacy `function_call` too).
 static TOOL_KEYS: LazyLock<Keys> =

@@ -31,7 +31,6 @@ pub mod keys;
 pub mod proxy;
 mod relay;
 mod responses;
-pub mod sse;
 mod upstream;
 
 use std::borrow::Cow;
@@ -45,6 +44,7 @@ use serde_json::Value;
 use crate::decision::{CallQuery, CallStage, Decision, Gate};
 use crate::events::{Event, ToolCallIntercepted};
 
+pub use crate::sse::{DataHint, SseDecoder, SseError, SseEvent};
 pub use bench::{
     BenchReport, LatencyReport, ThroughputReport, bench_interceptor, bench_proxy_latency,
     bench_proxy_throughput, many_calls_stream, text_heavy_stream, time_many_calls,
@@ -53,7 +53,6 @@ pub use bench::{
 pub use buffered::rewrite_buffered;
 pub use keys::Keys;
 pub use proxy::{LlmProxy, LlmProxySettings, serve};
-pub use sse::{DataHint, SseDecoder, SseError, SseEvent};
 
 /// Which API a response speaks; chosen from the request path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -408,7 +407,7 @@ impl StreamInterceptor {
         self.decoder.feed(input);
         loop {
             if let Some(keys) = self.machine.get().quiet_keys()
-                && let Some(run) = self.decoder.take_run(keys)
+                && let Some(run) = self.decoder.take_run(|b| keys.find(b))
             {
                 out.run(run);
                 self.last_ended_cr = false;

@@ -27,9 +27,9 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::json::{RawObject, quote, raw_array, raw_from_json};
-use super::sse::{write_event, write_with_data};
 use super::{Cx, Fatal, Keys, Machine, blocked_message, trim_ws};
 use crate::decision::Decision;
+use crate::sse::{write_event, write_with_data};
 
 /// The item types a tool call comes as (`function_call`, with its events, and Codex's
 /// `custom_tool_call`).

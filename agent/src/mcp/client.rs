@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::modern::{Era, Modern};
-use super::sse::SseDecoder;
+use crate::sse::message::SseDecoder;
 
 /// `Mcp-Session-Id`, the Streamable HTTP session header.
 pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
@@ -357,7 +357,7 @@ impl UpstreamSession {
         if is_sse(&response) {
             let task = tokio::spawn(pump_sse(
                 response.into_body(),
-                SseDecoder::new(),
+                SseDecoder::with_limit(super::framing::DEFAULT_MAX_MESSAGE_BYTES),
                 self.tx.clone(),
                 self.protocol_version.clone(),
                 self.url(),
@@ -413,7 +413,7 @@ impl UpstreamSession {
         }
         let task = tokio::spawn(pump_sse(
             response.into_body(),
-            SseDecoder::new(),
+            SseDecoder::with_limit(super::framing::DEFAULT_MAX_MESSAGE_BYTES),
             self.tx.clone(),
             self.protocol_version.clone(),
             self.url(),
@@ -454,7 +454,7 @@ impl UpstreamSession {
             });
         }
         let mut body = response.into_body();
-        let mut decoder = SseDecoder::new();
+        let mut decoder = SseDecoder::with_limit(super::framing::DEFAULT_MAX_MESSAGE_BYTES);
         let wait_endpoint = async {
             loop {
                 while let Some(event) = decoder.next_event() {

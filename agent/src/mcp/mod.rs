@@ -49,7 +49,6 @@ pub(crate) mod modern;
 pub mod proxy;
 pub(crate) mod relay;
 pub mod shim;
-pub mod sse;
 pub(crate) mod stream_order;
 
 use std::fs::File;

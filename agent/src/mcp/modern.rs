@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde_json::{Value, json};
 
 use super::client::{HttpClient, McpClientError, PROTOCOL_VERSION_HEADER};
-use super::sse::SseDecoder;
+use crate::sse::message::SseDecoder;
 
 /// The stateless revision.
 pub const MODERN_VERSION: &str = "2026-07-28";
@@ -219,7 +219,7 @@ impl Modern<'_> {
 
 /// The response with `id` in an SSE body (a request-scoped stream ends with it).
 fn last_message(body: &[u8], id: u64) -> Option<Value> {
-    let mut decoder = SseDecoder::new();
+    let mut decoder = SseDecoder::with_limit(super::framing::DEFAULT_MAX_MESSAGE_BYTES);
     decoder.feed(body);
     let mut found = None;
     while let Some(event) = decoder.next_event() {

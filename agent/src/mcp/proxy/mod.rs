@@ -62,8 +62,8 @@ use super::filter::{
 use super::filtered_sse::FilteredSse;
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
 use super::headers;
-use super::sse::encode_event;
 use super::stream_order::StreamOrder;
+use crate::sse::message::encode_event;
 
 /// JSON-RPC "Internal error": the upstream refused a request toolwall forwarded.
 const INTERNAL_ERROR: i64 = -32603;

@@ -1,4 +1,5 @@
-//! Server-sent events, sans-IO: a decoder for the upstream's streams and an encoder for ours.
+//! Server-sent events as messages: the decoder the MCP layer reads upstream streams with and
+//! the encoder for ours.
 //!
 //! Both MCP HTTP transports carry JSON-RPC messages as SSE `data`. The decoder has the
 //! framer's shape: bytes in, complete events out, "incomplete" is the normal state. Lines end
@@ -6,7 +7,9 @@
 //! message hidden behind a lone `\r` inside another event's line is a message here too, and is
 //! filtered (an attack found one passing unfiltered when only `\n` ended lines).
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::BufMut;
+
+use super::framer::Line;
 
 /// One dispatched event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -27,59 +30,33 @@ impl SseEvent {
     }
 }
 
-/// Incremental SSE parser.
+/// The events of a stream as an SSE client dispatches them: the one framer
+/// (`sse/framer.rs`) splits the stream where the SDKs' parsers do, and each event's fields
+/// are read from its lines.
 #[derive(Debug)]
 pub struct SseDecoder {
-    buf: BytesMut,
-    scanned: usize,
-    pending: SseEvent,
-    has_data: bool,
+    framer: super::framer::SseDecoder,
     /// The last `id:` seen; it stays in force for later events, as in the SSE spec.
     last_id: Option<String>,
-    /// Most bytes held for one event (its lines and data); past it the stream is refused.
-    limit: usize,
     overflowed: bool,
 }
 
-impl Default for SseDecoder {
-    fn default() -> Self {
-        Self::with_limit(super::framing::DEFAULT_MAX_MESSAGE_BYTES)
-    }
-}
-
 impl SseDecoder {
-    /// A decoder at the start of a stream, holding at most the default message size.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// A decoder holding at most `limit` bytes of one event: a server cannot make us buffer
     /// without end (a stream with no line end, or one endless event).
     pub fn with_limit(limit: usize) -> Self {
         SseDecoder {
-            buf: BytesMut::new(),
-            scanned: 0,
-            pending: SseEvent::default(),
-            has_data: false,
+            framer: super::framer::SseDecoder::new(limit),
             last_id: None,
-            limit,
             overflowed: false,
         }
     }
 
-    /// Appends received bytes; past the limit nothing more is taken ([`Self::overflowed`]).
+    /// Appends received bytes (nothing more once an event went past the limit).
     pub fn feed(&mut self, chunk: &[u8]) {
-        if self.overflowed {
-            return;
+        if !self.overflowed {
+            self.framer.feed(bytes::Bytes::copy_from_slice(chunk));
         }
-        if self.buf.len() + self.pending.data.len() + chunk.len() > self.limit {
-            self.overflowed = true;
-            self.buf = BytesMut::new();
-            self.scanned = 0;
-            self.pending = SseEvent::default();
-            return;
-        }
-        self.buf.extend_from_slice(chunk);
     }
 
     /// Whether an event grew past the limit: the stream must be given up (what is left of it
@@ -88,66 +65,44 @@ impl SseDecoder {
         self.overflowed
     }
 
-    /// The next complete event, or `None` until more bytes arrive.
+    /// The next complete event, or `None` until more bytes arrive. An event with neither data
+    /// nor a type only sets the last event id.
     pub fn next_event(&mut self) -> Option<SseEvent> {
-        if self.overflowed {
-            return None;
-        }
-        loop {
-            let pos = memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..])?;
-            let end = self.scanned + pos;
-            // `\r\n` is one terminator: a `\r` at the end of what arrived waits for the next byte.
-            let terminator = match (self.buf[end], self.buf.get(end + 1)) {
-                (b'\n', _) => 1,
-                (_, Some(b'\n')) => 2,
-                (_, Some(_)) => 1,
-                (_, None) => {
-                    self.scanned = end;
+        while !self.overflowed {
+            let raw = match self.framer.next_event() {
+                Ok(Some(raw)) => raw,
+                Ok(None) => return None,
+                Err(_) => {
+                    self.overflowed = true;
                     return None;
                 }
             };
-            self.scanned = 0;
-            let line = &self.buf[..end];
-            let dispatched = if line.is_empty() {
-                self.dispatch()
-            } else {
-                let (field, value) = match memchr::memchr(b':', line) {
-                    Some(0) => (&b""[..], &b""[..]), // comment
-                    Some(i) => {
-                        let v = &line[i + 1..];
-                        (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-                    }
-                    None => (line, &b""[..]),
-                };
-                match field {
-                    b"data" => {
-                        if self.has_data {
-                            self.pending.data.push(b'\n');
+            let mut event = SseEvent::default();
+            let mut has_data = false;
+            for (line, _) in super::framer::SseEvent::new(&raw).lines() {
+                match line {
+                    Line::Field(b"data", value) => {
+                        if has_data {
+                            event.data.push(b'\n');
                         }
-                        self.pending.data.extend_from_slice(value);
-                        self.has_data = true;
+                        event.data.extend_from_slice(value);
+                        has_data = true;
                     }
-                    b"event" => {
-                        self.pending.event = Some(String::from_utf8_lossy(value).into_owned())
+                    Line::Field(b"event", value) => {
+                        event.event = Some(String::from_utf8_lossy(value).into_owned())
                     }
-                    b"id" => self.last_id = Some(String::from_utf8_lossy(value).into_owned()),
+                    Line::Field(b"id", value) => {
+                        self.last_id = Some(String::from_utf8_lossy(value).into_owned())
+                    }
                     _ => {}
                 }
-                None
-            };
-            self.buf.advance(end + terminator);
-            if dispatched.is_some() {
-                return dispatched;
+            }
+            if has_data || event.event.is_some() {
+                event.id.clone_from(&self.last_id);
+                return Some(event);
             }
         }
-    }
-
-    fn dispatch(&mut self) -> Option<SseEvent> {
-        let mut event = std::mem::take(&mut self.pending);
-        event.id.clone_from(&self.last_id);
-        let had = std::mem::replace(&mut self.has_data, false);
-        // An event without data only sets the last event id; nothing to deliver.
-        (had || event.event.is_some()).then_some(event)
+        None
     }
 }
 
@@ -176,8 +131,13 @@ pub(crate) fn encode_event_into(
         out.put_slice(single_line(id).as_bytes());
         out.put_u8(b'\n');
     }
-    // Every line terminator a client splits on (`\n`, `\r\n`, a lone `\r`) starts a new
-    // `data:` line: nothing in the data can end the event or start a field.
+    put_data_lines(out, data);
+    out.put_u8(b'\n');
+}
+
+/// `data` as `data:` lines. Every line terminator a client splits on (`\n`, `\r\n`, a lone
+/// `\r`) starts a new `data:` line: nothing in the data can end the event or start a field.
+pub(crate) fn put_data_lines(out: &mut impl BufMut, data: &[u8]) {
     for line in data.split(|b| *b == b'\n') {
         for piece in line
             .strip_suffix(b"\r")
@@ -189,7 +149,6 @@ pub(crate) fn encode_event_into(
             out.put_u8(b'\n');
         }
     }
-    out.put_u8(b'\n');
 }
 
 fn single_line(s: &str) -> &str {
@@ -221,7 +180,7 @@ mod tests {
     /// `stream` cut in two at every byte decodes to `expected`.
     fn decodes_the_same_at_every_split(stream: &[u8], expected: &[SseEvent]) {
         for cut in 0..=stream.len() {
-            let mut d = SseDecoder::new();
+            let mut d = SseDecoder::with_limit(1 << 20);
             let mut got = Vec::new();
             for part in [&stream[..cut], &stream[cut..]] {
                 d.feed(part);
@@ -289,9 +248,11 @@ mod tests {
         assert!(d.next_event().is_none());
         for _ in 0..10 {
             d.feed(b"data: 0123456789012345678901234567890123456789\n");
+            assert!(d.next_event().is_none());
         }
         assert!(d.overflowed());
-        assert!(d.next_event().is_none());
+        d.feed(b"\n");
+        assert!(d.next_event().is_none(), "nothing after an overflow");
     }
 
     #[test]
@@ -301,7 +262,7 @@ mod tests {
             Some("4\nevent: x"),
             b"{\"a\":1}\r\nevent: evil",
         );
-        let mut d = SseDecoder::new();
+        let mut d = SseDecoder::with_limit(1 << 20);
         d.feed(&encoded);
         let e = d.next_event().expect("one event");
         assert_eq!(e.event.as_deref(), Some("message"));

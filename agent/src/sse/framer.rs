@@ -1,4 +1,4 @@
-//! Server-sent events framing (WHATWG "event stream" rules), sans-IO.
+//! The one server-sent events framer (WHATWG "event stream" rules), sans-IO.
 //!
 //! The interceptors must see every event whole, whatever the TCP reads looked like, and must
 //! forward the events they do not change byte for byte. So the decoder (mini-redis style) takes
@@ -13,8 +13,6 @@
 use std::borrow::Cow;
 
 use bytes::{Bytes, BytesMut};
-
-use super::keys::Keys;
 
 /// Why a stream cannot be framed any further.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -189,11 +187,12 @@ impl SseDecoder {
         }
     }
 
-    /// A run of whole events, from the next one up to the last `\n\n` before the first match of
-    /// `keys` (over the run's raw bytes, all fields), handed out as one slice, unframed; `None`
+    /// A run of whole events, from the next one up to the last `\n\n` before the first place
+    /// `find` points at (over the run's raw bytes, all fields; the LLM layer finds its dialect's
+    /// tool keys, `llm/keys.rs`), handed out as one slice, unframed; `None`
     /// when there is none (mid-event, or a match in the next event). Each byte is searched
     /// once per read: what was found is kept until the events around it have been taken.
-    pub fn take_run(&mut self, keys: &Keys) -> Option<Bytes> {
+    pub fn take_run(&mut self, find: impl Fn(&[u8]) -> Option<usize>) -> Option<Bytes> {
         if !self.carry.is_empty() || self.after_cr || self.scanned != 0 {
             return None;
         }
@@ -203,7 +202,7 @@ impl SseDecoder {
             Some(scan) if self.pos <= scan.key => scan,
             _ => {
                 let rest = &self.input[self.pos..];
-                let key = keys.find(rest).map_or(self.input.len(), |k| self.pos + k);
+                let key = find(rest).map_or(self.input.len(), |k| self.pos + k);
                 let end = memchr::memmem::rfind(&self.input[self.pos..key], b"\n\n")
                     .map_or(0, |p| self.pos + p + 2);
                 let scan = RunScan { key, end };
@@ -445,26 +444,17 @@ pub fn write_with_data(out: &mut BytesMut, raw: &[u8], data: &[u8]) {
 
 /// Writes a whole new event: an optional `event:` line and the data.
 pub fn write_event(out: &mut BytesMut, event: Option<&str>, data: &[u8]) {
-    if let Some(name) = event {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\n");
-    }
-    write_data_lines(out, data);
-    out.extend_from_slice(b"\n");
+    super::message::encode_event_into(out, event, None, data);
 }
 
 fn write_data_lines(out: &mut BytesMut, data: &[u8]) {
-    for part in data.split(|&b| b == b'\n') {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(part);
-        out.extend_from_slice(b"\n");
-    }
+    super::message::put_data_lines(out, data);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::Keys;
 
     fn decode_all(chunks: &[&[u8]]) -> (Vec<Vec<u8>>, Vec<u8>) {
         let mut d = SseDecoder::new(1 << 20);
@@ -580,7 +570,7 @@ mod tests {
         for c in chunks {
             d.feed(Bytes::copy_from_slice(c));
             loop {
-                if let Some(run) = d.take_run(keys) {
+                if let Some(run) = d.take_run(|b| keys.find(b)) {
                     out.push((true, run.to_vec()));
                 }
                 match d.next_event().expect("within limit") {
@@ -650,13 +640,16 @@ mod tests {
         };
         let mut d = SseDecoder::new(1 << 20);
         d.feed(read.clone());
-        let run = d.take_run(&keys).expect("a run before the key");
+        let run = d.take_run(|b| keys.find(b)).expect("a run before the key");
         assert_eq!(&run[..], b"data: a\n\ndata: b\n\n");
         assert!(within(&run));
         let ev = d.next_event().expect("ok").expect("the event with the key");
         assert_eq!(&ev[..], b"data: \"tool_use\"\n\n");
         assert!(within(&ev));
-        assert_eq!(&d.take_run(&keys).expect("the rest")[..], b"data: c\n\n");
+        assert_eq!(
+            &d.take_run(|b| keys.find(b)).expect("the rest")[..],
+            b"data: c\n\n"
+        );
         assert_eq!(d.next_event(), Ok(None));
         assert_eq!(d.buffered(), 7);
     }

@@ -1,0 +1,9 @@
+//! Server-sent events: the one framer every layer reads streams with (`framer.rs`: the LLM
+//! interceptor's byte-exact events, split where the SDKs split them, lone `\r` included), the
+//! message view the MCP layer reads on top of it, and the one writer (`message.rs`) — issue 18:
+//! four codecs that disagreed on a lone CR were four parser differentials.
+
+pub(crate) mod framer;
+pub(crate) mod message;
+
+pub use framer::{DataHint, SseDecoder, SseError, SseEvent, write_event, write_with_data};

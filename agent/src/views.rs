@@ -303,7 +303,7 @@ async fn events(common: &Common, filters: &Filters, types: Vec<String>) -> anyho
         Source::Daemon(api) => {
             api.follow("/api/stream/events", |data| {
                 let e: StoredEvent = serde_json::from_str(data)?;
-                if e.id > last && event_matches(&e, &q) {
+                if e.id > last && q.matches(&e.event) {
                     out.row(&e, event_cells(&e))
                 } else {
                     Ok(())
@@ -324,33 +324,6 @@ async fn events(common: &Common, filters: &Filters, types: Vec<String>) -> anyho
                 }
             }
         }
-    }
-}
-
-fn event_matches(e: &StoredEvent, q: &EventQuery) -> bool {
-    let (session, server, tool, action) = event_keys(&e.event);
-    (q.types.is_empty() || q.types.iter().any(|t| t == e.event.kind()))
-        && q.session.as_deref().is_none_or(|s| s == session)
-        && q.server.as_deref().is_none_or(|s| s == server)
-        && q.tool.as_deref().is_none_or(|t| t == tool)
-        && q.action.as_deref().is_none_or(|a| a == action)
-}
-
-fn event_keys(e: &Event) -> (&str, &str, &str, &'static str) {
-    match e {
-        Event::McpToolCallIntercepted(e) => {
-            (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str())
-        }
-        Event::McpToolCalled(e) => (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str()),
-        Event::McpNetworkConnection(e) => (
-            &e.session_id,
-            &e.server_id,
-            &e.remote_addr,
-            e.action.as_str(),
-        ),
-        Event::McpToolSeen(e) => (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str()),
-        Event::McpToolChanged(e) => (&e.session_id, &e.server_id, &e.tool_name, e.action.as_str()),
-        Event::KernelAlert(e) => (&e.session_id, "", &e.alert, e.action.as_str()),
     }
 }
 
@@ -459,15 +432,14 @@ const EVENT_COLUMNS: [&str; 7] = [
 ];
 
 fn event_cells(e: &StoredEvent) -> Vec<String> {
-    let (session, server, tool, action) = event_keys(&e.event);
-    let time = match &e.event {
-        Event::McpToolCallIntercepted(e) => e.timestamp,
-        Event::McpToolCalled(e) => e.timestamp,
-        Event::McpNetworkConnection(e) => e.timestamp,
-        Event::McpToolSeen(e) => e.timestamp,
-        Event::McpToolChanged(e) => e.timestamp,
-        Event::KernelAlert(e) => e.timestamp,
-    };
+    let keys = e.event.keys();
+    let (time, session, server, tool, action) = (
+        keys.timestamp,
+        keys.session,
+        keys.server,
+        keys.tool,
+        keys.action.as_str(),
+    );
     let tool = match &e.event {
         // A summary the kernel made under a flood: how many, since when.
         Event::McpNetworkConnection(c) if c.count > 1 => format!(

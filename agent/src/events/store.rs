@@ -96,6 +96,22 @@ pub struct EventQuery {
     pub limit: Option<usize>,
 }
 
+impl EventQuery {
+    /// Whether an event passes the type, session, server, tool and action filters (the store
+    /// applies the same ones in SQL; a live follower applies them here).
+    pub fn matches(&self, event: &Event) -> bool {
+        let keys = event.keys();
+        (self.types.is_empty() || self.types.iter().any(|t| t == event.kind()))
+            && self.session.as_deref().is_none_or(|s| s == keys.session)
+            && self.server.as_deref().is_none_or(|s| s == keys.server)
+            && self.tool.as_deref().is_none_or(|t| t == keys.tool)
+            && self
+                .action
+                .as_deref()
+                .is_none_or(|a| a == keys.action.as_str())
+    }
+}
+
 /// Migrations, in order; `PRAGMA user_version` says how many have run.
 const MIGRATIONS: &[&str] = &["
     CREATE TABLE events (
@@ -365,9 +381,6 @@ fn bounded_event(event: &Event) -> std::borrow::Cow<'_, Event> {
     std::borrow::Cow::Owned(event)
 }
 
-/// The server column of events that concern no server.
-static NO_SERVER: String = String::new();
-
 /// The typed columns of an event.
 struct Columns<'a> {
     ts_ns: i64,
@@ -379,50 +392,13 @@ struct Columns<'a> {
 
 impl<'a> Columns<'a> {
     fn of(event: &'a Event) -> Self {
-        let (ts, session, server, tool, action) = match event {
-            Event::McpToolCallIntercepted(e) => (
-                e.timestamp,
-                &e.session_id,
-                &e.server_id,
-                &e.tool_name,
-                e.action,
-            ),
-            Event::McpToolCalled(e) => (
-                e.timestamp,
-                &e.session_id,
-                &e.server_id,
-                &e.tool_name,
-                e.action,
-            ),
-            Event::McpNetworkConnection(e) => (
-                e.timestamp,
-                &e.session_id,
-                &e.server_id,
-                &e.remote_addr,
-                e.action,
-            ),
-            Event::McpToolSeen(e) => (
-                e.timestamp,
-                &e.session_id,
-                &e.server_id,
-                &e.tool_name,
-                e.action,
-            ),
-            Event::McpToolChanged(e) => (
-                e.timestamp,
-                &e.session_id,
-                &e.server_id,
-                &e.tool_name,
-                e.action,
-            ),
-            Event::KernelAlert(e) => (e.timestamp, &e.session_id, &NO_SERVER, &e.alert, e.action),
-        };
+        let keys = event.keys();
         Columns {
-            ts_ns: ts.timestamp_nanos_opt().unwrap_or(i64::MAX),
-            session,
-            server,
-            tool,
-            action: action.as_str(),
+            ts_ns: keys.timestamp.timestamp_nanos_opt().unwrap_or(i64::MAX),
+            session: keys.session,
+            server: keys.server,
+            tool: keys.tool,
+            action: keys.action.as_str(),
         }
     }
 }
@@ -677,6 +653,48 @@ mod tests {
             reason: String::new(),
             layer: "shim".into(),
         })
+    }
+
+    #[test]
+    fn a_live_filter_and_the_stored_one_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("events.db")).unwrap();
+        let events = vec![
+            called("s1", "echo", Action::Allow),
+            called("s2", "echo", Action::Block),
+            called("s1", "add", Action::Allow),
+        ];
+        store.insert(&events).unwrap();
+        let queries = [
+            EventQuery::default(),
+            EventQuery {
+                session: Some("s1".into()),
+                ..Default::default()
+            },
+            EventQuery {
+                tool: Some("echo".into()),
+                action: Some("block".into()),
+                ..Default::default()
+            },
+            EventQuery {
+                types: vec!["kernel_alert".into()],
+                ..Default::default()
+            },
+            EventQuery {
+                server: Some("other".into()),
+                ..Default::default()
+            },
+        ];
+        for q in queries {
+            let stored: Vec<Event> = store
+                .query(&q)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.event)
+                .collect();
+            let live: Vec<Event> = events.iter().filter(|e| q.matches(e)).cloned().collect();
+            assert_eq!(stored, live, "{q:?}");
+        }
     }
 
     #[test]

@@ -44,6 +44,57 @@ impl Event {
         }
     }
 
+    /// What every view and the store's indexed columns filter on, from one place: when,
+    /// session, server, tool (the destination address for a connection, the alert's name for
+    /// an alert) and action.
+    pub fn keys(&self) -> EventKeys<'_> {
+        let (timestamp, session, server, tool, action) = match self {
+            Event::McpToolCallIntercepted(e) => (
+                e.timestamp,
+                &e.session_id,
+                &*e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
+            Event::McpToolCalled(e) => (
+                e.timestamp,
+                &e.session_id,
+                &*e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
+            Event::McpNetworkConnection(e) => (
+                e.timestamp,
+                &e.session_id,
+                &*e.server_id,
+                &e.remote_addr,
+                e.action,
+            ),
+            Event::McpToolSeen(e) => (
+                e.timestamp,
+                &e.session_id,
+                &*e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
+            Event::McpToolChanged(e) => (
+                e.timestamp,
+                &e.session_id,
+                &*e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
+            Event::KernelAlert(e) => (e.timestamp, &e.session_id, "", &e.alert, e.action),
+        };
+        EventKeys {
+            timestamp,
+            session,
+            server,
+            tool,
+            action,
+        }
+    }
+
     /// Every event kind, for `--type` validation.
     pub const KINDS: [&'static str; 6] = [
         "mcp_tool_call_intercepted",
@@ -53,6 +104,21 @@ impl Event {
         "mcp_tool_changed",
         "kernel_alert",
     ];
+}
+
+/// See [`Event::keys`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventKeys<'a> {
+    /// When it happened.
+    pub timestamp: chrono::DateTime<chrono::Utc>,
+    /// The session.
+    pub session: &'a str,
+    /// The server (empty for an alert).
+    pub server: &'a str,
+    /// The tool, the destination address of a connection, or an alert's name.
+    pub tool: &'a str,
+    /// The action.
+    pub action: Action,
 }
 
 /// Seed 001's `mcp_tool_call_intercepted`.

@@ -22,17 +22,17 @@ pub fn test() -> anyhow::Result<()> {
         step::cargo(&["fmt", "--all", "--check"])?;
         step::cargo(&["fmt", "--manifest-path", "agent-ebpf/Cargo.toml", "--check"])
     })?;
+    // Twice: what ships (no harness code, whose use could hide dead code) and everything.
     timed(
-        "cargo clippy --workspace --all-targets -- -D warnings",
+        "cargo clippy --workspace --all-targets [--all-features] -- -D warnings",
         || {
-            step::cargo(&[
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ])
+            for features in [None, Some("--all-features")] {
+                let mut args = vec!["clippy", "--workspace", "--all-targets"];
+                args.extend(features);
+                args.extend(["--", "-D", "warnings"]);
+                step::cargo(&args)?;
+            }
+            Ok(())
         },
     )?;
     timed("cargo build -p agent (the binary under test)", || {
@@ -43,6 +43,7 @@ pub fn test() -> anyhow::Result<()> {
             "nextest",
             "run",
             "--workspace",
+            "--all-features",
             "--no-fail-fast",
         ])))
     })?;
@@ -71,6 +72,7 @@ fn privileged() -> anyhow::Result<()> {
             "nextest",
             "run",
             "--workspace",
+            "--all-features",
             "--run-ignored",
             "only",
             "--no-fail-fast",
@@ -96,7 +98,16 @@ pub fn bench(groups: &[String]) -> anyhow::Result<()> {
     timed("cargo bench -p agent", || {
         step::run(
             Command::new(step::cargo_bin())
-                .args(["bench", "-p", "agent", "--bench", "toolwall", "--"])
+                .args([
+                    "bench",
+                    "-p",
+                    "agent",
+                    "--features",
+                    "bench",
+                    "--bench",
+                    "toolwall",
+                    "--",
+                ])
                 .args(groups)
                 .env("TOOLWALL_BIN", target.join("release/toolwall"))
                 .env("TOOLWALL_PEERS_DIR", target.join("peers")),

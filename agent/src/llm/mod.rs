@@ -21,9 +21,11 @@
 
 mod anthropic;
 mod backstop;
+#[cfg(feature = "bench")]
 mod bench;
 mod buffered;
 mod chat;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod json;
@@ -45,6 +47,7 @@ use crate::decision::{CallQuery, CallStage, Decision, Gate};
 use crate::events::{Event, ToolCallIntercepted};
 
 pub use crate::sse::{DataHint, SseDecoder, SseError, SseEvent};
+#[cfg(feature = "bench")]
 pub use bench::{
     BenchReport, LatencyReport, ThroughputReport, bench_interceptor, bench_proxy_latency,
     bench_proxy_throughput, many_calls_stream, text_heavy_stream, time_many_calls,

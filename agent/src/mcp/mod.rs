@@ -43,6 +43,7 @@ pub mod enforce;
 pub mod filter;
 pub(crate) mod filtered_sse;
 pub mod framing;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub(crate) mod headers;
 pub(crate) mod modern;

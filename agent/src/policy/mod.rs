@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "bench")]
 mod bench;
 mod deny;
 mod glob;
@@ -31,6 +32,7 @@ use std::{
 
 use serde_json::Value;
 
+#[cfg(feature = "bench")]
 pub use bench::{bench_decisions, bench_rule_evaluation};
 pub use deny::DenyList;
 pub use glob::Glob;

@@ -7,11 +7,11 @@ pub mod bound;
 mod store;
 mod types;
 
-pub(crate) use store::prepare_private;
 pub use store::{
     CommitError, Committer, EventQuery, Store, StoreError, StoreHealth, StoredEvent,
     spawn_committing_writer, spawn_writer,
 };
+pub(crate) use store::{OpenError, connect};
 pub use types::*;
 
 use tokio::sync::mpsc;

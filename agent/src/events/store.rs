@@ -141,7 +141,7 @@ pub struct Store {
 /// `-shm` files take the database's mode), in a directory made `0700` if it has to be made: the
 /// record holds every session's tool inputs, and `/health` once told every session where it was
 /// (issue 15.6). Returns the path that failed.
-pub(crate) fn prepare_private(path: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+fn prepare_private(path: &Path) -> Result<(), (PathBuf, std::io::Error)> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && !dir.exists()
@@ -175,21 +175,41 @@ pub(crate) fn prepare_private(path: &Path) -> Result<(), (PathBuf, std::io::Erro
     Ok(())
 }
 
+/// Why [`connect`] failed.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The file or its directory could not be made the owner's alone.
+    Private(PathBuf, std::io::Error),
+    /// SQLite refused.
+    Sqlite(rusqlite::Error),
+}
+
+/// The one way the database is opened, by the event store and the registry alike (they share
+/// the file): owner-only ([`prepare_private`]), WAL so readers never wait for the writer, a
+/// 10 s busy time-out so writers in several processes wait for each other rather than fail,
+/// and `synchronous = NORMAL` (WAL makes that durable across a process crash).
+pub(crate) fn connect(path: &Path) -> Result<Connection, OpenError> {
+    prepare_private(path).map_err(|(path, e)| OpenError::Private(path, e))?;
+    let conn = Connection::open(path).map_err(OpenError::Sqlite)?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(OpenError::Sqlite)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(OpenError::Sqlite)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(OpenError::Sqlite)?;
+    Ok(conn)
+}
+
 impl Store {
     /// Opens (creating if needed) the database and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        prepare_private(path).map_err(|(path, source)| StoreError::Dir { path, source })?;
-        let sql = |source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            source,
-        };
-        let conn = Connection::open(path).map_err(sql)?;
-        // Several processes write at once: wait for the lock rather than fail.
-        conn.busy_timeout(Duration::from_secs(10)).map_err(sql)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sql)?;
+        let conn = connect(path).map_err(|e| match e {
+            OpenError::Private(path, source) => StoreError::Dir { path, source },
+            OpenError::Sqlite(source) => StoreError::Sqlite {
+                path: path.to_path_buf(),
+                source,
+            },
+        })?;
         let mut store = Self {
             conn,
             path: path.to_path_buf(),

@@ -65,13 +65,10 @@ pub(super) struct Snapshot {
 
 /// Opens (creating if needed) the database and the registry tables.
 pub(super) fn open(path: &Path) -> Result<Connection, RegistryError> {
-    crate::events::prepare_private(path)
-        .map_err(|(path, source)| RegistryError::Io { path, source })?;
-    let conn = Connection::open(path)?;
-    // WAL lets the daemon and shims read while one writes; the busy time-out makes a writer
-    // wait for another instead of failing.
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    let conn = crate::events::connect(path).map_err(|e| match e {
+        crate::events::OpenError::Private(path, source) => RegistryError::Io { path, source },
+        crate::events::OpenError::Sqlite(e) => RegistryError::Sqlite(e),
+    })?;
     conn.execute_batch(SCHEMA)?;
     Ok(conn)
 }

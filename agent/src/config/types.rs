@@ -653,13 +653,20 @@ impl Default for InterceptorConfig {
     }
 }
 
-/// `interceptor.on_malformed`.
+/// `interceptor.on_malformed`: what the LLM layer does with an event or body it cannot parse.
+///
+/// Such an event is as unreadable to the agent's SDK as to us, so the only risk of passing it is
+/// a parser differential (something our strict parser rejects but a lenient client accepts, e.g.
+/// a trailing comma or `NaN`): `FailOpen` accepts that risk for availability; `FailClosed` ends
+/// the stream (or refuses the body) instead, at the cost of breaking a turn on a provider bug.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnMalformed {
-    /// Pass it through unchanged (a tool call hidden in it is not enforced).
+    /// Pass malformed events through unchanged (logged). Valid JSON our strict reading refuses
+    /// (a repeated key, a wrong type) that mentions a tool still ends the stream.
     FailOpen,
-    /// Cut the response off with an error (nothing unparsed reaches the agent).
+    /// End the stream cleanly when a malformed event mentions a tool; events that cannot be
+    /// about a tool (no tool key at all) still pass. The default.
     #[default]
     FailClosed,
 }

@@ -416,10 +416,7 @@ async fn start_proxy(
         listen: config.proxy.listen,
         anthropic_upstream: config.proxy.providers.anthropic.clone(),
         openai_upstream: config.proxy.providers.openai.clone(),
-        on_malformed: match config.interceptor.on_malformed {
-            crate::config::OnMalformed::FailOpen => crate::llm::OnMalformed::FailOpen,
-            crate::config::OnMalformed::FailClosed => crate::llm::OnMalformed::FailClosed,
-        },
+        on_malformed: config.interceptor.on_malformed,
         max_stream_buffer: usize::try_from(config.interceptor.max_stream_buffer_bytes)
             .unwrap_or(usize::MAX),
         session_id: String::new(),

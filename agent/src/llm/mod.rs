@@ -40,7 +40,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::decision::{CallQuery, CallStage, Decision, Gate};
@@ -102,21 +101,7 @@ impl Dialect {
 
 /// What to do with an event whose JSON does not parse.
 ///
-/// Such an event is as unreadable to the agent's SDK as to us, so the only risk of passing it is
-/// a parser differential (something our strict parser rejects but a lenient client accepts, e.g.
-/// a trailing comma or `NaN`): `FailOpen` accepts that risk for availability; `FailClosed` ends
-/// the stream (or refuses the body) instead, at the cost of breaking a turn on a provider bug.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnMalformed {
-    /// Pass malformed events through unchanged (logged). Valid JSON our strict reading refuses
-    /// (a repeated key, a wrong type) that mentions a tool still ends the stream.
-    FailOpen,
-    /// End the stream cleanly when a malformed event mentions a tool; events that cannot be
-    /// about a tool (no tool key at all) still pass. The default.
-    #[default]
-    FailClosed,
-}
+pub use crate::config::OnMalformed;
 
 /// One tool call the interceptor decided about: what becomes a `mcp_tool_call_intercepted`
 /// event once the caller adds the time and ids (the interceptors have no clock).

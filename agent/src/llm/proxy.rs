@@ -93,7 +93,11 @@ impl Default for LlmProxySettings {
             anthropic_upstream: "https://api.anthropic.com".into(),
             openai_upstream: "https://api.openai.com".into(),
             on_malformed: OnMalformed::FailClosed,
-            max_stream_buffer: 16 * 1024 * 1024,
+            // The configuration's default, whoever builds the settings.
+            max_stream_buffer: usize::try_from(
+                crate::config::InterceptorConfig::default().max_stream_buffer_bytes,
+            )
+            .unwrap_or(usize::MAX),
             session_id: String::new(),
             header_read_timeout: std::time::Duration::from_secs(30),
         }

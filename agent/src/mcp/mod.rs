@@ -45,7 +45,6 @@ pub(crate) mod filtered_sse;
 pub mod framing;
 pub mod fuzzing;
 pub(crate) mod headers;
-pub(crate) mod modern;
 pub mod proxy;
 pub(crate) mod relay;
 pub mod shim;

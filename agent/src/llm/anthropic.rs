@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::json::{RawObject, quote, raw_str};
+use super::json::{RawObject, quote, raw_array, raw_from_json, raw_str};
 use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
 use crate::decision::Decision;
 use crate::sse::{write_event, write_with_data};
@@ -272,7 +272,7 @@ impl Anthropic {
                 return Ok(None);
             };
             let mut message = RawObject::from_raw(message_raw)?;
-            let counts = super::buffered::anthropic_content(cx, &mut message)?;
+            let counts = rewrite_content(cx, &mut message)?;
             if counts.1 > 0 {
                 top.set("message", message.to_raw());
             }
@@ -364,6 +364,58 @@ fn rewrite_stop_reason(body: &[u8]) -> Option<String> {
     let delta = delta.to_raw();
     top.set("delta", delta);
     Some(top.to_json())
+}
+
+/// A whole (non-streaming) Messages body: blocked `tool_use` blocks replaced by text blocks,
+/// `stop_reason` `tool_use` → `end_turn` when every call was blocked; `None` when nothing was.
+pub(super) fn rewrite_body(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
+    let mut top = RawObject::parse(text)?;
+    let (total, blocked) = rewrite_content(cx, &mut top)?;
+    if blocked == 0 {
+        return Ok(None);
+    }
+    if blocked == total && top.get_str("stop_reason").as_deref() == Some("tool_use") {
+        top.set("stop_reason", raw_str("end_turn"));
+    }
+    Ok(Some(top.to_json()))
+}
+
+/// Judges every `tool_use` block in a message object's `content` (a whole body, or the message
+/// a stream's `message_start` opens with, which SDKs keep in the final message), replacing the
+/// blocked ones by text blocks in place. Returns (tool uses, blocked); records every decision.
+fn rewrite_content(cx: &mut Cx, top: &mut RawObject<'_>) -> serde_json::Result<(usize, usize)> {
+    let Some(content_raw) = top.get("content") else {
+        return Ok((0, 0));
+    };
+    let content: Vec<&RawValue> = serde_json::from_str(content_raw.get())?;
+    let (mut total, mut blocked) = (0usize, 0usize);
+    let mut new: Vec<Box<RawValue>> = Vec::with_capacity(content.len());
+    for raw in &content {
+        let block: Block<'_> = serde_json::from_str(raw.get())?;
+        if block.ty == "tool_use" {
+            total += 1;
+            let name = block.name.as_deref().unwrap_or_default();
+            let id = block.id.as_deref().unwrap_or_default().to_owned();
+            let input = block.input.and_then(|i| serde_json::from_str(i.get()).ok());
+            let decision = cx.check(name, None);
+            if decision.is_blocked() {
+                blocked += 1;
+                let text = blocked_message(name, &decision.reason);
+                new.push(raw_from_json(format!(
+                    r#"{{"type":"text","text":{}}}"#,
+                    quote(&text)
+                )));
+                cx.record(name.to_owned(), id, input, decision);
+                continue;
+            }
+            cx.record(name.to_owned(), id, input, decision);
+        }
+        new.push((*raw).to_owned());
+    }
+    if blocked > 0 {
+        top.set("content", raw_array(new.iter().map(|b| b.as_ref())));
+    }
+    Ok((total, blocked))
 }
 
 #[cfg(test)]

@@ -858,5 +858,36 @@ fn write_message_done(out: &mut BytesMut, seq: &str, index: u64, id: &str, text:
     write_event(out, Some("response.output_item.done"), done.as_bytes());
 }
 
+/// A whole (non-streaming) Responses body: blocked call items replaced by message items;
+/// `None` when nothing was blocked.
+pub(super) fn rewrite_body(cx: &mut Cx, text: &str) -> serde_json::Result<Option<String>> {
+    let mut top = RawObject::parse(text)?;
+    let Some(output_raw) = top.get("output") else {
+        return Ok(None);
+    };
+    let output: Vec<&RawValue> = serde_json::from_str(output_raw.get())?;
+    let mut changed = false;
+    let mut new: Vec<Box<RawValue>> = Vec::with_capacity(output.len());
+    for raw in &output {
+        let item: Item<'_> = serde_json::from_str(raw.get())?;
+        match judge_item(cx, &item, true) {
+            Some((text, id)) => {
+                changed = true;
+                new.push(raw_from_json(message_item(
+                    &format!("msg_toolwall_{id}"),
+                    &text,
+                    true,
+                )));
+            }
+            None => new.push((*raw).to_owned()),
+        }
+    }
+    if !changed {
+        return Ok(None);
+    }
+    top.set("output", raw_array(new.iter().map(|b| b.as_ref())));
+    Ok(Some(top.to_json()))
+}
+
 #[cfg(test)]
 pub(crate) mod tests;

@@ -46,7 +46,6 @@ pub mod framing;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub(crate) mod headers;
-pub(crate) mod modern;
 pub mod proxy;
 pub(crate) mod relay;
 pub mod shim;

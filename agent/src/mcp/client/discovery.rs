@@ -1,12 +1,14 @@
-//! Discovery at MCP 2026-07-28, the stateless revision: no `initialize` and no session; each
-//! request carries its version and capabilities in `params._meta` and the routing headers
-//! (`MCP-Protocol-Version`, `Mcp-Method`) on its POST.
+//! Start-up discovery of a server's tools.
 //!
-//! [`client::discover`](super::client::discover) negotiates as the spec's Streamable HTTP
-//! backward-compatibility section says: `server/discover` first; a result naming 2026-07-28
-//! means a modern server, listed here; an HTTP error without a modern JSON-RPC error (legacy
-//! servers answer 400 "Server not initialized", 404 or 405) means a handshake server, listed
-//! with `initialize` as before.
+//! At MCP 2026-07-28, the stateless revision, there is no `initialize` and no session: each
+//! request carries its version and capabilities in `params._meta` and the routing headers
+//! (`MCP-Protocol-Version`, `Mcp-Method`) on its POST (`Modern`, below).
+//!
+//! [`discover`] negotiates as the spec's Streamable HTTP backward-compatibility section says:
+//! `server/discover` first; a result naming 2026-07-28 means a modern server, listed here; an
+//! HTTP error without a modern JSON-RPC error (legacy servers answer 400 "Server not
+//! initialized", 404 or 405) means a handshake server, listed with `initialize` as before
+//! (an [`UpstreamSession`]).
 
 use std::time::Duration;
 
@@ -16,29 +18,34 @@ use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::{Value, json};
 
-use super::client::{HttpClient, McpClientError, PROTOCOL_VERSION_HEADER};
+use super::error::McpClientError;
+use super::session::{Inbox, UpstreamSession, call, connect_and_initialize};
+use super::transport::{HttpClient, PROTOCOL_VERSION_HEADER, Transport, http_client, parse_url};
+use crate::mcp::framing::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::sse::message::SseDecoder;
 
 /// The stateless revision.
-pub const MODERN_VERSION: &str = "2026-07-28";
+pub(crate) const MODERN_VERSION: &str = "2026-07-28";
 /// `Mcp-Method`, required on every 2026-07-28 POST.
 const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
 /// JSON-RPC code of "UnsupportedProtocolVersion" (2026-07-28).
 const UNSUPPORTED_VERSION: i64 = -32022;
 /// Most bytes of one response toolwall reads during discovery.
 const MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// Most `tools/list` pages followed before giving up on a server that never stops paging.
+const MAX_PAGES: usize = 1000;
 
 /// One server spoken to at 2026-07-28.
-pub(crate) struct Modern<'a> {
-    pub(crate) http: &'a HttpClient,
-    pub(crate) url: &'a Uri,
+struct Modern<'a> {
+    http: &'a HttpClient,
+    url: &'a Uri,
     /// Extra headers (authorization).
-    pub(crate) headers: &'a HeaderMap,
-    pub(crate) timeout: Duration,
+    headers: &'a HeaderMap,
+    timeout: Duration,
 }
 
 /// What `server/discover` said of the server.
-pub(crate) enum Era {
+enum Era {
     /// It speaks 2026-07-28.
     Modern,
     /// It answered like a server of the handshake revisions.
@@ -147,7 +154,7 @@ impl Modern<'_> {
     }
 
     /// `server/discover`: which era the server speaks.
-    pub(crate) async fn era(&self) -> Result<Era, McpClientError> {
+    async fn era(&self) -> Result<Era, McpClientError> {
         let answer = match self.request(0, "server/discover", json!({})).await {
             Ok(answer) => answer,
             // No answer in time, or one that is not JSON-RPC: not a modern server (the spec:
@@ -185,7 +192,7 @@ impl Modern<'_> {
     }
 
     /// Every tool, following `nextCursor`, at most `max_pages` pages.
-    pub(crate) async fn list_tools(&self, max_pages: usize) -> Result<Vec<Value>, McpClientError> {
+    async fn list_tools(&self, max_pages: usize) -> Result<Vec<Value>, McpClientError> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         for page in 0..max_pages {
@@ -219,7 +226,7 @@ impl Modern<'_> {
 
 /// The response with `id` in an SSE body (a request-scoped stream ends with it).
 fn last_message(body: &[u8], id: u64) -> Option<Value> {
-    let mut decoder = SseDecoder::with_limit(super::framing::DEFAULT_MAX_MESSAGE_BYTES);
+    let mut decoder = SseDecoder::with_limit(DEFAULT_MAX_MESSAGE_BYTES);
     decoder.feed(body);
     let mut found = None;
     while let Some(event) = decoder.next_event() {
@@ -231,4 +238,105 @@ fn last_message(body: &[u8], id: u64) -> Option<Value> {
         }
     }
     found
+}
+
+/// What start-up learned about a server.
+#[derive(Debug)]
+pub struct Discovered {
+    /// The transport it speaks (never `Auto`).
+    pub transport: Transport,
+    /// Its tools, every page, as listed.
+    pub tools: Vec<Value>,
+}
+
+/// Lists every tool of an initialized session, following `nextCursor`.
+pub async fn list_all_tools(
+    session: &UpstreamSession,
+    inbox: &mut Inbox,
+) -> Result<Vec<Value>, McpClientError> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0..MAX_PAGES {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let result = call(session, inbox, 1 + page as u64, "tools/list", params).await?;
+        let Some(Value::Array(items)) = result.get("tools").cloned() else {
+            return Err(McpClientError::Protocol {
+                url: session.url(),
+                step: "tools/list".into(),
+                message: "the result has no `tools` array".into(),
+            });
+        };
+        tools.extend(items);
+        match result.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if cursor.as_deref() == Some(next) => {
+                return Err(McpClientError::Protocol {
+                    url: session.url(),
+                    step: "tools/list".into(),
+                    message: format!("the server repeats cursor {next:?}"),
+                });
+            }
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return Ok(tools),
+        }
+    }
+    Err(McpClientError::Protocol {
+        url: session.url(),
+        step: "tools/list".into(),
+        message: format!("more than {MAX_PAGES} pages"),
+    })
+}
+
+/// Start-up discovery with extra headers (authorization): `server/discover` and, at
+/// 2026-07-28, every `tools/list` page (`Modern`, above); otherwise the handshake, every
+/// `tools/list` page, then the session is closed. The whole exchange is bounded by `timeout` per step.
+pub async fn discover(
+    url: &str,
+    transport: Transport,
+    headers: HeaderMap,
+    timeout: Duration,
+) -> Result<Discovered, McpClientError> {
+    if transport != Transport::Sse {
+        let http = http_client()?;
+        let uri = parse_url(url)?;
+        let modern = Modern {
+            http: &http,
+            url: &uri,
+            headers: &headers,
+            timeout,
+        };
+        match modern.era().await? {
+            Era::Modern => {
+                return Ok(Discovered {
+                    transport: Transport::StreamableHttp,
+                    tools: modern.list_tools(MAX_PAGES).await?,
+                });
+            }
+            Era::Handshake(why) => {
+                tracing::debug!("{url}: {why}; listing with the initialize handshake");
+            }
+        }
+    }
+    let (session, mut inbox, _init) =
+        connect_and_initialize(url, transport, headers, timeout).await?;
+    let tools = list_all_tools(&session, &mut inbox).await?;
+    let transport = session.transport();
+    session.close().await;
+    Ok(Discovered { transport, tools })
+}
+
+/// The daemon's start-up discovery of one declared network server: `initialize`,
+/// `notifications/initialized`, `tools/list` with pagination, over Streamable HTTP or legacy
+/// SSE (or `Auto`). Each step is bounded by `timeout`; errors name the server and the step, so
+/// one unreachable server can be reported while the others are registered.
+pub async fn discover_tools(
+    url: &str,
+    transport: Transport,
+    timeout: Duration,
+) -> Result<Vec<Value>, McpClientError> {
+    Ok(discover(url, transport, HeaderMap::new(), timeout)
+        .await?
+        .tools)
 }

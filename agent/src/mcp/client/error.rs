@@ -1,0 +1,78 @@
+//! What can go wrong talking to an MCP server.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+/// What went wrong talking to an MCP server; every message names the server and the step.
+#[derive(Debug, thiserror::Error)]
+pub enum McpClientError {
+    /// The URL is not an `http://` URL we can use.
+    #[error("MCP server {url}: bad URL: {reason}")]
+    BadUrl {
+        /// The server.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// No connection, or it broke.
+    #[error("MCP server {url}: {step}: cannot connect: {reason}")]
+    Connect {
+        /// The server.
+        url: String,
+        /// What we were doing.
+        step: String,
+        /// The transport's error chain.
+        reason: String,
+    },
+    /// An HTTP status that is not what the transport allows.
+    #[error("MCP server {url}: {step}: HTTP {status}{}", if body.is_empty() { String::new() } else { format!(": {body}") })]
+    Status {
+        /// The server.
+        url: String,
+        /// What we were doing.
+        step: String,
+        /// The status.
+        status: StatusCode,
+        /// The start of the body, for the reader.
+        body: String,
+    },
+    /// Nothing arrived in time.
+    #[error("MCP server {url}: {step}: timed out after {timeout:?}")]
+    Timeout {
+        /// The server.
+        url: String,
+        /// What we were doing.
+        step: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// The server broke the protocol or answered a request with an error.
+    #[error("MCP server {url}: {step}: {message}")]
+    Protocol {
+        /// The server.
+        url: String,
+        /// What we were doing.
+        step: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// No usable TLS set-up (no system trust store, no TLS versions in common).
+    #[error("TLS set-up for MCP servers failed: {0}")]
+    Tls(String),
+    /// The server's stream ended.
+    #[error("MCP server {url}: connection lost: {reason}")]
+    Closed {
+        /// The server.
+        url: String,
+        /// How.
+        reason: String,
+    },
+}
+
+impl McpClientError {
+    /// Whether this is an HTTP 4xx (how `auto` recognises a legacy SSE server).
+    pub fn is_client_error_status(&self) -> bool {
+        matches!(self, McpClientError::Status { status, .. } if status.is_client_error())
+    }
+}

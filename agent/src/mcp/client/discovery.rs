@@ -107,11 +107,7 @@ impl Modern<'_> {
                         reason: e.to_string(),
                     })?;
             let status = response.status();
-            let is_sse = response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+            let is_sse = crate::edge::is_event_stream(response.headers());
             let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
                 .collect()
                 .await

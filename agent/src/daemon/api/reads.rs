@@ -1,0 +1,138 @@
+//! The API's reading routes: records, the registry, health, live streams.
+
+use super::*;
+
+pub(super) fn tools(state: &DaemonState) -> Response<Body> {
+    let tools: Vec<_> = state
+        .policy
+        .registry()
+        .tools()
+        .iter()
+        .map(|t| (**t).clone())
+        .collect();
+    json_response(StatusCode::OK, &tools)
+}
+
+/// This daemon process, told apart from the next one on the same socket (`toolwall exec`
+/// notices a restart between two of its checks by it; agent/src/exec.rs).
+static INSTANCE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{now}", std::process::id())
+});
+
+/// `peer_session`: the session the asking process runs in, when it asked through the socket
+/// from inside one (a shim started with a scrubbed environment in its own cgroup namespace
+/// learns here that it is in a session; agent/src/mcp/enforce.rs).
+pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Response<Body> {
+    let counters = state.netmon.as_ref().and_then(|n| n.counters().ok());
+    let failing = state.committer.health().failing();
+    let mut report = json!({
+            "status": if failing.is_some() { "degraded" } else { "ok" },
+            "peer_session": peer_session,
+            "store": match &failing {
+                Some(reason) => json!({ "writing": false, "error": reason }),
+                None => json!({ "writing": true }),
+            },
+            "instance": &*INSTANCE,
+            "layers": state.layers,
+            "database": state.db_path,
+            "sessions": state.session_names(),
+            "kernel_counters": counters.map(|c| json!({
+                "connects": c.connects, "unmatched": c.unmatched, "flagged": c.flagged,
+                "denied": c.denied, "ring_drops": c.ring_drops, "summarised": c.summarised,
+                "egress_drops": c.egress_drops,
+            })),
+    });
+    // Inside a session: nothing of other sessions, nor where the record lies.
+    if peer_session.is_some()
+        && let Some(fields) = report.as_object_mut()
+    {
+        fields.remove("database");
+        fields.remove("sessions");
+    }
+    json_response(StatusCode::OK, &report)
+}
+
+/// Filters shared by `/api/events` and `/api/calls`.
+pub fn parse_query(query: &str) -> anyhow::Result<EventQuery> {
+    let mut q = EventQuery::default();
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let value = value.into_owned();
+        match key.as_ref() {
+            "type" => {
+                anyhow::ensure!(
+                    Event::KINDS.contains(&value.as_str()),
+                    "unknown event type {value:?}; one of {}",
+                    Event::KINDS.join(", ")
+                );
+                q.types.push(value)
+            }
+            "session" => q.session = Some(value),
+            "server" => q.server = Some(value),
+            "tool" => q.tool = Some(value),
+            "action" => {
+                anyhow::ensure!(
+                    value == "allow" || value == "block",
+                    "action is allow or block, not {value:?}"
+                );
+                q.action = Some(value)
+            }
+            "since" => q.since_ns = Some(value.parse().context("since: unix time in nanoseconds")?),
+            "after" => q.after_id = Some(value.parse().context("after: an event id")?),
+            "limit" => q.limit = Some(value.parse().context("limit: a count")?),
+            other => anyhow::bail!("unknown query parameter {other:?}"),
+        }
+    }
+    Ok(q)
+}
+
+pub(super) async fn read_store<T: Send + 'static>(
+    state: &DaemonState,
+    f: impl FnOnce(&Store) -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let path = state.db_path.clone();
+    tokio::task::spawn_blocking(move || f(&Store::open(&path)?))
+        .await
+        .context("store reader task")?
+}
+
+pub(super) async fn events(state: &DaemonState, query: &str) -> anyhow::Result<Response<Body>> {
+    let q = parse_query(query)?;
+    let events = read_store(state, move |s| Ok(s.query(&q)?)).await?;
+    Ok(json_response(StatusCode::OK, &events))
+}
+
+pub(super) async fn calls(state: &DaemonState, query: &str) -> anyhow::Result<Response<Body>> {
+    let q = parse_query(query)?;
+    let window = Duration::from_millis(state.config.correlator.window_ms);
+    let records = read_store(state, move |s| Ok(correlate_stored(s, &q, window)?)).await?;
+    Ok(json_response(StatusCode::OK, &records))
+}
+
+/// A live stream as server-sent events; a follower that falls behind is told how many it
+/// missed (an `event: lagged`), never silently skipped.
+pub(super) fn stream<T: Serialize + Clone + Send + 'static>(
+    rx: broadcast::Receiver<T>,
+) -> Response<Body> {
+    let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+        let chunk = match rx.recv().await {
+            Ok(item) => match serde_json::to_vec(&item) {
+                Ok(json) => encode_event(None, None, &json),
+                Err(e) => encode_event(Some("error"), None, e.to_string().as_bytes()),
+            },
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                encode_event(Some("lagged"), None, n.to_string().as_bytes())
+            }
+            Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        Some((Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))), rx))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(BodyExt::boxed(StreamBody::new(frames)))
+        .expect("static response parts are valid")
+}

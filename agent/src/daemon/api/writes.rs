@@ -1,0 +1,166 @@
+//! The API's changing routes: posted events, decisions, listings, sessions (the socket only,
+//! and only for the daemon's user outside every session: `route`).
+
+use super::*;
+
+/// How long a posted batch may wait for its commit (past SQLite's 10 s busy time-out, so that a
+/// database another process holds a while is waited for, not refused).
+const COMMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A request's body: at most `limit` bytes, within [`READ_TIMEOUT`].
+pub(super) async fn body(req: Request<Incoming>, limit: usize) -> anyhow::Result<Bytes> {
+    let (parts, body) = req.into_parts();
+    Ok(crate::edge::read_body(body, &parts.headers, limit, READ_TIMEOUT).await?)
+}
+
+/// Records posted events (only the daemon's user, outside every session, may post: see
+/// [`route`]).
+pub(super) async fn post_events(
+    state: &DaemonState,
+    req: Request<Incoming>,
+) -> anyhow::Result<Response<Body>> {
+    let body = body(req, MAX_BODY).await?;
+    // Parse everything first: a batch with a bad line is refused whole, not half-recorded.
+    let mut events = Vec::new();
+    for (i, line) in body
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .filter(|(_, l)| !l.trim_ascii().is_empty())
+    {
+        let event: Event = serde_json::from_slice(line)
+            .with_context(|| format!("line {}: not an event", i + 1))?;
+        events.push(event);
+    }
+    let n = events.len();
+    // 202 means stored: the answer waits for the commit (issue 15: events acknowledged and then
+    // lost to kill -9 or a full disk).
+    match state.committer.commit(events, COMMIT_WAIT).await {
+        Ok(()) => Ok(json_response(
+            StatusCode::ACCEPTED,
+            &json!({ "accepted": n }),
+        )),
+        Err(why) => {
+            tracing::warn!(%why, events = n, "refused posted events");
+            Ok(error(StatusCode::SERVICE_UNAVAILABLE, &why.to_string()))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckRequest {
+    server_id: Option<String>,
+    name: String,
+    namespace: Option<String>,
+    #[serde(default = "executing")]
+    stage: CallStage,
+}
+
+fn executing() -> CallStage {
+    CallStage::Executing
+}
+
+pub(super) async fn check(
+    state: &DaemonState,
+    req: Request<Incoming>,
+) -> anyhow::Result<Response<Body>> {
+    let r: CheckRequest = serde_json::from_slice(&body(req, MAX_BODY).await?).context(
+        "expected {\"name\", \"server_id\"?, \"namespace\"?, \"stage\"?: \"proposed\"|\"executing\"}",
+    )?;
+    for field in [Some(&r.name), r.server_id.as_ref(), r.namespace.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        // Names become rate-limit keys; no tool or server name is anywhere near this long.
+        anyhow::ensure!(
+            field.len() <= MAX_NAME,
+            "a name, server id or namespace is longer than {MAX_NAME} bytes"
+        );
+    }
+    let decision = state.gate.check_call(&CallQuery {
+        server_id: r.server_id.as_deref(),
+        name: &r.name,
+        namespace: r.namespace.as_deref(),
+        stage: r.stage,
+    });
+    Ok(json_response(StatusCode::OK, &decision))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListedRequest {
+    server_id: String,
+    server_type: String,
+    tools: Vec<serde_json::Value>,
+    /// The server's whole listing (its tool set is then sealed when pins are on), or only
+    /// some of its tools.
+    whole: bool,
+}
+
+/// Longest tool name, server id or namespace `/api/check` takes.
+const MAX_NAME: usize = 512;
+
+pub(super) async fn listed(
+    state: &DaemonState,
+    req: Request<Incoming>,
+) -> anyhow::Result<Response<Body>> {
+    let r: ListedRequest = serde_json::from_slice(&body(req, MAX_BODY).await?)
+        .context("expected {\"server_id\", \"server_type\", \"tools\": [...], \"whole\": bool}")?;
+    anyhow::ensure!(
+        r.server_id.len() <= MAX_NAME,
+        "the server id is longer than {MAX_NAME} bytes"
+    );
+    let decisions = if r.whole {
+        state
+            .policy
+            .check_listed_all(&r.server_id, &r.server_type, &r.tools)
+    } else {
+        r.tools
+            .iter()
+            .map(|tool| {
+                state
+                    .policy
+                    .check_listed(&r.server_id, &r.server_type, tool)
+            })
+            .collect()
+    };
+    Ok(json_response(StatusCode::OK, &decisions))
+}
+
+#[derive(Deserialize)]
+struct SessionRequest {
+    name: String,
+}
+
+pub(super) async fn open_session(
+    state: &DaemonState,
+    req: Request<Incoming>,
+) -> anyhow::Result<Response<Body>> {
+    let r: SessionRequest = serde_json::from_slice(&body(req, MAX_BODY).await?)
+        .context("expected {\"name\": \"...\"}")?;
+    let cgroup = state.open_session(&r.name)?;
+    let kernel = state.layers.iter().find(|l| l.name == "kernel");
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "session": r.name,
+            "cgroup": cgroup,
+            "kernel": kernel.map(|k| if k.on { "on".to_string() } else { format!("off: {}", k.detail) }),
+            "proxy": proxy_base(state),
+            "database": state.db_path,
+        }),
+    ))
+}
+
+/// The LLM proxy's base URL, when that layer runs.
+pub(super) fn proxy_base(state: &DaemonState) -> Option<String> {
+    state.proxy_addr.map(|addr| format!("http://{addr}"))
+}
+
+pub(super) fn close_session(state: &DaemonState, name: &str) -> anyhow::Result<Response<Body>> {
+    let existed = state.close_session(name)?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "session": name, "closed": existed }),
+    ))
+}

@@ -432,9 +432,9 @@ fn build_command(
     cmd.env("TOOLWALL_SESSION", session)
         .env("TOOLWALL_API_SOCKET", socket);
     if let Some(proxy) = proxy {
-        // The session rides in the path, so the shared proxy tags this agent's calls with it.
-        let proxy = format!("{proxy}/s/{session}");
-        cmd.env("ANTHROPIC_BASE_URL", &proxy)
+        // The daemon gave the session a base URL of its own (`/s/<key>`): the shared proxy
+        // tags this agent's calls with the session the key belongs to.
+        cmd.env("ANTHROPIC_BASE_URL", proxy)
             .env("OPENAI_BASE_URL", format!("{proxy}/v1"));
         let program = std::path::Path::new(&command[0])
             .file_name()
@@ -597,13 +597,13 @@ mod tests {
             &["/usr/bin/codex".into(), "exec".into(), "hi".into()],
             "s1",
             sock,
-            Some("http://127.0.0.1:18080"),
+            Some("http://127.0.0.1:18080/s/k3y"),
         );
         assert_eq!(
             args_of(&codex),
             [
                 "-c",
-                "openai_base_url=\"http://127.0.0.1:18080/s/s1/v1\"",
+                "openai_base_url=\"http://127.0.0.1:18080/s/k3y/v1\"",
                 "exec",
                 "hi"
             ]
@@ -612,7 +612,7 @@ mod tests {
             &["claude".into(), "-p".into(), "x".into()],
             "s1",
             sock,
-            Some("http://127.0.0.1:18080"),
+            Some("http://127.0.0.1:18080/s/k3y"),
         );
         assert_eq!(args_of(&claude), ["-p", "x"]);
         let envs: Vec<_> = claude
@@ -626,11 +626,11 @@ mod tests {
             .collect();
         assert!(envs.contains(&(
             "ANTHROPIC_BASE_URL".into(),
-            Some("http://127.0.0.1:18080/s/s1".into())
+            Some("http://127.0.0.1:18080/s/k3y".into())
         )));
         assert!(envs.contains(&(
             "OPENAI_BASE_URL".into(),
-            Some("http://127.0.0.1:18080/s/s1/v1".into())
+            Some("http://127.0.0.1:18080/s/k3y/v1".into())
         )));
         assert!(envs.contains(&("TOOLWALL_SESSION".into(), Some("s1".into()))));
         let no_proxy = build_command(&["codex".into()], "s1", sock, None);

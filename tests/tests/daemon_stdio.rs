@@ -404,6 +404,14 @@ slow = connect()
 started = time.monotonic()
 slow.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: 100\r\n\r\n{")
 print("slow body", answer(slow), "after", int(time.monotonic() - started), "s")
+import urllib.request, urllib.error
+base = os.environ["ANTHROPIC_BASE_URL"]
+assert "/s/probing" not in base, base
+try:
+    urllib.request.urlopen(urllib.request.Request(base.split("/s/")[0] + "/s/probing/v1/messages", data=b"{}", method="POST"), timeout=10)
+    print("llm by name accepted")
+except urllib.error.HTTPError as e:
+    print("llm by name", e.code)
 r, w = os.pipe()
 a = os.fork()
 if a == 0:
@@ -518,6 +526,8 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or_else(|| panic!("the slow body was not answered 400: {stdout}"));
     assert!((5..40).contains(&slow), "{stdout}");
+    // The LLM layer knows a session by the secret in its base URL, never by its name.
+    assert!(line("llm by name 403"), "{stdout}");
     // A connection whose process exited is not the host's.
     assert!(line("orphaned connection 403"), "{stdout}");
     assert!(line("probe init True"), "{stdout}");

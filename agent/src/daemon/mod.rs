@@ -144,7 +144,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // 5. LLM proxy
     let (stop_proxy, proxy_stopped) = tokio::sync::watch::channel(false);
-    let proxy_task = match start_proxy(&config, &gate, &sink, proxy_stopped).await? {
+    let session_keys = Arc::new(crate::llm::proxy::SessionKeys::default());
+    let proxy_task = match start_proxy(&config, &gate, &sink, &session_keys, proxy_stopped).await? {
         Some((addr, task)) => {
             layers.push(LayerStatus::on(
                 "llm-proxy",
@@ -217,9 +218,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     ));
 
     // 8. local API (HTTP on loopback + Unix socket) and web view
-    let state = Arc::new(DaemonState::new(
+    let state = Arc::new(DaemonState::new(state::DaemonParts {
         config,
-        db_path.clone(),
+        db_path: db_path.clone(),
         policy,
         sink,
         committer,
@@ -228,7 +229,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         netmon,
         proxy_addr,
         layers,
-    ));
+        session_keys,
+    }));
     let adopted = state.adopt_pinned_sessions();
     if adopted > 0 {
         tracing::warn!(
@@ -402,6 +404,7 @@ async fn start_proxy(
     config: &Config,
     gate: &Arc<dyn crate::decision::Gate>,
     sink: &EventSink,
+    session_keys: &Arc<crate::llm::proxy::SessionKeys>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<
     Option<(
@@ -420,6 +423,7 @@ async fn start_proxy(
         max_stream_buffer: usize::try_from(config.interceptor.max_stream_buffer_bytes)
             .unwrap_or(usize::MAX),
         session_id: String::new(),
+        session_keys: session_keys.clone(),
         ..LlmProxySettings::default()
     };
     let proxy = LlmProxy::bind(settings, gate.clone(), sink.clone())

@@ -49,6 +49,32 @@ impl LayerStatus {
     }
 }
 
+/// What [`DaemonState::new`] is made of.
+pub struct DaemonParts {
+    /// The effective configuration.
+    pub config: Config,
+    /// The event database (also the registry's).
+    pub db_path: PathBuf,
+    /// The policy engine (registry inside).
+    pub policy: Arc<Policy>,
+    /// Where events go.
+    pub sink: EventSink,
+    /// Where the API's posted events go.
+    pub committer: Committer,
+    /// Stored events, live.
+    pub live_events: broadcast::Sender<StoredEvent>,
+    /// Correlated call records, live.
+    pub live_calls: broadcast::Sender<CallRecord>,
+    /// The kernel layer, when on.
+    pub netmon: Option<NetmonService>,
+    /// Where the LLM proxy listens, when on.
+    pub proxy_addr: Option<std::net::SocketAddr>,
+    /// Start-up report of every layer.
+    pub layers: Vec<LayerStatus>,
+    /// The LLM proxy's session keys.
+    pub session_keys: Arc<crate::llm::proxy::SessionKeys>,
+}
+
 /// The daemon's shared state.
 pub struct DaemonState {
     /// The effective configuration.
@@ -74,6 +100,8 @@ pub struct DaemonState {
     pub proxy_addr: Option<std::net::SocketAddr>,
     /// Start-up report of every layer.
     pub layers: Vec<LayerStatus>,
+    /// The LLM proxy's `/s/<key>` keys, one per open session.
+    pub session_keys: Arc<crate::llm::proxy::SessionKeys>,
     /// Open sessions by name.
     sessions: Mutex<HashMap<String, SessionCgroup>>,
     /// Sessions taken over from a daemon before this one: no `toolwall exec` will close them,
@@ -88,19 +116,20 @@ pub struct DaemonState {
 
 impl DaemonState {
     /// Bundles what the API needs.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        config: Config,
-        db_path: PathBuf,
-        policy: Arc<Policy>,
-        sink: EventSink,
-        committer: Committer,
-        live_events: broadcast::Sender<StoredEvent>,
-        live_calls: broadcast::Sender<CallRecord>,
-        netmon: Option<NetmonService>,
-        proxy_addr: Option<std::net::SocketAddr>,
-        layers: Vec<LayerStatus>,
-    ) -> Self {
+    pub fn new(parts: DaemonParts) -> Self {
+        let DaemonParts {
+            config,
+            db_path,
+            policy,
+            sink,
+            committer,
+            live_events,
+            live_calls,
+            netmon,
+            proxy_addr,
+            layers,
+            session_keys,
+        } = parts;
         let gate = super::audit_gate::AuditGate::shared(
             policy.clone(),
             committer.health(),
@@ -118,6 +147,7 @@ impl DaemonState {
             netmon,
             proxy_addr,
             layers,
+            session_keys,
             sessions: Mutex::new(HashMap::new()),
             adopted: Mutex::new(std::collections::HashSet::new()),
             servers: Mutex::new(HashMap::new()),

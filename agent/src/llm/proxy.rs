@@ -49,6 +49,10 @@ use crate::events::EventSink;
 
 mod encoding;
 mod exchange;
+mod sessions;
+
+pub use sessions::SessionKeys;
+use sessions::{UnknownKey, split_session};
 
 use encoding::Encoding;
 use exchange::Exchange;
@@ -79,8 +83,10 @@ pub struct LlmProxySettings {
     /// Most bytes held for one response's incomplete event, held-back call, or whole buffered
     /// body; past it the response is ended (streams) or refused (bodies): fail closed.
     pub max_stream_buffer: usize,
-    /// The agent session the events belong to.
+    /// The agent session the events of requests without a `/s/<key>` prefix belong to.
     pub session_id: String,
+    /// The keys of open sessions (`/s/<key>`), issued by the daemon as it opens each.
+    pub session_keys: Arc<SessionKeys>,
     /// How long a client may take to send a request head (each request on a kept-alive
     /// connection too): a client that never finishes one must not hold a descriptor for ever.
     pub header_read_timeout: std::time::Duration,
@@ -99,6 +105,7 @@ impl Default for LlmProxySettings {
             )
             .unwrap_or(usize::MAX),
             session_id: String::new(),
+            session_keys: Arc::default(),
             header_read_timeout: std::time::Duration::from_secs(30),
         }
     }
@@ -330,40 +337,25 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
             .any(|v| v.to_ascii_lowercase().contains("upgrade"))
 }
 
-/// Splits a session prefix off a request path: `toolwall exec` gives each session the base
-/// URL `http://PROXY/s/<session>`, so one proxy tells the sessions of many agents apart. A path
-/// without the prefix belongs to `default_session`.
-fn split_session(path_and_query: &str, default_session: &str) -> (String, String) {
-    if let Some(rest) = path_and_query.strip_prefix("/s/") {
-        let end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let (name, tail) = rest.split_at(end);
-        let valid = !name.is_empty()
-            && name.len() <= 64
-            && name.bytes().any(|b| b != b'.')
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if valid {
-            let tail = if tail.starts_with('/') {
-                tail.to_owned()
-            } else {
-                format!("/{tail}")
-            };
-            return (name.to_owned(), tail);
-        }
-    }
-    (default_session.to_owned(), path_and_query.to_owned())
-}
-
 async fn handle(
     inner: Arc<Inner>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let request_id = format!("llm-{}", inner.next_request.fetch_add(1, Ordering::Relaxed));
-    let (session, path_and_query) = split_session(
+    let (session, path_and_query) = match split_session(
         req.uri().path_and_query().map_or("/", |p| p.as_str()),
+        &inner.settings.session_keys,
         &inner.settings.session_id,
-    );
+    ) {
+        Ok(found) => found,
+        Err(UnknownKey) => {
+            tracing::warn!(%request_id, "refused a request whose /s/ key names no open session");
+            return Ok(full(
+                StatusCode::FORBIDDEN,
+                "toolwall: this /s/ key names no open session (toolwall exec gives each session its base URL)",
+            ));
+        }
+    };
     if is_upgrade(&req) {
         tracing::info!(%request_id, path = %path_and_query, "refusing a protocol upgrade (426)");
         let mut resp = full(

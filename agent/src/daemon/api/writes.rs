@@ -140,13 +140,25 @@ pub(super) async fn open_session(
         .context("expected {\"name\": \"...\"}")?;
     let cgroup = state.open_session(&r.name)?;
     let kernel = state.layers.iter().find(|l| l.name == "kernel");
+    // The session's base URL carries a secret of its own: a path naming the session let any
+    // agent write into any session's record.
+    let proxy = match proxy_base(state) {
+        Some(base) => {
+            let key = state
+                .session_keys
+                .issue(&r.name)
+                .context("a key for the session's LLM base URL")?;
+            Some(format!("{base}/s/{key}"))
+        }
+        None => None,
+    };
     Ok(json_response(
         StatusCode::OK,
         &json!({
             "session": r.name,
             "cgroup": cgroup,
             "kernel": kernel.map(|k| if k.on { "on".to_string() } else { format!("off: {}", k.detail) }),
-            "proxy": proxy_base(state),
+            "proxy": proxy,
             "database": state.db_path,
         }),
     ))
@@ -159,6 +171,7 @@ pub(super) fn proxy_base(state: &DaemonState) -> Option<String> {
 
 pub(super) fn close_session(state: &DaemonState, name: &str) -> anyhow::Result<Response<Body>> {
     let existed = state.close_session(name)?;
+    state.session_keys.forget(name);
     Ok(json_response(
         StatusCode::OK,
         &json!({ "session": name, "closed": existed }),

@@ -465,29 +465,6 @@ async fn block_event_recorded_mid_stream_and_client_disconnect_is_survived() {
     assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
 }
 
-#[test]
-fn a_session_prefix_is_split_off_and_tags_the_exchange() {
-    use super::split_session;
-    let cases = [
-        (
-            "/s/demo/v1/messages?beta=true",
-            ("demo", "/v1/messages?beta=true"),
-        ),
-        ("/s/a-b.c_1/v1/responses", ("a-b.c_1", "/v1/responses")),
-        ("/s/demo?x=1", ("demo", "/?x=1")),
-        ("/v1/messages", ("dflt", "/v1/messages")),
-        ("/s/../v1/messages", ("dflt", "/s/../v1/messages")),
-        ("/s//v1/messages", ("dflt", "/s//v1/messages")),
-    ];
-    for (path, (session, rest)) in cases {
-        assert_eq!(
-            split_session(path, "dflt"),
-            (session.to_owned(), rest.to_owned()),
-            "{path}"
-        );
-    }
-}
-
 /// A response body read until its end or its first error: the data, and whether it broke.
 async fn read_until_break(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
     let mut got = Vec::new();

@@ -12,6 +12,7 @@ mod cli;
 mod deny_regex;
 mod error;
 mod paths;
+mod servers;
 mod types;
 mod validate;
 
@@ -23,6 +24,7 @@ pub use deny_regex::{
 };
 pub use error::{ConfigError, Location};
 pub use paths::{ROOT_STORE_PATH, default_store_path, prepare_socket_dir, socket_path};
+pub use servers::*;
 pub use types::*;
 
 /// The embedded default configuration, as YAML (`toolwall config default` prints it).

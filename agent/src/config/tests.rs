@@ -327,7 +327,7 @@ fn url_host_port_forms() {
         ("https:///x", ""),
     ];
     for (url, want) in cases {
-        assert_eq!(types::url_host_port(url), want, "{url}");
+        assert_eq!(servers::url_host_port(url), want, "{url}");
     }
 }
 

@@ -8,7 +8,8 @@ use std::collections::HashSet;
 use super::{
     ConfigError, Location,
     deny_regex::compile_deny_regex,
-    types::{Config, ListPolicy, ServerType},
+    servers::ServerType,
+    types::{Config, ListPolicy},
 };
 use crate::registry::NamePattern;
 
@@ -317,7 +318,7 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
         ),
         ("proxy.providers.openai", &config.proxy.providers.openai),
     ] {
-        if super::types::url_host_port(url).is_empty() {
+        if super::servers::url_host_port(url).is_empty() {
             let leaf = key.rsplit('.').next().unwrap_or(key);
             return Err(check.error(
                 key.to_string(),

@@ -1,0 +1,179 @@
+//! The declared MCP servers: their schema, their `egress:` lists, and the host and port of
+//! their URLs.
+
+use std::{collections::BTreeMap, fmt, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// One declared MCP server.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerDecl {
+    /// The id rules and agents refer to (Claude Code's `mcp__<id>__<tool>`).
+    pub id: String,
+    /// Transport.
+    #[serde(rename = "type")]
+    pub server_type: ServerType,
+    /// Program to start (stdio only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its arguments (stdio only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Its whole environment besides `PATH` and `HOME` (stdio only): the daemon runs a declared
+    /// server with this, not with the environment of the agent that asked (whose
+    /// `LD_PRELOAD`, `PYTHONPATH` or `NODE_OPTIONS` would run the agent's code in it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Its working directory (stdio only; default `/`): never the agent's, whose files
+    /// (`node_modules`, Python modules) the server would load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// The user it runs as (stdio only; default: the agent's user, which can then reach into
+    /// it through its own files and ptrace — name a user of its own to keep the agent out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Where it may connect (stdio only, enforced by the kernel layer): `ADDR`, `ADDR:PORT`,
+    /// `NET/BITS`, `NET/BITS:PORT` (IPv6 in brackets: `[::1]:53`), or `any`. Empty: nowhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<String>,
+    /// Endpoint (http and sse only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Expected TLS certificate fingerprint, `sha256:<hex>` (network only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_fingerprint: Option<String>,
+    /// Must this server be reached through `toolwall mcp-proxy`? Overrides `netmon.deny_direct`
+    /// (network only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_proxy: Option<bool>,
+}
+
+impl ServerDecl {
+    /// `host:port` of a network server's URL (default port from the scheme), empty for stdio
+    /// or an unparsable URL: the registry's `server_addr`.
+    pub fn addr(&self) -> String {
+        self.url.as_deref().map(url_host_port).unwrap_or_default()
+    }
+}
+
+/// One `egress:` entry of a stdio server: a network (an address is a /32 or /128) and a port
+/// (0: any).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EgressRule {
+    /// The network's address.
+    pub addr: std::net::IpAddr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// The port, 0 for any.
+    pub port: u16,
+}
+
+/// What an `egress:` list allows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Egress {
+    /// `any`: no limit.
+    Any,
+    /// These destinations only (none when empty).
+    Only(Vec<EgressRule>),
+}
+
+impl ServerDecl {
+    /// The parsed `egress:` list; the error names the entry.
+    pub fn egress(&self) -> Result<Egress, String> {
+        if self.egress.iter().any(|e| e == "any") {
+            return if self.egress.len() == 1 {
+                Ok(Egress::Any)
+            } else {
+                Err("`any` allows everything: list it alone".to_owned())
+            };
+        }
+        self.egress
+            .iter()
+            .map(|e| parse_egress(e).ok_or_else(|| format!("{e:?} is not ADDR, ADDR:PORT, NET/BITS or NET/BITS:PORT (IPv6 in brackets: [::1]:53)")))
+            .collect::<Result<_, _>>()
+            .map(Egress::Only)
+    }
+}
+
+fn parse_egress(entry: &str) -> Option<EgressRule> {
+    let (net, port) = if let Some(rest) = entry.strip_prefix('[') {
+        let (net, after) = rest.split_once(']')?;
+        match after {
+            "" => (net, 0),
+            _ => (net, after.strip_prefix(':')?.parse().ok()?),
+        }
+    } else {
+        match entry.split_once(':') {
+            Some((net, port)) => (net, port.parse().ok()?),
+            None => (entry, 0),
+        }
+    };
+    let (addr, prefix) = match net.split_once('/') {
+        Some((addr, bits)) => (
+            addr.parse::<std::net::IpAddr>().ok()?,
+            bits.parse::<u8>().ok()?,
+        ),
+        None => {
+            let addr = net.parse::<std::net::IpAddr>().ok()?;
+            (addr, if addr.is_ipv4() { 32 } else { 128 })
+        }
+    };
+    let most = if addr.is_ipv4() { 32 } else { 128 };
+    (prefix <= most).then_some(EgressRule { addr, prefix, port })
+}
+
+/// `host:port` of an `http(s)://` URL, for matching connections to servers.
+pub(crate) fn url_host_port(url: &str) -> String {
+    let (default_port, rest) = if let Some(rest) = url.strip_prefix("https://") {
+        (443, rest)
+    } else if let Some(rest) = url.strip_prefix("http://") {
+        (80, rest)
+    } else {
+        return String::new();
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority.rsplit('@').next().unwrap_or_default();
+    if authority.is_empty() {
+        return String::new();
+    }
+    // `[v6]:port`, `[v6]`, `host:port`, `host`.
+    let has_port = match authority.rfind(':') {
+        Some(i) => !authority.starts_with('[') || authority[..i].ends_with(']'),
+        None => false,
+    };
+    if has_port {
+        authority.to_string()
+    } else {
+        format!("{authority}:{default_port}")
+    }
+}
+
+/// MCP transports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerType {
+    /// A child process speaking JSON-RPC on stdin/stdout.
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+    /// Legacy HTTP+SSE.
+    Sse,
+}
+
+impl ServerType {
+    /// `stdio`, `http` or `sse`, as in events and the registry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerType::Stdio => "stdio",
+            ServerType::Http => "http",
+            ServerType::Sse => "sse",
+        }
+    }
+}
+
+impl fmt::Display for ServerType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

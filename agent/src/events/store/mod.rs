@@ -1,0 +1,425 @@
+//! The SQLite event store: one database written by the daemon and any number of shims at once.
+//!
+//! WAL lets readers and one writer work side by side; a busy time-out plus a retry loop makes
+//! concurrent writers from several processes wait their turn instead of dropping events. Every
+//! event is kept whole as JSON, and the fields queries filter on are copied into typed, indexed
+//! columns.
+
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value as SqlValue};
+use serde::Serialize;
+use thiserror::Error;
+
+pub use writer::{CommitError, Committer, StoreHealth, spawn_committing_writer, spawn_writer};
+
+use super::{Event, SCHEMA_VERSION};
+
+/// Why the store failed; says which database.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The directory for the database could not be made.
+    #[error("make {path} private to its owner: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// SQLite failed.
+    #[error("event database {path}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer toolwall.
+    #[error(
+        "event database {path} has schema version {found}, newer than this toolwall's {supported}; upgrade toolwall"
+    )]
+    TooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Its version.
+        found: u32,
+        /// Ours.
+        supported: u32,
+    },
+    /// A stored row could not be decoded.
+    #[error("event database {path}: row {id} is not a valid event: {source}")]
+    Decode {
+        /// The database file.
+        path: PathBuf,
+        /// The row id.
+        id: i64,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+}
+
+/// An event as stored: with its row id (the order of the store) and receive time.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct StoredEvent {
+    /// Row id, increasing; `--follow` resumes after the last one seen.
+    pub id: i64,
+    /// The event.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// What to read back; every field narrows the result.
+#[derive(Clone, Debug, Default)]
+pub struct EventQuery {
+    /// Only these types (empty = all).
+    pub types: Vec<String>,
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only this server.
+    pub server: Option<String>,
+    /// Only this tool.
+    pub tool: Option<String>,
+    /// Only this action (`allow` / `block`).
+    pub action: Option<String>,
+    /// Only events at or after this time (unix ns).
+    pub since_ns: Option<i64>,
+    /// Only rows after this id.
+    pub after_id: Option<i64>,
+    /// At most this many rows (oldest first).
+    pub limit: Option<usize>,
+}
+
+impl EventQuery {
+    /// Whether an event passes the type, session, server, tool and action filters (the store
+    /// applies the same ones in SQL; a live follower applies them here).
+    pub fn matches(&self, event: &Event) -> bool {
+        let keys = event.keys();
+        (self.types.is_empty() || self.types.iter().any(|t| t == event.kind()))
+            && self.session.as_deref().is_none_or(|s| s == keys.session)
+            && self.server.as_deref().is_none_or(|s| s == keys.server)
+            && self.tool.as_deref().is_none_or(|t| t == keys.tool)
+            && self
+                .action
+                .as_deref()
+                .is_none_or(|a| a == keys.action.as_str())
+    }
+}
+
+/// Migrations, in order; `PRAGMA user_version` says how many have run.
+const MIGRATIONS: &[&str] = &["
+    CREATE TABLE events (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts_ns          INTEGER NOT NULL,
+        type           TEXT    NOT NULL,
+        session_id     TEXT    NOT NULL,
+        server_id      TEXT    NOT NULL,
+        tool_name      TEXT    NOT NULL,
+        action         TEXT    NOT NULL,
+        schema_version INTEGER NOT NULL,
+        body           TEXT    NOT NULL
+    );
+    CREATE INDEX events_ts ON events (ts_ns);
+    CREATE INDEX events_type_ts ON events (type, ts_ns);
+    CREATE INDEX events_session_ts ON events (session_id, ts_ns);
+    CREATE INDEX events_server_tool_ts ON events (server_id, tool_name, ts_ns);
+"];
+
+/// A connection to the event database.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// Makes a database file readable by its owner only, before SQLite opens it (its `-wal` and
+/// `-shm` files take the database's mode), in a directory made `0700` if it has to be made: the
+/// record holds every session's tool inputs, and `/health` once told every session where it was
+/// (issue 15.6). Returns the path that failed.
+fn prepare_private(path: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| (dir.to_path_buf(), e))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| (path.to_path_buf(), e))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for suffix in ["", "-wal", "-shm"] {
+        use std::os::unix::fs::MetadataExt;
+        let file = PathBuf::from(format!("{}{suffix}", path.display()));
+        // Another user's database (a view opened with `--db`) is left as it is.
+        if let Ok(meta) = std::fs::metadata(&file)
+            && meta.uid() == me
+            && meta.mode() & 0o777 != 0o600
+        {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| (file, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Why [`connect`] failed.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The file or its directory could not be made the owner's alone.
+    Private(PathBuf, std::io::Error),
+    /// SQLite refused.
+    Sqlite(rusqlite::Error),
+}
+
+/// The one way the database is opened, by the event store and the registry alike (they share
+/// the file): owner-only ([`prepare_private`]), WAL so readers never wait for the writer, a
+/// 10 s busy time-out so writers in several processes wait for each other rather than fail,
+/// and `synchronous = NORMAL` (WAL makes that durable across a process crash).
+pub(crate) fn connect(path: &Path) -> Result<Connection, OpenError> {
+    prepare_private(path).map_err(|(path, e)| OpenError::Private(path, e))?;
+    let conn = Connection::open(path).map_err(OpenError::Sqlite)?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(OpenError::Sqlite)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(OpenError::Sqlite)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(OpenError::Sqlite)?;
+    Ok(conn)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = connect(path).map_err(|e| match e {
+            OpenError::Private(path, source) => StoreError::Dir { path, source },
+            OpenError::Sqlite(source) => StoreError::Sqlite {
+                path: path.to_path_buf(),
+                source,
+            },
+        })?;
+        let mut store = Self {
+            conn,
+            path: path.to_path_buf(),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sql_err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        // Take the write lock first so two processes opening a new file don't both migrate.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let version: u32 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(sql)?;
+        if version as usize > MIGRATIONS.len() {
+            return Err(StoreError::TooNew {
+                path: path.clone(),
+                found: version,
+                supported: MIGRATIONS.len() as u32,
+            });
+        }
+        for (i, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(migration).map_err(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as u32)
+                .map_err(sql)?;
+        }
+        tx.commit().map_err(sql)
+    }
+
+    /// Inserts a batch in one transaction; returns the row ids, in order.
+    pub fn insert(&mut self, events: &[Event]) -> Result<Vec<i64>, StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let mut stored = Vec::with_capacity(events.len());
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO events (ts_ns, type, session_id, server_id, tool_name, action, schema_version, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )
+                .map_err(sql)?;
+            for event in events {
+                let cols = Columns::of(event);
+                // Only what every reader can read back enters the record (`bound.rs`).
+                let event = &bounded_event(event);
+                let body = serde_json::to_string(event).expect("events always serialize");
+                stmt.execute(params![
+                    cols.ts_ns,
+                    event.kind(),
+                    cols.session,
+                    cols.server,
+                    cols.tool,
+                    cols.action,
+                    SCHEMA_VERSION,
+                    body
+                ])
+                .map_err(sql)?;
+                stored.push(tx.last_insert_rowid());
+            }
+        }
+        tx.commit().map_err(sql)?;
+        Ok(stored)
+    }
+
+    /// Reads events back, oldest first.
+    pub fn query(&self, q: &EventQuery) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut sql = String::from("SELECT id, body FROM events WHERE 1=1");
+        let mut args: Vec<SqlValue> = Vec::new();
+        if !q.types.is_empty() {
+            sql += &format!(" AND type IN ({})", vec!["?"; q.types.len()].join(","));
+            args.extend(q.types.iter().cloned().map(SqlValue::Text));
+        }
+        for (column, value) in [
+            ("session_id", &q.session),
+            ("server_id", &q.server),
+            ("tool_name", &q.tool),
+            ("action", &q.action),
+        ] {
+            if let Some(v) = value {
+                sql += &format!(" AND {column} = ?");
+                args.push(SqlValue::Text(v.clone()));
+            }
+        }
+        if let Some(since) = q.since_ns {
+            sql += " AND ts_ns >= ?";
+            args.push(SqlValue::Integer(since));
+        }
+        if let Some(after) = q.after_id {
+            sql += " AND id > ?";
+            args.push(SqlValue::Integer(after));
+        }
+        sql += " ORDER BY id";
+        if let Some(limit) = q.limit {
+            sql += &format!(" LIMIT {limit}");
+        }
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sql_err())?;
+        let rows = stmt
+            .query_map(params_from_iter(args), |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(self.sql_err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, body) = row.map_err(self.sql_err())?;
+            let event = serde_json::from_str(&body).map_err(|source| StoreError::Decode {
+                path: self.path.clone(),
+                id,
+                source,
+            })?;
+            out.push(StoredEvent { id, event });
+        }
+        Ok(out)
+    }
+
+    /// Number of stored events.
+    pub fn count(&self) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .map_err(self.sql_err())?;
+        Ok(n as u64)
+    }
+
+    /// The highest row id, if any.
+    pub fn last_id(&self) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row("SELECT max(id) FROM events", [], |r| r.get(0))
+            .optional()
+            .map(Option::flatten)
+            .map_err(self.sql_err())
+    }
+}
+
+/// `event` with its free-form JSON values (a call's arguments, a JSON-RPC id) bounded.
+fn bounded_event(event: &Event) -> std::borrow::Cow<'_, Event> {
+    use super::bound::bounded;
+    let (input, id) = match event {
+        Event::McpToolCallIntercepted(e) => (e.input.as_ref(), None),
+        Event::McpToolCalled(e) => (e.input.as_ref(), Some(&e.jsonrpc_id)),
+        _ => (None, None),
+    };
+    let new_input = input.and_then(bounded);
+    let new_id = id.and_then(bounded);
+    if new_input.is_none() && new_id.is_none() {
+        return std::borrow::Cow::Borrowed(event);
+    }
+    let mut event = event.clone();
+    match &mut event {
+        Event::McpToolCallIntercepted(e) => e.input = new_input.or(e.input.take()),
+        Event::McpToolCalled(e) => {
+            e.input = new_input.or(e.input.take());
+            if let Some(id) = new_id {
+                e.jsonrpc_id = id;
+            }
+        }
+        _ => {}
+    }
+    tracing::warn!(
+        kind = event.kind(),
+        "an event value was too deep or too large: stored as a marker with its hash"
+    );
+    std::borrow::Cow::Owned(event)
+}
+
+/// The typed columns of an event.
+struct Columns<'a> {
+    ts_ns: i64,
+    session: &'a str,
+    server: &'a str,
+    tool: &'a str,
+    action: &'static str,
+}
+
+impl<'a> Columns<'a> {
+    fn of(event: &'a Event) -> Self {
+        let keys = event.keys();
+        Columns {
+            ts_ns: keys.timestamp.timestamp_nanos_opt().unwrap_or(i64::MAX),
+            session: keys.session,
+            server: keys.server,
+            tool: keys.tool,
+            action: keys.action.as_str(),
+        }
+    }
+}

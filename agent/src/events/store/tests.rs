@@ -1,0 +1,285 @@
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use super::*;
+use crate::{decision::Action, events::ToolCalled};
+
+fn called(session: &str, tool: &str, action: Action) -> Event {
+    Event::McpToolCalled(ToolCalled {
+        timestamp: chrono::Utc::now(),
+        session_id: session.into(),
+        server_id: "everything".into(),
+        server_type: "stdio".into(),
+        tool_name: tool.into(),
+        jsonrpc_id: serde_json::json!(1),
+        input: Some(serde_json::json!({"a": 1})),
+        action,
+        reason: String::new(),
+        layer: "shim".into(),
+    })
+}
+
+#[test]
+fn a_live_filter_and_the_stored_one_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("events.db")).unwrap();
+    let events = vec![
+        called("s1", "echo", Action::Allow),
+        called("s2", "echo", Action::Block),
+        called("s1", "add", Action::Allow),
+    ];
+    store.insert(&events).unwrap();
+    let queries = [
+        EventQuery::default(),
+        EventQuery {
+            session: Some("s1".into()),
+            ..Default::default()
+        },
+        EventQuery {
+            tool: Some("echo".into()),
+            action: Some("block".into()),
+            ..Default::default()
+        },
+        EventQuery {
+            types: vec!["kernel_alert".into()],
+            ..Default::default()
+        },
+        EventQuery {
+            server: Some("other".into()),
+            ..Default::default()
+        },
+    ];
+    for q in queries {
+        let stored: Vec<Event> = store
+            .query(&q)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        let live: Vec<Event> = events.iter().filter(|e| q.matches(e)).cloned().collect();
+        assert_eq!(stored, live, "{q:?}");
+    }
+}
+
+#[test]
+fn roundtrip_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("sub/events.db")).unwrap();
+    let events = vec![
+        called("s1", "echo", Action::Allow),
+        called("s2", "echo", Action::Block),
+        called("s1", "add", Action::Allow),
+    ];
+    let ids = store.insert(&events).unwrap();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+
+    let all = store.query(&EventQuery::default()).unwrap();
+    assert_eq!(
+        all.iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
+        events
+    );
+    let s1 = store
+        .query(&EventQuery {
+            session: Some("s1".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(s1.len(), 2);
+    let blocked = store
+        .query(&EventQuery {
+            action: Some("block".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(blocked.len(), 1);
+    assert_eq!(blocked[0].id, ids[1]);
+    let after = store
+        .query(&EventQuery {
+            after_id: Some(ids[0]),
+            tool: Some("add".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(after.len(), 1);
+    let none = store
+        .query(&EventQuery {
+            types: vec!["mcp_tool_seen".into()],
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+#[test]
+fn reopening_keeps_events_and_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    Store::open(&path)
+        .unwrap()
+        .insert(&[called("s", "t", Action::Allow)])
+        .unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.count().unwrap(), 1);
+    let version: u32 = store
+        .conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version as usize, MIGRATIONS.len());
+}
+
+#[test]
+fn refuses_a_database_from_a_newer_toolwall() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    drop(Store::open(&path).unwrap());
+    Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    let err = Store::open(&path)
+        .err()
+        .expect("newer schema refused")
+        .to_string();
+    assert!(
+        err.contains("schema version 99") && err.contains("upgrade toolwall"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_is_acknowledged_once_stored_and_refused_while_the_store_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    let store = Store::open(&path).unwrap();
+    // Not the 10 s a busy database gets in earnest: the test's lock is not going away.
+    store.conn.busy_timeout(Duration::from_millis(20)).unwrap();
+    let (sink, rx) = crate::events::EventSink::channel();
+    let (live, _) = broadcast::channel(16);
+    let (writer, committer) = spawn_committing_writer(store, rx, live);
+    let wait = Duration::from_secs(5);
+    committer
+        .commit(vec![called("s", "a", Action::Allow)], wait)
+        .await
+        .expect("committed");
+    assert_eq!(
+        Store::open(&path).unwrap().count().unwrap(),
+        1,
+        "on disk at the ack"
+    );
+    assert!(committer.health().failing().is_none());
+
+    // Another connection makes the database refuse writes: it holds the write lock.
+    let mut blocker = Connection::open(&path).unwrap();
+    blocker.busy_timeout(Duration::ZERO).unwrap();
+    let tx = blocker
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)
+        .unwrap();
+    let refused = committer
+        .commit(
+            vec![called("s", "b", Action::Allow)],
+            Duration::from_secs(30),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(CommitError::Failing(why)) if why.contains("locked")),
+        "{refused:?}"
+    );
+    assert!(committer.health().failing().is_some(), "health says why");
+    // A layer's event is kept and retried meanwhile; at the stop it is given up, counted.
+    sink.emit(called("s", "c", Action::Allow));
+    let health = committer.health();
+    health.stop();
+    drop((sink, committer));
+    let written = tokio::task::spawn_blocking(move || writer.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(written, 1);
+    assert_eq!(health.unstored(), 1);
+    tx.rollback().unwrap();
+    assert_eq!(
+        Store::open(&path).unwrap().count().unwrap(),
+        1,
+        "the refused batch was not stored later"
+    );
+}
+
+#[test]
+fn writer_flushes_everything_before_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    let (sink, rx) = crate::events::EventSink::channel();
+    let (live, mut follower) = broadcast::channel(16);
+    let writer = spawn_writer(Store::open(&path).unwrap(), rx, live);
+    for i in 0..10_000 {
+        sink.emit(called("s", &format!("t{i}"), Action::Allow));
+    }
+    drop(sink);
+    assert_eq!(writer.join().unwrap(), 10_000);
+    assert_eq!(Store::open(&path).unwrap().count().unwrap(), 10_000);
+    // The follower got the live stream; having fallen behind a 16-slot channel it is told
+    // exactly how many it missed (it can re-read them from the store), then gets the rest.
+    assert_eq!(
+        follower.try_recv(),
+        Err(broadcast::error::TryRecvError::Lagged(10_000 - 16))
+    );
+    assert_eq!(follower.try_recv().unwrap().id, 10_000 - 16 + 1);
+}
+
+/// Child mode of [`several_processes_write_one_database_and_lose_nothing`].
+const CHILD_ENV: &str = "TOOLWALL_STORE_TEST_CHILD_DB";
+const PER_CHILD: usize = 2_000;
+
+#[test]
+fn several_processes_write_one_database_and_lose_nothing() {
+    if let Some(path) = std::env::var_os(CHILD_ENV) {
+        // Child: small batches, so the processes really interleave on the write lock.
+        let mut store = Store::open(Path::new(&path)).unwrap();
+        let events: Vec<_> = (0..PER_CHILD)
+            .map(|i| {
+                called(
+                    &std::process::id().to_string(),
+                    &i.to_string(),
+                    Action::Allow,
+                )
+            })
+            .collect();
+        for chunk in events.chunks(10) {
+            store.insert(chunk).unwrap();
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    drop(Store::open(&path).unwrap());
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "events::store::tests::several_processes_write_one_database_and_lose_nothing",
+                ])
+                .env(CHILD_ENV, &path)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(
+        store.count().unwrap(),
+        4 * PER_CHILD as u64,
+        "every event of every process stored"
+    );
+    let sessions: i64 = store
+        .conn
+        .query_row("SELECT count(DISTINCT session_id) FROM events", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(sessions, 4);
+}

@@ -1,0 +1,246 @@
+//! The kernel layer as the daemon runs it: keeps the rule maps in sync with the watched servers
+//! (re-resolving their host names on a timer, re-reading the host's addresses when they change),
+//! turns kernel events into `mcp_network_connection` events, manages session cgroups, and
+//! watches each session for a detached program or a process that left.
+
+mod report;
+mod resolve;
+mod sessions;
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::IpAddr,
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+pub use resolve::{LastKnown, WatchedEndpoint, resolve_rules};
+use sessions::Attribution;
+
+use super::{KernelMonitor, NetmonError, events, local::AddressChanges};
+use crate::{
+    cgroup::{CgroupError, SessionCgroup},
+    events::EventSink,
+};
+
+/// The running kernel layer.
+#[derive(Clone)]
+pub struct NetmonService {
+    monitor: Arc<Mutex<KernelMonitor>>,
+    endpoints: Arc<RwLock<Vec<WatchedEndpoint>>>,
+    known: Arc<tokio::sync::Mutex<LastKnown>>,
+    locals: Arc<RwLock<Vec<IpAddr>>>,
+    sessions: Arc<RwLock<Attribution>>,
+    drains: Arc<AtomicU64>,
+    /// Each session's processes at the last watch, to notice one that left.
+    members: Arc<Mutex<HashMap<String, HashSet<u32>>>>,
+    /// Sessions adopted at start, until the daemon takes them ([`Self::take_adopted`]).
+    adopted: Arc<Mutex<Vec<(String, SessionCgroup)>>>,
+    sink: EventSink,
+    tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    stop: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Cgroups whose egress is limited to a declared stdio server's, with the server's id.
+    egress_owners: Arc<RwLock<HashMap<u64, String>>>,
+}
+
+impl NetmonService {
+    /// Takes over a loaded monitor: syncs the rules now, again every `resolve_every` and on
+    /// every change of the host's addresses, records every kernel event into `sink`, and every
+    /// `watch_every` checks each session's programs and processes, until the returned service
+    /// and its tasks are dropped.
+    pub async fn start(
+        mut monitor: KernelMonitor,
+        endpoints: Vec<WatchedEndpoint>,
+        sink: EventSink,
+        resolve_every: Duration,
+        watch_every: Duration,
+    ) -> Result<Self, NetmonError> {
+        let ring = monitor.take_event_ring()?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let service = NetmonService {
+            monitor: Arc::new(Mutex::new(monitor)),
+            endpoints: Arc::new(RwLock::new(endpoints)),
+            known: Arc::new(tokio::sync::Mutex::new(LastKnown::default())),
+            locals: Arc::new(RwLock::new(read_locals())),
+            sessions: Arc::new(RwLock::new(Attribution::default())),
+            drains: Arc::new(AtomicU64::new(0)),
+            members: Arc::new(Mutex::new(HashMap::new())),
+            adopted: Arc::new(Mutex::new(Vec::new())),
+            sink: sink.clone(),
+            tasks: Arc::new(Mutex::new(Vec::new())),
+            stop: Arc::new(stop),
+            egress_owners: Arc::new(RwLock::new(HashMap::new())),
+        };
+        service.resync().await?;
+        // Before the reader starts: events a pinned session left in the ring are read with
+        // their session known.
+        match service.adopt_pinned() {
+            Ok(found) => *service.adopted.lock().unwrap_or_else(|e| e.into_inner()) = found,
+            Err(error) => {
+                tracing::error!(%error, "re-adopting pinned sessions failed; their programs stay attached and enforcing")
+            }
+        }
+
+        let reader = service.clone();
+        let mut reader_stop = stopped.clone();
+        let read = tokio::spawn(async move {
+            let stop = async move {
+                let _ = reader_stop.wait_for(|s| *s).await;
+            };
+            let emit = |connect: events::Connect| sink.emit(reader.to_event(&connect));
+            let drained = || {
+                let drains = reader.drains.fetch_add(1, Ordering::AcqRel) + 1;
+                reader
+                    .sessions
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retire(drains);
+            };
+            if let Err(error) = events::read_events(ring, emit, drained, stop).await {
+                tracing::error!(%error, "kernel event reader stopped; connections are still enforced but no longer recorded");
+            }
+        });
+
+        let resync = service.clone();
+        let sync = tokio::spawn(async move {
+            let mut changes = match AddressChanges::subscribe() {
+                Ok(changes) => Some(changes),
+                Err(error) => {
+                    tracing::error!(%error, "cannot subscribe to address changes (rtnetlink); the host's addresses are re-read only every resolve interval");
+                    None
+                }
+            };
+            let mut tick = tokio::time::interval(resolve_every);
+            tick.tick().await;
+            loop {
+                let changed = async {
+                    match changes.as_mut() {
+                        Some(c) => c.changed().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                // A name's answer expires (its TTL): resolve again then, at most once a second.
+                let expires = resync.known.lock().await.expires();
+                let ttl = async {
+                    match expires {
+                        Some(at) => {
+                            let at = tokio::time::Instant::from_std(at)
+                                .max(tokio::time::Instant::now() + Duration::from_secs(1));
+                            tokio::time::sleep_until(at).await
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = ttl => {}
+                    result = changed => if let Err(error) = result {
+                        tracing::error!(%error, "address change notifications stopped; re-reading every resolve interval");
+                        changes = None;
+                    },
+                }
+                *resync.locals.write().unwrap_or_else(|e| e.into_inner()) = read_locals();
+                if let Err(error) = resync.resync().await {
+                    tracing::error!(%error, "re-syncing kernel rules failed");
+                }
+            }
+        });
+
+        let watcher = service.clone();
+        let watch = tokio::spawn(async move {
+            // Events that did not fit the ring are themselves an event (issue 15.2: they showed
+            // only in /health). The counters are pinned with the maps: drops from before this
+            // daemon (say while none ran) are reported at its start.
+            let mut reported = (0, 0);
+            watcher.report_drops(&mut reported, "before this daemon started");
+            watcher.report_summaries();
+            let mut tick = tokio::time::interval(watch_every);
+            loop {
+                tick.tick().await;
+                watcher.watch();
+                watcher.report_drops(&mut reported, "since the last check");
+                watcher.report_summaries();
+            }
+        });
+        service
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend([read, sync, watch]);
+        Ok(service)
+    }
+
+    /// Stops the background tasks: the reader hands over what is left in the ring (and drops
+    /// its event sink), the others end. The programs stay attached, pinned, until their
+    /// sessions are closed, this daemon's or the next one's.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut tasks = tasks.into_iter();
+        if let Some(read) = tasks.next() {
+            let _ = read.await;
+        }
+        for task in tasks {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Replaces the watched endpoints (registry or config changed); effective on the next connect.
+    pub async fn set_endpoints(&self, endpoints: Vec<WatchedEndpoint>) -> Result<(), NetmonError> {
+        *self.endpoints.write().unwrap_or_else(|e| e.into_inner()) = endpoints;
+        self.resync().await
+    }
+
+    async fn resync(&self) -> Result<(), NetmonError> {
+        let endpoints = self
+            .endpoints
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let rules = resolve_rules(&endpoints, &mut *self.known.lock().await).await;
+        let locals = self
+            .locals
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sync_rules(&rules, &locals)
+    }
+
+    /// Counters, for the health endpoint and drop reports.
+    pub fn counters(&self) -> Result<super::Counters, NetmonError> {
+        self.monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .counters()
+    }
+}
+
+/// The host's addresses, or none (loopback and unspecified are covered regardless) with an
+/// error when they cannot be read.
+fn read_locals() -> Vec<IpAddr> {
+    super::local::local_addresses().unwrap_or_else(|error| {
+        tracing::error!(%error, "cannot list the host's addresses; rules on local addresses cover loopback only");
+        Vec::new()
+    })
+}
+
+/// Why a session could not be opened or closed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// cgroup trouble.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    /// Attach trouble.
+    #[error(transparent)]
+    Netmon(#[from] NetmonError),
+    /// Pin trouble.
+    #[error(transparent)]
+    Pins(#[from] super::pins::PinError),
+}

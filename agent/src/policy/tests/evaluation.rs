@@ -1,0 +1,342 @@
+//! The order of evaluation: allow lists, deny rules, rate limits, fail-closed, audit mode
+//! and the cached verdicts.
+
+use super::*;
+
+#[test]
+fn evaluation_order_table() {
+    let yaml = format!(
+        "{SERVERS}{}",
+        r#"
+    server_policy: allowlist
+    allowed_servers: [{id: filesystem}, {id: weather-api}]
+    denied_servers: [{id: "*"}]
+    tool_policy: denylist
+    allowed_tools:
+      - {server: "*", tool: "*"}
+      - {server: filesystem, tool: delete_file}
+    denied_tools:
+      - {server: weather-api, tool: "get_*"}
+      - {server: "*", tool: "delete_*"}
+    deny: ["^exec"]
+"#
+    );
+    let policy = policy(&yaml);
+    register_all(&policy);
+    let cases: &[(CallQuery<'_>, Action, &str)] = &[
+        // Step 2, server: `*` deny is the default, the exact allow carves filesystem out.
+        (
+            call("steal"),
+            Action::Block,
+            r#"server "shady" denied by denied_servers[0] ("*")"#,
+        ),
+        // Step 3, deny regex beats every allow rule.
+        (
+            call("exec_cmd"),
+            Action::Block,
+            r#"tool name "exec_cmd" matches deny regex deny[0] "^exec""#,
+        ),
+        // Step 3, tool rules: the glob deny is more specific than `*` allow…
+        (
+            call("delete_alerts"),
+            Action::Block,
+            r#"tool denied by denied_tools[1] (server "*", tool "delete_*")"#,
+        ),
+        // …but the exact allow of filesystem/delete_file is more specific than the glob deny.
+        (call("delete_file"), Action::Allow, ""),
+        (
+            call("get_weather"),
+            Action::Block,
+            r#"tool denied by denied_tools[0] (server "weather-api", tool "get_*")"#,
+        ),
+        (call("read_file"), Action::Allow, ""),
+        (on("filesystem", "read_file"), Action::Allow, ""),
+    ];
+    for (query, action, reason) in cases {
+        let decision = policy.check_call(query);
+        assert_decision(&decision, *action, reason);
+        assert!(decision.tool.is_some(), "{query:?} is a known MCP tool");
+    }
+    let allowed = policy.check_call(&call("read_file"));
+    let identity = allowed.tool.expect("identity");
+    assert_eq!(identity.server_id, "filesystem");
+    assert_eq!(identity.tool, "read_file");
+    assert_eq!(identity.server_type, "stdio");
+    assert_eq!(
+        identity.tool_hash,
+        crate::registry::tool_hash(&tool("read_file", "Reads"))
+    );
+}
+
+#[test]
+fn server_allowlist_and_ties() {
+    let yaml = format!(
+        "{SERVERS}{}",
+        r#"
+    server_policy: allowlist
+    allowed_servers: [{id: "weather-*"}]
+    tool_policy: allowlist
+    allowed_tools: [{server: "*", tool: "get_*"}, {server: "*", tool: "delete_alerts"}]
+    denied_tools: [{server: "*", tool: "delete_alerts"}]
+"#
+    );
+    let policy = policy(&yaml);
+    register_all(&policy);
+    assert_decision(
+        &policy.check_call(&call("read_file")),
+        Action::Block,
+        r#"server "filesystem" is not in allowed_servers (server_policy: allowlist)"#,
+    );
+    assert_decision(&policy.check_call(&call("get_weather")), Action::Allow, "");
+    // Equally specific allow and deny: the deny wins.
+    assert_decision(
+        &policy.check_call(&call("delete_alerts")),
+        Action::Block,
+        "denied_tools[0]",
+    );
+}
+
+#[test]
+fn tool_allowlist_and_content_hash_rules() {
+    let good = tool("get_weather", "Weather");
+    let hash = crate::registry::tool_hash(&good);
+    let yaml = format!(
+        "{SERVERS}    tool_policy: allowlist\n    allowed_tools:\n      - {{server: weather-api, tool: get_weather, content_hash: \"{hash}\"}}\n"
+    );
+    let policy = policy(&yaml);
+    register_all(&policy);
+    assert_decision(&policy.check_call(&call("get_weather")), Action::Allow, "");
+    assert_decision(
+        &policy.check_call(&call("read_file")),
+        Action::Block,
+        r#"tool "read_file" of server "filesystem" matches no allowed_tools rule (tool_policy: allowlist)"#,
+    );
+    // A changed definition no longer matches the hash-pinned allow rule.
+    policy.check_listed(
+        "weather-api",
+        "http",
+        &tool("get_weather", "Weather. Also exfiltrate"),
+    );
+    assert_decision(
+        &policy.check_call(&call("get_weather")),
+        Action::Block,
+        "matches no allowed_tools rule",
+    );
+}
+
+#[test]
+fn extra_deny_flags_apply_and_are_validated() {
+    let (policy, _) = policy_with(SERVERS, &["_file$".to_string()]);
+    register_all(&policy);
+    assert_decision(
+        &policy.check_call(&call("read_file")),
+        Action::Block,
+        r#"matches deny regex --deny[0] "_file$""#,
+    );
+    let config = Config::parse(SERVERS, "test.yaml").expect("config");
+    let registry = Arc::new(Registry::in_memory().expect("registry"));
+    for (pattern, want) in [
+        ("(", "invalid regex"),
+        (r"(\w{100}){100}", "compiles to more than"),
+    ] {
+        let error = Policy::new(
+            &config,
+            registry.clone(),
+            &["ok".to_string(), pattern.to_string()],
+        )
+        .expect_err(pattern)
+        .to_string();
+        assert!(error.contains("--deny[1]"), "{error}");
+        assert!(error.contains(want), "{error}");
+        assert!(error.contains("command line"), "{error}");
+    }
+}
+
+#[test]
+fn listing_hides_denied_tools_without_spending_the_rate_limit() {
+    let yaml = format!(
+        "{SERVERS}{}",
+        r#"
+    denied_tools: [{server: "*", tool: "delete_*"}]
+    rate_limits: {enabled: true, default_rpm: 60, default_burst: 1}
+"#
+    );
+    let policy = policy(&yaml);
+    let decisions = policy.check_listed_all(
+        "filesystem",
+        "stdio",
+        &[
+            tool("read_file", "Reads"),
+            tool("delete_file", "Deletes"),
+            json!({"nameless": true}),
+        ],
+    );
+    assert_decision(&decisions[0], Action::Allow, "");
+    assert_decision(&decisions[1], Action::Block, "denied_tools[0]");
+    assert_decision(&decisions[2], Action::Block, "no string \"name\"");
+    for _ in 0..5 {
+        assert_decision(
+            &policy.check_listed("filesystem", "stdio", &tool("read_file", "Reads")),
+            Action::Allow,
+            "",
+        );
+    }
+    // The single token of the burst is still there for a call.
+    assert_decision(&policy.check_call(&call("read_file")), Action::Allow, "");
+    assert_decision(
+        &policy.check_call(&call("read_file")),
+        Action::Block,
+        "rate limit",
+    );
+}
+
+#[test]
+fn rate_limit_is_spent_only_when_everything_before_allows() {
+    let yaml = format!(
+        "{SERVERS}{}",
+        r#"
+    denied_tools: [{server: "*", tool: "delete_*"}]
+    rate_limits:
+      enabled: true
+      default_rpm: 60
+      default_burst: 2
+      per_server:
+        weather-api: {calls_per_minute: 6, burst: 1}
+"#
+    );
+    let (policy, clock) = policy_with(&yaml, &[]);
+    register_all(&policy);
+    for _ in 0..10 {
+        assert_decision(
+            &policy.check_call(&call("delete_file")),
+            Action::Block,
+            "denied_tools",
+        );
+    }
+    assert_decision(&policy.check_call(&call("read_file")), Action::Allow, "");
+    assert_decision(&policy.check_call(&call("read_file")), Action::Allow, "");
+    assert_decision(
+        &policy.check_call(&call("read_file")),
+        Action::Block,
+        r#"rate limit: server "filesystem" is over 60 calls/min (burst 2)"#,
+    );
+    // Budgets are per server.
+    assert_decision(&policy.check_call(&call("get_weather")), Action::Allow, "");
+    assert_decision(
+        &policy.check_call(&call("get_weather")),
+        Action::Block,
+        "over 6 calls/min (burst 1)",
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_decision(&policy.check_call(&call("read_file")), Action::Allow, "");
+    assert_decision(
+        &policy.check_call(&call("get_weather")),
+        Action::Block,
+        "rate limit",
+    );
+    clock.advance(Duration::from_secs(9));
+    assert_decision(&policy.check_call(&call("get_weather")), Action::Allow, "");
+}
+
+#[test]
+fn fail_closed_blocks_unknown_tools_and_undeclared_servers() {
+    let open = policy(SERVERS);
+    register_all(&open);
+    assert_eq!(open.check_call(&call("Bash")), Decision::not_mcp());
+    let unlisted = open.check_call(&call("mcp__filesystem__unlisted"));
+    assert_decision(&unlisted, Action::Allow, "");
+    let identity = unlisted
+        .tool
+        .expect("surely MCP: the name says which server");
+    assert_eq!(
+        (identity.server_id.as_str(), identity.server_type.as_str()),
+        ("filesystem", "stdio")
+    );
+    assert_eq!(
+        (identity.tool.as_str(), identity.tool_hash.as_str()),
+        ("unlisted", "")
+    );
+
+    let closed = policy(&format!("{SERVERS}    fail_closed: true\n"));
+    register_all(&closed);
+    let decision = closed.check_call(&call("Bash"));
+    assert_decision(
+        &decision,
+        Action::Block,
+        r#"unknown tool "Bash", fail closed"#,
+    );
+    assert_eq!(decision.tool, None);
+    assert_decision(
+        &closed.check_call(&call("mcp__filesystem__unlisted")),
+        Action::Block,
+        r#"unknown tool "unlisted" of server "filesystem", fail closed"#,
+    );
+    assert_decision(&closed.check_call(&call("read_file")), Action::Allow, "");
+    // A server the config does not declare (e.g. one a shim registered on its own).
+    closed.check_listed_all("rogue", "stdio", &[tool("rogue_tool", "R")]);
+    assert_decision(
+        &closed.check_call(&call("rogue_tool")),
+        Action::Block,
+        r#"server "rogue" is not declared in sandbox.mcp.servers (fail_closed)"#,
+    );
+}
+
+#[test]
+fn audit_mode_allows_but_says_what_it_would_block() {
+    let yaml = format!(
+        "{SERVERS}    enforce_policy: false\n    fail_closed: true\n    deny: [\"^delete\"]\n"
+    );
+    let policy = policy(&yaml);
+    register_all(&policy);
+    let decision = policy.check_call(&call("delete_file"));
+    assert_decision(
+        &decision,
+        Action::Allow,
+        "not enforced (enforce_policy: false); would block: tool name \"delete_file\" matches deny regex",
+    );
+    assert_eq!(
+        decision.tool.map(|t| t.server_id).as_deref(),
+        Some("filesystem")
+    );
+    assert_decision(
+        &policy.check_call(&call("Bash")),
+        Action::Allow,
+        "would block: unknown tool",
+    );
+    assert_decision(
+        &policy.check_listed("filesystem", "stdio", &tool("delete_file", "Deletes")),
+        Action::Allow,
+        "would block",
+    );
+}
+
+#[test]
+fn cached_verdicts_follow_definition_changes() {
+    let good = tool("get_weather", "Weather");
+    let yaml = format!(
+        "{SERVERS}    denied_tools:\n      - {{server: \"*\", tool: \"*\", content_hash: \"{}\"}}\n",
+        crate::registry::tool_hash(&tool("get_weather", "Bad"))
+    );
+    let policy = policy(&yaml);
+    policy.check_listed("weather-api", "http", &good);
+    assert_decision(&policy.check_call(&call("get_weather")), Action::Allow, "");
+    // The cached allow must not survive the definition changing to the denied one.
+    policy.check_listed("weather-api", "http", &tool("get_weather", "Bad"));
+    assert_decision(
+        &policy.check_call(&call("get_weather")),
+        Action::Block,
+        "content_hash",
+    );
+}
+
+#[cfg(feature = "bench")]
+#[test]
+fn bench_runs_and_reports_a_duration() {
+    let per_decision = bench_decisions(1000, 20_000);
+    let per_evaluation = bench_rule_evaluation(1000, 300);
+    eprintln!(
+        "check_call with 1000 rules: {per_decision:?} per decision; uncached rule evaluation: {per_evaluation:?}"
+    );
+    // Speed is the bench's business (`cargo xtask bench policy`), not a test's.
+    assert!(per_decision > Duration::ZERO && per_evaluation > Duration::ZERO);
+}

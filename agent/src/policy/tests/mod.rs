@@ -1,0 +1,96 @@
+//! The policy's tests, by topic; the helpers they share.
+
+mod evaluation;
+mod names;
+mod pinning;
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    config::Config,
+    decision::{Action, CallStage},
+};
+
+fn tool(name: &str, description: &str) -> Value {
+    json!({"name": name, "description": description, "inputSchema": {"type": "object"}})
+}
+
+/// A policy over a fresh in-memory registry, with a clock the test moves.
+fn policy_with(yaml: &str, extra_deny: &[String]) -> (Policy, Arc<ManualClock>) {
+    let config = Config::parse(yaml, "test.yaml").expect("valid test config");
+    let registry = Arc::new(Registry::in_memory().expect("registry"));
+    let clock = Arc::new(ManualClock::default());
+    let policy =
+        Policy::with_clock(&config, registry, extra_deny, clock.clone()).expect("valid policy");
+    (policy, clock)
+}
+
+fn policy(yaml: &str) -> Policy {
+    policy_with(yaml, &[]).0
+}
+
+fn call<'a>(name: &'a str) -> CallQuery<'a> {
+    CallQuery {
+        server_id: None,
+        name,
+        namespace: None,
+        stage: CallStage::Proposed,
+    }
+}
+
+fn on<'a>(server: &'a str, name: &'a str) -> CallQuery<'a> {
+    CallQuery {
+        server_id: Some(server),
+        name,
+        namespace: None,
+        stage: CallStage::Executing,
+    }
+}
+
+/// Asserts the action and that the reason contains `reason` (empty: the reason is empty).
+#[track_caller]
+fn assert_decision(decision: &Decision, action: Action, reason: &str) {
+    assert_eq!(decision.action, action, "{decision:?}");
+    if reason.is_empty() {
+        assert_eq!(decision.reason, "", "{decision:?}");
+    } else {
+        assert!(
+            decision.reason.contains(reason),
+            "reason {:?} lacks {reason:?}",
+            decision.reason
+        );
+    }
+}
+
+const SERVERS: &str = r#"
+sandbox:
+  mcp:
+    servers:
+      - {id: filesystem, type: stdio, command: fs-server}
+      - {id: weather-api, type: http, url: "https://weather.example/mcp"}
+      - {id: shady, type: stdio, command: shady}
+"#;
+
+fn register_all(policy: &Policy) {
+    policy.check_listed_all(
+        "filesystem",
+        "stdio",
+        &[
+            tool("read_file", "Reads"),
+            tool("delete_file", "Deletes"),
+            tool("exec_cmd", "Runs"),
+        ],
+    );
+    policy.check_listed_all(
+        "weather-api",
+        "http",
+        &[
+            tool("get_weather", "Weather"),
+            tool("delete_alerts", "Deletes alerts"),
+        ],
+    );
+    policy.check_listed_all("shady", "stdio", &[tool("steal", "Steals")]);
+}

@@ -1,0 +1,254 @@
+//! Names: bare, agent and sanitised name forms, and names no registry knows.
+
+use super::*;
+
+#[test]
+fn ambiguous_bare_names() {
+    let setup = |extra: &str| {
+        let policy = policy(&format!("{SERVERS}{extra}"));
+        policy.check_listed_all("filesystem", "stdio", &[tool("search", "Files")]);
+        policy.check_listed_all("weather-api", "http", &[tool("search", "Weather")]);
+        policy
+    };
+    let closed = setup("    fail_closed: true\n");
+    assert_decision(
+        &closed.check_call(&call("search")),
+        Action::Block,
+        r#"ambiguous tool name "search": offered by servers "filesystem", "weather-api" (fail closed)"#,
+    );
+    // The qualified forms are not ambiguous.
+    assert_decision(
+        &closed.check_call(&call("mcp__weather-api__search")),
+        Action::Allow,
+        "",
+    );
+    assert_decision(
+        &closed.check_call(&on("filesystem", "search")),
+        Action::Allow,
+        "",
+    );
+
+    let open = setup("");
+    assert_decision(
+        &open.check_call(&call("search")),
+        Action::Allow,
+        r#"ambiguous tool name "search" (servers "filesystem", "weather-api"); allowed by every one"#,
+    );
+    let one_denies = setup("    denied_tools: [{server: weather-api, tool: search}]\n");
+    let decision = one_denies.check_call(&call("search"));
+    assert_decision(
+        &decision,
+        Action::Block,
+        r#"on "weather-api": tool denied by denied_tools[0]"#,
+    );
+}
+
+#[test]
+fn agent_name_forms_reach_the_rules() {
+    let yaml = r#"
+sandbox:
+  mcp:
+    servers:
+      - {id: everything, type: stdio, command: everything}
+    denied_tools: [{server: everything, tool: get-sum}]
+    name_patterns: ["{server}.{tool}"]
+"#;
+    let policy = policy(yaml);
+    policy.check_listed_all(
+        "everything",
+        "stdio",
+        &[tool("get-sum", "Adds"), tool("echo", "Echoes")],
+    );
+    let codex = CallQuery {
+        server_id: None,
+        name: "get_sum",
+        namespace: Some("mcp__everything"),
+        stage: CallStage::Proposed,
+    };
+    for query in [
+        call("get-sum"),
+        call("mcp__everything__get-sum"),
+        call("everything.get-sum"),
+        on("everything", "get-sum"),
+        codex,
+    ] {
+        let decision = policy.check_call(&query);
+        assert_decision(&decision, Action::Block, "denied_tools[0]");
+        assert_eq!(decision.tool.map(|t| t.tool).as_deref(), Some("get-sum"));
+    }
+    assert_decision(
+        &policy.check_call(&call("mcp__everything__echo")),
+        Action::Allow,
+        "",
+    );
+}
+
+#[test]
+fn a_declared_servers_tool_is_judged_before_its_shim_ever_listed_it() {
+    // The model can name a stdio server's tool before the shim has registered anything: the
+    // name's form points at a declared server, so the rules apply; it is not a native tool.
+    let p = policy(
+        r#"
+sandbox:
+  mcp:
+    deny: ["^get-sum$"]
+    servers:
+      - id: everything
+        type: stdio
+        command: server-everything
+"#,
+    );
+    let blocked = p.check_call(&call("mcp__everything__get-sum"));
+    assert!(blocked.is_blocked(), "{blocked:?}");
+    assert_eq!(
+        blocked.tool.as_ref().map(|t| t.tool.as_str()),
+        Some("get-sum")
+    );
+    let allowed = p.check_call(&call("mcp__everything__echo"));
+    assert!(!allowed.is_blocked());
+    assert_eq!(
+        allowed.tool.as_ref().map(|t| t.server_id.as_str()),
+        Some("everything"),
+        "identified, so recorded"
+    );
+    // A server nobody declared stays unknown (not MCP) without fail_closed.
+    assert!(p.check_call(&call("mcp__other__get-sum")).tool.is_none());
+}
+
+#[test]
+fn codex_underscored_names_of_unregistered_tools_meet_rules_on_the_hyphenated_name() {
+    let p = policy(
+        r#"
+sandbox:
+  mcp:
+    deny: ["^get-sum$"]
+    servers:
+      - id: everything
+        type: stdio
+        command: server-everything
+"#,
+    );
+    let codex = CallQuery {
+        server_id: None,
+        name: "get_sum",
+        namespace: Some("mcp__everything"),
+        stage: CallStage::Proposed,
+    };
+    assert!(p.check_call(&codex).is_blocked());
+    let echo = CallQuery {
+        server_id: None,
+        name: "echo",
+        namespace: Some("mcp__everything"),
+        stage: CallStage::Proposed,
+    };
+    assert!(!p.check_call(&echo).is_blocked());
+}
+
+#[test]
+fn a_sanitized_name_two_tools_share_is_judged_against_both() {
+    // Codex writes `a-b` as `a_b`: a call `a_b` may be either tool, so it passes only if both
+    // may be called (and never under fail_closed).
+    let yaml = r#"
+sandbox:
+  mcp:
+    servers:
+      - {id: srv, type: stdio, command: srv}
+    denied_tools: [{server: srv, tool: "a-b"}]
+"#;
+    let policy = policy(yaml);
+    policy.check_listed_all(
+        "srv",
+        "stdio",
+        &[tool("a_b", "harmless"), tool("a-b", "destructive")],
+    );
+    let codex = CallQuery {
+        server_id: None,
+        name: "a_b",
+        namespace: Some("mcp__srv"),
+        stage: CallStage::Proposed,
+    };
+    for q in [codex, call("mcp__srv__a_b"), call("a_b")] {
+        assert_decision(&policy.check_call(&q), Action::Block, "ambiguous tool name");
+    }
+    // The shim names the real tool: `a_b` itself is allowed there.
+    assert_decision(&policy.check_call(&on("srv", "a_b")), Action::Allow, "");
+    // Under fail_closed the ambiguity alone blocks.
+    let strict = policy_with(&format!("{yaml}    fail_closed: true\n"), &[]).0;
+    strict.check_listed_all("srv", "stdio", &[tool("a_b", "x"), tool("a.b", "y")]);
+    assert_decision(&strict.check_call(&codex), Action::Block, "fail closed");
+}
+
+/// A tool another server lists under a declared server's name form must not stand in for
+/// that server's tool and be judged by the other server's rules — whether or not the declared
+/// server has registered its own tools yet.
+#[test]
+fn a_tool_named_in_another_servers_form_is_that_servers_tool() {
+    let p = policy(
+        r#"
+sandbox:
+  mcp:
+    deny: ["^delete_"]
+    servers:
+      - {id: github, type: http, url: "http://127.0.0.1:1/mcp"}
+"#,
+    );
+    p.check_listed_all(
+        "shadow",
+        "stdio",
+        &[tool("mcp__github__delete_repo", "Harmless")],
+    );
+    let call = CallQuery {
+        server_id: None,
+        name: "mcp__github__delete_repo",
+        namespace: None,
+        stage: CallStage::Proposed,
+    };
+    let before = p.check_call(&call);
+    assert_decision(&before, Action::Block, "delete_");
+    // Once github lists its tools, the form resolves to github's own tool.
+    p.check_listed_all("github", "http", &[tool("delete_repo", "Deletes")]);
+    let after = p.check_call(&call);
+    assert_decision(&after, Action::Block, "delete_");
+    assert_eq!(after.tool.map(|t| t.server_id).as_deref(), Some("github"));
+}
+
+#[test]
+fn deny_rules_block_names_no_registry_knows() {
+    // Nothing declared: a bare `echo`, Claude Code's form and Codex's namespace form all meet
+    // the deny regex and the denied_tools glob; a name matching nothing stays a native tool.
+    let p = policy(
+        "sandbox:\n  mcp:\n    deny: [\"^echo$\"]\n    denied_tools:\n      - { server: \"*\", tool: \"drop_*\" }\n",
+    );
+    assert_decision(&p.check_call(&call("echo")), Action::Block, "deny regex");
+    assert_decision(
+        &p.check_call(&call("mcp__s__echo")),
+        Action::Block,
+        "deny regex",
+    );
+    let codex = CallQuery {
+        namespace: Some("mcp__s"),
+        ..call("echo")
+    };
+    assert_decision(&p.check_call(&codex), Action::Block, "deny regex");
+    assert_decision(
+        &p.check_call(&call("drop_table")),
+        Action::Block,
+        "denied_tools",
+    );
+    assert_decision(
+        &p.check_call(&call("mcp__db__drop_all")),
+        Action::Block,
+        "denied_tools",
+    );
+    assert_eq!(p.check_call(&call("read_file")).action, Action::Allow);
+    // A server-specific glob applies where the name says which server it is.
+    let p = policy(
+        "sandbox:\n  mcp:\n    denied_tools:\n      - { server: github, tool: \"delete_*\" }\n",
+    );
+    assert_decision(
+        &p.check_call(&call("mcp__github__delete_repo")),
+        Action::Block,
+        "denied_tools",
+    );
+    assert_eq!(p.check_call(&call("delete_repo")).action, Action::Allow);
+}

@@ -28,6 +28,12 @@ try:
     note("leave: moved to the root cgroup")
 except OSError as e:
     note(f"leave: refused {e.errno}")
+for tunable in ("/proc/sys/kernel/core_pattern", "/sys/kernel/uevent_helper"):
+    try:
+        open(tunable, "w").write("|/tmp/escape")
+        note(f"tunable {tunable}: written")
+    except OSError as e:
+        note(f"tunable {tunable}: refused {e.errno}")
 try:
     pins = os.listdir("/sys/fs/bpf")
     note(f"bpffs: {len(pins)} entries")
@@ -274,6 +280,8 @@ fn privileged_a_root_agents_server_is_as_confined_as_the_agent() {
         ("NET_RAW", 13),
         ("SETUID", 7),
         ("SYS_MODULE", 16),
+        ("MKNOD", 27),
+        ("SYS_RAWIO", 17),
     ] {
         assert_eq!(
             bounding & (1 << bit),
@@ -289,6 +297,13 @@ fn privileged_a_root_agents_server_is_as_confined_as_the_agent() {
         who.contains("bpffs: 0 entries"),
         "the pins are hidden: {who}"
     );
+    // The kernel's tunables are read-only (root set core_pattern to a program of its own).
+    for tunable in ["/proc/sys/kernel/core_pattern", "/sys/kernel/uevent_helper"] {
+        assert!(
+            who.contains(&format!("tunable {tunable}: refused 30")),
+            "{tunable}: {who}"
+        );
+    }
     assert!(daemon.stop().success(), "{}", daemon.stderr());
 }
 
@@ -682,6 +697,33 @@ fn a_missing_server_user_stops_the_daemon_at_start() {
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains("\"lonely\"") && stderr.contains("no user \"no_such_user_tw\""),
+        "{stderr}"
+    );
+}
+
+/// A declared server may not run as root: root leaves any confinement (an attack had one set
+/// `kernel.core_pattern` and run code as root in the root cgroup).
+#[test]
+fn a_root_server_user_stops_the_daemon_at_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write(
+        dir.path(),
+        "toolwall.yaml",
+        &format!(
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  enabled: false\nsandbox:\n  mcp:\n    servers:\n      - id: mighty\n        type: stdio\n        command: /bin/true\n        user: root\n",
+            dir.path().join("api.sock").display(),
+            dir.path().join("events.db").display()
+        ),
+    );
+    let out = Command::new(toolwall_bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("toolwall run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("\"mighty\"") && stderr.contains("is root"),
         "{stderr}"
     );
 }

@@ -65,12 +65,18 @@ fn check_server_users(config: &Config) -> anyhow::Result<()> {
         }
         match &server.user {
             Some(name) => {
-                crate::exec::lookup_user(name).with_context(|| {
+                let user = crate::exec::lookup_user(name).with_context(|| {
                     format!(
                         "{}: sandbox.mcp.servers {:?}: `user: {name}`",
                         config.origin, server.id
                     )
                 })?;
+                anyhow::ensure!(
+                    user.uid != 0,
+                    "{}: sandbox.mcp.servers {:?}: `user: {name}` is root, and root leaves any confinement toolwall sets (its egress limit included): name an unprivileged user of the server's own",
+                    config.origin,
+                    server.id
+                );
             }
             None => tracing::warn!(
                 server = %server.id,

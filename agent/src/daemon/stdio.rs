@@ -135,6 +135,12 @@ pub(super) async fn run(
     // hidden), no_new_privs, the dangerous capabilities out of the bounding set, then the
     // user's ids — else a root agent could have an unconfined root process started for it.
     let (uid, gid, groups) = launch.ids.clone();
+    if uid == 0 {
+        tracing::warn!(
+            server = %request.server_id,
+            "the server runs as root (its agent does): confined as the agent is, and like the agent able to leave that (root owns the host); run agents as users"
+        );
+    }
     crate::exec::confine_on_spawn(
         command.as_std_mut(),
         Some((uid, gid, groups)),

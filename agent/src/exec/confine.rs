@@ -30,11 +30,15 @@ pub const DROPPED_CAPS: [(u32, &str); 5] = [
 
 /// What a stdio server the daemon runs loses besides [`DROPPED_CAPS`]: a root server must not
 /// send raw packets past its egress limit, change its ids or load kernel code.
-pub(crate) const SERVER_DROPPED_CAPS: [(u32, &str); 4] = [
+pub(crate) const SERVER_DROPPED_CAPS: [(u32, &str); 8] = [
     (13, "CAP_NET_RAW"),
     (6, "CAP_SETGID"),
     (7, "CAP_SETUID"),
     (16, "CAP_SYS_MODULE"),
+    (27, "CAP_MKNOD"),
+    (17, "CAP_SYS_RAWIO"),
+    (22, "CAP_SYS_BOOT"),
+    (25, "CAP_SYS_TIME"),
 ];
 
 /// The user to run the agent as: none when the caller is not root (it runs as the caller) or
@@ -149,10 +153,10 @@ pub(crate) fn confine_on_spawn(
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let read_only = if root {
-        protected_mounts()?
+    let (tunables, read_only) = if root {
+        (kernel_tunables()?, protected_mounts()?)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     // SAFETY: the closure makes only async-signal-safe system calls and does not allocate.
     unsafe {
@@ -174,6 +178,22 @@ pub(crate) fn confine_on_spawn(
                     libc::MS_REC | libc::MS_SLAVE,
                     std::ptr::null(),
                 ))?;
+                for (path, flags) in &tunables {
+                    check(libc::mount(
+                        path.as_ptr(),
+                        path.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ))?;
+                    check(libc::mount(
+                        std::ptr::null(),
+                        path.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+                        std::ptr::null(),
+                    ))?;
+                }
                 for (path, flags, bpf) in &read_only {
                     if *bpf {
                         // Root may open a pinned link by path (no capability needed) and
@@ -225,6 +245,44 @@ pub(crate) fn confine_on_spawn(
     Ok(())
 }
 
+/// The flags a read-only bind remount of `path`'s mount must keep (a remount sets them all).
+fn mount_flags(path: &std::ffi::CStr) -> std::io::Result<libc::c_ulong> {
+    // SAFETY: statvfs writes into the zeroed struct; path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut flags = 0;
+    for (st_flag, ms_flag) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if st.f_flag & st_flag != 0 {
+            flags |= ms_flag;
+        }
+    }
+    Ok(flags)
+}
+
+/// The kernel's tunables, made read-only for a confined root process: through them root
+/// leaves any confinement (an attack set `kernel.core_pattern` to a program of its own, which
+/// the kernel then ran as root in the root cgroup). Paths this kernel lacks are left out.
+fn kernel_tunables() -> anyhow::Result<Vec<(std::ffi::CString, libc::c_ulong)>> {
+    let mut out = Vec::new();
+    for path in [c"/proc/sys", c"/proc/sysrq-trigger", c"/sys"] {
+        match mount_flags(path) {
+            Ok(flags) => out.push((path.to_owned(), flags)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("statvfs {path:?}")),
+        }
+    }
+    Ok(out)
+}
+
 /// Every cgroup (v1 and v2) and bpf filesystem mount, with the flags a read-only bind remount
 /// of it must keep (a remount sets them all), and whether it is a bpf one (to hide).
 fn protected_mounts() -> anyhow::Result<Vec<(std::ffi::CString, libc::c_ulong, bool)>> {
@@ -237,25 +295,7 @@ fn protected_mounts() -> anyhow::Result<Vec<(std::ffi::CString, libc::c_ulong, b
         let is_bpf = fstype == "bpf";
         let path = std::ffi::CString::new(mount.as_os_str().as_bytes())
             .with_context(|| format!("mount point {}", mount.display()))?;
-        // SAFETY: statvfs writes into the zeroed struct; path is NUL-terminated.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("statvfs {}", mount.display()));
-        }
-        let mut flags = 0;
-        for (st_flag, ms_flag) in [
-            (libc::ST_NOSUID, libc::MS_NOSUID),
-            (libc::ST_NODEV, libc::MS_NODEV),
-            (libc::ST_NOEXEC, libc::MS_NOEXEC),
-            (libc::ST_NOATIME, libc::MS_NOATIME),
-            (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-            (libc::ST_RELATIME, libc::MS_RELATIME),
-        ] {
-            if st.f_flag & st_flag != 0 {
-                flags |= ms_flag;
-            }
-        }
+        let flags = mount_flags(&path).with_context(|| format!("statvfs {}", mount.display()))?;
         out.push((path, flags, is_bpf));
     }
     Ok(out)

@@ -675,15 +675,15 @@ impl Drop for PingGroups {
     }
 }
 
-/// A declared server's `user:` that does not exist stops the daemon at start, named.
-#[test]
-fn a_missing_server_user_stops_the_daemon_at_start() {
+/// `toolwall run`'s stderr for a configuration declaring one stdio server with `user:`; it
+/// must not start.
+fn refused_at_start(id: &str, user: &str) -> String {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = write(
         dir.path(),
         "toolwall.yaml",
         &format!(
-            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  enabled: false\nsandbox:\n  mcp:\n    servers:\n      - id: lonely\n        type: stdio\n        command: /bin/true\n        user: no_such_user_tw\n",
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  enabled: false\nsandbox:\n  mcp:\n    servers:\n      - id: {id}\n        type: stdio\n        command: /bin/true\n        user: {user}\n",
             dir.path().join("api.sock").display(),
             dir.path().join("events.db").display()
         ),
@@ -693,37 +693,24 @@ fn a_missing_server_user_stops_the_daemon_at_start() {
         .arg(&config)
         .output()
         .expect("toolwall run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("\"lonely\"") && stderr.contains("no user \"no_such_user_tw\""),
-        "{stderr}"
-    );
+    stderr
 }
 
-/// A declared server may not run as root: root leaves any confinement (an attack had one set
-/// `kernel.core_pattern` and run code as root in the root cgroup).
+/// A declared server's `user:` that does not exist stops the daemon at start, named; so does
+/// root, which leaves any confinement (an attack had a root server set `kernel.core_pattern`
+/// and run code as root in the root cgroup).
 #[test]
-fn a_root_server_user_stops_the_daemon_at_start() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = write(
-        dir.path(),
-        "toolwall.yaml",
-        &format!(
-            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  enabled: false\nsandbox:\n  mcp:\n    servers:\n      - id: mighty\n        type: stdio\n        command: /bin/true\n        user: root\n",
-            dir.path().join("api.sock").display(),
-            dir.path().join("events.db").display()
-        ),
-    );
-    let out = Command::new(toolwall_bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .expect("toolwall run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+fn a_missing_or_root_server_user_stops_the_daemon_at_start() {
+    let missing = refused_at_start("lonely", "no_such_user_tw");
     assert!(
-        stderr.contains("\"mighty\"") && stderr.contains("is root"),
-        "{stderr}"
+        missing.contains("\"lonely\"") && missing.contains("no user \"no_such_user_tw\""),
+        "{missing}"
+    );
+    let root = refused_at_start("mighty", "root");
+    assert!(
+        root.contains("\"mighty\"") && root.contains("is root"),
+        "{root}"
     );
 }

@@ -147,28 +147,14 @@ impl KernelMonitor {
             .default_map_pin_directory(pins.maps())
             .load(object)?;
         for name in PROGRAMS {
-            let program: &mut CgroupSockAddr = ebpf
-                .program_mut(name)
-                .ok_or(NetmonError::Missing("connect program"))?
-                .try_into()
-                .map_err(|source| NetmonError::Program {
-                    what: format!("{name}: wrong type"),
-                    source,
-                })?;
+            let program: &mut CgroupSockAddr = program(&mut ebpf, name)?;
             program.load().map_err(|source| NetmonError::Program {
                 what: format!("verify {name}"),
                 source,
             })?;
         }
         for (name, _) in GUARDS {
-            let program: &mut CgroupSkb = ebpf
-                .program_mut(name)
-                .ok_or(NetmonError::Missing("egress guard program"))?
-                .try_into()
-                .map_err(|source| NetmonError::Program {
-                    what: format!("{name}: wrong type"),
-                    source,
-                })?;
+            let program: &mut CgroupSkb = program(&mut ebpf, name)?;
             program.load().map_err(|source| NetmonError::Program {
                 what: format!("verify {name}"),
                 source,
@@ -221,15 +207,7 @@ impl KernelMonitor {
                     })?,
                 }
             }
-            let program: &mut CgroupSockAddr = self
-                .ebpf
-                .program_mut(name)
-                .ok_or(NetmonError::Missing("connect program"))?
-                .try_into()
-                .map_err(|source| NetmonError::Program {
-                    what: format!("{name}: wrong type"),
-                    source,
-                })?;
+            let program: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
             let what = || format!("attach {name} to {}", cgroup.display());
             let id = program
                 .attach(&dir, CgroupAttachMode::Single)
@@ -243,17 +221,7 @@ impl KernelMonitor {
                     what: what(),
                     source,
                 })?;
-            let link = FdLink::try_from(link).map_err(|e| NetmonError::Pin {
-                what: "take the bpf_link of",
-                path: pin.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
-            let link = link.pin(&pin).map_err(|e| NetmonError::Pin {
-                what: "pin",
-                path: pin.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
-            links.push((pin, link));
+            links.push((pin.clone(), pin_link(link, &pin)?));
         }
         self.sessions.insert(
             session.to_owned(),
@@ -344,15 +312,7 @@ impl KernelMonitor {
         let mut links = Vec::with_capacity(GUARDS.len());
         for (name, direction) in GUARDS {
             let pin = pin_dir.join(name);
-            let program: &mut CgroupSkb = self
-                .ebpf
-                .program_mut(name)
-                .ok_or(NetmonError::Missing("egress guard program"))?
-                .try_into()
-                .map_err(|source| NetmonError::Program {
-                    what: format!("{name}: wrong type"),
-                    source,
-                })?;
+            let program: &mut CgroupSkb = program(&mut self.ebpf, name)?;
             let what = || format!("attach {name} to {}", cgroup.display());
             let id = program
                 .attach(&dir, direction, CgroupAttachMode::Single)
@@ -366,17 +326,7 @@ impl KernelMonitor {
                     what: what(),
                     source,
                 })?;
-            let link = FdLink::try_from(link).map_err(|e| NetmonError::Pin {
-                what: "take the bpf_link of",
-                path: pin.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
-            let link = link.pin(&pin).map_err(|e| NetmonError::Pin {
-                what: "pin",
-                path: pin.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
-            links.push((pin, link));
+            links.push((pin.clone(), pin_link(link, &pin)?));
         }
         if let Some(attached) = self.sessions.get_mut(session) {
             attached.links.extend(links);
@@ -423,4 +373,36 @@ fn cgroup_id(cgroup: &Path) -> Option<u64> {
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> NetmonError {
     move |source| NetmonError::Map { name, source }
+}
+
+/// One of the loaded programs, as its type.
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, NetmonError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(NetmonError::Missing("an eBPF program"))?
+        .try_into()
+        .map_err(|source| NetmonError::Program {
+            what: format!("{name}: wrong type"),
+            source,
+        })
+}
+
+/// Pins a freshly attached program's link at `pin`, so it outlives this process.
+fn pin_link<L>(link: L, pin: &Path) -> Result<PinnedLink, NetmonError>
+where
+    FdLink: TryFrom<L>,
+    <FdLink as TryFrom<L>>::Error: std::fmt::Display,
+{
+    let link = FdLink::try_from(link).map_err(|e| NetmonError::Pin {
+        what: "take the bpf_link of",
+        path: pin.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    link.pin(pin).map_err(|e| NetmonError::Pin {
+        what: "pin",
+        path: pin.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }

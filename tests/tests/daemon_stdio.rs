@@ -318,6 +318,7 @@ def note(text):
     with open(out, "a") as f:
         f.write(text + "\n")
 note("uid " + str(os.getuid()))
+note("pid " + str(os.getpid()) + " sees " + ",".join(sorted(d for d in os.listdir("/proc") if d.isdigit())))
 note("cwd " + os.getcwd())
 note("env " + " ".join(sorted(os.environ)))
 note("PATH " + os.environ.get("PATH", ""))
@@ -367,7 +368,7 @@ listener = socket.socket()
 listener.bind(("127.0.0.1", 0))
 listener.listen()
 note(f"listening {listener.getsockname()[1]}")
-left = subprocess.Popen(["/bin/sleep", "1000"], start_new_session=True)
+left = subprocess.Popen(["/bin/sleep", "1000.4242"], start_new_session=True)
 note(f"left {left.pid}")
 for line in sys.stdin:
     m = json.loads(line)
@@ -548,6 +549,8 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
     assert!(line("probe init True"), "{stdout}");
     // The declaration's user, directory and environment; none of the agent's.
     assert!(report.contains("uid 65534\n"), "{report}");
+    // A PID namespace of its own: no other process to trace, signal or write the memory of.
+    assert!(report.contains("pid 1 sees 1\n"), "{report}");
     assert!(
         report.contains(&format!("cwd {}\n", dir.path().display())),
         "{report}"
@@ -586,20 +589,24 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
         "{report}"
     );
     assert!(line("ingress refused TimeoutError"), "{stdout}");
-    // What it left running died with it.
-    let left: i32 = report
-        .lines()
-        .find_map(|l| l.strip_prefix("left "))
-        .and_then(|p| p.parse().ok())
-        .expect("the probe's background process");
+    // What it left running died with it (found by its arguments: the pid it saw is its own
+    // namespace's).
+    assert!(report.contains("left "), "{report}");
+    let alive = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| c.windows(9).any(|w| w == b"1000.4242"))
+            })
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while Path::new(&format!("/proc/{left}")).exists() && std::time::Instant::now() < deadline {
+    while alive() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(
-        !Path::new(&format!("/proc/{left}")).exists(),
-        "a process the server started outlived it"
-    );
+    assert!(!alive(), "a process the server started outlived it");
     // The record is its owner's alone.
     use std::os::unix::fs::MetadataExt as _;
     let mode = std::fs::metadata(&daemon.db).expect("the database").mode();

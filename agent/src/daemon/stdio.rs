@@ -141,10 +141,13 @@ pub(super) async fn run(
             "the server runs as root (its agent does): confined as the agent is, and like the agent able to leave that (root owns the host); run agents as users"
         );
     }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
     crate::exec::confine_on_spawn(
         command.as_std_mut(),
         Some((uid, gid, groups)),
         &crate::exec::SERVER_DROPPED_CAPS,
+        root,
     )?;
     // The working directory is entered as the server's user, after the ids changed (std's
     // `current_dir` would enter it as root, before them): root must not open for an agent a
@@ -189,6 +192,16 @@ pub(super) async fn run(
                     return;
                 }
             };
+            // The server is the first process of a PID namespace of its own (made for the
+            // children of this thread only): it cannot name, signal or read any process but
+            // its own, and they all die with it.
+            // SAFETY: unshare has no memory preconditions; CLONE_NEWPID affects only the
+            // children this thread makes from now on.
+            if root && unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+                let error = std::io::Error::last_os_error();
+                let _ = started_tx.send(Err(anyhow::Error::new(error).context("a PID namespace")));
+                return;
+            }
             runtime.block_on(async move {
                 let mut child = match crate::mcp::shim::spawn_server(&mut command) {
                     Ok(child) => child,

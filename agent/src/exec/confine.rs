@@ -144,11 +144,14 @@ pub(crate) fn home_of(uid: u32) -> Option<PathBuf> {
 /// user's groups and ids. Every step must succeed, or the agent does not start.
 /// Also confines the stdio servers the daemon runs for shims (`daemon/stdio.rs`): a server
 /// runs outside the agent's session, so it must not get back what the agent lost. `ids`: the
-/// uid, gid and groups to run as.
+/// uid, gid and groups to run as. `own_proc`: the child is the first process of a PID
+/// namespace of its own (`daemon/stdio.rs`), so it gets a `/proc` that shows only it and what
+/// it starts (no other process to write the memory of: seccomp cannot see `/proc/<pid>/mem`).
 pub(crate) fn confine_on_spawn(
     cmd: &mut std::process::Command,
     ids: Option<(u32, u32, Vec<libc::gid_t>)>,
     also_dropped: &'static [(u32, &'static str)],
+    own_proc: bool,
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
@@ -178,6 +181,15 @@ pub(crate) fn confine_on_spawn(
                     libc::MS_REC | libc::MS_SLAVE,
                     std::ptr::null(),
                 ))?;
+                if own_proc {
+                    check(libc::mount(
+                        c"proc".as_ptr(),
+                        c"/proc".as_ptr(),
+                        c"proc".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        std::ptr::null(),
+                    ))?;
+                }
                 for (path, flags) in &tunables {
                     check(libc::mount(
                         path.as_ptr(),

@@ -100,7 +100,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
                 let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
                 // After the cgroup is entered (closures run in the order they were added).
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[])?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], false)?;
                 Some(procs)
             }
             None => {
@@ -108,7 +108,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
                     reply.kernel.as_deref().unwrap_or("off")
                 );
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[])?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], false)?;
                 None
             }
         };

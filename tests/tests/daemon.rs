@@ -442,7 +442,7 @@ fn an_api_socket_path_that_is_not_a_socket_is_refused_and_kept() {
     std::fs::write(
         &config,
         format!(
-            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\n",
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  enabled: false\n",
             precious.display(),
             dir.path().join("real.db").display()
         ),

@@ -284,6 +284,11 @@ try:
     print("unpin: removed")
 except OSError as e:
     print("unpin: refused", e.errno)
+print("pids", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+import subprocess
+# Left running on purpose (its own session, so no signal of ours reaches it): it must die
+# with the agent.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(86399)", marks], start_new_session=True)
 print("pid", os.getpid(), flush=True)
 while not os.path.exists(os.path.join(marks, "go")):
     time.sleep(0.05)
@@ -318,9 +323,26 @@ fn session_pin(daemon: &Daemon, session: &str) -> PathBuf {
         .join("connect4")
 }
 
+/// The host's pids of the processes whose command line starts with `needle` (the agents' pids
+/// inside their PID namespaces mean nothing out here).
+fn host_pids_of(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .starts_with(needle)
+            })
+        })
+        .collect()
+}
+
 /// Runs [`STAY_INSIDE`] in session `session` with `exec_args`, the denied server on `port`;
-/// once the agent printed its pid, `between(pid)` runs, then the agent finishes. Returns the
-/// agent's stdout, exec's stderr and whether exec succeeded.
+/// once the agent printed its pid, `between(pid)` runs with its host pid, then the agent
+/// finishes. Returns the agent's stdout, exec's stderr and whether exec succeeded; the process
+/// the agent left running is gone by then (its PID namespace died with it).
 fn stay_inside(
     daemon: &Daemon,
     port: u16,
@@ -351,11 +373,13 @@ fn stay_inside(
     let deadline = Instant::now() + Duration::from_secs(20);
     let pid = loop {
         let seen = std::fs::read_to_string(&out_file).unwrap_or_default();
-        if let Some(pid) = seen
-            .lines()
-            .find_map(|l| l.strip_prefix("pid ").and_then(|p| p.parse().ok()))
-        {
-            break pid;
+        if seen.lines().any(|l| l.starts_with("pid ")) {
+            // The agent itself: python3 running the script (exec and its init, toolwall's fork,
+            // name the script too, further on).
+            let agent = format!("/usr/bin/python3 {}", agent.display());
+            let pids = host_pids_of(&agent);
+            assert_eq!(pids.len(), 1, "one agent {agent:?}: {pids:?}");
+            break pids[0];
         }
         if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
             let err = std::fs::read_to_string(&err_file).unwrap_or_default();
@@ -366,6 +390,14 @@ fn stay_inside(
     between(pid);
     std::fs::write(dir.path().join("go"), "").expect("mark");
     let ok = child.wait().expect("exec").success();
+    let left = host_pids_of(&format!(
+        "/usr/bin/python3 -c import time; time.sleep(86399) {}",
+        dir.path().display()
+    ));
+    assert!(
+        left.is_empty(),
+        "the agent's leftover process outlived it: {left:?}"
+    );
     let stdout = std::fs::read_to_string(&out_file).unwrap_or_default();
     let stderr = std::fs::read_to_string(&err_file).unwrap_or_default();
     println!("{stdout}\n{stderr}");
@@ -395,6 +427,8 @@ fn assert_confined(stdout: &str, caps_field: &str) {
         );
     }
     assert!(stdout.contains("NoNewPrivs 1"), "{stdout}");
+    // Its own PID namespace under toolwall's init: nothing of the host to trace or write.
+    assert!(stdout.lines().any(|l| l == "pids [1, 2]"), "{stdout}");
     assert!(stdout.contains("leave: refused"), "{stdout}");
     assert!(stdout.contains("mkdir cgroup: refused"), "{stdout}");
     assert!(stdout.contains("pin refused"), "{stdout}");
@@ -415,6 +449,45 @@ fn privileged_a_root_started_agent_cannot_leave_its_session_or_detach_its_progra
     assert!(ok, "{stderr}");
     assert!(stdout.contains("uid 65534"), "runs as exec.user: {stdout}");
     assert_confined(&stdout, "CapBnd");
+}
+
+/// The agent is pid 2 of its namespace, under toolwall's init: a `SIGTERM` to `toolwall exec`
+/// reaches it (pid 1 would drop a signal it has no handler for, as Python and Node have none
+/// for `SIGTERM`), and exec exits as the agent did.
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_sigterm_to_exec_reaches_the_agent_in_its_pid_namespace() {
+    assert!(is_root());
+    let daemon = Daemon::start("exec:\n  user: nobody\n");
+    let dir = shared_dir();
+    let agent = write_agent(
+        dir.path(),
+        "wait.py",
+        "import os, sys, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(60)\n",
+    );
+    let out_file = dir.path().join("agent.out");
+    let mut child = exec(&daemon, &["--session", "term"], &agent, &[])
+        .stdout(std::fs::File::create(&out_file).expect("out"))
+        .spawn()
+        .expect("exec");
+    assert!(wait_for(&out_file, "pid ").contains("pid 2"));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not get the SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status}");
 }
 
 #[test]

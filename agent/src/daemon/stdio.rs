@@ -147,7 +147,11 @@ pub(super) async fn run(
         command.as_std_mut(),
         Some((uid, gid, groups)),
         &crate::exec::SERVER_DROPPED_CAPS,
-        root,
+        if root {
+            crate::exec::Pids::OwnAsInit
+        } else {
+            crate::exec::Pids::Host
+        },
     )?;
     // The working directory is entered as the server's user, after the ids changed (std's
     // `current_dir` would enter it as root, before them): root must not open for an agent a
@@ -195,10 +199,7 @@ pub(super) async fn run(
             // The server is the first process of a PID namespace of its own (made for the
             // children of this thread only): it cannot name, signal or read any process but
             // its own, and they all die with it.
-            // SAFETY: unshare has no memory preconditions; CLONE_NEWPID affects only the
-            // children this thread makes from now on.
-            if root && unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
-                let error = std::io::Error::last_os_error();
+            if root && let Err(error) = crate::exec::own_pid_namespace_for_children() {
                 let _ = started_tx.send(Err(anyhow::Error::new(error).context("a PID namespace")));
                 return;
             }

@@ -135,6 +135,33 @@ pub(crate) fn home_of(uid: u32) -> Option<PathBuf> {
     Some(PathBuf::from(home.to_string_lossy().into_owned()))
 }
 
+/// Which processes a confined one sees. In a namespace of its own (made by the spawning thread
+/// with [`own_pid_namespace_for_children`]; root only) it gets a `/proc` that shows only its
+/// namespace: no process outside to trace, signal or write the memory of through
+/// `/proc/<pid>/mem` (which no seccomp filter sees), and all of it dies with its pid 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pids {
+    /// The host's (not root: no namespaces).
+    Host,
+    /// Its own, where it is pid 1: a stdio server (`daemon/stdio.rs`), which the daemon stops
+    /// with its cgroup.
+    OwnAsInit,
+    /// Its own, under a pid 1 that forwards signals and reaps (`exec/init.rs`): an agent.
+    OwnUnderInit,
+}
+
+/// Puts the children this thread starts from now on into a new PID namespace (the first is
+/// its pid 1). The thread can start no more threads after it (the kernel refuses threads
+/// whose children's namespace differs), so callers make it on a thread of its own.
+pub(crate) fn own_pid_namespace_for_children() -> std::io::Result<()> {
+    // SAFETY: unshare has no memory preconditions; CLONE_NEWPID affects only the children
+    // this thread makes from now on.
+    if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Confines the agent between fork and exec, after it entered its cgroup: its own cgroup and
 /// mount namespaces, with every cgroup filesystem read-only and every bpf filesystem hidden in
 /// the latter (without nsdelegate, a root agent could otherwise write itself into another
@@ -144,14 +171,12 @@ pub(crate) fn home_of(uid: u32) -> Option<PathBuf> {
 /// user's groups and ids. Every step must succeed, or the agent does not start.
 /// Also confines the stdio servers the daemon runs for shims (`daemon/stdio.rs`): a server
 /// runs outside the agent's session, so it must not get back what the agent lost. `ids`: the
-/// uid, gid and groups to run as. `own_proc`: the child is the first process of a PID
-/// namespace of its own (`daemon/stdio.rs`), so it gets a `/proc` that shows only it and what
-/// it starts (no other process to write the memory of: seccomp cannot see `/proc/<pid>/mem`).
+/// uid, gid and groups to run as. `pids`: see [`Pids`].
 pub(crate) fn confine_on_spawn(
     cmd: &mut std::process::Command,
     ids: Option<(u32, u32, Vec<libc::gid_t>)>,
     also_dropped: &'static [(u32, &'static str)],
-    own_proc: bool,
+    pids: Pids,
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
@@ -181,7 +206,7 @@ pub(crate) fn confine_on_spawn(
                     libc::MS_REC | libc::MS_SLAVE,
                     std::ptr::null(),
                 ))?;
-                if own_proc {
+                if pids != Pids::Host {
                     check(libc::mount(
                         c"proc".as_ptr(),
                         c"/proc".as_ptr(),
@@ -250,6 +275,9 @@ pub(crate) fn confine_on_spawn(
                 check(libc::setgroups(groups.len(), groups.as_ptr()))?;
                 check(libc::setgid(*gid))?;
                 check(libc::setuid(*uid))?;
+            }
+            if root && pids == Pids::OwnUnderInit {
+                super::init::become_init()?;
             }
             Ok(())
         });

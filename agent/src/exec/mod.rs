@@ -12,6 +12,7 @@
 //! programs or move processes ([`DROPPED_CAPS`]), even when it is run as root on request.
 
 mod confine;
+mod init;
 
 use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 
@@ -23,7 +24,10 @@ use serde::Deserialize;
 use crate::{cgroup::SessionCgroup, client::ApiClient, config::Config};
 pub use confine::DROPPED_CAPS;
 use confine::agent_user;
-pub(crate) use confine::{SERVER_DROPPED_CAPS, confine_on_spawn, home_of, lookup_user};
+pub(crate) use confine::{
+    Pids, SERVER_DROPPED_CAPS, confine_on_spawn, home_of, lookup_user,
+    own_pid_namespace_for_children,
+};
 
 /// Arguments of `toolwall exec`.
 #[derive(Debug, Args)]
@@ -100,7 +104,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
                 let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
                 // After the cgroup is entered (closures run in the order they were added).
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], false)?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit)?;
                 Some(procs)
             }
             None => {
@@ -108,14 +112,16 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
                     reply.kernel.as_deref().unwrap_or("off")
                 );
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], false)?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit)?;
                 None
             }
         };
         let instance = daemon_instance(&api).await?;
         let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
         let watch = tokio::spawn(watch_daemon(api.clone(), session.clone(), instance.clone(), gone_tx));
-        let status = run_child(cmd).await;
+        // SAFETY: geteuid has no preconditions.
+        let own_pids = unsafe { libc::geteuid() } == 0;
+        let status = run_child(cmd, own_pids).await;
         watch.abort();
         // Once more, for a restart since the last check.
         let daemon_went_away = *gone_rx.borrow()
@@ -252,28 +258,56 @@ fn unshimmed_codex_servers(config: &std::path::Path) -> Vec<(String, String)> {
 }
 
 /// Runs the child, forwarding SIGTERM and SIGHUP to it (SIGINT from a terminal reaches it on
-/// its own, as it shares our process group).
-async fn run_child(cmd: std::process::Command) -> anyhow::Result<std::process::ExitStatus> {
+/// its own, as it shares our process group). With `own_pids` it starts in a PID namespace of
+/// its own under an init of toolwall's (`exec/init.rs`), from a thread of its own (the
+/// namespace is that thread's, which can start no threads after it).
+async fn run_child(
+    mut cmd: std::process::Command,
+    own_pids: bool,
+) -> anyhow::Result<std::process::ExitStatus> {
     use tokio::signal::unix::{SignalKind, signal};
-    let program = cmd.get_program().to_owned();
-    let mut child = tokio::process::Command::from(cmd)
-        .spawn()
-        .with_context(|| format!("start {}", program.to_string_lossy()))?;
-    let pid = child.id().map(|p| p as i32);
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (exited_tx, mut exited_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("agent".to_owned())
+        .spawn(move || {
+            let started = (if own_pids {
+                own_pid_namespace_for_children().context("a PID namespace for the agent")
+            } else {
+                Ok(())
+            })
+            .and_then(|()| cmd.spawn().with_context(|| format!("start {program}")));
+            match started {
+                Ok(mut child) => {
+                    let _ = started_tx.send(Ok(child.id() as i32));
+                    let _ = exited_tx.send(child.wait());
+                }
+                Err(error) => {
+                    let _ = started_tx.send(Err(error));
+                }
+            }
+        })
+        .context("a thread for the agent")?;
+    let pid = started_rx
+        .await
+        .map_err(|_| anyhow::anyhow!("the agent's thread ended"))??;
     let mut term = signal(SignalKind::terminate())?;
     let mut hup = signal(SignalKind::hangup())?;
     let mut int = signal(SignalKind::interrupt())?;
     loop {
         let forward = tokio::select! {
-            status = child.wait() => return Ok(status?),
+            status = &mut exited_rx => {
+                return status
+                    .map_err(|_| anyhow::anyhow!("the agent's thread ended"))?
+                    .context("wait for the agent");
+            }
             _ = term.recv() => libc::SIGTERM,
             _ = hup.recv() => libc::SIGHUP,
             _ = int.recv() => continue,
         };
-        if let Some(pid) = pid {
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(pid, forward) };
-        }
+        // SAFETY: kill(2) on our own child's pid, which stays ours until it is reaped above.
+        unsafe { libc::kill(pid, forward) };
     }
 }
 

@@ -21,10 +21,9 @@ use bytes::BytesMut;
 mod relay;
 
 use toolwall::{
-    cgroup::{SessionCgroup, cgroup2_mount},
-    decision::Action,
-    events::{Event, NetworkConnection, Store, StoredEvent, ToolCallIntercepted, ToolCalled},
-    netmon::{KernelMonitor, Rule, RuleAction},
+    Action, Event, KernelMonitor, Rule, RuleAction, SessionCgroup,
+    bench::{NetworkConnection, Store, StoredEvent, ToolCallIntercepted, ToolCalled},
+    cgroup2_mount,
 };
 
 fn main() {
@@ -172,7 +171,7 @@ fn bench_connect() {
             nomatch_runs += n1 - n0;
             flag_kernel += t2 - t1;
             flag_runs += n2 - n1;
-            toolwall::netmon::events::drain(&mut ring, &mut |_| events += 1);
+            toolwall::drain_connects(&mut ring, &mut |_| events += 1);
         }
         std::fs::write(&root_procs, &me).unwrap();
         let after = monitor.counters().unwrap();
@@ -249,9 +248,9 @@ fn bench_store() {
     let single = per_event_n as f64 / start.elapsed().as_secs_f64();
 
     let batched_n = 100_000;
-    let (sink, rx) = toolwall::events::EventSink::channel();
+    let (sink, rx) = toolwall::EventSink::channel();
     let (live, _) = tokio::sync::broadcast::channel(1);
-    let writer = toolwall::events::spawn_writer(
+    let writer = toolwall::bench::spawn_writer(
         Store::open(&dir.path().join("batched.db")).unwrap(),
         rx,
         live,
@@ -353,9 +352,9 @@ fn bench_correlate() {
         black_box(events.clone());
         let copy = start.elapsed().as_secs_f64();
         let start = Instant::now();
-        let records = toolwall::correlate::Correlator::batch(
+        let records = toolwall::bench::Correlator::batch(
             window,
-            toolwall::registry::value_hash,
+            toolwall::bench::value_hash,
             black_box(&events),
         );
         let batch = start.elapsed().as_secs_f64();
@@ -380,10 +379,10 @@ fn bench_correlate() {
 fn bench_policy() {
     println!("== policy: ns per check_call (name forms mixed: bare, by server, mcp__server__tool)");
     let iterations = 200_000;
-    let _warm = toolwall::policy::bench_decisions(0, iterations / 10);
-    let empty = toolwall::policy::bench_decisions(0, iterations).as_nanos() as f64;
-    let full = toolwall::policy::bench_decisions(1000, iterations).as_nanos() as f64;
-    let cold = toolwall::policy::bench_rule_evaluation(1000, 2_000).as_nanos() as f64;
+    let _warm = toolwall::bench::bench_decisions(0, iterations / 10);
+    let empty = toolwall::bench::bench_decisions(0, iterations).as_nanos() as f64;
+    let full = toolwall::bench::bench_decisions(1000, iterations).as_nanos() as f64;
+    let cold = toolwall::bench::bench_rule_evaluation(1000, 2_000).as_nanos() as f64;
     println!("   no rules                   {empty:>8.0} ns  1.00x");
     println!(
         "   1,000 rules                {full:>8.0} ns  {:.2}x  (goal: < 1000 ns)",
@@ -402,7 +401,7 @@ fn framing_mbps(stream: &[u8], iters: u32) -> f64 {
     let stream = bytes::Bytes::copy_from_slice(stream);
     let start = Instant::now();
     for _ in 0..iters {
-        let mut decoder = toolwall::llm::SseDecoder::new(16 << 20);
+        let mut decoder = toolwall::bench::SseDecoder::new(16 << 20);
         for at in (0..stream.len()).step_by(16 * 1024) {
             let chunk = stream.slice(at..(at + 16 * 1024).min(stream.len()));
             decoder.feed(black_box(chunk));
@@ -425,9 +424,9 @@ fn bench_interceptor() {
     println!("== LLM interceptor: MB/s on 4 MB Anthropic streams in 16 KiB reads (release build)");
     const BYTES: usize = 4 << 20;
     const ITERS: u32 = 20;
-    let report = toolwall::llm::bench_interceptor(BYTES, ITERS);
-    let text = toolwall::llm::text_heavy_stream(BYTES);
-    let tool = toolwall::llm::tool_heavy_stream(BYTES);
+    let report = toolwall::bench::bench_interceptor(BYTES, ITERS);
+    let text = toolwall::bench::text_heavy_stream(BYTES);
+    let tool = toolwall::bench::tool_heavy_stream(BYTES);
     framing_mbps(&text, 1); // warm-up
     let frame_text = framing_mbps(&text, ITERS);
     let frame_tool = framing_mbps(&tool, ITERS);
@@ -463,15 +462,15 @@ fn bench_interceptor() {
     // 17x for 60k against 15k calls when calls were found by linear search).
     println!("   many calls in one response (every other blocked): time for 60k calls / 15k calls");
     for (name, dialect) in [
-        ("Anthropic", toolwall::llm::Dialect::Anthropic),
-        ("Chat Completions", toolwall::llm::Dialect::OpenAiChat),
-        ("Responses", toolwall::llm::Dialect::OpenAiResponses),
+        ("Anthropic", toolwall::bench::Dialect::Anthropic),
+        ("Chat Completions", toolwall::bench::Dialect::OpenAiChat),
+        ("Responses", toolwall::bench::Dialect::OpenAiResponses),
     ] {
-        let small = toolwall::llm::many_calls_stream(dialect, 15_000);
-        let large = toolwall::llm::many_calls_stream(dialect, 60_000);
-        toolwall::llm::time_many_calls(dialect, &small); // warm-up
-        let t_small = toolwall::llm::time_many_calls(dialect, &small);
-        let t_large = toolwall::llm::time_many_calls(dialect, &large);
+        let small = toolwall::bench::many_calls_stream(dialect, 15_000);
+        let large = toolwall::bench::many_calls_stream(dialect, 60_000);
+        toolwall::bench::time_many_calls(dialect, &small); // warm-up
+        let t_small = toolwall::bench::time_many_calls(dialect, &small);
+        let t_large = toolwall::bench::time_many_calls(dialect, &large);
         let ratio = t_large / t_small;
         println!(
             "     {name:<18} 15k {:>7.1} ms  60k {:>7.1} ms  {ratio:.1}x (goal ≤ 6x, linear is 4x: {})",
@@ -493,7 +492,7 @@ fn bench_llm_throughput() {
         .enable_all()
         .build()
         .unwrap();
-    let report = match runtime.block_on(toolwall::llm::bench_proxy_throughput(32 << 20, 15)) {
+    let report = match runtime.block_on(toolwall::bench::bench_proxy_throughput(32 << 20, 15)) {
         Ok(report) => report,
         Err(error) => {
             println!("   FAILED: {error:#}");
@@ -539,7 +538,7 @@ fn bench_llm_latency() {
         .enable_all()
         .build()
         .unwrap();
-    let report = match runtime.block_on(toolwall::llm::bench_proxy_latency(20, 200)) {
+    let report = match runtime.block_on(toolwall::bench::bench_proxy_latency(20, 200)) {
         Ok(report) => report,
         Err(error) => {
             println!("   FAILED: {error:#}");

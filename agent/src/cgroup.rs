@@ -61,7 +61,7 @@ pub fn cgroup2_mount() -> Result<PathBuf, CgroupError> {
 
 /// Every mount whose filesystem type is one of `types` (`/proc/self/mountinfo`): its type and
 /// mount point.
-pub fn mounts_of(types: &[&str]) -> Result<Vec<(String, PathBuf)>, CgroupError> {
+pub(crate) fn mounts_of(types: &[&str]) -> Result<Vec<(String, PathBuf)>, CgroupError> {
     let path = Path::new("/proc/self/mountinfo");
     let file = fs::File::open(path).map_err(io_err("open", path))?;
     let mut found = Vec::new();
@@ -122,13 +122,13 @@ fn unescape_mountinfo(s: &str) -> String {
 /// `/proc/<pid>/cgroup`; `pid` may be `self`). The kernel's record, so it holds whatever the
 /// agent did to its environment: Codex CLI, for one, starts MCP servers with a scrubbed
 /// environment, and the shim still knows its session.
-pub fn session_of(pid: &str) -> Option<String> {
+pub(crate) fn session_of(pid: &str) -> Option<String> {
     let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     session_in(&text)
 }
 
 /// The session named in the text of a `/proc/<pid>/cgroup` file.
-pub fn session_in(text: &str) -> Option<String> {
+pub(crate) fn session_in(text: &str) -> Option<String> {
     let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
     let (_, rest) = path.split_once("/toolwall/")?;
     let name = rest.split('/').next()?;
@@ -136,7 +136,7 @@ pub fn session_in(text: &str) -> Option<String> {
 }
 
 /// The cgroup v2 path of a live process (`pid` may be `self`), `None` when it is gone.
-pub fn cgroup_path_of(pid: &str) -> Option<String> {
+pub(crate) fn cgroup_path_of(pid: &str) -> Option<String> {
     let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix("0::"))
@@ -145,7 +145,7 @@ pub fn cgroup_path_of(pid: &str) -> Option<String> {
 
 /// The session of this process: its cgroup's, else `TOOLWALL_SESSION` (set by `toolwall
 /// exec`), else empty.
-pub fn current_session() -> String {
+pub(crate) fn current_session() -> String {
     session_of("self")
         .or_else(|| std::env::var("TOOLWALL_SESSION").ok())
         .unwrap_or_default()

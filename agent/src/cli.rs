@@ -16,6 +16,7 @@ pub struct Cli {
     #[arg(long, global = true, env = "TOOLWALL_LOG", default_value = "info")]
     pub log: String,
 
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }

@@ -12,12 +12,12 @@ use tokio::net::UnixStream;
 
 /// The daemon, as reached through its socket.
 #[derive(Clone, Debug)]
-pub struct ApiClient {
+pub(crate) struct ApiClient {
     socket: PathBuf,
 }
 
 /// What to tell a user when no daemon answers.
-pub fn no_daemon_hint(socket: &Path) -> String {
+pub(crate) fn no_daemon_hint(socket: &Path) -> String {
     format!(
         "no toolwall daemon is listening on {} — start one with `toolwall run` (or `cargo xtask run`) as root, \
          or point at another with `--config` (api.socket)",
@@ -26,16 +26,8 @@ pub fn no_daemon_hint(socket: &Path) -> String {
 }
 
 impl ApiClient {
-    /// A client for the daemon on `socket`, connecting at each request (a daemon that
-    /// restarts is reached again).
-    pub fn new(socket: &Path) -> Self {
-        ApiClient {
-            socket: socket.to_path_buf(),
-        }
-    }
-
     /// A client for the daemon on `socket`; fails with a clear message when none answers.
-    pub async fn connect(socket: &Path) -> anyhow::Result<Self> {
+    pub(crate) async fn connect(socket: &Path) -> anyhow::Result<Self> {
         UnixStream::connect(socket)
             .await
             .with_context(|| no_daemon_hint(socket))?;
@@ -76,7 +68,7 @@ impl ApiClient {
 
     /// A request whose whole response body is returned; a non-2xx status is an error carrying
     /// the daemon's message.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -101,7 +93,10 @@ impl ApiClient {
     }
 
     /// `GET path`, parsed as JSON.
-    pub async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+    pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> anyhow::Result<T> {
         let body = self.call(Method::GET, path, Bytes::new()).await?;
         serde_json::from_slice(&body)
             .with_context(|| format!("parse the daemon's answer to {path}"))
@@ -109,7 +104,7 @@ impl ApiClient {
 
     /// Follows a server-sent-event stream, calling `on_data` with each event's `data` (a
     /// `lagged` notice is reported on stderr: the follower missed that many).
-    pub async fn follow(
+    pub(crate) async fn follow(
         &self,
         path: &str,
         mut on_data: impl FnMut(&str) -> anyhow::Result<()>,

@@ -3,6 +3,6 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = toolwall::cli::Cli::parse();
-    toolwall::cli::main(cli)
+    let cli = toolwall::Cli::parse();
+    toolwall::main(cli)
 }

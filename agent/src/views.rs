@@ -174,7 +174,7 @@ async fn source(common: &Common) -> anyhow::Result<Source> {
 }
 
 /// Runs a view.
-pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
     runtime.block_on(async move {
         match args.view {

@@ -6,7 +6,7 @@
 
 use std::{net::TcpListener, process::Command};
 
-use toolwall::{cgroup::SessionCgroup, netmon::KernelMonitor};
+use toolwall::{KernelMonitor, SessionCgroup};
 
 /// Runs `bash -c script` inside `cgroup` and asserts it succeeded.
 fn run_in(cgroup: &SessionCgroup, script: &str) {
@@ -31,15 +31,12 @@ fn privileged_connect_counter_counts_connects_from_inside_the_cgroup_only() {
     // session open) are removed by the next daemon.
     // (Opening a build of other bytes mounts bpffs if needed, and leaves one such build too.)
     let other = b"another build";
-    drop(toolwall::netmon::pins::PinDir::open(&pin_root, other).expect("pin dir"));
+    drop(toolwall::PinDir::open(&pin_root, other).expect("pin dir"));
     let stale = pin_root.join("0000000000000000");
     std::fs::create_dir_all(stale.join("maps")).expect("stale maps dir");
     std::fs::create_dir_all(stale.join("sessions")).expect("stale sessions dir");
     let mut monitor = KernelMonitor::load(false, &pin_root).expect("load eBPF programs");
-    for gone in [
-        stale,
-        pin_root.join(toolwall::netmon::pins::build_id(other)),
-    ] {
+    for gone in [stale, pin_root.join(toolwall::build_id(other))] {
         assert!(!gone.exists(), "{} removed", gone.display());
     }
     monitor

@@ -11,10 +11,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use toolwall::{
-    cgroup::SessionCgroup,
-    netmon::{KernelMonitor, Rule, RuleAction, events::Connect},
-};
+use toolwall::{Connect, KernelMonitor, Rule, RuleAction, SessionCgroup};
 
 /// Connects to each `host port` target; prints `pid tid target result` per line, where result
 /// is `ok` or the errno name. `thread:` runs the connect in a new thread, `fork:` in a child.
@@ -116,7 +113,7 @@ impl Harness {
 
     fn events(&mut self) -> Vec<Connect> {
         let mut out = Vec::new();
-        toolwall::netmon::events::drain(&mut self.ring, &mut |c| out.push(c));
+        toolwall::drain_connects(&mut self.ring, &mut |c| out.push(c));
         out
     }
 }

@@ -308,9 +308,7 @@ fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
         stdout.contains("self-detach 403"),
         "an agent cannot detach its own session: {stdout}"
     );
-    let cgroup = toolwall::cgroup::cgroup2_mount()
-        .unwrap()
-        .join("toolwall/e2e");
+    let cgroup = toolwall::cgroup2_mount().unwrap().join("toolwall/e2e");
     assert!(
         !cgroup.exists(),
         "session cgroup {} removed",

@@ -352,7 +352,7 @@ fn stay_inside(
 ) -> (String, String, bool) {
     let dir = shared_dir();
     let agent = write_agent(dir.path(), "stay.py", STAY_INSIDE);
-    let root_procs = toolwall::cgroup::cgroup2_mount()
+    let root_procs = toolwall::cgroup2_mount()
         .expect("cgroup2")
         .join("cgroup.procs");
     let args = [
@@ -499,7 +499,7 @@ fn privileged_a_root_agent_cannot_leave_or_detach_and_is_moved_back_when_moved_o
         "{}netmon:\n  watch_interval_ms: 200\n",
         denied_server_config(port)
     ));
-    let root_procs = toolwall::cgroup::cgroup2_mount()
+    let root_procs = toolwall::cgroup2_mount()
         .expect("cgroup2")
         .join("cgroup.procs");
     let (stdout, stderr, ok) = stay_inside(&daemon, port, "rootagent", &["--as-root"], |pid| {
@@ -611,7 +611,7 @@ fn privileged_a_killed_daemon_leaves_the_session_denied_and_the_next_one_adopts_
     );
     // exec closed the session through the new daemon: nothing of it is left.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let cgroup = toolwall::cgroup::cgroup2_mount()
+    let cgroup = toolwall::cgroup2_mount()
         .expect("cgroup2")
         .join("toolwall/crash");
     while cgroup.exists() && Instant::now() < deadline {

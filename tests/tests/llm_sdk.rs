@@ -12,9 +12,9 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use toolwall::decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
-use toolwall::events::{Event, EventSink};
-use toolwall::llm::{LlmProxy, LlmProxySettings};
+use toolwall::{Action, CallQuery, Decision, Gate, ToolIdentity};
+use toolwall::{Event, EventSink};
+use toolwall::{LlmProxy, LlmProxySettings};
 
 /// Blocks `mcp__everything__get-sum` (Claude's name) and its Codex form.
 struct DenyGetSum;

@@ -1,9 +1,9 @@
 //! The LLM SSE interceptors (Anthropic, Chat Completions, Responses) on arbitrary upstream
-//! bytes in arbitrary pieces. The oracle (`toolwall::llm::fuzzing`): no blocked tool's call in
+//! bytes in arbitrary pieces. The oracle (`toolwall::fuzzing::llm_sse`): no blocked tool's call in
 //! the output, a well-formed input gives a well-formed output, no panic.
 
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    toolwall::llm::fuzzing::run(data);
+    toolwall::fuzzing::llm_sse(data);
 });

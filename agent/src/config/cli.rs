@@ -28,7 +28,7 @@ pub enum ConfigCommand {
 }
 
 /// Runs `toolwall config …`.
-pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         ConfigCommand::Default => {
             print!("{DEFAULT_YAML}");
@@ -49,7 +49,7 @@ pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
 
 /// The effective policy in words: what `config check` prints, and what the daemon logs at
 /// start-up, so a person can see what a file actually means (defaults included).
-pub fn describe(config: &Config) -> String {
+pub(crate) fn describe(config: &Config) -> String {
     let mcp = &config.sandbox.mcp;
     let mut out = String::new();
     // Writing to a String cannot fail; `let _` keeps that visible without unwraps.

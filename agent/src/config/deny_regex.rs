@@ -10,16 +10,16 @@ use regex::{Regex, RegexBuilder};
 
 /// Most bytes one compiled deny pattern may take (the `regex` default is 10 MiB, far more
 /// than any tool-name pattern needs).
-pub const DENY_REGEX_SIZE_LIMIT: usize = 256 * 1024;
+pub(crate) const DENY_REGEX_SIZE_LIMIT: usize = 256 * 1024;
 
 /// Most bytes of lazy-DFA cache per pattern.
-pub const DENY_REGEX_DFA_SIZE_LIMIT: usize = 1024 * 1024;
+pub(crate) const DENY_REGEX_DFA_SIZE_LIMIT: usize = 1024 * 1024;
 
 /// Longest accepted pattern text.
-pub const DENY_REGEX_MAX_LEN: usize = 1024;
+pub(crate) const DENY_REGEX_MAX_LEN: usize = 1024;
 
 /// Compiles one deny pattern, or says in words why it cannot be used.
-pub fn compile_deny_regex(pattern: &str) -> Result<Regex, String> {
+pub(crate) fn compile_deny_regex(pattern: &str) -> Result<Regex, String> {
     if pattern.is_empty() {
         return Err("empty pattern (it would match every tool name)".to_string());
     }

@@ -5,7 +5,7 @@ use std::{fmt, path::PathBuf};
 
 /// Where in a file something is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Location {
+pub(crate) struct Location {
     /// The file (or `<embedded default>`, or the CLI flag a value came from).
     pub file: String,
     /// 1-based line, when known.
@@ -29,7 +29,7 @@ impl fmt::Display for Location {
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     /// The file could not be read.
     #[error("{}: cannot read the configuration file: {source}", path.display())]
     Read {
@@ -94,16 +94,6 @@ impl ConfigError {
             },
             message,
             hint,
-        }
-    }
-
-    /// The location the error points at, if it has one.
-    pub fn location(&self) -> Option<&Location> {
-        match self {
-            ConfigError::Read { .. } => None,
-            ConfigError::Syntax { location, .. } | ConfigError::Invalid { location, .. } => {
-                Some(location)
-            }
         }
     }
 }

@@ -18,17 +18,15 @@ mod validate;
 
 use std::path::Path;
 
-pub use cli::{ConfigArgs, ConfigCommand, describe, run};
-pub use deny_regex::{
-    DENY_REGEX_DFA_SIZE_LIMIT, DENY_REGEX_MAX_LEN, DENY_REGEX_SIZE_LIMIT, compile_deny_regex,
-};
-pub use error::{ConfigError, Location};
-pub use paths::{ROOT_STORE_PATH, default_store_path, prepare_socket_dir, socket_path};
-pub use servers::*;
-pub use types::*;
+pub(crate) use cli::{ConfigArgs, run};
+pub(crate) use deny_regex::{DENY_REGEX_DFA_SIZE_LIMIT, DENY_REGEX_SIZE_LIMIT, compile_deny_regex};
+pub(crate) use error::{ConfigError, Location};
+pub(crate) use paths::{default_store_path, prepare_socket_dir};
+pub(crate) use servers::*;
+pub(crate) use types::*;
 
 /// The embedded default configuration, as YAML (`toolwall config default` prints it).
-pub const DEFAULT_YAML: &str = include_str!("default.yaml");
+pub(crate) const DEFAULT_YAML: &str = include_str!("default.yaml");
 
 /// Largest configuration accepted: far above any real policy, far below what makes the YAML
 /// parser slow.
@@ -100,11 +98,11 @@ fn check_bounds(text: &str, origin: &str) -> Result<(), ConfigError> {
 }
 
 /// How the embedded default is named in errors and in [`Config::origin`].
-pub const EMBEDDED_ORIGIN: &str = "<embedded default>";
+pub(crate) const EMBEDDED_ORIGIN: &str = "<embedded default>";
 
 impl Config {
     /// Reads and validates a configuration file, or the embedded default when `path` is `None`.
-    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+    pub(crate) fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         match path {
             None => Config::parse(DEFAULT_YAML, EMBEDDED_ORIGIN),
             Some(path) => {
@@ -118,7 +116,7 @@ impl Config {
     }
 
     /// Parses and validates YAML text; `origin` names it in errors (usually the file path).
-    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    pub(crate) fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         check_bounds(text, origin)?;
         // An empty file (or only comments) is the default configuration, not an error.
         let mut config = if text.lines().all(|l| {
@@ -136,20 +134,15 @@ impl Config {
     }
 
     /// The database path: `store.path`, or the per-user / system default.
-    pub fn store_path(&self) -> std::path::PathBuf {
+    pub(crate) fn store_path(&self) -> std::path::PathBuf {
         default_store_path(self.store.path.as_deref())
     }
 
     /// Whether direct connections from the session to `server` must be denied (it is to be
     /// reached through `toolwall mcp-proxy`): its `via_proxy`, else `netmon.deny_direct`.
-    pub fn must_use_proxy(&self, server: &ServerDecl) -> bool {
+    pub(crate) fn must_use_proxy(&self, server: &ServerDecl) -> bool {
         server.server_type != ServerType::Stdio
             && server.via_proxy.unwrap_or(self.netmon.deny_direct)
-    }
-
-    /// The declared server with this id.
-    pub fn server(&self, id: &str) -> Option<&ServerDecl> {
-        self.sandbox.mcp.servers.iter().find(|s| s.id == id)
     }
 }
 

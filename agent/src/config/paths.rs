@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 /// The database used by root when `store.path` is not set (system-wide, survives users).
-pub const ROOT_STORE_PATH: &str = "/var/lib/toolwall/events.db";
+pub(crate) const ROOT_STORE_PATH: &str = "/var/lib/toolwall/events.db";
 
 /// The database path: `store.path` if set; for root `/var/lib/toolwall/events.db`; otherwise
 /// `$XDG_DATA_HOME/toolwall/events.db`, else `$HOME/.local/share/toolwall/events.db`, else
 /// `./toolwall-events.db` (no home at all, e.g. a bare container).
-pub fn default_store_path(configured: Option<&Path>) -> PathBuf {
+pub(crate) fn default_store_path(configured: Option<&Path>) -> PathBuf {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let is_root = unsafe { libc::geteuid() } == 0;
     store_path_from(
@@ -49,7 +49,7 @@ pub(crate) fn store_path_from(
 /// directories are toolwall's own and must be private (see [`prepare_socket_dir`]): a socket
 /// path another local user can predict and pre-create would let them impersonate the daemon
 /// or catch its clients.
-pub fn socket_path(configured: Option<&Path>) -> PathBuf {
+pub(crate) fn socket_path(configured: Option<&Path>) -> PathBuf {
     if let Some(path) = configured {
         return path.to_path_buf();
     }
@@ -70,7 +70,10 @@ pub fn socket_path(configured: Option<&Path>) -> PathBuf {
 /// (the daemon) it is created with mode 0711 when missing; without (clients) a missing one is
 /// fine (no daemon runs). A configured `api.socket` is the administrator's choice and is not
 /// checked.
-pub fn prepare_socket_dir(configured: Option<&Path>, create: bool) -> anyhow::Result<PathBuf> {
+pub(crate) fn prepare_socket_dir(
+    configured: Option<&Path>,
+    create: bool,
+) -> anyhow::Result<PathBuf> {
     let socket = socket_path(configured);
     if configured.is_none()
         && let Some(dir) = socket.parent()

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// One declared MCP server.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ServerDecl {
+pub(crate) struct ServerDecl {
     /// The id rules and agents refer to (Claude Code's `mcp__<id>__<tool>`).
     pub id: String,
     /// Transport.
@@ -52,7 +52,7 @@ pub struct ServerDecl {
 impl ServerDecl {
     /// `host:port` of a network server's URL (default port from the scheme), empty for stdio
     /// or an unparsable URL: the registry's `server_addr`.
-    pub fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         self.url.as_deref().map(url_host_port).unwrap_or_default()
     }
 }
@@ -60,7 +60,7 @@ impl ServerDecl {
 /// One `egress:` entry of a stdio server: a network (an address is a /32 or /128) and a port
 /// (0: any).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EgressRule {
+pub(crate) struct EgressRule {
     /// The network's address.
     pub addr: std::net::IpAddr,
     /// Its prefix length.
@@ -71,7 +71,7 @@ pub struct EgressRule {
 
 /// What an `egress:` list allows.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Egress {
+pub(crate) enum Egress {
     /// `any`: no limit.
     Any,
     /// These destinations only (none when empty).
@@ -80,7 +80,7 @@ pub enum Egress {
 
 impl ServerDecl {
     /// The parsed `egress:` list; the error names the entry.
-    pub fn egress(&self) -> Result<Egress, String> {
+    pub(crate) fn egress(&self) -> Result<Egress, String> {
         if self.egress.iter().any(|e| e == "any") {
             return if self.egress.len() == 1 {
                 Ok(Egress::Any)
@@ -152,7 +152,7 @@ pub(crate) fn url_host_port(url: &str) -> String {
 /// MCP transports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ServerType {
+pub(crate) enum ServerType {
     /// A child process speaking JSON-RPC on stdin/stdout.
     Stdio,
     /// Streamable HTTP.
@@ -163,7 +163,7 @@ pub enum ServerType {
 
 impl ServerType {
     /// `stdio`, `http` or `sse`, as in events and the registry.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ServerType::Stdio => "stdio",
             ServerType::Http => "http",

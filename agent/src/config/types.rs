@@ -13,7 +13,7 @@ use super::servers::ServerDecl;
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+pub(crate) struct Config {
     /// `sandbox:` — holds `mcp:`, the seed's policy section (kept so seed files carry over).
     #[serde(default)]
     pub sandbox: SandboxConfig,
@@ -46,7 +46,7 @@ pub struct Config {
 /// `exec:`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ExecConfig {
+pub(crate) struct ExecConfig {
     /// The user agents run as when `toolwall exec` is started by root without `--user` or
     /// `SUDO_USER` (an agent running as root could leave its session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,7 +56,7 @@ pub struct ExecConfig {
 /// `sandbox:`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct SandboxConfig {
+pub(crate) struct SandboxConfig {
     /// `sandbox.mcp:` — the MCP policy.
     #[serde(default)]
     pub mcp: McpConfig,
@@ -65,7 +65,7 @@ pub struct SandboxConfig {
 /// `sandbox.mcp:` — servers, server and tool rules, pinning and rate limits.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct McpConfig {
+pub(crate) struct McpConfig {
     /// `false` is audit mode: every decision allows, with the reason it would have blocked.
     #[serde(default = "yes")]
     pub enforce_policy: bool,
@@ -131,7 +131,7 @@ impl Default for McpConfig {
 /// How an allow list is used (`server_policy`, `tool_policy`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ListPolicy {
+pub(crate) enum ListPolicy {
     /// Only what the allow list matches passes; deny rules still apply.
     Allowlist,
     /// Everything passes unless a deny rule matches.
@@ -144,7 +144,7 @@ pub enum ListPolicy {
 
 impl ListPolicy {
     /// The YAML spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ListPolicy::Allowlist => "allowlist",
             ListPolicy::Denylist => "denylist",
@@ -156,7 +156,7 @@ impl ListPolicy {
 /// A server rule: an id or a glob (`*`, `?`).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ServerRule {
+pub(crate) struct ServerRule {
     /// Server id glob.
     pub id: String,
 }
@@ -164,7 +164,7 @@ pub struct ServerRule {
 /// A tool rule: server glob, tool glob and optionally the exact definition hash.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ToolRule {
+pub(crate) struct ToolRule {
     /// Server id glob (`*` for any).
     #[serde(default = "star")]
     pub server: String,
@@ -178,7 +178,7 @@ pub struct ToolRule {
 /// `version_pinning:`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct VersionPinningConfig {
+pub(crate) struct VersionPinningConfig {
     /// Check tool definitions against pinned hashes.
     #[serde(default)]
     pub enabled: bool,
@@ -203,7 +203,7 @@ impl Default for VersionPinningConfig {
 /// `version_pinning.on_change`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OnChange {
+pub(crate) enum OnChange {
     /// Block (and hide) the tool.
     #[default]
     Block,
@@ -214,7 +214,7 @@ pub enum OnChange {
 /// `rate_limits:`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct RateLimitsConfig {
+pub(crate) struct RateLimitsConfig {
     /// Apply the budgets.
     #[serde(default)]
     pub enabled: bool,
@@ -243,7 +243,7 @@ impl Default for RateLimitsConfig {
 /// `rate_limits.per_server.<id>:`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ServerRateLimit {
+pub(crate) struct ServerRateLimit {
     /// Sustained calls per minute.
     pub calls_per_minute: u32,
     /// Burst; `rate_limits.default_burst` when absent.
@@ -254,7 +254,7 @@ pub struct ServerRateLimit {
 /// `proxy:` — the LLM interceptor proxy.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ProxyConfig {
+pub(crate) struct ProxyConfig {
     /// What the proxy does.
     #[serde(default)]
     pub mode: ProxyMode,
@@ -279,7 +279,7 @@ impl Default for ProxyConfig {
 /// `proxy.mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ProxyMode {
+pub(crate) enum ProxyMode {
     /// The daemon runs the proxy and enforces MCP policy in it.
     #[default]
     Embedded,
@@ -291,7 +291,7 @@ pub enum ProxyMode {
 
 impl ProxyMode {
     /// The YAML spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ProxyMode::Embedded => "embedded",
             ProxyMode::McpOnly => "mcp-only",
@@ -303,7 +303,7 @@ impl ProxyMode {
 /// `proxy.providers:`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ProvidersConfig {
+pub(crate) struct ProvidersConfig {
     /// Anthropic API base URL.
     #[serde(default = "default_anthropic")]
     pub anthropic: String,
@@ -324,7 +324,7 @@ impl Default for ProvidersConfig {
 /// `store:`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct StoreConfig {
+pub(crate) struct StoreConfig {
     /// The SQLite database; see `config::default_store_path` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
@@ -337,7 +337,7 @@ pub struct StoreConfig {
 /// `store.on_failure`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum OnStoreFailure {
+pub(crate) enum OnStoreFailure {
     /// A call that cannot be recorded does not run.
     #[default]
     Block,
@@ -348,7 +348,7 @@ pub enum OnStoreFailure {
 /// `netmon:` — the eBPF connect hooks on the session cgroup.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct NetmonConfig {
+pub(crate) struct NetmonConfig {
     /// Load the kernel layer (needs root and BPF; off or failing, the other layers still run).
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -378,7 +378,7 @@ pub struct NetmonConfig {
 /// can carry data out or answer with addresses toolwall never resolved (issue 14).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct DnsConfig {
+pub(crate) struct DnsConfig {
     /// What the kernel does with DNS to any other resolver: `off` (nothing), `flag` (record
     /// it), `deny` (refuse it with EPERM and record it).
     #[serde(default)]
@@ -391,7 +391,7 @@ pub struct DnsConfig {
 /// `netmon.dns.other_resolvers`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum OtherResolvers {
+pub(crate) enum OtherResolvers {
     /// Not watched.
     #[default]
     Off,
@@ -426,7 +426,7 @@ impl Default for NetmonConfig {
 /// `api:` — the local query API.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ApiConfig {
+pub(crate) struct ApiConfig {
     /// TCP listen address.
     #[serde(default = "default_api_listen")]
     pub listen: SocketAddr,
@@ -447,7 +447,7 @@ impl Default for ApiConfig {
 /// `correlator:`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct CorrelatorConfig {
+pub(crate) struct CorrelatorConfig {
     /// How far apart (ms) events of different layers may be and still be one call.
     #[serde(default = "default_window_ms")]
     pub window_ms: u64,
@@ -464,7 +464,7 @@ impl Default for CorrelatorConfig {
 /// `interceptor:`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct InterceptorConfig {
+pub(crate) struct InterceptorConfig {
     /// What an LLM response the interceptor cannot parse does.
     #[serde(default)]
     pub on_malformed: OnMalformed,

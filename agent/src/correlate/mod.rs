@@ -29,7 +29,7 @@ use crate::{
     events::{Event, StoredEvent},
 };
 
-pub use record::{CallRecord, RecordKind, Sighting};
+pub(crate) use record::{CallRecord, RecordKind, Sighting};
 
 /// A record with an intercept or an execution, still open for matching.
 struct Open {
@@ -506,7 +506,7 @@ fn server_tool(model_name: &str, server_id: &str) -> String {
 }
 
 mod stored;
-pub use stored::correlate_stored;
+pub(crate) use stored::correlate_stored;
 
 #[cfg(test)]
 mod tests;

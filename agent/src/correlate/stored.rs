@@ -16,7 +16,7 @@ impl CallRecord {
 }
 
 /// Correlated records over the stored events that match the filters.
-pub fn correlate_stored(
+pub(crate) fn correlate_stored(
     store: &Store,
     q: &EventQuery,
     window: std::time::Duration,

@@ -5,7 +5,7 @@
 //! line per layer whether it is on, and why not when it is off. SIGINT/SIGTERM stop taking
 //! work, flush every pending event to disk, detach the kernel programs and exit 0.
 
-pub mod api;
+pub(crate) mod api;
 mod audit_gate;
 mod peer;
 mod state;
@@ -18,7 +18,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio::sync::broadcast;
 
-pub use state::{DaemonState, LayerStatus};
+pub(crate) use state::{DaemonState, LayerStatus};
 
 use crate::{
     config::{Config, OtherResolvers, ProxyMode, ServerType},
@@ -46,7 +46,7 @@ pub struct RunArgs {
 }
 
 /// Starts the daemon and runs it until SIGINT or SIGTERM.
-pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     raise_descriptor_limit();
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
     runtime.block_on(serve(args))
@@ -470,7 +470,7 @@ async fn start_netmon(
 /// Which addresses the kernel watches: every network MCP server (DENY when the server is
 /// denied by policy or must be reached through `toolwall mcp-proxy`, else FLAG), and with
 /// `netmon.pin_llm_egress` the LLM providers' API hosts (DENY: the session must use the proxy).
-pub fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoint> {
+pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoint> {
     let mut out = Vec::new();
     for server in &config.sandbox.mcp.servers {
         if server.server_type == ServerType::Stdio {

@@ -35,7 +35,7 @@ pub(super) struct SocketPeer {
 }
 
 impl SocketPeer {
-    pub fn of(stream: &tokio::net::UnixStream) -> Self {
+    pub(super) fn of(stream: &tokio::net::UnixStream) -> Self {
         let cred = stream.peer_cred().ok();
         SocketPeer {
             pid: cred.and_then(|c| c.pid()),
@@ -47,7 +47,7 @@ impl SocketPeer {
 
     /// Where the peer runs; `server_sessions` maps the cgroups of daemon-run servers to their
     /// sessions.
-    pub fn place(&self, server_sessions: impl Fn(&str) -> Option<String>) -> Place {
+    pub(super) fn place(&self, server_sessions: impl Fn(&str) -> Option<String>) -> Place {
         let (Some(pid), Some(pidfd)) = (self.pid, &self.pidfd) else {
             return Place::Unknown;
         };
@@ -117,7 +117,7 @@ pub(super) enum Holder {
 
 impl Holder {
     /// The holder a peer counts as, from where it runs.
-    pub fn of(place: &Place, uid: Option<u32>) -> Self {
+    pub(super) fn of(place: &Place, uid: Option<u32>) -> Self {
         match place {
             Place::Session(session) | Place::Server { session } => Holder::Session(session.clone()),
             Place::Host | Place::Unknown => Holder::Uid(uid.unwrap_or(u32::MAX)),
@@ -145,7 +145,7 @@ pub(super) enum Kind {
 
 impl Kind {
     /// The most one holder may have at once.
-    pub const fn limit(self) -> usize {
+    pub(super) const fn limit(self) -> usize {
         match self {
             Kind::Connection => 64,
             Kind::Server => 32,
@@ -160,14 +160,14 @@ pub(super) struct Held {
 }
 
 impl Quotas {
-    pub fn new() -> Arc<Self> {
+    pub(super) fn new() -> Arc<Self> {
         Arc::new(Quotas {
             held: Mutex::new(HashMap::new()),
         })
     }
 
     /// Takes one unit for `holder`, or `None` when it holds its limit already.
-    pub fn take(self: &Arc<Self>, kind: Kind, holder: Holder) -> Option<Held> {
+    pub(super) fn take(self: &Arc<Self>, kind: Kind, holder: Holder) -> Option<Held> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let count = held.entry((kind, holder.clone())).or_default();
         if *count >= kind.limit() {

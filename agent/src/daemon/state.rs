@@ -20,7 +20,7 @@ use crate::{
 
 /// One layer's state as reported at start-up and by `/health`.
 #[derive(Clone, Debug, Serialize)]
-pub struct LayerStatus {
+pub(crate) struct LayerStatus {
     /// `llm-proxy`, `kernel`, `correlator`, ...
     pub name: &'static str,
     /// Whether it runs.
@@ -31,7 +31,7 @@ pub struct LayerStatus {
 
 impl LayerStatus {
     /// A running layer.
-    pub fn on(name: &'static str, detail: &str) -> Self {
+    pub(crate) fn on(name: &'static str, detail: &str) -> Self {
         LayerStatus {
             name,
             on: true,
@@ -40,7 +40,7 @@ impl LayerStatus {
     }
 
     /// A layer that is off, with the reason.
-    pub fn off(name: &'static str, why: &str) -> Self {
+    pub(crate) fn off(name: &'static str, why: &str) -> Self {
         LayerStatus {
             name,
             on: false,
@@ -50,7 +50,7 @@ impl LayerStatus {
 }
 
 /// What [`DaemonState::new`] is made of.
-pub struct DaemonParts {
+pub(crate) struct DaemonParts {
     /// The effective configuration.
     pub config: Config,
     /// The event database (also the registry's).
@@ -76,7 +76,7 @@ pub struct DaemonParts {
 }
 
 /// The daemon's shared state.
-pub struct DaemonState {
+pub(crate) struct DaemonState {
     /// The effective configuration.
     pub config: Config,
     /// The event database (also the registry's).
@@ -116,7 +116,7 @@ pub struct DaemonState {
 
 impl DaemonState {
     /// Bundles what the API needs.
-    pub fn new(parts: DaemonParts) -> Self {
+    pub(crate) fn new(parts: DaemonParts) -> Self {
         let DaemonParts {
             config,
             db_path,
@@ -157,7 +157,7 @@ impl DaemonState {
 
     /// Takes over the sessions an earlier daemon left pinned (the kernel layer adopted them at
     /// its start); returns how many.
-    pub fn adopt_pinned_sessions(&self) -> usize {
+    pub(crate) fn adopt_pinned_sessions(&self) -> usize {
         let Some(netmon) = &self.netmon else {
             return 0;
         };
@@ -173,7 +173,7 @@ impl DaemonState {
     }
 
     /// Closes adopted sessions whose processes are all gone.
-    pub fn reap_adopted_sessions(&self) {
+    pub(crate) fn reap_adopted_sessions(&self) {
         let names: Vec<String> = self
             .adopted
             .lock()
@@ -259,7 +259,7 @@ impl DaemonState {
     }
 
     /// Closes a session once its last process is gone (the reaper's check each second).
-    pub fn close_when_empty(&self, name: &str) {
+    pub(crate) fn close_when_empty(&self, name: &str) {
         self.adopted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -269,7 +269,7 @@ impl DaemonState {
     /// Opens a session: its cgroup, with the kernel programs attached when the kernel layer is
     /// on. Returns the cgroup directory, or `None` when the kernel layer is off (the session
     /// then runs unwatched by the kernel, and says so).
-    pub fn open_session(&self, name: &str) -> anyhow::Result<Option<PathBuf>> {
+    pub(crate) fn open_session(&self, name: &str) -> anyhow::Result<Option<PathBuf>> {
         let Some(netmon) = &self.netmon else {
             return Ok(None);
         };
@@ -292,7 +292,7 @@ impl DaemonState {
     }
 
     /// Closes a session: detaches and removes its cgroup if empty. Returns whether it existed.
-    pub fn close_session(&self, name: &str) -> anyhow::Result<bool> {
+    pub(crate) fn close_session(&self, name: &str) -> anyhow::Result<bool> {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let (Some(cgroup), Some(netmon)) = (sessions.get(name), &self.netmon) else {
             return Ok(false);
@@ -316,7 +316,7 @@ impl DaemonState {
     }
 
     /// Names of the open sessions.
-    pub fn session_names(&self) -> Vec<String> {
+    pub(crate) fn session_names(&self) -> Vec<String> {
         self.sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -326,7 +326,7 @@ impl DaemonState {
     }
 
     /// Closes every session (shutdown); returns how many there were.
-    pub fn close_all_sessions(&self) -> usize {
+    pub(crate) fn close_all_sessions(&self) -> usize {
         let names = self.session_names();
         for name in &names {
             if let Err(error) = self.close_session(name) {

@@ -12,14 +12,14 @@ use sha2::{Digest, Sha256};
 
 /// Deepest nesting kept below a value's root. The event around it adds a few levels; the
 /// readers' limit is 128.
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 /// Largest value kept, as compact JSON.
-pub const MAX_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_BYTES: usize = 256 * 1024;
 
 /// `value` bounded in depth and size; `None` when it already was (nothing to change). One walk
 /// measures both, without serializing: the store calls this for every event, and only a value
 /// that is cut is serialized (for its hash).
-pub fn bounded(value: &Value) -> Option<Value> {
+pub(crate) fn bounded(value: &Value) -> Option<Value> {
     let (too_deep, size) = measure(value, MAX_DEPTH);
     if !too_deep && size <= MAX_BYTES {
         return None;

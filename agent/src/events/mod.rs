@@ -3,15 +3,13 @@
 //! Layers never touch the database: they hand events to an [`EventSink`] (a channel send, no
 //! I/O on the hot path) and one writer task batches them into SQLite.
 
-pub mod bound;
+pub(crate) mod bound;
 mod store;
 mod types;
 
-pub use store::{
-    CommitError, Committer, EventQuery, Store, StoreError, StoreHealth, StoredEvent,
-    spawn_committing_writer, spawn_writer,
-};
+pub(crate) use store::{Committer, EventQuery, StoreError, StoreHealth, spawn_committing_writer};
 pub(crate) use store::{OpenError, connect};
+pub use store::{Store, StoredEvent, spawn_writer};
 pub use types::*;
 
 use tokio::sync::mpsc;

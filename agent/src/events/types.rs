@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::decision::Action;
 
 /// Version of this schema, stored with every row.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// One recorded fact.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -20,7 +20,7 @@ pub(crate) struct AgentUser {
 
 /// The capabilities no agent keeps, root or not: each could undo the session (detach its
 /// programs, move processes out of its cgroup, read the daemon's memory).
-pub const DROPPED_CAPS: [(u32, &str); 5] = [
+pub(crate) const DROPPED_CAPS: [(u32, &str); 5] = [
     (21, "CAP_SYS_ADMIN"),
     (39, "CAP_BPF"),
     (12, "CAP_NET_ADMIN"),

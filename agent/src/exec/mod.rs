@@ -22,7 +22,6 @@ use http::Method;
 use serde::Deserialize;
 
 use crate::{cgroup::SessionCgroup, client::ApiClient, config::Config};
-pub use confine::DROPPED_CAPS;
 use confine::agent_user;
 pub(crate) use confine::{
     Pids, SERVER_DROPPED_CAPS, confine_on_spawn, home_of, lookup_user,
@@ -60,7 +59,7 @@ struct SessionReply {
 }
 
 /// Runs the command in a new session; returns its exit code (128 + signal if it was killed).
-pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(args.config.as_deref())?;
     let user = agent_user(&args, &config)?;
     let socket = crate::config::prepare_socket_dir(config.api.socket.as_deref(), false)?;

@@ -15,7 +15,7 @@ use crate::decision::Gate;
 
 /// Why a buffered body could not be inspected.
 #[derive(Debug, thiserror::Error)]
-pub enum BufferedError {
+pub(crate) enum BufferedError {
     /// The body is not the JSON the dialect defines, and the policy is to fail closed.
     #[error("response body is not valid {dialect} JSON: {source}")]
     Malformed {
@@ -28,7 +28,7 @@ pub enum BufferedError {
 
 /// Inspects a complete response body. Returns the new body when something was blocked (`None`:
 /// send the original bytes), and the decisions made, to record.
-pub fn rewrite_buffered(
+pub(crate) fn rewrite_buffered(
     dialect: Dialect,
     body: &[u8],
     gate: Arc<dyn Gate>,

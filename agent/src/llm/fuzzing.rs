@@ -21,7 +21,7 @@ use super::{Dialect, Flow, OnMalformed, Output, SseDecoder, SseEvent, StreamInte
 use crate::decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
 
 /// The tools blocked in oracle runs (a Codex namespaced call counts as `namespace__name`).
-pub const BLOCKED: &[&str] = &["mcp__fs__delete", "Bash"];
+pub(crate) const BLOCKED: &[&str] = &["mcp__fs__delete", "Bash"];
 
 /// Blocks exactly [`BLOCKED`]; every `mcp__` name is an MCP tool.
 struct FuzzGate;
@@ -58,7 +58,7 @@ impl Gate for FuzzGate {
 
 /// The `data` payloads of an SSE stream parsed as JSON (`[DONE]` skipped), or `None` if the
 /// stream is not well-formed (a payload that is not JSON, or bytes after the last event).
-pub fn well_formed(stream: &[u8]) -> Option<Vec<Value>> {
+pub(crate) fn well_formed(stream: &[u8]) -> Option<Vec<Value>> {
     let mut d = SseDecoder::new(usize::MAX);
     d.feed(Bytes::copy_from_slice(stream));
     let mut values = Vec::new();
@@ -98,7 +98,7 @@ fn parsed_events(stream: &[u8]) -> Vec<Value> {
 /// joined), or Chat Completions calls with their name pieces joined per choice and call index.
 /// Another dialect's shapes are not calls to that client (its SDK dispatches on its own event
 /// types and never reads them), so they are not counted.
-pub fn called_names(dialect: Dialect, events: &[Value]) -> Vec<String> {
+pub(crate) fn called_names(dialect: Dialect, events: &[Value]) -> Vec<String> {
     let mut names = Vec::new();
     let mut chat: HashMap<(u64, u64), String> = HashMap::new();
     let anthropic_block = |b: &Value, names: &mut Vec<String>| {
@@ -156,7 +156,7 @@ pub fn called_names(dialect: Dialect, events: &[Value]) -> Vec<String> {
 }
 
 /// Runs `input` through an interceptor in pieces of the given lengths (cycled); the output.
-pub fn intercept(
+pub(crate) fn intercept(
     dialect: Dialect,
     on_malformed: OnMalformed,
     input: &[u8],
@@ -185,7 +185,7 @@ pub fn intercept(
 }
 
 /// Checks the oracle for one input at one chunking; panics with the evidence on a violation.
-pub fn check(dialect: Dialect, on_malformed: OnMalformed, input: &[u8], pieces: &[usize]) {
+pub(crate) fn check(dialect: Dialect, on_malformed: OnMalformed, input: &[u8], pieces: &[usize]) {
     let out = intercept(dialect, on_malformed, input, pieces);
     let leaked: Vec<String> = called_names(dialect, &parsed_events(&out))
         .into_iter()
@@ -212,7 +212,7 @@ pub fn check(dialect: Dialect, on_malformed: OnMalformed, input: &[u8], pieces: 
 /// the backstop (refused: nothing leaves); anything else is a stream. The oracle reads the
 /// output as the SDKs read a JSON body (Python's `json`: a byte order mark skipped, the last of
 /// a repeated key) and finds no blocked call in the dialect's buffered shapes.
-pub fn check_body(dialect: Dialect, on_malformed: OnMalformed, body: &[u8]) {
+pub(crate) fn check_body(dialect: Dialect, on_malformed: OnMalformed, body: &[u8]) {
     if super::backstop::opens_json(body) == Some(false) {
         return check(dialect, on_malformed, body, &[body.len()]);
     }

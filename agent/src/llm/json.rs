@@ -14,23 +14,23 @@ use serde_json::value::RawValue;
 
 /// A JSON object as an ordered list of keys and raw values.
 #[derive(Debug, Clone, Default)]
-pub struct RawObject<'a> {
+pub(crate) struct RawObject<'a> {
     entries: Vec<(String, Cow<'a, RawValue>)>,
 }
 
 impl<'a> RawObject<'a> {
     /// Parses one object, borrowing its values from `text`.
-    pub fn parse(text: &'a str) -> serde_json::Result<Self> {
+    pub(crate) fn parse(text: &'a str) -> serde_json::Result<Self> {
         serde_json::from_str(text)
     }
 
     /// Parses one object from a raw value.
-    pub fn from_raw(raw: &'a RawValue) -> serde_json::Result<Self> {
+    pub(crate) fn from_raw(raw: &'a RawValue) -> serde_json::Result<Self> {
         Self::parse(raw.get())
     }
 
     /// The raw value of `key`.
-    pub fn get(&self, key: &str) -> Option<&RawValue> {
+    pub(crate) fn get(&self, key: &str) -> Option<&RawValue> {
         self.entries
             .iter()
             .find(|(k, _)| k == key)
@@ -39,7 +39,7 @@ impl<'a> RawObject<'a> {
 
     /// The value of `key` as parsed (not one set since), borrowed for the input's lifetime so
     /// the object can be edited while it is in use.
-    pub fn parsed(&self, key: &str) -> Option<&'a RawValue> {
+    pub(crate) fn parsed(&self, key: &str) -> Option<&'a RawValue> {
         self.entries
             .iter()
             .find(|(k, _)| k == key)
@@ -50,13 +50,13 @@ impl<'a> RawObject<'a> {
     }
 
     /// The value of `key` as a string, if it is one.
-    pub fn get_str(&self, key: &str) -> Option<String> {
+    pub(crate) fn get_str(&self, key: &str) -> Option<String> {
         self.get(key)
             .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
     }
 
     /// Replaces `key`'s value in place, or appends the key.
-    pub fn set(&mut self, key: &str, value: Box<RawValue>) {
+    pub(crate) fn set(&mut self, key: &str, value: Box<RawValue>) {
         match self.entries.iter_mut().find(|(k, _)| k == key) {
             Some((_, v)) => *v = Cow::Owned(value),
             None => self.entries.push((key.to_owned(), Cow::Owned(value))),
@@ -64,12 +64,12 @@ impl<'a> RawObject<'a> {
     }
 
     /// Removes `key` if present.
-    pub fn remove(&mut self, key: &str) {
+    pub(crate) fn remove(&mut self, key: &str) {
         self.entries.retain(|(k, _)| k != key);
     }
 
     /// Serialises, values verbatim.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut out = String::with_capacity(
             2 + self
                 .entries
@@ -91,7 +91,7 @@ impl<'a> RawObject<'a> {
     }
 
     /// Serialises into a raw value.
-    pub fn to_raw(&self) -> Box<RawValue> {
+    pub(crate) fn to_raw(&self) -> Box<RawValue> {
         raw_from_json(self.to_json())
     }
 }
@@ -126,28 +126,28 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawObject<'a> {
 }
 
 /// A JSON string literal for `s`.
-pub fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     // Serialising a &str cannot fail.
     serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
 }
 
 /// Wraps text we built ourselves (always valid JSON) as a raw value.
-pub fn raw_from_json(json: String) -> Box<RawValue> {
+pub(crate) fn raw_from_json(json: String) -> Box<RawValue> {
     RawValue::from_string(json).unwrap_or_else(|_| raw_null())
 }
 
 /// A raw string value.
-pub fn raw_str(s: &str) -> Box<RawValue> {
+pub(crate) fn raw_str(s: &str) -> Box<RawValue> {
     raw_from_json(quote(s))
 }
 
 /// The raw value `null`.
-pub fn raw_null() -> Box<RawValue> {
+pub(crate) fn raw_null() -> Box<RawValue> {
     RawValue::NULL.to_owned()
 }
 
 /// Joins raw values into a raw array.
-pub fn raw_array<'v>(items: impl IntoIterator<Item = &'v RawValue>) -> Box<RawValue> {
+pub(crate) fn raw_array<'v>(items: impl IntoIterator<Item = &'v RawValue>) -> Box<RawValue> {
     let mut out = String::from("[");
     for (i, item) in items.into_iter().enumerate() {
         if i > 0 {

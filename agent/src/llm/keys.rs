@@ -10,11 +10,11 @@ use memchr::memmem::Finder;
 /// A set of literal keys, always with the JSON `\u` escape among them: `"\u0074ool_use"` is
 /// `"tool_use"` to every JSON parser, so any key may hide behind an escape, and an escape counts
 /// as a mention.
-pub struct Keys(Vec<Finder<'static>>);
+pub(crate) struct Keys(Vec<Finder<'static>>);
 
 impl Keys {
     /// The set of `keys` and `\u`.
-    pub fn new(keys: &[&str]) -> Keys {
+    pub(crate) fn new(keys: &[&str]) -> Keys {
         let all = keys.iter().copied().chain(std::iter::once("\\u"));
         Keys(
             all.map(|k| Finder::new(k.as_bytes()).into_owned())
@@ -23,7 +23,7 @@ impl Keys {
     }
 
     /// Where the leftmost key in `hay` starts.
-    pub fn find(&self, hay: &[u8]) -> Option<usize> {
+    pub(crate) fn find(&self, hay: &[u8]) -> Option<usize> {
         let mut best: Option<usize> = None;
         for key in &self.0 {
             // Only a match starting before the best so far matters.
@@ -38,7 +38,7 @@ impl Keys {
     }
 
     /// Whether `hay` mentions any key (or holds an escape).
-    pub fn any_in(&self, hay: &[u8]) -> bool {
+    pub(crate) fn any_in(&self, hay: &[u8]) -> bool {
         self.0.iter().any(|key| key.find(hay).is_some())
     }
 }

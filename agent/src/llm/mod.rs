@@ -22,15 +22,15 @@
 mod anthropic;
 mod backstop;
 #[cfg(feature = "bench")]
-mod bench;
+pub(crate) mod bench;
 mod buffered;
 mod chat;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
-pub mod fuzzing;
-pub mod json;
-pub mod keys;
-pub mod proxy;
+pub(crate) mod fuzzing;
+pub(crate) mod json;
+pub(crate) mod keys;
+pub(crate) mod proxy;
 mod relay;
 mod responses;
 mod upstream;
@@ -45,16 +45,10 @@ use serde_json::Value;
 use crate::decision::{CallQuery, CallStage, Decision, Gate};
 use crate::events::{Event, ToolCallIntercepted};
 
-pub use crate::sse::{DataHint, SseDecoder, SseError, SseEvent};
-#[cfg(feature = "bench")]
-pub use bench::{
-    BenchReport, LatencyReport, ThroughputReport, bench_interceptor, bench_proxy_latency,
-    bench_proxy_throughput, many_calls_stream, text_heavy_stream, time_many_calls,
-    tool_heavy_stream,
-};
-pub use buffered::rewrite_buffered;
-pub use keys::Keys;
-pub use proxy::{LlmProxy, LlmProxySettings, serve};
+pub(crate) use crate::sse::{SseDecoder, SseEvent};
+pub(crate) use buffered::rewrite_buffered;
+pub(crate) use keys::Keys;
+pub use proxy::{LlmProxy, LlmProxySettings};
 
 /// Which API a response speaks; chosen from the request path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,12 +95,12 @@ impl Dialect {
 
 /// What to do with an event whose JSON does not parse.
 ///
-pub use crate::config::OnMalformed;
+pub(crate) use crate::config::OnMalformed;
 
 /// One tool call the interceptor decided about: what becomes a `mcp_tool_call_intercepted`
 /// event once the caller adds the time and ids (the interceptors have no clock).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Record {
+pub(crate) struct Record {
     /// Dialect of the response it was found in.
     pub dialect: Dialect,
     /// The name the model used (Codex's namespace joined: `mcp__srv__get_sum`).
@@ -121,7 +115,12 @@ pub struct Record {
 
 impl Record {
     /// The event to store.
-    pub fn into_event(self, now: DateTime<Utc>, session_id: &str, request_id: &str) -> Event {
+    pub(crate) fn into_event(
+        self,
+        now: DateTime<Utc>,
+        session_id: &str,
+        request_id: &str,
+    ) -> Event {
         let tool = self
             .decision
             .tool
@@ -242,7 +241,7 @@ impl Fatal {
 }
 
 /// The text that replaces a blocked call.
-pub fn blocked_message(name: &str, reason: &str) -> String {
+pub(crate) fn blocked_message(name: &str, reason: &str) -> String {
     if reason.is_empty() {
         format!("[toolwall] Tool '{name}' blocked by policy")
     } else {
@@ -288,7 +287,7 @@ impl AnyMachine {
 
 /// Whether the stream goes on after a [`StreamInterceptor::feed`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     /// Keep feeding.
     Continue,
     /// The interceptor ended the stream (fail closed); stop reading upstream and close the
@@ -299,7 +298,7 @@ pub enum Flow {
 /// What an interceptor passes on, in order: runs of the input forwarded as they came (slices of
 /// the reads, not copies) and the bytes it wrote itself.
 #[derive(Debug, Default)]
-pub struct Output {
+pub(crate) struct Output {
     ready: Vec<Bytes>,
     /// Which of `ready` a machine wrote (the others are runs forwarded unparsed, which hold no
     /// tool key).
@@ -324,7 +323,7 @@ impl Output {
     }
 
     /// Takes everything produced so far, in order.
-    pub fn drain(&mut self) -> std::vec::Drain<'_, Bytes> {
+    pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, Bytes> {
         self.seal();
         self.machine_written.clear();
         self.checked = 0;
@@ -333,14 +332,15 @@ impl Output {
 
     /// Takes everything produced so far as one buffer (for callers that want bytes, not
     /// chunks: tests, fuzzers).
-    pub fn take_all(&mut self) -> Vec<u8> {
+    #[cfg(any(test, feature = "bench", feature = "fuzzing"))]
+    pub(crate) fn take_all(&mut self) -> Vec<u8> {
         self.drain().flat_map(|b| b.to_vec()).collect()
     }
 }
 
 /// Inspects one streamed (SSE) response: feed upstream bytes in any chunking, write the output
 /// to the client as soon as `feed` returns. Events with nothing blocked leave byte-identical.
-pub struct StreamInterceptor {
+pub(crate) struct StreamInterceptor {
     decoder: SseDecoder,
     machine: AnyMachine,
     cx: Cx,
@@ -352,7 +352,7 @@ pub struct StreamInterceptor {
 impl StreamInterceptor {
     /// An interceptor for one response; `max_buffer` bounds the memory held for one incomplete
     /// event or one held-back tool call.
-    pub fn new(
+    pub(crate) fn new(
         dialect: Dialect,
         gate: Arc<dyn Gate>,
         on_malformed: OnMalformed,
@@ -380,7 +380,7 @@ impl StreamInterceptor {
     }
 
     /// Feeds a read from upstream; appends what the client must receive to `out`.
-    pub fn feed(&mut self, input: Bytes, out: &mut Output) -> Flow {
+    pub(crate) fn feed(&mut self, input: Bytes, out: &mut Output) -> Flow {
         let flow = self.feed_events(input, out);
         if self.backstop(out) {
             return Flow::Closed;
@@ -426,7 +426,7 @@ impl StreamInterceptor {
 
     /// Upstream ended: inspects an unterminated last event like any other, then closes the
     /// dialect state. Call once.
-    pub fn finish(&mut self, out: &mut Output) {
+    pub(crate) fn finish(&mut self, out: &mut Output) {
         self.finish_events(out);
         self.backstop(out);
     }
@@ -495,7 +495,7 @@ impl StreamInterceptor {
     }
 
     /// Takes the decisions made so far (to emit them as soon as they are made).
-    pub fn drain_records(&mut self) -> std::vec::Drain<'_, Record> {
+    pub(crate) fn drain_records(&mut self) -> std::vec::Drain<'_, Record> {
         self.cx.records.drain(..)
     }
 }

@@ -51,7 +51,7 @@ mod encoding;
 mod exchange;
 mod sessions;
 
-pub use sessions::SessionKeys;
+pub(crate) use sessions::SessionKeys;
 use sessions::{UnknownKey, split_session};
 
 use encoding::Encoding;
@@ -303,19 +303,6 @@ impl LlmProxy {
 
 /// Most client connections open at once (each holds a descriptor, and upstream ones more).
 const MAX_CONNECTIONS: usize = 4096;
-
-/// Binds and serves until `shutdown` resolves (see [`LlmProxy`]).
-pub async fn serve(
-    settings: LlmProxySettings,
-    gate: Arc<dyn Gate>,
-    sink: EventSink,
-    shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
-    LlmProxy::bind(settings, gate, sink)
-        .await?
-        .run(shutdown)
-        .await
-}
 
 fn full(status: StatusCode, body: impl Into<Bytes>) -> Response<ProxyBody> {
     let mut resp = Response::new(

@@ -9,7 +9,7 @@ use crate::decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
 
 /// Blocks the names in `blocked`; names starting with `mcp__` (after joining a namespace as
 /// `ns__name`) are MCP tools, everything else is a native tool.
-pub struct TestGate {
+pub(crate) struct TestGate {
     pub blocked: Vec<&'static str>,
 }
 
@@ -46,14 +46,14 @@ impl Gate for TestGate {
     }
 }
 
-pub fn gate(blocked: &[&'static str]) -> Arc<dyn Gate> {
+pub(crate) fn gate(blocked: &[&'static str]) -> Arc<dyn Gate> {
     Arc::new(TestGate {
         blocked: blocked.to_vec(),
     })
 }
 
 /// Runs `input` through an interceptor in the given chunks; output bytes and records.
-pub fn run_chunks(
+pub(crate) fn run_chunks(
     dialect: Dialect,
     blocked: &[&'static str],
     chunks: &[&[u8]],
@@ -78,7 +78,11 @@ pub fn run_chunks(
 }
 
 /// Runs `input` whole through an interceptor set to `fail_open`; the output as text.
-pub fn run_failing_open(dialect: Dialect, blocked: &[&'static str], input: Vec<u8>) -> String {
+pub(crate) fn run_failing_open(
+    dialect: Dialect,
+    blocked: &[&'static str],
+    input: Vec<u8>,
+) -> String {
     let mut i = StreamInterceptor::new(dialect, gate(blocked), OnMalformed::FailOpen, 1 << 20);
     let mut out = super::Output::default();
     if i.feed(Bytes::from(input), &mut out) == Flow::Continue {
@@ -88,14 +92,22 @@ pub fn run_failing_open(dialect: Dialect, blocked: &[&'static str], input: Vec<u
 }
 
 /// Runs `input` whole.
-pub fn run(dialect: Dialect, blocked: &[&'static str], input: &[u8]) -> (Vec<u8>, Vec<Record>) {
+pub(crate) fn run(
+    dialect: Dialect,
+    blocked: &[&'static str],
+    input: &[u8],
+) -> (Vec<u8>, Vec<Record>) {
     let (out, records, _) = run_chunks(dialect, blocked, &[input], 1 << 20);
     (out, records)
 }
 
 /// Asserts that every split of `input` into two reads and a sample of three-read splits gives
 /// the same output as the whole.
-pub fn assert_split_invariant(dialect: Dialect, blocked: &[&'static str], input: &[u8]) -> Vec<u8> {
+pub(crate) fn assert_split_invariant(
+    dialect: Dialect,
+    blocked: &[&'static str],
+    input: &[u8],
+) -> Vec<u8> {
     let (whole, whole_records) = run(dialect, blocked, input);
     for i in 0..=input.len() {
         let (out, records, _) = run_chunks(dialect, blocked, &[&input[..i], &input[i..]], 1 << 20);
@@ -122,7 +134,7 @@ pub fn assert_split_invariant(dialect: Dialect, blocked: &[&'static str], input:
 
 /// The `data` payloads of an SSE byte stream, parsed as JSON (`[DONE]` skipped); panics on a
 /// malformed stream.
-pub fn data_values(stream: &[u8]) -> Vec<serde_json::Value> {
+pub(crate) fn data_values(stream: &[u8]) -> Vec<serde_json::Value> {
     let mut d = super::SseDecoder::new(usize::MAX);
     d.feed(Bytes::copy_from_slice(stream));
     let mut values = Vec::new();
@@ -139,7 +151,7 @@ pub fn data_values(stream: &[u8]) -> Vec<serde_json::Value> {
 }
 
 /// Joins SSE events written as one `data:` line each (with an optional `event:` line).
-pub fn sse(events: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn sse(events: &[(&str, &str)]) -> Vec<u8> {
     let mut out = String::new();
     for (name, data) in events {
         if !name.is_empty() {

@@ -20,7 +20,7 @@ use crate::{
 
 /// Splits one `--deny` value into patterns at commas that are not inside `{}`, `[]` or `()`
 /// and not escaped, so `^file_.*$,.*_database$` is two patterns and `a{1,3}` stays one.
-pub fn split_patterns(value: &str) -> Vec<&str> {
+pub(crate) fn split_patterns(value: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut depth, mut start, mut escaped) = (0i32, 0usize, false);
     for (i, c) in value.char_indices() {
@@ -45,7 +45,7 @@ pub fn split_patterns(value: &str) -> Vec<&str> {
 
 /// Every pattern of the `--deny` values, split at top-level commas; an empty one (a stray
 /// comma) is refused, since it would otherwise match every tool.
-pub fn deny_patterns(values: &[String]) -> anyhow::Result<Vec<String>> {
+pub(crate) fn deny_patterns(values: &[String]) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     for value in values {
         for pattern in split_patterns(value) {
@@ -98,7 +98,7 @@ fn ask_daemon_for_a_session(socket: &std::path::Path) -> bool {
 }
 
 /// The policy and, when recording, the event sink and its writer.
-pub struct Enforcement {
+pub(crate) struct Enforcement {
     /// The gate every message is checked against.
     pub gate: Arc<dyn Gate>,
     /// Where events go (`None`: not recording).
@@ -110,7 +110,7 @@ pub struct Enforcement {
 /// named (`TOOLWALL_API_SOCKET`), or — for agents that start their MCP servers with a
 /// scrubbed environment (Codex CLI) — the configured one, when this process is in a session
 /// cgroup or the daemon says it is (in its own cgroup namespace every cgroup reads `/`).
-pub fn session_daemon(config: &Config) -> anyhow::Result<Option<PathBuf>> {
+pub(crate) fn session_daemon(config: &Config) -> anyhow::Result<Option<PathBuf>> {
     if let Some(socket) = std::env::var_os("TOOLWALL_API_SOCKET") {
         return Ok(Some(PathBuf::from(socket)));
     }
@@ -133,7 +133,7 @@ impl Enforcement {
     /// Builds the policy from `config` (or the embedded default) and the `--deny` values;
     /// records into `db` (or, with only `--config`, its `store.path`) when either is given.
     /// Refused inside a session ([`session_daemon`]): the daemon judges and records there.
-    pub fn new(
+    pub(crate) fn new(
         config: Option<&std::path::Path>,
         db: Option<&std::path::Path>,
         deny: &[String],
@@ -175,7 +175,7 @@ impl Enforcement {
 
     /// Waits until every recorded event is in the database (call after the last sink clone is
     /// gone, i.e. after the shim or proxy returned).
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         self.events = None;
         if let Some((writer, path)) = self.writer.take() {
             match writer.join() {

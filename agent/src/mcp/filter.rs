@@ -25,11 +25,11 @@ use super::canonical;
 
 /// JSON-RPC "Invalid params": what MCP servers answer for a tool that does not exist, and so
 /// what a refused call gets (it must be indistinguishable from a missing tool).
-pub const INVALID_PARAMS: i64 = -32602;
+pub(crate) const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC "Parse error".
-pub const PARSE_ERROR: i64 = -32700;
+pub(crate) const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC "Invalid Request".
-pub const INVALID_REQUEST: i64 = -32600;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
 
 /// How many unanswered `tools/list` ids one session may have; beyond it the oldest is
 /// forgotten (responses carrying `result.tools` are filtered whether tracked or not, so
@@ -38,7 +38,7 @@ const MAX_PENDING_LISTS: usize = 256;
 
 /// Who the filter speaks for, fixed for a session.
 #[derive(Clone)]
-pub struct FilterContext {
+pub(crate) struct FilterContext {
     /// The policy.
     pub gate: Arc<dyn Gate>,
     /// Server id for decisions and events.
@@ -55,7 +55,7 @@ pub struct FilterContext {
 
 /// What to do with one message.
 #[derive(Debug, Default)]
-pub struct Outcome<'a> {
+pub(crate) struct Outcome<'a> {
     /// The message to pass on in its direction: borrowed (the same bytes) when untouched,
     /// owned when denied tools or calls were taken out; `None` when nothing is left to send.
     pub forward: Option<Cow<'a, [u8]>>,
@@ -64,9 +64,9 @@ pub struct Outcome<'a> {
     pub replies: Vec<Vec<u8>>,
 }
 
-/// One session's filter. Client messages go through [`Filter::from_client`], server messages
-/// through [`Filter::from_server`]; it remembers which requests were `tools/list`.
-pub struct Filter {
+/// One session's filter. Client messages go through [`Filter::on_client`], server messages
+/// through [`Filter::on_server`]; it remembers which requests were `tools/list`.
+pub(crate) struct Filter {
     /// Shared by the filters of one filter proxy: a request's filter costs no copy of it.
     ctx: Arc<FilterContext>,
     pending_lists: VecDeque<Value>,
@@ -75,14 +75,14 @@ pub struct Filter {
     /// Responses (messages with an `id` and no `method`) the server sent so far: a response
     /// stream that carried one per request of its POST is complete (`mcp/filtered_sse.rs`).
     responses: usize,
-    /// Requests (messages with a `method` and an `id`) [`Filter::from_client`] passed on so
+    /// Requests (messages with a `method` and an `id`) [`Filter::on_client`] passed on so
     /// far: the responses a POST's stream owes, counted without parsing the message again.
     requests: usize,
 }
 
 /// The tools a session may call, and the filter proxy's cached list.
 #[derive(Debug, Default)]
-pub struct Listing {
+pub(crate) struct Listing {
     /// The filtered tool array (JSON text) to answer `tools/list` with instead of asking the
     /// server: the filter proxy lists once at start-up (seed 004). Dropped when the server
     /// says its list changed: later lists are asked of the server and filtered.
@@ -98,7 +98,7 @@ pub struct Listing {
 
 impl Listing {
     /// A listing answered from `tools_json` (a JSON array of allowed tools).
-    pub fn cached(tools_json: Arc<str>) -> Self {
+    pub(crate) fn cached(tools_json: Arc<str>) -> Self {
         Listing {
             names: Some(tool_names(&tools_json)),
             cached: Some(tools_json),
@@ -141,14 +141,14 @@ fn first_token(msg: &[u8]) -> Option<u8> {
 
 /// A JSON-RPC error response; `id` is the raw id text of the request (`null` if unknown), so
 /// the client sees its own id exactly as it wrote it.
-pub fn error_response(id: &str, code: i64, message: &str) -> Vec<u8> {
+pub(crate) fn error_response(id: &str, code: i64, message: &str) -> Vec<u8> {
     let message = serde_json::to_string(message).unwrap_or_else(|_| "\"\"".to_owned());
     format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
         .into_bytes()
 }
 
 /// The error a refused call gets: the MCP spec's unknown-tool error.
-pub fn unknown_tool(id: &str, name: &str) -> Vec<u8> {
+pub(crate) fn unknown_tool(id: &str, name: &str) -> Vec<u8> {
     error_response(id, INVALID_PARAMS, &format!("Unknown tool: {name}"))
 }
 
@@ -160,7 +160,7 @@ fn offset_in(outer: &[u8], inner: &str) -> Option<usize> {
 
 impl Filter {
     /// A fresh session.
-    pub fn new(ctx: FilterContext) -> Self {
+    pub(crate) fn new(ctx: FilterContext) -> Self {
         Self::shared(Arc::new(ctx))
     }
 
@@ -176,17 +176,17 @@ impl Filter {
     }
 
     /// Share what may be called (and the cached list) with other filters of one server.
-    pub fn with_listing(mut self, listing: Arc<Mutex<Listing>>) -> Self {
+    pub(crate) fn with_listing(mut self, listing: Arc<Mutex<Listing>>) -> Self {
         self.listing = listing;
         self
     }
 
-    /// How many responses passed [`Filter::from_server`] (dropped ones included).
+    /// How many responses passed [`Filter::on_server`] (dropped ones included).
     pub(crate) fn responses(&self) -> usize {
         self.responses
     }
 
-    /// How many requests [`Filter::from_client`] passed on.
+    /// How many requests [`Filter::on_client`] passed on.
     pub(crate) fn requests(&self) -> usize {
         self.requests
     }
@@ -202,7 +202,7 @@ impl Filter {
     /// written out canonically (`mcp/canonical.rs`), and that text is what the filter judges and
     /// what the server gets. A message that cannot be read that way gets a parse error and is
     /// not forwarded; one of only whitespace is dropped.
-    pub fn from_client(&mut self, msg: &[u8]) -> Outcome<'static> {
+    pub(crate) fn on_client(&mut self, msg: &[u8]) -> Outcome<'static> {
         let mut out = Outcome::default();
         let text = match canonical::canonical(msg) {
             Ok(Some(text)) => text,
@@ -258,7 +258,7 @@ impl Filter {
 
     /// A message from the server: `tools/list` results lose their denied tools, everything
     /// else (responses, server-to-client requests, notifications) passes as is.
-    pub fn from_server<'a>(&mut self, msg: &'a [u8]) -> Outcome<'a> {
+    pub(crate) fn on_server<'a>(&mut self, msg: &'a [u8]) -> Outcome<'a> {
         let forward = match first_token(msg) {
             None => Some(Cow::Borrowed(msg)),
             Some(b'{') => self.server_one(msg),
@@ -554,7 +554,7 @@ fn tool_names(tools_json: &str) -> HashSet<String> {
 
 /// Filters a tool list fetched by toolwall itself (the proxy's start-up list, discovery):
 /// registers each tool with the gate, records `mcp_tool_seen`, returns the allowed ones.
-pub fn allowed_tools(ctx: &FilterContext, tools: Vec<Value>) -> Vec<Value> {
+pub(crate) fn allowed_tools(ctx: &FilterContext, tools: Vec<Value>) -> Vec<Value> {
     tools
         .into_iter()
         .filter(|tool| {

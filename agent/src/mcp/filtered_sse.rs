@@ -155,7 +155,7 @@ impl FilteredSse {
     fn drain(&mut self) {
         while let Some(event) = self.decoder.next_event() {
             if event.is_message() && !event.data.is_empty() {
-                if let Some(data) = self.filter.from_server(&event.data).forward {
+                if let Some(data) = self.filter.on_server(&event.data).forward {
                     encode_event_into(
                         &mut self.ready,
                         event.event.as_deref(),

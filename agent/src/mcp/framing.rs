@@ -12,14 +12,14 @@
 use bytes::{Bytes, BytesMut};
 
 /// The default most bytes of one JSON-RPC message (without its `\n`): 16 MiB.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
+pub(crate) const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// A message longer than the framer's limit; its bytes were dropped, never passed on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "a JSON-RPC message is larger than {limit} bytes (the limit; raise it with --max-message-bytes); it was not forwarded"
 )]
-pub struct TooLong {
+pub(crate) struct TooLong {
     /// The limit in force.
     pub limit: usize,
     /// The message's top-level `id` (raw JSON, a number or a string) when it came before the
@@ -29,7 +29,7 @@ pub struct TooLong {
 
 /// Splits a byte stream into lines, each including its `\n`, of at most a set length.
 #[derive(Debug)]
-pub struct LineFramer {
+pub(crate) struct LineFramer {
     buf: BytesMut,
     /// Bytes of `buf` already known to hold no `\n`, so a huge line arriving in many small
     /// reads is scanned once in total, not once per read.
@@ -48,12 +48,13 @@ impl Default for LineFramer {
 
 impl LineFramer {
     /// An empty framer with the default limit.
-    pub fn new() -> Self {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// An empty framer taking messages of at most `max` bytes.
-    pub fn with_limit(max: usize) -> Self {
+    pub(crate) fn with_limit(max: usize) -> Self {
         LineFramer {
             buf: BytesMut::new(),
             scanned: 0,
@@ -63,19 +64,20 @@ impl LineFramer {
     }
 
     /// The buffer to read into (`AsyncReadExt::read_buf`), so bytes land in place.
-    pub fn buffer_mut(&mut self) -> &mut BytesMut {
+    pub(crate) fn buffer_mut(&mut self) -> &mut BytesMut {
         &mut self.buf
     }
 
     /// Appends bytes (for callers that already hold them, and for tests).
-    pub fn extend(&mut self, data: &[u8]) {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn extend(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
     }
 
     /// The next complete line, `\n` included; `Ok(None)` when the rest is incomplete — an
     /// expected state, not an error: the caller reads more. `Err` once per message over the
     /// limit (whichever way it was split into reads); the framer is still usable after it.
-    pub fn next_line(&mut self) -> Result<Option<Bytes>, TooLong> {
+    pub(crate) fn next_line(&mut self) -> Result<Option<Bytes>, TooLong> {
         loop {
             let found = memchr::memchr(b'\n', &self.buf[self.scanned..]);
             if self.discarding {
@@ -123,7 +125,7 @@ impl LineFramer {
     /// At end of stream: the unterminated last message, if the peer sent one without a final
     /// `\n` (treated as a message, not dropped, so nothing escapes the filter by omitting it).
     /// Whitespace-only leftovers, and the rest of a message already reported, are no message.
-    pub fn finish(&mut self) -> Result<Option<Bytes>, TooLong> {
+    pub(crate) fn finish(&mut self) -> Result<Option<Bytes>, TooLong> {
         self.scanned = 0;
         let rest = self.buf.split().freeze();
         if std::mem::take(&mut self.discarding) || rest.iter().all(u8::is_ascii_whitespace) {
@@ -225,7 +227,7 @@ fn value_end(msg: &[u8], start: usize) -> Option<usize> {
 /// The message inside a framed line: the line without its `\n`. A `\r` before it is kept
 /// (JSON treats it as whitespace), so forwarding the message and a `\n` restores the line
 /// byte for byte.
-pub fn strip_newline(line: &[u8]) -> &[u8] {
+pub(crate) fn strip_newline(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\n").unwrap_or(line)
 }
 

@@ -19,7 +19,7 @@ use super::filter::{Filter, FilterContext};
 use super::framing::{LineFramer, strip_newline};
 
 /// Tools whose names start with this are denied in oracle runs.
-pub const DENIED_PREFIX: &str = "deny";
+pub(crate) const DENIED_PREFIX: &str = "deny";
 
 fn denied(name: &str) -> bool {
     name.starts_with(DENIED_PREFIX)
@@ -120,7 +120,7 @@ fn has_denied_tool(value: &Value) -> bool {
 }
 
 /// Drives a filter over two byte streams fed in arbitrary pieces and checks every output.
-pub struct Harness {
+pub(crate) struct Harness {
     filter: Filter,
     framers: [LineFramer; 2],
     listed: Listed,
@@ -191,7 +191,7 @@ impl Default for Harness {
 
 impl Harness {
     /// A filter denying `^deny`.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let gate = Enforcement::new(None, None, &[format!("^{DENIED_PREFIX}")])
             .unwrap_or_else(|e| panic!("oracle pattern: {e:#}"))
             .gate;
@@ -210,13 +210,13 @@ impl Harness {
         }
     }
 
-    /// Feeds a piece of the client (`from_client`) or server stream.
-    pub fn feed(&mut self, from_client: bool, piece: &[u8]) {
-        let i = usize::from(!from_client);
+    /// Feeds a piece of the client (`on_client`) or server stream.
+    pub(crate) fn feed(&mut self, on_client: bool, piece: &[u8]) {
+        let i = usize::from(!on_client);
         self.framers[i].extend(piece);
         loop {
             match self.framers[i].next_line() {
-                Ok(Some(line)) => self.check(from_client, strip_newline(&line)),
+                Ok(Some(line)) => self.check(on_client, strip_newline(&line)),
                 Ok(None) => break,
                 // Dropped whole by the framer: nothing of it is forwarded.
                 Err(_) => continue,
@@ -225,18 +225,18 @@ impl Harness {
     }
 
     /// Ends both streams (unterminated last messages count).
-    pub fn finish(&mut self) {
-        for (i, from_client) in [(0, true), (1, false)] {
+    pub(crate) fn finish(&mut self) {
+        for (i, on_client) in [(0, true), (1, false)] {
             if let Ok(Some(rest)) = self.framers[i].finish() {
-                self.check(from_client, &rest);
+                self.check(on_client, &rest);
             }
         }
     }
 
-    fn check(&mut self, from_client: bool, msg: &[u8]) {
+    fn check(&mut self, on_client: bool, msg: &[u8]) {
         let input = parse_strict(msg);
-        if from_client {
-            let out = self.filter.from_client(msg);
+        if on_client {
+            let out = self.filter.on_client(msg);
             check_replies(&out.replies);
             check_to_server(
                 msg,
@@ -247,7 +247,7 @@ impl Harness {
             );
             return;
         }
-        let out = self.filter.from_server(msg);
+        let out = self.filter.on_server(msg);
         if out.forward.is_some() {
             self.listed.update(input.as_ref());
         }
@@ -415,11 +415,11 @@ mod tests {
     const IDS: &[&str] = &["1", r#""a""#, "1.0", "null", "-3", r#""\u0031""#];
     const WS: &[&str] = &["", " ", "\t", "\r", " \r"];
 
-    fn message(rng: &mut Rng, from_client: bool) -> String {
+    fn message(rng: &mut Rng, on_client: bool) -> String {
         let id = rng.pick(IDS);
         let name = rng.pick(NAMES);
         let ws = rng.pick(WS);
-        if from_client {
+        if on_client {
             match rng.next() % 9 {
                 0 => format!(
                     r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":{name},"arguments":{{}}}}}}"#
@@ -488,8 +488,8 @@ mod tests {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
             let mut input = Vec::new();
             for _ in 0..12 {
-                let from_client = rng.next().is_multiple_of(2);
-                let mut text = message(&mut rng, from_client);
+                let on_client = rng.next().is_multiple_of(2);
+                let mut text = message(&mut rng, on_client);
                 text.push_str(if rng.next().is_multiple_of(3) {
                     "\r\n"
                 } else {
@@ -499,7 +499,7 @@ mod tests {
                 let mut bytes = text.as_bytes();
                 while !bytes.is_empty() {
                     let len = (1 + rng.next() % 127).min(bytes.len() as u64) as usize;
-                    input.push(((len as u8) << 1) | u8::from(!from_client));
+                    input.push(((len as u8) << 1) | u8::from(!on_client));
                     input.extend_from_slice(&bytes[..len]);
                     bytes = &bytes[len..];
                 }

@@ -38,17 +38,17 @@
 //! compile to more than 1 MiB are refused at start-up.
 
 pub(crate) mod canonical;
-pub mod client;
-pub mod enforce;
-pub mod filter;
+pub(crate) mod client;
+pub(crate) mod enforce;
+pub(crate) mod filter;
 pub(crate) mod filtered_sse;
-pub mod framing;
+pub(crate) mod framing;
 #[cfg(feature = "fuzzing")]
-pub mod fuzzing;
+pub(crate) mod fuzzing;
 pub(crate) mod headers;
-pub mod proxy;
+pub(crate) mod proxy;
 pub(crate) mod relay;
-pub mod shim;
+pub(crate) mod shim;
 pub(crate) mod stream_order;
 
 use std::fs::File;
@@ -78,7 +78,7 @@ fn pollable(fd: BorrowedFd<'_>) -> Option<File> {
 /// Our stdin as an async reader. A pipe or socket is read through epoll; Tokio's own
 /// `stdin()` hands every read to a blocking thread, which costs tens of microseconds per
 /// message. Must be called inside a Tokio runtime.
-pub fn async_stdin() -> Box<dyn AsyncRead + Unpin + Send> {
+pub(crate) fn async_stdin() -> Box<dyn AsyncRead + Unpin + Send> {
     match pollable(std::io::stdin().as_fd()).map(pipe::Receiver::from_file_unchecked) {
         Some(Ok(receiver)) => Box::new(receiver),
         _ => Box::new(tokio::io::stdin()),
@@ -104,7 +104,7 @@ pub(crate) fn async_writer(fd: std::os::fd::OwnedFd) -> Box<dyn AsyncWrite + Unp
 
 /// Our stdout as an async writer, through epoll when it is a pipe or socket (see
 /// [`async_stdin`]).
-pub fn async_stdout() -> Box<dyn AsyncWrite + Unpin + Send> {
+pub(crate) fn async_stdout() -> Box<dyn AsyncWrite + Unpin + Send> {
     match pollable(std::io::stdout().as_fd()).map(pipe::Sender::from_file_unchecked) {
         Some(Ok(sender)) => Box::new(sender),
         _ => Box::new(tokio::io::stdout()),

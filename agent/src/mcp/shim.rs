@@ -26,9 +26,9 @@ use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, TooLong, strip_newli
 
 /// How long the child gets to exit on its own after the client closed stdin (the MCP stdio
 /// shutdown sequence: close stdin, wait, SIGTERM, wait, SIGKILL).
-pub const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(5);
 /// How long the child gets after SIGTERM before SIGKILL.
-pub const SIGTERM_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const SIGTERM_GRACE: Duration = Duration::from_secs(2);
 
 /// Arguments of `toolwall shim`.
 #[derive(Debug, clap::Args)]
@@ -72,7 +72,7 @@ const LAUNCHERS: [&str; 11] = [
 /// A readable server id from a command line: the program's file name, or for a launcher
 /// (`npx`, `uvx`, `node`, `python`...) the package or script it runs, without scope, version
 /// or extension: `npx -y @modelcontextprotocol/server-everything@1.2` → `server-everything`.
-pub fn default_server_id(command: &[String]) -> String {
+pub(crate) fn default_server_id(command: &[String]) -> String {
     let base = |s: &str| {
         std::path::Path::new(s)
             .file_name()
@@ -112,7 +112,7 @@ pub fn default_server_id(command: &[String]) -> String {
 /// `toolwall shim`: the command-line entry. Builds the policy (configuration plus `--deny`)
 /// and, when `--config` or `--db` is given, the event store, then runs [`run_shim`] and returns
 /// the child's exit code once every event is stored.
-pub fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
     let config = crate::config::Config::load(args.config.as_deref())?;
     if let Some(socket) = super::enforce::session_daemon(&config)? {
         return relay(&args, &socket);
@@ -158,7 +158,7 @@ fn relay(args: &ShimArgs, socket: &std::path::Path) -> anyhow::Result<ExitCode> 
 /// Runs the shim with a given policy and event sink (the daemon's policy and store, or the
 /// command line's): spawns `args.command`, pumps both directions through the filter,
 /// forwards SIGINT/SIGTERM/SIGHUP, and returns the child's exit code (128+N for signal N).
-pub async fn run_shim(
+pub(crate) async fn run_shim(
     args: &ShimArgs,
     gate: Arc<dyn Gate>,
     events: Option<EventSink>,
@@ -189,7 +189,7 @@ pub async fn run_shim(
 /// The shim over any client streams (stdin/stdout in production, pipes in tests), taking
 /// messages of at most `max_message` bytes. A server message over it is an error: the server
 /// is killed and the error returned (nothing of the message reaches the client).
-pub async fn serve<R, W>(
+pub(crate) async fn serve<R, W>(
     command: &mut Command,
     ctx: FilterContext,
     client_in: R,
@@ -333,15 +333,15 @@ enum Forward {
     Nothing,
 }
 
-fn decide(filter: &Mutex<Filter>, line: &Bytes, from_client: bool) -> (Forward, Vec<Vec<u8>>) {
+fn decide(filter: &Mutex<Filter>, line: &Bytes, on_client: bool) -> (Forward, Vec<Vec<u8>>) {
     let msg = strip_newline(line);
     // A poisoned lock means a pump panicked; the filter's state (pending list ids) is still
     // sound, so go on rather than pass anything unfiltered.
     let mut filter = filter.lock().unwrap_or_else(|e| e.into_inner());
-    let out = if from_client {
-        filter.from_client(msg)
+    let out = if on_client {
+        filter.on_client(msg)
     } else {
-        filter.from_server(msg)
+        filter.on_server(msg)
     };
     let forward = match out.forward {
         Some(std::borrow::Cow::Borrowed(b))

@@ -20,7 +20,7 @@ pub struct Connect {
 }
 
 /// Decodes one ring-buffer record; `None` if it is not a whole event (never expected).
-pub fn decode(bytes: &[u8]) -> Option<Connect> {
+pub(crate) fn decode(bytes: &[u8]) -> Option<Connect> {
     if bytes.len() < size_of::<ConnectEvent>() {
         return None;
     }
@@ -47,7 +47,7 @@ pub(crate) fn dest_ip(addr: &[u8; 16]) -> IpAddr {
 /// Waits for events and hands each to `on_event` until `stop` resolves; then hands over what
 /// is still in the ring and returns, so stopping never loses a delivered event. `drained` is
 /// called after each pass that emptied the ring (closed sessions are forgotten by it).
-pub async fn read_events(
+pub(crate) async fn read_events(
     ring: RingBuf<MapData>,
     mut on_event: impl FnMut(Connect),
     mut drained: impl FnMut(),

@@ -15,7 +15,7 @@ use tokio::io::{Interest, unix::AsyncFd};
 
 /// The `nameserver`s of /etc/resolv.conf (scopes dropped, as for [`local_addresses`]); none
 /// when the file is missing.
-pub fn system_resolvers() -> Vec<IpAddr> {
+pub(crate) fn system_resolvers() -> Vec<IpAddr> {
     let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
     parse_resolv_conf(&text)
 }
@@ -34,7 +34,7 @@ fn parse_resolv_conf(text: &str) -> Vec<IpAddr> {
 /// Every address configured on any interface of this network namespace, loopback included,
 /// sorted. Link-local IPv6 addresses are listed without their scope: the kernel programs see a
 /// destination's 16 bytes, not its interface.
-pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
+pub(crate) fn local_addresses() -> io::Result<Vec<IpAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
@@ -83,13 +83,13 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
 
 /// An rtnetlink socket subscribed to address changes; readable when an address was added or
 /// removed on any interface.
-pub struct AddressChanges {
+pub(crate) struct AddressChanges {
     fd: AsyncFd<OwnedFd>,
 }
 
 impl AddressChanges {
     /// Subscribes (needs no privilege).
-    pub fn subscribe() -> io::Result<Self> {
+    pub(crate) fn subscribe() -> io::Result<Self> {
         // SAFETY: plain socket(2); the descriptor is owned right away.
         let raw = unsafe {
             libc::socket(
@@ -126,7 +126,7 @@ impl AddressChanges {
     /// Waits for the next change and discards every notification queued with it (the caller
     /// re-reads the whole list, so their content does not matter). An overrun (ENOBUFS) also
     /// counts as a change: something was missed, and re-reading covers it.
-    pub async fn changed(&mut self) -> io::Result<()> {
+    pub(crate) async fn changed(&mut self) -> io::Result<()> {
         loop {
             let mut guard = self.fd.readable().await?;
             let mut buf = [0u8; 8192];

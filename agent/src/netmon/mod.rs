@@ -6,12 +6,13 @@
 //! toolchain embeds an empty object, and [`KernelMonitor::load`] says so instead of failing
 //! obscurely.
 
-pub mod events;
+pub(crate) mod events;
 mod loader;
-pub mod local;
-pub mod pins;
-pub mod rules;
-pub mod service;
+pub(crate) mod local;
+pub(crate) mod pins;
+pub(crate) mod rules;
+pub(crate) mod service;
 
-pub use loader::{Counters, KernelMonitor, NetmonError, PROGRAMS, ProgramRunStats, ebpf_object};
+pub use loader::KernelMonitor;
+pub(crate) use loader::{Counters, NetmonError, PROGRAMS};
 pub use rules::{Rule, RuleAction};

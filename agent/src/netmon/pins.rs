@@ -182,7 +182,7 @@ impl PinDir {
 /// The id of the cgroup a pinned cgroup link is attached to; 0 once it was detached (by
 /// `bpftool link detach`, say). aya 0.14 does not expose the link's cgroup, so this asks the
 /// kernel directly: `BPF_OBJ_GET` on the pin, then `BPF_OBJ_GET_INFO_BY_FD`.
-pub fn link_cgroup(pin: &Path) -> io::Result<u64> {
+pub(crate) fn link_cgroup(pin: &Path) -> io::Result<u64> {
     const BPF_OBJ_GET: libc::c_long = 7;
     const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     let path = std::ffi::CString::new(pin.as_os_str().as_encoded_bytes())

@@ -77,7 +77,7 @@ impl Rule {
 }
 
 /// Whether an address is one of the host's loopback addresses, in any form.
-pub fn is_loopback(addr: IpAddr) -> bool {
+pub(crate) fn is_loopback(addr: IpAddr) -> bool {
     match addr {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => {
@@ -88,7 +88,7 @@ pub fn is_loopback(addr: IpAddr) -> bool {
 
 /// Whether a connect to `addr` reaches this host: loopback, unspecified, or one of `locals`
 /// (the interface addresses), in any form.
-pub fn is_local(addr: IpAddr, locals: &[IpAddr]) -> bool {
+pub(crate) fn is_local(addr: IpAddr, locals: &[IpAddr]) -> bool {
     let plain = match addr {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
         v4 => v4,
@@ -98,7 +98,7 @@ pub fn is_local(addr: IpAddr, locals: &[IpAddr]) -> bool {
 
 /// Widens single-address rules on a local address to every local address; other rules pass
 /// unchanged.
-pub fn widen_local(rules: &[Rule], locals: &[IpAddr]) -> Vec<Rule> {
+pub(crate) fn widen_local(rules: &[Rule], locals: &[IpAddr]) -> Vec<Rule> {
     let mut out = Vec::with_capacity(rules.len());
     for rule in rules {
         let single = rule.prefix == if rule.addr.is_ipv4() { 32 } else { 128 };
@@ -128,7 +128,7 @@ pub fn widen_local(rules: &[Rule], locals: &[IpAddr]) -> Vec<Rule> {
 
 /// The contents both maps should have for a rule set.
 #[derive(Debug, Default, PartialEq)]
-pub struct MapContents {
+pub(crate) struct MapContents {
     /// Single addresses, in the exact-match hash map.
     pub exact: HashMap<EndpointKey, EndpointRule>,
     /// Ranges, in the LPM trie: (prefix length in bits, key) → rule.
@@ -141,7 +141,7 @@ impl MapContents {
     /// server can never weaken another's deny. A PASS is an exception to the rule of its own
     /// `server_index`; one that another server's DENY of any width covers is dropped (an exact
     /// PASS would otherwise shadow a wider DENY in the kernel's lookup).
-    pub fn from_rules(rules: &[Rule], locals: &[IpAddr]) -> Self {
+    pub(crate) fn from_rules(rules: &[Rule], locals: &[IpAddr]) -> Self {
         let mut out = MapContents::default();
         let widened = widen_local(rules, locals);
         let (passes, others): (Vec<Rule>, Vec<Rule>) = widened
@@ -221,7 +221,7 @@ impl MapContents {
 
     /// What the kernel would decide for a destination (the same lookup order as the programs);
     /// used by tests and by `toolwall` to explain a rule set.
-    pub fn lookup(&self, addr: IpAddr, port: u16) -> Option<EndpointRule> {
+    pub(crate) fn lookup(&self, addr: IpAddr, port: u16) -> Option<EndpointRule> {
         let v6 = match addr {
             IpAddr::V4(v4) => v4.to_ipv6_mapped(),
             IpAddr::V6(v6) => v6,

@@ -12,7 +12,7 @@ use crate::config::{
 
 /// The compiled deny list.
 #[derive(Debug)]
-pub struct DenyList {
+pub(crate) struct DenyList {
     set: RegexSet,
     /// Each pattern with where it came from (`deny[0]`, `--deny[1]`).
     patterns: Vec<(String, Regex)>,
@@ -21,7 +21,11 @@ pub struct DenyList {
 impl DenyList {
     /// Compiles the config's patterns and the command line's (`--deny`), checking each
     /// against the size limits; `origin` names the config file in errors.
-    pub fn new(config: &[String], extra: &[String], origin: &str) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        config: &[String],
+        extra: &[String],
+        origin: &str,
+    ) -> Result<Self, ConfigError> {
         let mut patterns = Vec::with_capacity(config.len() + extra.len());
         for (list, file, sources) in [("deny", origin, config), ("--deny", "command line", extra)] {
             for (i, source) in sources.iter().enumerate() {
@@ -55,18 +59,8 @@ impl DenyList {
         Ok(DenyList { set, patterns })
     }
 
-    /// How many patterns there are.
-    pub fn len(&self) -> usize {
-        self.patterns.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.patterns.is_empty()
-    }
-
     /// `None` if `tool` matches no pattern, else the reason naming the first one that does.
-    pub fn check(&self, tool: &str) -> Option<String> {
+    pub(crate) fn check(&self, tool: &str) -> Option<String> {
         if self.patterns.is_empty() || !self.set.is_match(tool) {
             return None;
         }

@@ -7,7 +7,7 @@
 
 /// A compiled glob.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Glob {
+pub(crate) struct Glob {
     source: String,
     pattern: Vec<Token>,
     literals: usize,
@@ -22,7 +22,7 @@ enum Token {
 
 impl Glob {
     /// Compiles `source`.
-    pub fn new(source: &str) -> Glob {
+    pub(crate) fn new(source: &str) -> Glob {
         let mut pattern = Vec::with_capacity(source.len());
         for c in source.chars() {
             let token = match c {
@@ -48,18 +48,18 @@ impl Glob {
     }
 
     /// The pattern as written.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.source
     }
 
     /// How many literal characters it has: a rough measure of how specific it is (rules with
     /// more literals win over broader ones).
-    pub fn literals(&self) -> usize {
+    pub(crate) fn literals(&self) -> usize {
         self.literals
     }
 
     /// Whether `text` matches, ignoring case.
-    pub fn matches(&self, text: &str) -> bool {
+    pub(crate) fn matches(&self, text: &str) -> bool {
         let pattern = &self.pattern;
         let mut p = 0;
         let mut t = 0;

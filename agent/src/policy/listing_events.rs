@@ -15,7 +15,7 @@ impl Policy {
     /// `mcp_tool_seen` for each identified tool in `decisions` (from `check_listed` /
     /// `check_listed_all`), plus `mcp_tool_changed` for each whose definition differs from its
     /// pin or that appeared after its server's set was sealed (only with version pinning on).
-    pub fn listing_events(&self, session_id: &str, decisions: &[Decision]) -> Vec<Event> {
+    pub(crate) fn listing_events(&self, session_id: &str, decisions: &[Decision]) -> Vec<Event> {
         let now = Utc::now();
         let mut events = Vec::with_capacity(decisions.len());
         for decision in decisions {

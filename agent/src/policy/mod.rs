@@ -34,10 +34,9 @@ use serde_json::Value;
 
 #[cfg(feature = "bench")]
 pub use bench::{bench_decisions, bench_rule_evaluation};
-pub use deny::DenyList;
-pub use glob::Glob;
-pub use rate::{Budget, Clock, ManualClock, MonotonicClock, RateLimiter};
-pub use rules::{ServerRules, ToolRules};
+pub(crate) use deny::DenyList;
+pub(crate) use rate::{Clock, MonotonicClock, RateLimiter};
+pub(crate) use rules::{ServerRules, ToolRules};
 
 use crate::{
     config::{Config, ConfigError, Location, OnChange, VersionPinningConfig},
@@ -58,7 +57,7 @@ struct CachedVerdict {
 
 /// The configured policy, shared by every layer (`Arc<Policy>` or `&dyn Gate`).
 #[derive(Debug)]
-pub struct Policy {
+pub(crate) struct Policy {
     enforce: bool,
     fail_closed: bool,
     /// Declared server id → (type, `host:port`).
@@ -77,7 +76,7 @@ pub struct Policy {
 impl Policy {
     /// Compiles `config`'s policy over `registry`; `extra_deny` are the `--deny` regexes of
     /// the shim or filter proxy command line. Fails on a pattern that cannot be applied.
-    pub fn new(
+    pub(crate) fn new(
         config: &Config,
         registry: Arc<Registry>,
         extra_deny: &[String],
@@ -91,7 +90,7 @@ impl Policy {
     }
 
     /// [`Policy::new`] with the rate limiter's clock given (tests move time by hand).
-    pub fn with_clock(
+    pub(crate) fn with_clock(
         config: &Config,
         registry: Arc<Registry>,
         extra_deny: &[String],
@@ -134,13 +133,13 @@ impl Policy {
     }
 
     /// The registry this policy reads.
-    pub fn registry(&self) -> &Arc<Registry> {
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }
 
     /// The server-level verdict alone (step 1): why `server_id` is blocked, or `None` if it is
     /// allowed. The kernel layer uses it to DENY or FLAG connections to the server's addresses.
-    pub fn server_block_reason(&self, server_id: &str) -> Option<String> {
+    pub(crate) fn server_block_reason(&self, server_id: &str) -> Option<String> {
         if !self.enforce {
             return None;
         }

@@ -24,21 +24,21 @@ const MAX_BUCKETS: usize = 4096;
 
 /// How long a proposed call's credit waits for its execution (an agent may wait for a person
 /// to approve the call). Past it, the execution spends a token of its own.
-pub const CREDIT_TTL: Duration = Duration::from_secs(600);
+pub(super) const CREDIT_TTL: Duration = Duration::from_secs(600);
 
 /// Most credits kept in all; past it the oldest (server, tool) list is dropped, which only
 /// makes a later execution spend a token of its own.
 const MAX_CREDITS: usize = 65_536;
 
 /// Monotonic time for rate limiting.
-pub trait Clock: Send + Sync + fmt::Debug {
+pub(crate) trait Clock: Send + Sync + fmt::Debug {
     /// Time since an arbitrary fixed start; never goes backwards.
     fn now(&self) -> Duration;
 }
 
 /// The real clock.
 #[derive(Debug)]
-pub struct MonotonicClock {
+pub(crate) struct MonotonicClock {
     start: Instant,
 }
 
@@ -58,17 +58,20 @@ impl Clock for MonotonicClock {
 
 /// A clock tests move by hand.
 #[derive(Debug, Default)]
-pub struct ManualClock {
+#[cfg(test)]
+pub(crate) struct ManualClock {
     now: Mutex<Duration>,
 }
 
+#[cfg(test)]
 impl ManualClock {
     /// Moves time forward.
-    pub fn advance(&self, by: Duration) {
+    pub(crate) fn advance(&self, by: Duration) {
         *self.now.lock().unwrap_or_else(PoisonError::into_inner) += by;
     }
 }
 
+#[cfg(test)]
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
         *self.now.lock().unwrap_or_else(PoisonError::into_inner)
@@ -77,7 +80,7 @@ impl Clock for ManualClock {
 
 /// One server's budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// Sustained calls per minute.
     pub per_minute: u32,
     /// Bucket size.
@@ -108,7 +111,7 @@ impl Bucket {
 
 /// The buckets of every server.
 #[derive(Debug)]
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     enabled: bool,
     default: Budget,
     per_server: HashMap<String, Budget>,
@@ -187,7 +190,7 @@ impl Credits {
 
 impl RateLimiter {
     /// Budgets from the config, time from `clock`.
-    pub fn new(config: &RateLimitsConfig, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(config: &RateLimitsConfig, clock: Arc<dyn Clock>) -> Self {
         let default = Budget {
             per_minute: config.default_rpm,
             burst: config.default_burst,
@@ -222,7 +225,7 @@ impl RateLimiter {
     }
 
     /// The budget that applies to `server_id`.
-    pub fn budget(&self, server_id: &str) -> Budget {
+    pub(crate) fn budget(&self, server_id: &str) -> Budget {
         self.per_server
             .get(server_id)
             .copied()
@@ -232,7 +235,12 @@ impl RateLimiter {
     /// Counts one call of `tool` on `server_id` at `stage`: `None` if the budget allows it,
     /// else why not. An execution first takes the credit its proposal left (see the module
     /// doc); a proposal that is allowed leaves one.
-    pub fn try_acquire(&self, server_id: &str, tool: &str, stage: CallStage) -> Option<String> {
+    pub(crate) fn try_acquire(
+        &self,
+        server_id: &str,
+        tool: &str,
+        stage: CallStage,
+    ) -> Option<String> {
         if !self.enabled {
             return None;
         }

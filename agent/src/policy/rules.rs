@@ -31,7 +31,7 @@ struct CompiledServerRule {
 
 /// `server_policy` with its two lists.
 #[derive(Debug)]
-pub struct ServerRules {
+pub(crate) struct ServerRules {
     policy: ListPolicy,
     allowed: Vec<CompiledServerRule>,
     denied: Vec<CompiledServerRule>,
@@ -39,7 +39,7 @@ pub struct ServerRules {
 
 impl ServerRules {
     /// Compiles the config's server rules.
-    pub fn new(policy: ListPolicy, allowed: &[ServerRule], denied: &[ServerRule]) -> Self {
+    pub(crate) fn new(policy: ListPolicy, allowed: &[ServerRule], denied: &[ServerRule]) -> Self {
         let compile = |rules: &[ServerRule]| {
             rules
                 .iter()
@@ -58,7 +58,7 @@ impl ServerRules {
     }
 
     /// `None` if `server_id` passes, else why it is blocked.
-    pub fn check(&self, server_id: &str) -> Option<String> {
+    pub(crate) fn check(&self, server_id: &str) -> Option<String> {
         let best = |rules| best_server_rule(rules, server_id);
         let allow = best(&self.allowed);
         if let Some(deny) = best(&self.denied)
@@ -119,7 +119,7 @@ impl CompiledToolRule {
 
 /// `tool_policy` with its two lists.
 #[derive(Debug)]
-pub struct ToolRules {
+pub(crate) struct ToolRules {
     policy: ListPolicy,
     allowed: Vec<CompiledToolRule>,
     denied: Vec<CompiledToolRule>,
@@ -127,7 +127,7 @@ pub struct ToolRules {
 
 impl ToolRules {
     /// Compiles the config's tool rules.
-    pub fn new(policy: ListPolicy, allowed: &[ToolRule], denied: &[ToolRule]) -> Self {
+    pub(crate) fn new(policy: ListPolicy, allowed: &[ToolRule], denied: &[ToolRule]) -> Self {
         let compile = |rules: &[ToolRule]| {
             rules
                 .iter()
@@ -147,19 +147,9 @@ impl ToolRules {
         }
     }
 
-    /// How many rules there are (both lists).
-    pub fn len(&self) -> usize {
-        self.allowed.len() + self.denied.len()
-    }
-
-    /// Whether there are no rules.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// `None` if `tool` (with definition `hash`, empty if unknown) on `server_id` passes,
     /// else why it is blocked.
-    pub fn check(&self, server_id: &str, tool: &str, hash: &str) -> Option<String> {
+    pub(crate) fn check(&self, server_id: &str, tool: &str, hash: &str) -> Option<String> {
         let best = |rules| best_tool_rule(rules, server_id, tool, hash);
         let allow = best(&self.allowed);
         if let Some((deny, deny_spec)) = best(&self.denied)
@@ -180,7 +170,7 @@ impl ToolRules {
     /// Why a `denied_tools` rule blocks `tool` on `server_id` (empty when unknown), if one
     /// does and no allowed rule is more specific; the list policy is not applied (a name
     /// nobody registered is decided by `fail_closed`, not by an allowlist).
-    pub fn denied(&self, server_id: &str, tool: &str) -> Option<String> {
+    pub(crate) fn denied(&self, server_id: &str, tool: &str) -> Option<String> {
         let allow = best_tool_rule(&self.allowed, server_id, tool, "");
         let (deny, deny_spec) = best_tool_rule(&self.denied, server_id, tool, "")?;
         allow

@@ -14,7 +14,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The fields of a tool definition that its hash covers, in canonical (sorted) order.
-pub const HASHED_FIELDS: [&str; 6] = [
+pub(crate) const HASHED_FIELDS: [&str; 6] = [
     "annotations",
     "description",
     "inputSchema",
@@ -24,7 +24,7 @@ pub const HASHED_FIELDS: [&str; 6] = [
 ];
 
 /// SHA-256 (lowercase hex) of the canonical JSON of `tool`'s defining fields.
-pub fn tool_hash(tool: &Value) -> String {
+pub(crate) fn tool_hash(tool: &Value) -> String {
     let mut canonical = String::with_capacity(256);
     canonical.push('{');
     let mut first = true;

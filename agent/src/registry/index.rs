@@ -89,7 +89,7 @@ impl Hits {
 
 impl Index {
     /// Adds or replaces an entry (same server and tool).
-    pub fn insert(&mut self, entry: Arc<ToolEntry>) {
+    pub(super) fn insert(&mut self, entry: Arc<ToolEntry>) {
         for alias in [claude_form(&entry.server_id), codex_form(&entry.server_id)]
             .into_iter()
             .flatten()
@@ -144,7 +144,7 @@ impl Index {
     }
 
     /// Resolves a name as a layer saw it; see [`super::Registry::resolve`].
-    pub fn resolve(&self, query: &CallQuery<'_>, patterns: &NamePatterns) -> Resolution {
+    pub(super) fn resolve(&self, query: &CallQuery<'_>, patterns: &NamePatterns) -> Resolution {
         let name = query.name;
         if let Some(server_id) = query.server_id {
             // The shim and the filter proxy see the real `tools/call` name: an exact tool of

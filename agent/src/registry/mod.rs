@@ -23,15 +23,16 @@ use chrono::{DateTime, Utc};
 use rusqlite::Connection;
 use serde_json::Value;
 
-pub use hash::{HASHED_FIELDS, tool_hash, value_hash};
-pub use names::{CLAUDE_CODE_PATTERN, CODEX_NAMESPACE_PREFIX, NamePattern, NamePatterns};
+pub(crate) use hash::tool_hash;
+pub use hash::value_hash;
+pub(crate) use names::{NamePattern, NamePatterns};
 
 use crate::decision::{CallQuery, ToolIdentity};
 use index::Index;
 
 /// Why the registry could not do what was asked.
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub(crate) enum RegistryError {
     /// The database failed (unreadable, locked past the time-out, disk full…).
     #[error("registry database: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -47,7 +48,7 @@ pub enum RegistryError {
 
 /// One registered tool.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ToolEntry {
+pub(crate) struct ToolEntry {
     /// The tool's own name on its server (`get-sum`).
     pub tool: String,
     /// The server id.
@@ -64,7 +65,7 @@ pub struct ToolEntry {
 
 impl ToolEntry {
     /// The identity decisions carry.
-    pub fn identity(&self) -> ToolIdentity {
+    pub(crate) fn identity(&self) -> ToolIdentity {
         ToolIdentity {
             server_id: self.server_id.clone(),
             server_type: self.server_type.clone(),
@@ -77,7 +78,7 @@ impl ToolEntry {
 
 /// What a name as an agent wrote it refers to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Resolution {
+pub(crate) enum Resolution {
     /// Exactly one registered tool.
     Found(Arc<ToolEntry>),
     /// A bare name that several servers offer; `candidates` sorted by server id.
@@ -101,7 +102,7 @@ pub enum Resolution {
 
 /// How a registration changed the registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RegistrationChange {
+pub(crate) struct RegistrationChange {
     /// The server.
     pub server_id: String,
     /// The tool's name.
@@ -114,7 +115,7 @@ pub struct RegistrationChange {
 
 /// The kind of a [`RegistrationChange`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChangeKind {
+pub(crate) enum ChangeKind {
     /// A tool the server did not have before.
     Added,
     /// Same tool, different definition.
@@ -133,7 +134,7 @@ pub enum ChangeKind {
 
 /// The pinning state of one tool (see `version_pinning` in the config).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PinState {
+pub(crate) enum PinState {
     /// The hash is the pinned one.
     Match,
     /// The definition changed since it was pinned.
@@ -150,7 +151,7 @@ pub enum PinState {
 
 /// A server as the registry knows it (CLI listings).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ServerInfo {
+pub(crate) struct ServerInfo {
     /// The id.
     pub server_id: String,
     /// `stdio`, `http` or `sse` (of its most recently registered tool).
@@ -165,7 +166,8 @@ pub struct ServerInfo {
 
 /// A trusted definition hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pin {
+#[cfg(test)]
+pub(crate) struct Pin {
     /// The server.
     pub server_id: String,
     /// The tool.
@@ -178,7 +180,7 @@ pub struct Pin {
 
 /// The registry. Share it as `Arc<Registry>`; every method takes `&self`.
 #[derive(Debug)]
-pub struct Registry {
+pub(crate) struct Registry {
     index: RwLock<Index>,
     /// Writes are serialized here, before the index lock is taken, so readers never wait on
     /// SQLite.
@@ -188,12 +190,12 @@ pub struct Registry {
 impl Registry {
     /// Opens (creating if needed) the registry tables in the database at `db_path` and loads
     /// them.
-    pub fn open(db_path: &Path) -> Result<Registry, RegistryError> {
+    pub(crate) fn open(db_path: &Path) -> Result<Registry, RegistryError> {
         Registry::from_connection(store::open(db_path)?)
     }
 
     /// A registry that lives only in memory (tests, `toolwall config check`).
-    pub fn in_memory() -> Result<Registry, RegistryError> {
+    pub(crate) fn in_memory() -> Result<Registry, RegistryError> {
         Registry::from_connection(store::open_in_memory()?)
     }
 
@@ -207,7 +209,7 @@ impl Registry {
     }
 
     /// Re-reads the database, picking up what other processes (shims) registered or pinned.
-    pub fn reload(&self) -> Result<(), RegistryError> {
+    pub(crate) fn reload(&self) -> Result<(), RegistryError> {
         let db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
         let snapshot = store::load(&db)?;
         let mut index = Index::default();
@@ -238,7 +240,7 @@ impl Registry {
 
     /// Registers `tools` (`tools/list` entries) of a server, persisting new and changed
     /// definitions. Tools not in `tools` are kept (listings may be paginated).
-    pub fn register(
+    pub(crate) fn register(
         &self,
         server_id: &str,
         server_type: &str,
@@ -341,12 +343,13 @@ impl Registry {
     /// What `query` names: see [`Resolution`]. Tries, in order: the layer's server (exact
     /// name, sanitized name, agent forms), Codex's namespace, the exact bare name, the agent
     /// forms in `patterns` (Claude Code's first), then sanitized bare names.
-    pub fn resolve(&self, query: &CallQuery<'_>, patterns: &NamePatterns) -> Resolution {
+    pub(crate) fn resolve(&self, query: &CallQuery<'_>, patterns: &NamePatterns) -> Resolution {
         self.read_index().resolve(query, patterns)
     }
 
     /// The entry of `tool` on `server_id`, exactly.
-    pub fn get(&self, server_id: &str, tool: &str) -> Option<Arc<ToolEntry>> {
+    #[cfg(test)]
+    pub(crate) fn get(&self, server_id: &str, tool: &str) -> Option<Arc<ToolEntry>> {
         self.read_index()
             .servers
             .get(server_id)
@@ -355,7 +358,7 @@ impl Registry {
     }
 
     /// Compares `hash` with the pin of `tool` on `server_id`. Allocates only when it changed.
-    pub fn pin_state(&self, server_id: &str, tool: &str, hash: &str) -> PinState {
+    pub(crate) fn pin_state(&self, server_id: &str, tool: &str, hash: &str) -> PinState {
         let index = self.read_index();
         let Some(server) = index.servers.get(server_id) else {
             return PinState::Unpinned {
@@ -374,7 +377,8 @@ impl Registry {
     }
 
     /// Whether `server_id`'s tool set is sealed.
-    pub fn is_sealed(&self, server_id: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_sealed(&self, server_id: &str) -> bool {
         self.read_index()
             .servers
             .get(server_id)
@@ -382,7 +386,8 @@ impl Registry {
     }
 
     /// Trusts `hash` for `tool` on `server_id` (first sight, or a person accepting a change).
-    pub fn pin(&self, server_id: &str, tool: &str, hash: &str) -> Result<(), RegistryError> {
+    #[cfg(test)]
+    pub(crate) fn pin(&self, server_id: &str, tool: &str, hash: &str) -> Result<(), RegistryError> {
         let pin = store::PinRow {
             server_id: server_id.to_string(),
             tool_name: tool.to_string(),
@@ -402,7 +407,8 @@ impl Registry {
 
     /// Pins every registered tool of `server_id` that has no pin yet, and seals the server's
     /// tool set: from now on a tool it did not have is drift. Returns the tools newly pinned.
-    pub fn seal_server(&self, server_id: &str) -> Result<Vec<String>, RegistryError> {
+    #[cfg(test)]
+    pub(crate) fn seal_server(&self, server_id: &str) -> Result<Vec<String>, RegistryError> {
         let now = Utc::now();
         let mut db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
         let (pins, already_sealed) = {
@@ -449,7 +455,7 @@ impl Registry {
     /// nothing new is trusted (a new tool is drift). Existing pins are never replaced, and the
     /// database decides, so two processes trusting at once cannot overwrite each other's pins
     /// with a later (possibly malicious) definition. Refreshes this server's pins from disk.
-    pub fn trust_first(
+    pub(crate) fn trust_first(
         &self,
         server_id: &str,
         tools: &[(&str, &str)],
@@ -476,7 +482,7 @@ impl Registry {
     }
 
     /// Every registered tool, sorted by server then name.
-    pub fn tools(&self) -> Vec<Arc<ToolEntry>> {
+    pub(crate) fn tools(&self) -> Vec<Arc<ToolEntry>> {
         let index = self.read_index();
         let mut all: Vec<_> = index
             .servers
@@ -488,7 +494,7 @@ impl Registry {
     }
 
     /// Every known server (registered tools or pins), sorted by id.
-    pub fn servers(&self) -> Vec<ServerInfo> {
+    pub(crate) fn servers(&self) -> Vec<ServerInfo> {
         let index = self.read_index();
         let mut all: Vec<_> = index
             .servers
@@ -509,7 +515,8 @@ impl Registry {
     }
 
     /// Every pin, sorted by server then tool.
-    pub fn pins(&self) -> Vec<Pin> {
+    #[cfg(test)]
+    pub(crate) fn pins(&self) -> Vec<Pin> {
         let index = self.read_index();
         let mut all: Vec<_> = index
             .servers
@@ -528,7 +535,8 @@ impl Registry {
     }
 
     /// Network server addresses (`host:port` → server id), for the kernel layer's watch list.
-    pub fn server_addrs(&self) -> Vec<(String, String)> {
+    #[cfg(test)]
+    pub(crate) fn server_addrs(&self) -> Vec<(String, String)> {
         let mut addrs: Vec<_> = self
             .servers()
             .into_iter()
@@ -540,7 +548,12 @@ impl Registry {
     }
 
     /// The stored JSON definition of a tool, as the server last listed it.
-    pub fn definition(&self, server_id: &str, tool: &str) -> Result<Option<Value>, RegistryError> {
+    #[cfg(test)]
+    pub(crate) fn definition(
+        &self,
+        server_id: &str,
+        tool: &str,
+    ) -> Result<Option<Value>, RegistryError> {
         let db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(store::definition(&db, server_id, tool)?
             .and_then(|text| serde_json::from_str(&text).ok()))

@@ -10,14 +10,14 @@
 //! name is split at every occurrence of it and each split is tried against the registry.
 
 /// Claude Code's form, always understood.
-pub const CLAUDE_CODE_PATTERN: &str = "mcp__{server}__{tool}";
+pub(crate) const CLAUDE_CODE_PATTERN: &str = "mcp__{server}__{tool}";
 
 /// Codex's namespace prefix: `mcp__<server>`.
-pub const CODEX_NAMESPACE_PREFIX: &str = "mcp__";
+pub(crate) const CODEX_NAMESPACE_PREFIX: &str = "mcp__";
 
 /// One compiled name form.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NamePattern {
+pub(crate) struct NamePattern {
     source: String,
     prefix: String,
     /// Text between `{server}` and `{tool}`; `None` when the form has no `{server}`.
@@ -28,7 +28,7 @@ pub struct NamePattern {
 impl NamePattern {
     /// Parses `prefix{server}separator{tool}suffix` or `prefix{tool}suffix`; the error says
     /// what is wrong in words.
-    pub fn parse(source: &str) -> Result<Self, String> {
+    pub(crate) fn parse(source: &str) -> Result<Self, String> {
         const SERVER: &str = "{server}";
         const TOOL: &str = "{tool}";
         if source.matches(TOOL).count() != 1 {
@@ -70,14 +70,9 @@ impl NamePattern {
         })
     }
 
-    /// The pattern as written.
-    pub fn as_str(&self) -> &str {
-        &self.source
-    }
-
     /// Calls `try_split(server, tool)` for each way `name` fits this form (server `None` for a
     /// form without `{server}`), stopping at the first `Some`. Allocates nothing.
-    pub fn find_map<'n, R>(
+    pub(crate) fn find_map<'n, R>(
         &self,
         name: &'n str,
         mut try_split: impl FnMut(Option<&'n str>, &'n str) -> Option<R>,
@@ -113,13 +108,13 @@ impl NamePattern {
 
 /// The forms in use: Claude Code's, then the configured ones in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NamePatterns {
+pub(crate) struct NamePatterns {
     patterns: Vec<NamePattern>,
 }
 
 impl NamePatterns {
     /// Claude Code's form plus `extra` (config `sandbox.mcp.name_patterns`).
-    pub fn new(extra: &[String]) -> Result<Self, (usize, String)> {
+    pub(crate) fn new(extra: &[String]) -> Result<Self, (usize, String)> {
         let mut patterns = Vec::with_capacity(extra.len() + 1);
         patterns.push(NamePattern::parse(CLAUDE_CODE_PATTERN).map_err(|e| (usize::MAX, e))?);
         for (i, source) in extra.iter().enumerate() {
@@ -129,7 +124,7 @@ impl NamePatterns {
     }
 
     /// The forms, Claude Code's first.
-    pub fn iter(&self) -> impl Iterator<Item = &NamePattern> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &NamePattern> {
         self.patterns.iter()
     }
 }

@@ -159,6 +159,7 @@ pub(super) fn save_tools(
 }
 
 /// Pins hashes (replacing earlier pins) and optionally seals a server, in one transaction.
+#[cfg(test)]
 pub(super) fn save_pins(
     conn: &mut Connection,
     pins: &[PinRow],
@@ -261,6 +262,7 @@ pub(super) fn trust_first(
 }
 
 /// The stored definition of one tool (for the CLI's detail view).
+#[cfg(test)]
 pub(super) fn definition(
     conn: &Connection,
     server_id: &str,

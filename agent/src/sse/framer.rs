@@ -313,7 +313,7 @@ impl DataHint {
 /// One line of an event: a field (name and value, the single leading space of the value
 /// removed) or a comment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Line<'a> {
+pub(crate) enum Line<'a> {
     /// `name: value`, or `name` alone (empty value).
     Field(&'a [u8], &'a [u8]),
     /// `: anything`, kept verbatim.
@@ -322,7 +322,7 @@ pub enum Line<'a> {
 
 /// Iterates the lines of a raw event, each with its own bytes (line end excluded).
 #[derive(Debug, Clone)]
-pub struct Lines<'a> {
+pub(crate) struct Lines<'a> {
     rest: &'a [u8],
 }
 
@@ -366,40 +366,24 @@ impl<'a> Iterator for Lines<'a> {
 
 /// A view over one raw event.
 #[derive(Debug, Clone, Copy)]
-pub struct SseEvent<'a> {
+pub(crate) struct SseEvent<'a> {
     raw: &'a [u8],
 }
 
 impl<'a> SseEvent<'a> {
     /// Views raw event bytes as produced by [`SseDecoder`].
-    pub fn new(raw: &'a [u8]) -> Self {
+    pub(crate) fn new(raw: &'a [u8]) -> Self {
         SseEvent { raw }
     }
 
-    /// The raw bytes.
-    pub fn raw(&self) -> &'a [u8] {
-        self.raw
-    }
-
     /// Lines of the event, in order.
-    pub fn lines(&self) -> Lines<'a> {
+    pub(crate) fn lines(&self) -> Lines<'a> {
         Lines { rest: self.raw }
-    }
-
-    /// The `event:` field, if any (the last one wins, as in the spec).
-    pub fn event_type(&self) -> Option<&'a [u8]> {
-        let mut found = None;
-        for (line, _) in self.lines() {
-            if let Line::Field(b"event", v) = line {
-                found = Some(v);
-            }
-        }
-        found
     }
 
     /// The data buffer: `data:` values joined by `\n`; borrowed when there is a single `data:`
     /// line (the common case, no allocation), `None` when the event has no data field.
-    pub fn data(&self) -> Option<Cow<'a, [u8]>> {
+    pub(crate) fn data(&self) -> Option<Cow<'a, [u8]>> {
         let mut data: Option<Cow<'a, [u8]>> = None;
         for (line, _) in self.lines() {
             if let Line::Field(b"data", v) = line {
@@ -420,7 +404,7 @@ impl<'a> SseEvent<'a> {
 
 /// Writes an event made of `raw`'s non-data lines (kept verbatim, in order) and `data` as its
 /// data (one `data:` line per line of `data`), at the position of the first original data line.
-pub fn write_with_data(out: &mut BytesMut, raw: &[u8], data: &[u8]) {
+pub(crate) fn write_with_data(out: &mut BytesMut, raw: &[u8], data: &[u8]) {
     let mut wrote = false;
     for (line, text) in SseEvent::new(raw).lines() {
         match line {
@@ -443,7 +427,7 @@ pub fn write_with_data(out: &mut BytesMut, raw: &[u8], data: &[u8]) {
 }
 
 /// Writes a whole new event: an optional `event:` line and the data.
-pub fn write_event(out: &mut BytesMut, event: Option<&str>, data: &[u8]) {
+pub(crate) fn write_event(out: &mut BytesMut, event: Option<&str>, data: &[u8]) {
     super::message::encode_event_into(out, event, None, data);
 }
 

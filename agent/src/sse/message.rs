@@ -13,7 +13,7 @@ use super::framer::Line;
 
 /// One dispatched event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     /// The `event:` type; `None` means the default, `message`.
     pub event: Option<String>,
     /// The `data:` lines joined with `\n`.
@@ -25,7 +25,7 @@ pub struct SseEvent {
 impl SseEvent {
     /// Whether the event carries a JSON-RPC message (`message`, no type, or an empty `event:`
     /// field — which clients' SSE parsers also treat as `message`, so it must be filtered too).
-    pub fn is_message(&self) -> bool {
+    pub(crate) fn is_message(&self) -> bool {
         matches!(self.event.as_deref(), None | Some("") | Some("message"))
     }
 }
@@ -34,7 +34,7 @@ impl SseEvent {
 /// (`sse/framer.rs`) splits the stream where the SDKs' parsers do, and each event's fields
 /// are read from its lines.
 #[derive(Debug)]
-pub struct SseDecoder {
+pub(crate) struct SseDecoder {
     framer: super::framer::SseDecoder,
     /// The last `id:` seen; it stays in force for later events, as in the SSE spec.
     last_id: Option<String>,
@@ -44,7 +44,7 @@ pub struct SseDecoder {
 impl SseDecoder {
     /// A decoder holding at most `limit` bytes of one event: a server cannot make us buffer
     /// without end (a stream with no line end, or one endless event).
-    pub fn with_limit(limit: usize) -> Self {
+    pub(crate) fn with_limit(limit: usize) -> Self {
         SseDecoder {
             framer: super::framer::SseDecoder::new(limit),
             last_id: None,
@@ -53,7 +53,7 @@ impl SseDecoder {
     }
 
     /// Appends received bytes (nothing more once an event went past the limit).
-    pub fn feed(&mut self, chunk: &[u8]) {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) {
         if !self.overflowed {
             self.framer.feed(bytes::Bytes::copy_from_slice(chunk));
         }
@@ -61,13 +61,13 @@ impl SseDecoder {
 
     /// Whether an event grew past the limit: the stream must be given up (what is left of it
     /// cannot be framed).
-    pub fn overflowed(&self) -> bool {
+    pub(crate) fn overflowed(&self) -> bool {
         self.overflowed
     }
 
     /// The next complete event, or `None` until more bytes arrive. An event with neither data
     /// nor a type only sets the last event id.
-    pub fn next_event(&mut self) -> Option<SseEvent> {
+    pub(crate) fn next_event(&mut self) -> Option<SseEvent> {
         while !self.overflowed {
             let raw = match self.framer.next_event() {
                 Ok(Some(raw)) => raw,
@@ -108,7 +108,7 @@ impl SseDecoder {
 
 /// One SSE event for our clients. Multi-line data becomes several `data:` lines, so a message
 /// containing a newline cannot end the event early or inject fields.
-pub fn encode_event(event: Option<&str>, id: Option<&str>, data: &[u8]) -> Vec<u8> {
+pub(crate) fn encode_event(event: Option<&str>, id: Option<&str>, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + 32);
     encode_event_into(&mut out, event, id, data);
     out

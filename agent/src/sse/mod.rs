@@ -6,4 +6,4 @@
 pub(crate) mod framer;
 pub(crate) mod message;
 
-pub use framer::{DataHint, SseDecoder, SseError, SseEvent, write_event, write_with_data};
+pub(crate) use framer::{SseDecoder, SseEvent, write_event, write_with_data};

@@ -19,7 +19,7 @@ struct Open {
 }
 
 /// The join state.
-pub struct Linear {
+pub(super) struct Linear {
     window: Duration,
     open: Vec<Open>,
     hash: fn(&Value) -> String,
@@ -27,7 +27,7 @@ pub struct Linear {
 
 impl Linear {
     /// A correlator with a time window and the canonical hash used for arguments.
-    pub fn new(window: std::time::Duration, hash: fn(&Value) -> String) -> Self {
+    pub(super) fn new(window: std::time::Duration, hash: fn(&Value) -> String) -> Self {
         Linear {
             window: Duration::from_std(window).unwrap_or(Duration::seconds(2)),
             open: Vec::new(),
@@ -36,7 +36,7 @@ impl Linear {
     }
 
     /// Takes one stored event. Events that are not calls or connections are ignored.
-    pub fn push(&mut self, stored: &StoredEvent) -> Vec<CallRecord> {
+    pub(super) fn push(&mut self, stored: &StoredEvent) -> Vec<CallRecord> {
         let mut done = Vec::new();
         match &stored.event {
             Event::McpToolCallIntercepted(e) => {
@@ -213,7 +213,7 @@ impl Linear {
     }
 
     /// Closes and returns the records whose window ended before `now`.
-    pub fn expire(&mut self, now: DateTime<Utc>) -> Vec<CallRecord> {
+    pub(super) fn expire(&mut self, now: DateTime<Utc>) -> Vec<CallRecord> {
         let window = self.window;
         let (done, open): (Vec<Open>, Vec<Open>) =
             self.open.drain(..).partition(|o| o.last + window < now);
@@ -222,14 +222,14 @@ impl Linear {
     }
 
     /// Closes every open record (end of a batch, or shutdown).
-    pub fn flush(&mut self) -> Vec<CallRecord> {
+    pub(super) fn flush(&mut self) -> Vec<CallRecord> {
         let mut done: Vec<CallRecord> = self.open.drain(..).map(|o| o.record.settle()).collect();
         done.sort_by_key(CallRecord::first_seen);
         done
     }
 
     /// Correlates a whole ordered list of stored events (a batch over the database).
-    pub fn batch(
+    pub(super) fn batch(
         window: std::time::Duration,
         hash: fn(&Value) -> String,
         events: &[StoredEvent],

@@ -53,7 +53,7 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 type Body = BoxBody<Bytes, Infallible>;
 
 /// The running API.
-pub struct ApiHandle {
+pub(crate) struct ApiHandle {
     /// Where the HTTP side listens.
     pub http_addr: SocketAddr,
     /// The Unix socket.
@@ -67,7 +67,7 @@ pub struct ApiHandle {
 impl ApiHandle {
     /// Stops accepting, gives open requests a moment, then ends every connection (live
     /// streams included) and removes the socket.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let _ = self.stop.send(true);
         let deadline = tokio::time::sleep(Duration::from_secs(2));
         tokio::pin!(deadline);
@@ -90,7 +90,7 @@ fn remove_socket(path: &std::path::Path) {
 }
 
 /// Binds both listeners and serves until [`ApiHandle::stop`].
-pub async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
+pub(crate) async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
     let listen = state.config.api.listen;
     let tcp = TcpListener::bind(listen).await.with_context(|| {
         format!("bind the API on {listen} (api.listen); is another toolwall running?")
@@ -459,13 +459,12 @@ async fn route(
 mod reads;
 mod writes;
 
-pub use reads::parse_query;
 use reads::{calls, events, health, stream, tools};
 use writes::{check, close_session, listed, open_session, post_events};
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::reads::parse_query;
 
     #[test]
     fn query_parameters_are_validated() {

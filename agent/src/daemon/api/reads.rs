@@ -57,7 +57,7 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
 }
 
 /// Filters shared by `/api/events` and `/api/calls`.
-pub fn parse_query(query: &str) -> anyhow::Result<EventQuery> {
+pub(crate) fn parse_query(query: &str) -> anyhow::Result<EventQuery> {
     let mut q = EventQuery::default();
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         let value = value.into_owned();

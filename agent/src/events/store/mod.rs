@@ -19,7 +19,8 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::V
 use serde::Serialize;
 use thiserror::Error;
 
-pub use writer::{CommitError, Committer, StoreHealth, spawn_committing_writer, spawn_writer};
+pub use writer::spawn_writer;
+pub(crate) use writer::{Committer, StoreHealth, spawn_committing_writer};
 
 use super::{Event, SCHEMA_VERSION};
 

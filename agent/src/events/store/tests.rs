@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+use super::writer::CommitError;
 use super::*;
 use crate::{decision::Action, events::ToolCalled};
 

@@ -21,7 +21,7 @@ const MAX_BATCH: usize = 4096;
 
 /// How the store is doing, shared by the writer and whoever reports on it (`/health`).
 #[derive(Debug, Default)]
-pub struct StoreHealth {
+pub(crate) struct StoreHealth {
     /// Why the last write failed, until one succeeds.
     failing: std::sync::Mutex<Option<String>>,
     /// Set when the daemon stops: a write that keeps failing is then given up.
@@ -32,7 +32,7 @@ pub struct StoreHealth {
 
 impl StoreHealth {
     /// Why the store cannot write now; `None` when its last write succeeded.
-    pub fn failing(&self) -> Option<String> {
+    pub(crate) fn failing(&self) -> Option<String> {
         self.failing
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -40,13 +40,13 @@ impl StoreHealth {
     }
 
     /// Events the writer gave up on at shutdown (the disk kept failing).
-    pub fn unstored(&self) -> u64 {
+    pub(crate) fn unstored(&self) -> u64 {
         self.unstored.load(Ordering::Relaxed)
     }
 
     /// From now on a write that keeps failing is given up after a few tries, so that the
     /// daemon's stop does not wait on a full disk for ever.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopping.store(true, Ordering::Relaxed);
     }
 
@@ -67,7 +67,7 @@ impl StoreHealth {
 
 /// Why a commit was not acknowledged.
 #[derive(Debug, Error)]
-pub enum CommitError {
+pub(crate) enum CommitError {
     /// The database refused the write (disk full, read-only, ...); nothing of it was stored.
     #[error("the event store cannot write ({0}); nothing of this batch was stored")]
     Failing(String),
@@ -92,14 +92,18 @@ struct Durable {
 /// The writer's second door: batches acknowledged only once committed (the API's
 /// `POST /api/events` answers 202 after that, 503 when the disk refuses), and its health.
 #[derive(Clone, Debug)]
-pub struct Committer {
+pub(crate) struct Committer {
     tx: mpsc::UnboundedSender<Durable>,
     health: Arc<StoreHealth>,
 }
 
 impl Committer {
     /// Stores `events` in one transaction and waits, at most `within`, until it committed.
-    pub async fn commit(&self, events: Vec<Event>, within: Duration) -> Result<(), CommitError> {
+    pub(crate) async fn commit(
+        &self,
+        events: Vec<Event>,
+        within: Duration,
+    ) -> Result<(), CommitError> {
         if let Some(reason) = self.health.failing() {
             return Err(CommitError::Failing(reason));
         }
@@ -116,7 +120,7 @@ impl Committer {
     }
 
     /// The store's health (a handle that does not keep the writer open, unlike the committer).
-    pub fn health(&self) -> Arc<StoreHealth> {
+    pub(crate) fn health(&self) -> Arc<StoreHealth> {
         self.health.clone()
     }
 }
@@ -141,7 +145,7 @@ pub fn spawn_writer(
 /// stored later, so a retry cannot store twice); the layers' events are retried with back-off
 /// until the disk takes them, or given up after a few tries once [`StoreHealth::stop`] was
 /// called (counted in [`StoreHealth::unstored`] and logged).
-pub fn spawn_committing_writer(
+pub(crate) fn spawn_committing_writer(
     mut store: Store,
     mut rx: mpsc::UnboundedReceiver<Event>,
     live: broadcast::Sender<StoredEvent>,

@@ -15,10 +15,9 @@ use crate::decision::{Action, CallQuery, Decision, Gate};
 mod proxy;
 mod streams;
 
-pub use proxy::{LatencyReport, ThroughputReport, bench_proxy_latency, bench_proxy_throughput};
+pub use proxy::{bench_proxy_latency, bench_proxy_throughput};
 pub use streams::{
-    BenchReport, bench_interceptor, many_calls_stream, text_heavy_stream, time_many_calls,
-    tool_heavy_stream,
+    bench_interceptor, many_calls_stream, text_heavy_stream, time_many_calls, tool_heavy_stream,
 };
 
 /// Blocks every tool whose name ends in `_blocked`; all `mcp__` names are MCP tools.

@@ -238,7 +238,7 @@ fn last_message(body: &[u8], id: u64) -> Option<Value> {
 
 /// What start-up learned about a server.
 #[derive(Debug)]
-pub struct Discovered {
+pub(crate) struct Discovered {
     /// The transport it speaks (never `Auto`).
     pub transport: Transport,
     /// Its tools, every page, as listed.
@@ -246,7 +246,7 @@ pub struct Discovered {
 }
 
 /// Lists every tool of an initialized session, following `nextCursor`.
-pub async fn list_all_tools(
+pub(crate) async fn list_all_tools(
     session: &UpstreamSession,
     inbox: &mut Inbox,
 ) -> Result<Vec<Value>, McpClientError> {
@@ -288,7 +288,7 @@ pub async fn list_all_tools(
 /// Start-up discovery with extra headers (authorization): `server/discover` and, at
 /// 2026-07-28, every `tools/list` page (`Modern`, above); otherwise the handshake, every
 /// `tools/list` page, then the session is closed. The whole exchange is bounded by `timeout` per step.
-pub async fn discover(
+pub(crate) async fn discover(
     url: &str,
     transport: Transport,
     headers: HeaderMap,
@@ -327,7 +327,8 @@ pub async fn discover(
 /// `notifications/initialized`, `tools/list` with pagination, over Streamable HTTP or legacy
 /// SSE (or `Auto`). Each step is bounded by `timeout`; errors name the server and the step, so
 /// one unreachable server can be reported while the others are registered.
-pub async fn discover_tools(
+#[cfg(test)]
+pub(crate) async fn discover_tools(
     url: &str,
     transport: Transport,
     timeout: Duration,

@@ -6,7 +6,7 @@ use http::StatusCode;
 
 /// What went wrong talking to an MCP server; every message names the server and the step.
 #[derive(Debug, thiserror::Error)]
-pub enum McpClientError {
+pub(crate) enum McpClientError {
     /// The URL is not an `http://` URL we can use.
     #[error("MCP server {url}: bad URL: {reason}")]
     BadUrl {
@@ -72,7 +72,7 @@ pub enum McpClientError {
 
 impl McpClientError {
     /// Whether this is an HTTP 4xx (how `auto` recognises a legacy SSE server).
-    pub fn is_client_error_status(&self) -> bool {
+    pub(crate) fn is_client_error_status(&self) -> bool {
         matches!(self, McpClientError::Status { status, .. } if status.is_client_error())
     }
 }

@@ -16,12 +16,11 @@ mod error;
 mod session;
 mod transport;
 
-pub use discovery::{Discovered, discover, discover_tools, list_all_tools};
-pub use error::McpClientError;
-pub use session::{Inbox, PROTOCOL_VERSION, UpstreamSession, call, connect_and_initialize};
-pub use transport::{
-    CONNECT_TIMEOUT, Connector, HttpClient, PROTOCOL_VERSION_HEADER, SESSION_HEADER, Transport,
-    connector, http_client, resolve_endpoint,
+pub(crate) use discovery::discover;
+pub(crate) use error::McpClientError;
+pub(crate) use session::UpstreamSession;
+pub(crate) use transport::{
+    CONNECT_TIMEOUT, Connector, HttpClient, SESSION_HEADER, Transport, connector, http_client,
 };
 
 #[cfg(test)]

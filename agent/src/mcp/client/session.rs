@@ -22,13 +22,13 @@ use crate::mcp::framing::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::sse::message::SseDecoder;
 
 /// The protocol version toolwall asks for in its own `initialize`.
-pub const PROTOCOL_VERSION: &str = "2025-06-18";
+pub(crate) const PROTOCOL_VERSION: &str = "2025-06-18";
 
 /// Messages from the server, in arrival order, or the error that ended the session.
-pub type Inbox = mpsc::Receiver<Result<Bytes, McpClientError>>;
+pub(crate) type Inbox = mpsc::Receiver<Result<Bytes, McpClientError>>;
 
 /// One session with an upstream MCP server.
-pub struct UpstreamSession {
+pub(crate) struct UpstreamSession {
     http: HttpClient,
     url: Uri,
     transport: Transport,
@@ -69,7 +69,7 @@ impl UpstreamSession {
     /// Opens a session: for legacy SSE this opens the stream and waits for `endpoint`; for
     /// Streamable HTTP nothing is sent until the first message (`initialize`). `Auto` is
     /// resolved by [`connect_and_initialize`], not here. `headers` go on every request.
-    pub async fn open(
+    pub(crate) async fn open(
         http: HttpClient,
         url: &str,
         transport: Transport,
@@ -104,12 +104,12 @@ impl UpstreamSession {
     }
 
     /// The transport this session speaks.
-    pub fn transport(&self) -> Transport {
+    pub(crate) fn transport(&self) -> Transport {
         self.transport
     }
 
     /// The server's URL, for messages.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.url.to_string()
     }
 
@@ -158,7 +158,7 @@ impl UpstreamSession {
 
     /// Sends one JSON-RPC message (or batch). Whatever the server answers arrives on the
     /// inbox; an error here means the message was not accepted.
-    pub async fn send(&self, message: Bytes) -> Result<(), McpClientError> {
+    pub(crate) async fn send(&self, message: Bytes) -> Result<(), McpClientError> {
         let step = "sending a message";
         let mut request = self.request(Method::POST, &self.post_url, message);
         request
@@ -230,7 +230,10 @@ impl UpstreamSession {
     /// Streamable HTTP: opens the GET stream on which the server sends its own requests and
     /// notifications, resuming after `last_event_id` if given. A server without one (405) is
     /// fine. Legacy SSE sessions already have their stream.
-    pub async fn open_get_stream(&self, last_event_id: Option<&str>) -> Result<(), McpClientError> {
+    pub(crate) async fn open_get_stream(
+        &self,
+        last_event_id: Option<&str>,
+    ) -> Result<(), McpClientError> {
         if self.transport != Transport::StreamableHttp {
             return Ok(());
         }
@@ -262,7 +265,7 @@ impl UpstreamSession {
     }
 
     /// Ends the session: Streamable HTTP sends DELETE (best effort); streams are dropped.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         if self.transport == Transport::StreamableHttp
             && self.session_id.lock().map(|s| s.is_some()).unwrap_or(false)
         {
@@ -348,7 +351,7 @@ impl UpstreamSession {
 
 /// Opens a session and completes the handshake (`initialize`, `notifications/initialized`),
 /// resolving `Auto` the spec's way. Returns the session, its inbox and the initialize result.
-pub async fn connect_and_initialize(
+pub(crate) async fn connect_and_initialize(
     url: &str,
     transport: Transport,
     headers: HeaderMap,
@@ -393,7 +396,7 @@ pub async fn connect_and_initialize(
 }
 
 /// Sends a request and waits for its response, skipping other traffic.
-pub async fn call(
+pub(crate) async fn call(
     session: &UpstreamSession,
     inbox: &mut Inbox,
     id: u64,

@@ -9,7 +9,9 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::transport::parse_url;
+use super::discovery::discover_tools;
+use super::session::PROTOCOL_VERSION;
+use super::transport::{parse_url, resolve_endpoint};
 use super::*;
 
 use std::convert::Infallible;

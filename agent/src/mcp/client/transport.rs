@@ -19,22 +19,23 @@ use super::error::McpClientError;
 use crate::sse::message::SseDecoder;
 
 /// `Mcp-Session-Id`, the Streamable HTTP session header.
-pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+pub(crate) const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`, sent on every request after initialization.
-pub const PROTOCOL_VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+pub(crate) const PROTOCOL_VERSION_HEADER: HeaderName =
+    HeaderName::from_static("mcp-protocol-version");
 /// TCP connect time-out for every upstream connection.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The HTTP client used for upstreams (`http://`, and `https://` verified against the
 /// system's trust store).
-pub type HttpClient = Client<Connector, Full<Bytes>>;
+pub(crate) type HttpClient = Client<Connector, Full<Bytes>>;
 
 /// What opens upstream connections: TCP with [`CONNECT_TIMEOUT`] and `TCP_NODELAY`, TLS for
 /// `https://`.
-pub type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+pub(crate) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// A new [`Connector`].
-pub fn connector() -> Result<Connector, McpClientError> {
+pub(crate) fn connector() -> Result<Connector, McpClientError> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
     connector.set_nodelay(true);
@@ -48,7 +49,7 @@ pub fn connector() -> Result<Connector, McpClientError> {
 }
 
 /// A new HTTP(S) client with [`CONNECT_TIMEOUT`].
-pub fn http_client() -> Result<HttpClient, McpClientError> {
+pub(crate) fn http_client() -> Result<HttpClient, McpClientError> {
     Ok(Client::builder(TokioExecutor::new()).build(connector()?))
 }
 
@@ -105,7 +106,7 @@ pub(super) async fn error_body(response: Response<Incoming>) -> String {
 /// Resolves the legacy `endpoint` event against the stream's URL. The endpoint must be on the
 /// same origin (the spec's rule; anything else would let a server send our client's messages
 /// elsewhere).
-pub fn resolve_endpoint(base: &Uri, endpoint: &str) -> Result<Uri, String> {
+pub(crate) fn resolve_endpoint(base: &Uri, endpoint: &str) -> Result<Uri, String> {
     let resolved: Uri = if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
         endpoint
             .parse()

@@ -35,7 +35,7 @@ fn untouched_messages_are_the_same_bytes() {
     ] {
         // Client messages are forwarded as toolwall's own canonical text (here: the same
         // without the blanks around it), never as the client's bytes.
-        let out = f.from_client(msg);
+        let out = f.on_client(msg);
         assert_eq!(
             out.forward.as_deref(),
             Some(msg.trim_ascii()),
@@ -46,7 +46,7 @@ fn untouched_messages_are_the_same_bytes() {
         assert!(out.replies.is_empty());
     }
     for blank in [&b""[..], b"\r", b" \t "] {
-        let out = f.from_client(blank);
+        let out = f.on_client(blank);
         assert!(out.forward.is_none() && out.replies.is_empty());
     }
     for msg in [
@@ -56,7 +56,7 @@ fn untouched_messages_are_the_same_bytes() {
         br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"echo"}]}}"#,
         br#"{"jsonrpc":"2.0","id":2,"error":{"code":-1,"message":"x"}}"#,
     ] {
-        let out = f.from_server(msg);
+        let out = f.on_server(msg);
         assert!(
             is_borrowed_same(&out, msg),
             "{}",
@@ -68,7 +68,7 @@ fn untouched_messages_are_the_same_bytes() {
 #[test]
 fn denied_call_is_answered_unknown_tool_and_not_forwarded() {
     let mut f = filter(&["^echo$"]);
-    let out = f.from_client(br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}"#);
+    let out = f.on_client(br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}"#);
     assert!(out.forward.is_none());
     assert_eq!(
         out.replies,
@@ -78,7 +78,7 @@ fn denied_call_is_answered_unknown_tool_and_not_forwarded() {
         ]
     );
     // The id comes back exactly as written.
-    let out = f.from_client(
+    let out = f.on_client(
         br#"{"id":"a\"b","jsonrpc":"2.0","method":"tools/call","params":{"name":"echo"}}"#,
     );
     assert_eq!(
@@ -86,7 +86,7 @@ fn denied_call_is_answered_unknown_tool_and_not_forwarded() {
         vec![br#"{"jsonrpc":"2.0","id":"a\"b","error":{"code":-32602,"message":"Unknown tool: echo"}}"#.to_vec()]
     );
     // A denied notification-shaped call is dropped with no answer.
-    let out = f.from_client(br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"echo"}}"#);
+    let out = f.on_client(br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"echo"}}"#);
     assert!(out.forward.is_none() && out.replies.is_empty());
 }
 
@@ -104,7 +104,7 @@ fn escapes_and_tricks_do_not_hide_a_call() {
         br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}"#,
         b"garbage",
     ] {
-        let out = f.from_client(msg);
+        let out = f.on_client(msg);
         assert!(out.forward.is_none(), "forwarded {}", String::from_utf8_lossy(msg));
         assert_eq!(out.replies.len(), 1, "{}", String::from_utf8_lossy(msg));
     }
@@ -114,7 +114,7 @@ fn escapes_and_tricks_do_not_hide_a_call() {
 fn batch_hiding_a_denied_call() {
     let mut f = filter(&["^echo$"]);
     let msg = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}}, {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","method":"notifications/progress"}]"#;
-    let out = f.from_client(msg);
+    let out = f.on_client(msg);
     assert_eq!(
         out.forward.as_deref(),
         Some(&br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}},{"jsonrpc":"2.0","method":"notifications/progress"}]"#[..])
@@ -124,17 +124,17 @@ fn batch_hiding_a_denied_call() {
 
     let all_denied =
         br#"[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}]"#;
-    let out = f.from_client(all_denied);
+    let out = f.on_client(all_denied);
     assert!(out.forward.is_none());
     assert_eq!(out.replies.len(), 1);
 
     let clean = br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","id":2,"method":"tools/list"}]"#;
-    let out = f.from_client(clean);
+    let out = f.on_client(clean);
     assert_eq!(
         out.forward.as_deref(),
         Some(&br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]"#[..])
     );
-    assert!(f.from_client(b"[]").forward.is_none());
+    assert!(f.on_client(b"[]").forward.is_none());
 }
 
 /// The proxy's count of the responses a POST's stream owes: requests passed on, no more.
@@ -142,16 +142,16 @@ fn batch_hiding_a_denied_call() {
 fn requests_passed_on_are_counted() {
     let mut f = filter(&["^echo$"]);
     let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}}, {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","method":"notifications/progress"},{"jsonrpc":"2.0","id":3,"result":{}}]"#;
-    f.from_client(batch);
+    f.on_client(batch);
     assert_eq!(
         f.requests(),
         1,
         "the refused call, the notification and the response are not"
     );
-    f.from_client(br#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#);
+    f.on_client(br#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#);
     assert_eq!(f.requests(), 2);
-    f.from_client(br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo"}}"#);
-    f.from_client(b"{not json");
+    f.on_client(br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo"}}"#);
+    f.on_client(b"{not json");
     assert_eq!(f.requests(), 2);
 }
 
@@ -160,8 +160,8 @@ const PAGE1: &[u8] = br#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"ech
 #[test]
 fn denied_tools_leave_the_list_and_the_cursor_stays() {
     let mut f = filter(&["^echo"]);
-    let _ = f.from_client(br#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#);
-    let out = f.from_server(PAGE1);
+    let _ = f.on_client(br#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#);
+    let out = f.on_server(PAGE1);
     assert_eq!(
         out.forward.as_deref(),
         Some(&br#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"add","inputSchema":{"type":"object"}}],"nextCursor":"c2"}}"#[..])
@@ -170,7 +170,7 @@ fn denied_tools_leave_the_list_and_the_cursor_stays() {
 
     // Every tool of a page denied: an empty page, the cursor kept so paging goes on.
     let mut f = filter(&["."]);
-    let out = f.from_server(PAGE1);
+    let out = f.on_server(PAGE1);
     assert_eq!(
         out.forward.as_deref(),
         Some(&br#"{"jsonrpc":"2.0","id":5,"result":{"tools":[],"nextCursor":"c2"}}"#[..])
@@ -178,22 +178,21 @@ fn denied_tools_leave_the_list_and_the_cursor_stays() {
 
     // Nothing denied: the same bytes.
     let mut f = filter(&[]);
-    assert!(is_borrowed_same(&f.from_server(PAGE1), PAGE1));
+    assert!(is_borrowed_same(&f.on_server(PAGE1), PAGE1));
 }
 
 #[test]
 fn list_response_in_a_batch_and_with_escaped_keys() {
     let mut f = filter(&["^echo$"]);
     let msg = br#"[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":2,"result":{"too\u006cs":[{"name":"ec\u0068o"},{"name":"add"}]}}]"#;
-    let out = f.from_server(msg);
+    let out = f.on_server(msg);
     assert_eq!(
         out.forward.as_deref(),
         Some(&br#"[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":2,"result":{"too\u006cs":[{"name":"add"}]}}]"#[..])
     );
     // Duplicate `tools` keys could be read either way by a client: dropped.
-    let out = f.from_server(
-        br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[],"tools":[{"name":"echo"}]}}"#,
-    );
+    let out =
+        f.on_server(br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[],"tools":[{"name":"echo"}]}}"#);
     assert!(out.forward.is_none());
 }
 
@@ -202,7 +201,7 @@ fn cached_list_is_answered_locally() {
     let mut f = filter(&[]).with_listing(Arc::new(Mutex::new(Listing::cached(Arc::from(
         r#"[{"name":"add"}]"#,
     )))));
-    let out = f.from_client(br#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{}}"#);
+    let out = f.on_client(br#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{}}"#);
     assert!(out.forward.is_none());
     assert_eq!(
         out.replies,
@@ -210,10 +209,10 @@ fn cached_list_is_answered_locally() {
     );
     // A 2026-07-28 list goes to the server (its result has fields a cached list lacks).
     let modern = br#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-    assert!(f.from_client(modern).forward.is_some());
+    assert!(f.on_client(modern).forward.is_some());
     // After the server's list changed, the cache is gone: lists go to the server too.
-    f.from_server(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
-    let out = f.from_client(br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    f.on_server(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+    let out = f.on_client(br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
     assert!(out.forward.is_some() && out.replies.is_empty());
 }
 
@@ -221,10 +220,10 @@ fn cached_list_is_answered_locally() {
 fn events_record_calls_and_listed_tools() {
     let (sink, mut rx) = EventSink::channel();
     let mut f = Filter::new(ctx(&["^echo$"], Some(sink)));
-    let _ = f.from_client(br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"m":1}}}"#);
-    let _ = f
-        .from_client(br#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"add"}}"#);
-    let _ = f.from_server(PAGE1);
+    let _ = f.on_client(br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"m":1}}}"#);
+    let _ =
+        f.on_client(br#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"add"}}"#);
+    let _ = f.on_server(PAGE1);
     let mut events = Vec::new();
     while let Ok(e) = rx.try_recv() {
         events.push(e);
@@ -261,15 +260,15 @@ fn events_record_calls_and_listed_tools() {
 
 /// Runs a stream through framer and filter with the input cut at `cut`; returns the bytes
 /// forwarded and the replies, as the shim would write them.
-fn pump(f: &mut Filter, stream: &[u8], cut: usize, from_client: bool) -> (Vec<u8>, Vec<u8>) {
+fn pump(f: &mut Filter, stream: &[u8], cut: usize, on_client: bool) -> (Vec<u8>, Vec<u8>) {
     let mut framer = LineFramer::new();
     let (mut fwd, mut rep) = (Vec::new(), Vec::new());
     let mut handle = |line: &[u8], fwd: &mut Vec<u8>, rep: &mut Vec<u8>| {
         let msg = strip_newline(line);
-        let out = if from_client {
-            f.from_client(msg)
+        let out = if on_client {
+            f.on_client(msg)
         } else {
-            f.from_server(msg)
+            f.on_server(msg)
         };
         if let Some(b) = out.forward {
             fwd.extend_from_slice(&b);
@@ -354,11 +353,11 @@ fn huge_messages() {
         r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"add","arguments":{{"blob":"{big}"}}}}}}"#
     );
     assert_eq!(
-        f.from_client(call.as_bytes()).forward.as_deref(),
+        f.on_client(call.as_bytes()).forward.as_deref(),
         Some(call.as_bytes())
     );
     let denied = call.replace("\"add\"", "\"echo\"");
-    assert!(f.from_client(denied.as_bytes()).forward.is_none());
+    assert!(f.on_client(denied.as_bytes()).forward.is_none());
 
     let tools: Vec<String> = (0..20_000)
         .map(|i| {
@@ -372,7 +371,7 @@ fn huge_messages() {
         r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{}]}}}}"#,
         tools.join(",")
     );
-    let out = f.from_server(list.as_bytes());
+    let out = f.on_server(list.as_bytes());
     let value: Value =
         serde_json::from_slice(&out.forward.expect("list kept")).expect("valid JSON");
     let names = value["result"]["tools"].as_array().expect("array");
@@ -403,9 +402,9 @@ fn pagination_across_pages() {
             i + 1,
             i + 1
         );
-        assert!(f.from_client(req.as_bytes()).forward.is_some());
+        assert!(f.on_client(req.as_bytes()).forward.is_some());
         assert_eq!(f.pending_lists.len(), 1);
-        let out = f.from_server(page.as_bytes());
+        let out = f.on_server(page.as_bytes());
         assert_eq!(String::from_utf8_lossy(&out.forward.expect("page")), *want);
         assert!(f.pending_lists.is_empty());
     }
@@ -420,13 +419,13 @@ fn only_listed_tools_are_callable() {
         let msg = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}"}}}}"#
         );
-        let out = f.from_client(msg.as_bytes());
+        let out = f.on_client(msg.as_bytes());
         (out.forward.is_some(), out.replies)
     };
     // Before any listing, names are judged by the rules alone.
     assert!(call(&mut f, "add").0);
     assert!(call(&mut f, "fresh").0);
-    assert!(f.from_server(PAGE1).forward.is_some());
+    assert!(f.on_server(PAGE1).forward.is_some());
     assert!(call(&mut f, "add").0);
     assert!(call(&mut f, "echo_twice").0);
     let (forwarded, replies) = call(&mut f, "fresh");
@@ -434,11 +433,11 @@ fn only_listed_tools_are_callable() {
     assert!(String::from_utf8_lossy(&replies[0]).contains("Unknown tool: fresh"));
     // The server's list changed: what was judged stays callable, what is new waits for the
     // listing that shows it.
-    f.from_server(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+    f.on_server(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
     assert!(call(&mut f, "add").0);
     assert!(!call(&mut f, "fresh").0);
     let page = br#"{"jsonrpc":"2.0","id":6,"result":{"tools":[{"name":"fresh"},{"name":"echo"}],"ttlMs":0,"cacheScope":"private","resultType":"complete"}}"#;
-    let out = f.from_server(page);
+    let out = f.on_server(page);
     let listed = String::from_utf8_lossy(out.forward.as_deref().unwrap_or_default()).into_owned();
     assert!(
         listed.contains("ttlMs") && !listed.contains("echo"),

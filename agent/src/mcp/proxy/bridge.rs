@@ -162,7 +162,7 @@ impl BridgedSession {
     async fn client_message(&self, shared: &Shared, body: &[u8]) -> (Option<Bytes>, Vec<Vec<u8>>) {
         let (forward, replies) = {
             let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
-            let out = f.from_client(body);
+            let out = f.on_client(body);
             (
                 out.forward.map(|c| Bytes::from(c.into_owned())),
                 out.replies,
@@ -259,7 +259,7 @@ pub(super) async fn bridge(
             };
             let filtered = {
                 let mut f = session.filter.lock().unwrap_or_else(|e| e.into_inner());
-                f.from_server(&message)
+                f.on_server(&message)
                     .forward
                     .map(|c| Bytes::from(one_line(&c).into_owned()))
             };

@@ -73,9 +73,9 @@ const REQUEST_TIMEOUT: i64 = -32001;
 /// Failed probes in a row (a second apart) that mean the upstream is gone.
 const PROBES_TO_LOSE: usize = 3;
 /// How often the upstream is probed for liveness.
-pub const WATCHDOG_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const WATCHDOG_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a client may take to send request headers (slow-loris guard).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Arguments of `toolwall mcp-proxy`.
 #[derive(Debug, clap::Args)]
@@ -143,7 +143,7 @@ impl ProxyArgs {
 
 /// `toolwall mcp-proxy`: the command-line entry (`--deny` gate, optional event sink); runs
 /// until interrupted (exit 0) or until the upstream is lost (error, exit 1).
-pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let enforcement =
         super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -229,7 +229,7 @@ impl Shared {
 /// Runs the proxy with a given policy and event sink (the daemon's, or the command line's).
 /// Returns `Ok` on SIGINT/SIGTERM (or stdin EOF with `--stdio`), an error naming the upstream
 /// when it cannot be reached at start or is lost later.
-pub async fn run_proxy(
+pub(crate) async fn run_proxy(
     args: &ProxyArgs,
     gate: Arc<dyn Gate>,
     events: Option<EventSink>,

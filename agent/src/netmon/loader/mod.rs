@@ -18,10 +18,10 @@ use thiserror::Error;
 
 use super::pins::{PinDir, PinError};
 
-pub use maps::Counters;
+pub(crate) use maps::Counters;
 
 /// The kernel programs, as built by `agent/build.rs` (empty when built without the toolchain).
-pub fn ebpf_object() -> &'static [u8] {
+pub(crate) fn ebpf_object() -> &'static [u8] {
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/toolwall.bpf.o"))
 }
 
@@ -82,7 +82,7 @@ pub enum NetmonError {
 }
 
 /// The programs; each attaches as the hook its name says.
-pub const PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
+pub(crate) const PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
 
 /// The `cgroup_skb` programs attached to egress-limited cgroups only (daemon-run stdio
 /// servers' with an `egress:` list), with the direction each filters.

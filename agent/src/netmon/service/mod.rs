@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-pub use resolve::{LastKnown, WatchedEndpoint, resolve_rules};
+pub(crate) use resolve::{LastKnown, WatchedEndpoint, resolve_rules};
 use sessions::Attribution;
 
 use super::{KernelMonitor, NetmonError, events, local::AddressChanges};
@@ -28,7 +28,7 @@ use crate::{
 
 /// The running kernel layer.
 #[derive(Clone)]
-pub struct NetmonService {
+pub(crate) struct NetmonService {
     monitor: Arc<Mutex<KernelMonitor>>,
     endpoints: Arc<RwLock<Vec<WatchedEndpoint>>>,
     known: Arc<tokio::sync::Mutex<LastKnown>>,
@@ -51,7 +51,7 @@ impl NetmonService {
     /// every change of the host's addresses, records every kernel event into `sink`, and every
     /// `watch_every` checks each session's programs and processes, until the returned service
     /// and its tasks are dropped.
-    pub async fn start(
+    pub(crate) async fn start(
         mut monitor: KernelMonitor,
         endpoints: Vec<WatchedEndpoint>,
         sink: EventSink,
@@ -176,7 +176,7 @@ impl NetmonService {
     /// Stops the background tasks: the reader hands over what is left in the ring (and drops
     /// its event sink), the others end. The programs stay attached, pinned, until their
     /// sessions are closed, this daemon's or the next one's.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let _ = self.stop.send(true);
         let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
         let mut tasks = tasks.into_iter();
@@ -187,12 +187,6 @@ impl NetmonService {
             task.abort();
             let _ = task.await;
         }
-    }
-
-    /// Replaces the watched endpoints (registry or config changed); effective on the next connect.
-    pub async fn set_endpoints(&self, endpoints: Vec<WatchedEndpoint>) -> Result<(), NetmonError> {
-        *self.endpoints.write().unwrap_or_else(|e| e.into_inner()) = endpoints;
-        self.resync().await
     }
 
     async fn resync(&self) -> Result<(), NetmonError> {
@@ -214,7 +208,7 @@ impl NetmonService {
     }
 
     /// Counters, for the health endpoint and drop reports.
-    pub fn counters(&self) -> Result<super::Counters, NetmonError> {
+    pub(crate) fn counters(&self) -> Result<super::Counters, NetmonError> {
         self.monitor
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -233,7 +227,7 @@ fn read_locals() -> Vec<IpAddr> {
 
 /// Why a session could not be opened or closed.
 #[derive(Debug, thiserror::Error)]
-pub enum SessionError {
+pub(crate) enum SessionError {
     /// cgroup trouble.
     #[error(transparent)]
     Cgroup(#[from] CgroupError),

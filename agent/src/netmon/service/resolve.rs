@@ -6,7 +6,7 @@ use crate::netmon::{Rule, RuleAction};
 
 /// An endpoint the kernel watches: a network MCP server, or an LLM provider's API host.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WatchedEndpoint {
+pub(crate) struct WatchedEndpoint {
     /// Server id (or `llm:anthropic` / `llm:openai` for provider hosts).
     pub id: String,
     /// `http`, `sse`, `llm` or `dns`.
@@ -27,7 +27,7 @@ pub struct WatchedEndpoint {
 /// the earliest of those answers expires (their DNS TTL), so that a changed address is picked up
 /// then rather than at the next interval.
 #[derive(Debug, Default)]
-pub struct LastKnown {
+pub(crate) struct LastKnown {
     addresses: HashMap<String, Vec<IpAddr>>,
     /// The earliest TTL expiry of the last pass's names, when DNS said.
     expires: Option<std::time::Instant>,
@@ -39,7 +39,7 @@ pub struct LastKnown {
 
 impl LastKnown {
     /// When the earliest answer of the last pass expires.
-    pub fn expires(&self) -> Option<std::time::Instant> {
+    pub(crate) fn expires(&self) -> Option<std::time::Instant> {
         self.expires
     }
 
@@ -70,7 +70,10 @@ impl LastKnown {
 /// A name that does not resolve keeps the addresses it last resolved to; one that never
 /// resolved is, when it is DENY, denied on its port on every address (`::/0`, which covers the
 /// mapped IPv4 space too) until it does. Either way it is reported.
-pub async fn resolve_rules(endpoints: &[WatchedEndpoint], known: &mut LastKnown) -> Vec<Rule> {
+pub(crate) async fn resolve_rules(
+    endpoints: &[WatchedEndpoint],
+    known: &mut LastKnown,
+) -> Vec<Rule> {
     let mut rules = Vec::new();
     known.expires = None;
     for (index, endpoint) in endpoints.iter().enumerate() {

@@ -53,7 +53,7 @@ impl Attribution {
 
 impl NetmonService {
     /// Creates (or reuses) the session's cgroup and attaches the programs to it.
-    pub fn open_session(&self, name: &str) -> Result<SessionCgroup, SessionError> {
+    pub(crate) fn open_session(&self, name: &str) -> Result<SessionCgroup, SessionError> {
         let cgroup = SessionCgroup::create(name)?;
         if let Err(error) = self.register(name, &cgroup) {
             // Not watched, so not left behind: an empty cgroup nobody would close.
@@ -81,7 +81,7 @@ impl NetmonService {
     }
 
     /// The sessions adopted at start (once).
-    pub fn take_adopted(&self) -> Vec<(String, SessionCgroup)> {
+    pub(crate) fn take_adopted(&self) -> Vec<(String, SessionCgroup)> {
         std::mem::take(&mut *self.adopted.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -132,7 +132,7 @@ impl NetmonService {
 
     /// Limits a session's cgroup (a daemon-run stdio server's) to the destinations its
     /// declaration allows (`egress:`); refused connections are recorded as the server's.
-    pub fn limit_egress(
+    pub(crate) fn limit_egress(
         &self,
         name: &str,
         cgroup: &SessionCgroup,
@@ -159,7 +159,11 @@ impl NetmonService {
     }
 
     /// Detaches from the session's cgroup, unpins it and removes the cgroup if it is empty.
-    pub fn close_session(&self, name: &str, cgroup: &SessionCgroup) -> Result<bool, SessionError> {
+    pub(crate) fn close_session(
+        &self,
+        name: &str,
+        cgroup: &SessionCgroup,
+    ) -> Result<bool, SessionError> {
         let id = cgroup.id()?;
         {
             let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
@@ -183,7 +187,7 @@ impl NetmonService {
     }
 
     /// Removes the maps' pins when no session is left pinned (a clean stop).
-    pub fn unpin_if_unused(&self) -> Result<bool, NetmonError> {
+    pub(crate) fn unpin_if_unused(&self) -> Result<bool, NetmonError> {
         Ok(self
             .monitor
             .lock()

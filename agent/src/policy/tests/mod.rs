@@ -8,6 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
 
+use super::rate::ManualClock;
 use super::*;
 use crate::{
     config::Config,

@@ -203,7 +203,11 @@ fn runs_and_events_within_a_read_are_not_copied() {
 fn event_type_and_rewrite_keep_other_lines() {
     let raw = b"event: message_delta\r\n: c\r\ndata: {\"a\":1}\r\nid: 7\r\n\r\n";
     let ev = SseEvent::new(raw);
-    assert_eq!(ev.event_type(), Some(&b"message_delta"[..]));
+    let event_field = ev.lines().find_map(|(line, _)| match line {
+        Line::Field(b"event", v) => Some(v),
+        _ => None,
+    });
+    assert_eq!(event_field, Some(&b"message_delta"[..]));
     let mut out = BytesMut::new();
     write_with_data(&mut out, raw, b"{\"a\":2}\n{}");
     assert_eq!(

@@ -1,4 +1,4 @@
-//! Compiling deny-list regexes (seed 004 SR-003/SR-004) the same way for the config file and
+//! Compiling deny-list regexes the same way for the config file and
 //! the `--deny` flags of the shim and filter proxy.
 //!
 //! The `regex` crate matches in time linear in the input (finite automata, no backtracking),

@@ -8,8 +8,8 @@
 
 #![warn(missing_docs)]
 
-mod cli;
 mod deny_regex;
+mod describe;
 mod error;
 mod paths;
 mod servers;
@@ -18,8 +18,8 @@ mod validate;
 
 use std::path::Path;
 
-pub(crate) use cli::{ConfigArgs, run};
 pub(crate) use deny_regex::{DENY_REGEX_DFA_SIZE_LIMIT, DENY_REGEX_SIZE_LIMIT, compile_deny_regex};
+pub(crate) use describe::describe;
 pub(crate) use error::{ConfigError, Location};
 pub(crate) use paths::{default_store_path, prepare_socket_dir};
 pub(crate) use servers::*;

@@ -1,7 +1,7 @@
 use std::{io::Write as _, net::SocketAddr};
 
 use super::*;
-use crate::config::cli::describe;
+use crate::config::describe;
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, "policy.yaml")

@@ -93,7 +93,7 @@ pub(crate) struct McpConfig {
     /// Tools denied.
     #[serde(default)]
     pub denied_tools: Vec<ToolRule>,
-    /// Regexes on tool names (seed 004's deny list): a match always blocks.
+    /// Regexes on tool names: a match always blocks.
     #[serde(default)]
     pub deny: Vec<String>,
     /// Extra agent-side name forms, e.g. `"{server}.{tool}"`; Claude Code's

@@ -1,6 +1,6 @@
 //! `toolwall run`: the daemon that hosts every layer.
 //!
-//! Start-up follows seed 001's order — config → registry (discovery of network servers) →
+//! Start-up follows one order (README "Running it") — config → registry (discovery of network servers) →
 //! policy → event store → LLM proxy → kernel monitor → correlator → local API — and says on one
 //! line per layer whether it is on, and why not when it is off. SIGINT/SIGTERM stop taking
 //! work, flush every pending event to disk, detach the kernel programs and exit 0.

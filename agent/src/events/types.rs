@@ -1,4 +1,4 @@
-//! The event schema (version 1): seed 001's three call events plus the registry's two.
+//! The event schema (version 1): the three layers' call events plus the registry's two.
 //!
 //! Every event is one JSON object with a `type` tag; the store keeps it whole and copies the
 //! fields that queries filter on into typed columns.

@@ -1,4 +1,4 @@
-//! Anthropic Messages streaming (seed 000's state table).
+//! Anthropic Messages streaming.
 //!
 //! | event | action |
 //! |---|---|

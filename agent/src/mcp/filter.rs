@@ -84,7 +84,7 @@ pub(crate) struct Filter {
 #[derive(Debug, Default)]
 pub(crate) struct Listing {
     /// The filtered tool array (JSON text) to answer `tools/list` with instead of asking the
-    /// server: the filter proxy lists once at start-up (seed 004). Dropped when the server
+    /// server: the filter proxy lists once at start-up. Dropped when the server
     /// says its list changed: later lists are asked of the server and filtered.
     cached: Option<Arc<str>>,
     /// The tools a `tools/list` result judged here let through (`None` until one did). A

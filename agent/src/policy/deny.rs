@@ -1,5 +1,5 @@
 //! The `deny:` regex list (and the shim's and proxy's `--deny` flags): a tool whose name
-//! matches any of them is blocked, whatever else the rules say (seed 004).
+//! matches any of them is blocked, whatever else the rules say.
 //!
 //! All patterns go into one `RegexSet`, so "does any match?" is a single pass over the name;
 //! which one matched is only worked out for the reason of a block.

@@ -1,6 +1,6 @@
 //! The policy engine: answers [`Gate`] questions with the registry and the configured rules.
 //!
-//! Evaluation order (seed 001, "Policy Evaluation Order"), first block wins:
+//! Evaluation order (README "Policy"), first block wins:
 //! 1. **identify** the tool in the registry (agent name forms resolved); unknown names are
 //!    blocked under `fail_closed`, otherwise they are not MCP ([`Decision::not_mcp`]);
 //! 2. **server**: undeclared servers under `fail_closed`, then `denied_servers` /

@@ -1,4 +1,4 @@
-//! OpenAI Chat Completions streaming (seed 000's array filtering, made chunking-proof and
+//! OpenAI Chat Completions streaming (the tool-call array filtered, chunking-proof and
 //! modelled on the official SDKs' accumulators).
 //!
 //! # How the SDKs build calls from chunks

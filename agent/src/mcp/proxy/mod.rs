@@ -1,4 +1,4 @@
-//! `toolwall mcp-proxy`: the MCP tool-filter proxy of seed 004 in front of a network MCP server.
+//! `toolwall mcp-proxy`: the MCP tool-filter proxy in front of a network MCP server.
 //!
 //! At start-up the upstream is contacted once (handshake and every `tools/list` page); a
 //! server that cannot be reached stops start-up with a clear error. The filtered list is

@@ -3,6 +3,8 @@
 //! Each subcommand's arguments are a `clap::Args` struct owned by the module that does the
 //! work; this file only names the subcommands and dispatches, so adding one is two lines.
 
+mod config;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -27,14 +29,14 @@ pub enum Command {
     /// Run the daemon: LLM interceptor, kernel monitor, event store, correlator and local API.
     Run(crate::daemon::RunArgs),
     /// Validate a configuration file, or print the embedded default.
-    Config(crate::config::ConfigArgs),
+    Config(config::ConfigArgs),
     /// Run an agent inside a watched session (its own cgroup, LLM traffic through the proxy).
     Exec(crate::exec::ExecArgs),
     /// Show what the layers recorded: correlated calls, events, registered tools and servers.
     Mcp(crate::views::McpArgs),
     /// Run a stdio MCP server behind the tool filter: `toolwall shim [--deny REGEX]... -- CMD ARGS...`.
     Shim(crate::mcp::shim::ShimArgs),
-    /// Serve a network MCP server with denied tools removed (seed 004's tool-filter proxy).
+    /// Serve a network MCP server with denied tools removed (`mcp/proxy/`).
     McpProxy(crate::mcp::proxy::ProxyArgs),
 }
 
@@ -45,7 +47,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Exec(args) => crate::exec::run(args),
         Command::Mcp(args) => crate::views::run(args),
         Command::Run(args) => crate::daemon::run(args),
-        Command::Config(args) => crate::config::run(args),
+        Command::Config(args) => config::run(args),
         Command::Shim(args) => crate::mcp::shim::run(args),
         Command::McpProxy(args) => crate::mcp::proxy::run(args),
     };

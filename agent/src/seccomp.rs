@@ -3,7 +3,8 @@
 //! cgroup and send from there, and leave a process there that its kill never reached).
 //!
 //! Refused with EPERM: reaching into other processes (`ptrace`, `process_vm_readv`/`writev`,
-//! `pidfd_getfd`) and making a user namespace (`unshare`/`clone` with `CLONE_NEWUSER`; `clone3`,
+//! `pidfd_getfd`), joining a namespace another process made (`setns`: an agent could pass one
+//! over a socket) and making a user namespace (`unshare`/`clone` with `CLONE_NEWUSER`; `clone3`,
 //! whose flags a filter cannot read, answers ENOSYS so libc falls back to `clone`). What a
 //! process of the same user can still do through `/proc/<pid>/mem` no filter can see: a server
 //! declared with a `user:` of its own shares a uid with nothing else.
@@ -33,6 +34,9 @@ pub(crate) fn server_filters() -> anyhow::Result<Vec<BpfProgram>> {
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
         libc::SYS_pidfd_getfd,
+        // A namespace another process made (a user namespace the agent passed over a socket)
+        // would give back what `unshare` below refuses.
+        libc::SYS_setns,
     ]
     .into_iter()
     .map(|nr| (nr, Vec::new()))

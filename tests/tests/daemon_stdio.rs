@@ -39,6 +39,11 @@ try:
     note(f"bpffs: {len(pins)} entries")
 except OSError as e:
     note(f"bpffs: refused {e.errno}")
+note("fds " + " ".join(sorted(os.listdir("/proc/self/fd"))))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+# setns on no descriptor: EBADF where the call is allowed, EPERM where the filter refuses it.
+note("setns %d %d" % (libc.setns(-1, 0x10000000), ctypes.get_errno()))
 tools = [{"name": n, "description": n, "inputSchema": {"type": "object"}} for n in ("whoami", "forbidden")]
 for line in sys.stdin:
     m = json.loads(line)
@@ -199,6 +204,9 @@ fn privileged_an_agent_cannot_write_the_audit_and_its_stdio_servers_run_outside_
     );
     assert!(who.contains("leave: refused"), "{who}");
     assert!(!who.contains("forbidden ran"), "a denied tool ran: {who}");
+    // Nothing of the daemon's descriptors (3: the listing's own), and no namespace to join.
+    assert!(who.lines().any(|l| l == "fds 0 1 2 3"), "{who}");
+    assert!(who.lines().any(|l| l == "setns -1 1"), "{who}");
     // The daemon recorded the calls, under the agent's session.
     let events = daemon.json_lines(&["mcp", "events", "--json", "--type", "mcp_tool_called"]);
     let called: Vec<(String, String, String)> = events
@@ -720,4 +728,153 @@ fn a_missing_or_root_server_user_stops_the_daemon_at_start() {
         root.contains("\"mighty\"") && root.contains("is root"),
         "{root}"
     );
+}
+
+/// A declared server that notes its pid, writes 64 MiB to stderr on one line, says so, and
+/// waits on its stdin (which, below, never ends).
+const NOISY_SERVER: &str = r#"
+import os, sys, time
+with open(sys.argv[1], "w") as f:
+    f.write(str(os.getpid()))
+sys.stderr.write("x" * (64 << 20) + "\n")
+sys.stderr.flush()
+open(sys.argv[1] + ".flooded", "w").close()
+for line in sys.stdin:
+    pass
+time.sleep(3600)
+"#;
+
+/// The agent speaks the socket's relay protocol itself, as a hostile one would: 65 `--deny`
+/// patterns, then a message limit of 2^62 and both ends of one pipe as the server's stdin
+/// and stdout (so it never ends), 256 MiB without a newline into it, and off it goes without
+/// waiting for the exit status.
+const GREEDY_AGENT: &str = r#"
+import json, os, select, socket, sys, time
+def ask(deny, limit):
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(os.environ["TOOLWALL_API_SOCKET"])
+    body = json.dumps({"server_id": "noisy", "command": ["x"], "env": [], "cwd": "/", "deny": deny, "max_message_bytes": limit}).encode()
+    u.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        c = u.recv(65536)
+        if not c:
+            break
+        head += c
+    return u, head
+u, head = ask(["^t%d$" % i for i in range(65)], 1 << 20)
+print("many patterns", head.split(b"\r\n")[0].decode(), b"at most 64" in head, flush=True)
+u.close()
+u, head = ask([], 1 << 62)
+print("greedy", head.split(b"\r\n")[0].decode(), flush=True)
+r, w = os.pipe()
+socket.send_fds(u, [b"x"], [r, w])
+os.close(r)
+flooded = time.time() + 20
+while not os.path.exists(sys.argv[1] + ".flooded") and time.time() < flooded:
+    time.sleep(0.05)
+os.set_blocking(w, False)
+chunk, sent, deadline = b"y" * (1 << 20), 0, time.time() + 15
+while sent < (256 << 20) and time.time() < deadline:
+    if select.select([], [w], [], 0.5)[1]:
+        try:
+            sent += os.write(w, chunk)
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:
+            break
+print("sent MiB", sent >> 20, flush=True)
+"#;
+
+/// Issue 15, helper-24's attack: what an agent asks of the daemon is bounded by the daemon —
+/// its `--deny` patterns in number, its message limit by the daemon's own, a server's stderr
+/// in memory and in the log — and a server ends when the shim that asked for it goes away
+/// (it had outlived its session, holding the pipes it was handed, and then held the
+/// daemon's SIGTERM up).
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_what_an_agent_asks_of_the_daemon_is_bounded_and_ends_with_it() {
+    assert!(is_root());
+    let dir = shared_dir();
+    let server = write(dir.path(), "noisy.py", NOISY_SERVER);
+    let agent = write(dir.path(), "greedy.py", GREEDY_AGENT);
+    let pid_file = dir.path().join("server.pid");
+    let mut daemon = Daemon::start(&format!(
+        "sandbox:\n  mcp:\n    servers:\n      - id: noisy\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}, {}]\n        user: nobody\n",
+        server.display(),
+        pid_file.display()
+    ));
+    let out = Command::new(toolwall_bin())
+        .args([
+            "exec",
+            "--user",
+            "nobody",
+            "--session",
+            "greedy",
+            "--config",
+        ])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg("/usr/bin/python3")
+        .arg(&agent)
+        .arg(&pid_file)
+        .current_dir(dir.path())
+        .output()
+        .expect("toolwall exec");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success());
+    assert!(
+        stdout.contains("many patterns HTTP/1.1 4") && stdout.contains(" True"),
+        "65 --deny patterns are refused, with the limit: {stdout}"
+    );
+    assert!(stdout.contains("greedy HTTP/1.1 101"), "{stdout}");
+    // The daemon read 16 MiB (its own limit), not the 256 the agent's limit would allow.
+    let sent: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sent MiB ")?.parse().ok())
+        .expect("how much was sent");
+    assert!((16..=20).contains(&sent), "{sent} MiB went in: {stdout}");
+    // The server started; once its shim is gone, it is ended (within the reaper's second).
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait_for("the server started", &|| pid_file.exists());
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // Its pid is the namespace's (1): find it by its arguments instead.
+    assert_eq!(pid, 1, "the server is pid 1 of its namespace");
+    let running = || {
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .any(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("noisy.py"))
+            })
+    };
+    wait_for("the server outlived the shim that asked for it", &|| {
+        !running()
+    });
+    // The daemon held neither the 256 MiB line nor the 64 MiB stderr line, and logged a cut.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.child.id()))
+        .expect("the daemon's status");
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("VmHWM");
+    assert!(peak_kb < 160 << 10, "the daemon peaked at {peak_kb} kB");
+    let log = daemon.stderr();
+    assert!(log.len() < 4 << 20, "the log holds {} bytes", log.len());
+    assert!(log.contains("more bytes left out"), "the cut is said");
+    // And it stops at once.
+    assert!(daemon.stop().success(), "{}", daemon.stderr());
 }

@@ -365,11 +365,25 @@ fn stay_inside(
     let err_file = dir.path().join("exec.err");
     let mut all_args = exec_args.to_vec();
     all_args.extend(["--session", session]);
-    let mut child = exec(daemon, &all_args, &agent, &args)
+    let child = exec(daemon, &all_args, &agent, &args)
         .stdout(std::fs::File::create(&out_file).expect("out"))
         .stderr(std::fs::File::create(&err_file).expect("err"))
         .spawn()
         .expect("exec");
+    // A failed assertion must not leave the agent waiting for its mark for ever: exec hands
+    // a SIGTERM on to it (a SIGKILL would leave it running).
+    struct Exec(std::process::Child);
+    impl Drop for Exec {
+        fn drop(&mut self) {
+            if let Ok(None) = self.0.try_wait() {
+                // SAFETY: kill(2) on our own child, not yet reaped.
+                unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+                let _ = self.0.wait();
+            }
+        }
+    }
+    let mut guard = Exec(child);
+    let child = &mut guard.0;
     let deadline = Instant::now() + Duration::from_secs(20);
     let pid = loop {
         let seen = std::fs::read_to_string(&out_file).unwrap_or_default();

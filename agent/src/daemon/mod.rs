@@ -295,6 +295,13 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             Err(error) => tracing::error!(%error, "the LLM proxy task failed"),
         }
     }
+    // The stdio servers the daemon runs end with it; their threads hold the state until then.
+    if state.end_servers_of(None) > 0 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&state) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     let pending_sessions = state.close_all_sessions();
     if let Some(netmon) = &state.netmon {
         netmon.shutdown().await;

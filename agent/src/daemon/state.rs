@@ -258,6 +258,27 @@ impl DaemonState {
         }
     }
 
+    /// Kills every stdio server the daemon runs for `session` (its agent is done, and nothing
+    /// started for it may outlive it), or for every session with `None` (shutdown); each
+    /// server's thread then ends its cgroup ([`Self::end_server`]). Returns how many.
+    pub(crate) fn end_servers_of(&self, session: Option<&str>) -> usize {
+        let names: Vec<String> = self
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, of)| session.is_none_or(|s| s == of.as_str()))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        for name in &names {
+            if let Some(Err(error)) = sessions.get(name).map(|cgroup| cgroup.kill_all()) {
+                tracing::warn!(cgroup = %name, %error, "ending a stdio MCP server");
+            }
+        }
+        names.len()
+    }
+
     /// Closes a session once its last process is gone (the reaper's check each second).
     pub(crate) fn close_when_empty(&self, name: &str) {
         self.adopted

@@ -20,14 +20,18 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use regex::Regex;
 use std::os::fd::AsRawFd;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
 use super::peer::{Holder, Kind};
 use super::state::DaemonState;
 use crate::config::{Egress, ServerType};
 use crate::decision::{CallQuery, Decision, Gate};
 use crate::mcp::filter::FilterContext;
+use crate::mcp::framing::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::mcp::relay::{MAX_REQUEST_BYTES, RunRequest, UPGRADE_PROTOCOL, recv_fds};
+
+/// Most `--deny` patterns a shim may add (each is compiled and kept while its server runs).
+const MAX_SHIM_DENY: usize = 64;
 
 /// The process asking, as the socket's peer credentials say.
 #[derive(Clone, Copy, Debug)]
@@ -60,7 +64,6 @@ pub(super) async fn run(
     let request: RunRequest =
         serde_json::from_slice(&body).context("expected a shim's run request")?;
     let launch = what_to_run(state, &request, asker)?;
-    let gate = ExtraDeny::wrap(state.gate.clone(), &request.deny)?;
     // Each running server holds a thread, a cgroup and four pipes.
     let holder = match &session {
         Some(session) => Holder::Session(session.clone()),
@@ -75,6 +78,16 @@ pub(super) async fn run(
                 Kind::Server.limit()
             )
         })?;
+    // Compiling is CPU work the asker chooses: bounded in count, and off the API's workers.
+    anyhow::ensure!(
+        request.deny.len() <= MAX_SHIM_DENY,
+        "{} --deny patterns; a shim may give at most {MAX_SHIM_DENY} (put the rest in the daemon's `deny:`)",
+        request.deny.len()
+    );
+    let (inner, deny) = (state.gate.clone(), request.deny.clone());
+    let gate = tokio::task::spawn_blocking(move || ExtraDeny::wrap(inner, &deny))
+        .await
+        .context("compiling the shim's --deny patterns")??;
 
     // A cgroup of its own, watched by the kernel layer like a session, named after the
     // session it serves.
@@ -175,7 +188,9 @@ pub(super) async fn run(
         session_id: session.clone().unwrap_or_default(),
         events: Some(state.sink.clone()),
     };
-    let max_message = request.max_message_bytes;
+    // The limit is the shim's only below the daemon's own: a larger one is memory the asker
+    // would take from the daemon.
+    let max_message = request.max_message_bytes.min(DEFAULT_MAX_MESSAGE_BYTES);
     let server = request.server_id.clone();
     // Each server on a thread and runtime of its own: the agent's pipes, the server's and the
     // filter all wake on one thread, as in a stand-alone shim (the daemon's worker threads
@@ -213,13 +228,7 @@ pub(super) async fn run(
                 };
                 let _ = started_tx.send(Ok(()));
                 if let Some(stderr) = child.stderr.take() {
-                    let server = server.clone();
-                    tokio::spawn(async move {
-                        let mut lines = BufReader::new(stderr).lines();
-                        while let Ok(Some(line)) = lines.next_line().await {
-                            tracing::info!(server = %server, "stderr: {line}");
-                        }
-                    });
+                    tokio::spawn(log_stderr(server.clone(), stderr));
                 }
                 match relay(on_upgrade, child, ctx, max_message).await {
                     Ok(code) => tracing::info!(%server, code, "stdio MCP server exited"),
@@ -299,17 +308,83 @@ async fn relay(
     let (Some(stdin), Some(stdout)) = (fds.next(), fds.next()) else {
         anyhow::bail!("the shim handed over fewer than two descriptors");
     };
-    let code = crate::mcp::shim::serve_child(
+    let serve = crate::mcp::shim::serve_child(
         child,
         ctx,
         crate::mcp::async_reader(stdin),
         crate::mcp::async_writer(stdout),
         max_message,
-    )
-    .await?;
+    );
+    // The shim only waits for the exit status from now on: its connection ending (or saying
+    // anything) means it is gone, and its server goes with it (else the agent could leave a
+    // server running, outside its session, holding the pipes it handed over).
+    let mut nothing = [0u8; 1];
+    let code = tokio::select! {
+        code = serve => code?,
+        _ = stream.read(&mut nothing) => {
+            anyhow::bail!("the shim went away; its server is ended")
+        }
+    };
     // The shim may be gone (its agent kept the pipes): nothing to tell then.
     let _ = stream.write_all(&[code]).await;
     Ok(code)
+}
+
+/// Longest stderr line logged whole; the rest of a longer one is left out (counted).
+const MAX_STDERR_LINE: usize = 4096;
+/// Stderr lines logged per second at most; the rest are counted and the count logged.
+const STDERR_LINES_PER_SEC: u32 = 50;
+
+/// Logs a server's stderr line by line, in bounded memory: a line longer than
+/// [`MAX_STDERR_LINE`] is cut, and past [`STDERR_LINES_PER_SEC`] lines are counted, not logged
+/// (a server writing gigabytes must not fill the daemon's memory or its log).
+async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
+    let mut chunk = vec![0u8; 8192];
+    let mut line: Vec<u8> = Vec::with_capacity(MAX_STDERR_LINE);
+    let (mut cut, mut logged, mut skipped) = (0usize, 0u32, 0u64);
+    let mut second = std::time::Instant::now();
+    let mut emit = |line: &mut Vec<u8>, cut: &mut usize| {
+        if second.elapsed() >= std::time::Duration::from_secs(1) {
+            if skipped > 0 {
+                tracing::warn!(%server, skipped, "stderr: lines not logged (more than {STDERR_LINES_PER_SEC} a second)");
+            }
+            (second, logged, skipped) = (std::time::Instant::now(), 0, 0);
+        }
+        if logged < STDERR_LINES_PER_SEC {
+            logged += 1;
+            let text = String::from_utf8_lossy(line);
+            if *cut > 0 {
+                tracing::info!(%server, "stderr: {text} [{cut} more bytes left out]");
+            } else {
+                tracing::info!(%server, "stderr: {text}");
+            }
+        } else {
+            skipped += 1;
+        }
+        line.clear();
+        *cut = 0;
+    };
+    loop {
+        let n = match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for piece in chunk[..n].split_inclusive(|&b| b == b'\n') {
+            let (body, ends) = match piece.strip_suffix(b"\n") {
+                Some(body) => (body, true),
+                None => (piece, false),
+            };
+            let room = MAX_STDERR_LINE - line.len();
+            line.extend_from_slice(&body[..body.len().min(room)]);
+            cut += body.len().saturating_sub(room);
+            if ends {
+                emit(&mut line, &mut cut);
+            }
+        }
+    }
+    if !line.is_empty() || cut > 0 {
+        emit(&mut line, &mut cut);
+    }
 }
 
 /// How long a shim may take to hand over its descriptors after the upgrade.

@@ -276,6 +276,17 @@ pub(crate) fn confine_on_spawn(
                 check(libc::setgid(*gid))?;
                 check(libc::setuid(*uid))?;
             }
+            // Nothing the spawning process holds open passes on (a daemon's or exec's own
+            // descriptors, inherited or not yet marked): only stdin, stdout and stderr.
+            if libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
             if root && pids == Pids::OwnUnderInit {
                 super::init::become_init()?;
             }

@@ -359,10 +359,12 @@ fn huge_messages() {
     let denied = call.replace("\"add\"", "\"echo\"");
     assert!(f.on_client(denied.as_bytes()).forward.is_none());
 
-    let tools: Vec<String> = (0..20_000)
+    // As many tools as one list may hold, each with a long description: a big message.
+    let long = "d".repeat(1000);
+    let tools: Vec<String> = (0..listing::MAX_LISTED_TOOLS)
         .map(|i| {
             format!(
-                r#"{{"name":"{}","description":"{i}"}}"#,
+                r#"{{"name":"{}","description":"{i}{long}"}}"#,
                 if i % 2 == 0 { "echo" } else { "add" }
             )
         })
@@ -375,7 +377,7 @@ fn huge_messages() {
     let value: Value =
         serde_json::from_slice(&out.forward.expect("list kept")).expect("valid JSON");
     let names = value["result"]["tools"].as_array().expect("array");
-    assert_eq!(names.len(), 10_000);
+    assert_eq!(names.len(), listing::MAX_LISTED_TOOLS / 2);
     assert!(names.iter().all(|t| t["name"] == "add"));
 }
 
@@ -445,4 +447,38 @@ fn only_listed_tools_are_callable() {
     );
     assert!(call(&mut f, "fresh").0);
     assert!(!call(&mut f, "echo").0);
+}
+
+#[test]
+fn a_tool_list_too_large_to_judge_is_answered_with_an_error() {
+    let list = |n: usize| {
+        let tools: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"name":"t{i}","inputSchema":{{"type":"object"}}}}"#))
+            .collect();
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"L1","result":{{"tools":[{}]}}}}"#,
+            tools.join(",")
+        )
+    };
+    let mut f = filter(&["^t1$"]);
+    let at_limit = list(listing::MAX_LISTED_TOOLS);
+    let out = f.on_server(at_limit.as_bytes());
+    let kept: Value = serde_json::from_slice(out.forward.as_deref().expect("forwarded")).unwrap();
+    assert_eq!(
+        kept["result"]["tools"].as_array().map(Vec::len),
+        Some(listing::MAX_LISTED_TOOLS - 1),
+        "judged: the denied tool left"
+    );
+    let over = list(listing::MAX_LISTED_TOOLS + 1);
+    let out = f.on_server(over.as_bytes());
+    let answer: Value = serde_json::from_slice(out.forward.as_deref().expect("an answer")).unwrap();
+    assert_eq!(answer["id"], "L1");
+    assert_eq!(answer["error"]["code"], -32603);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2049 tools") && m.contains("at most 2048")),
+        "{answer}"
+    );
+    assert!(answer.get("result").is_none(), "no tool of it passes");
 }

@@ -1,0 +1,197 @@
+//! The server's side of the filter: `tools/list` results lose their denied tools (each tool
+//! judged and recorded as `mcp_tool_seen`), bounded in how many tools one result may hold.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::{Filter, FilterContext, Probe, error_response, first_token, offset_in};
+use crate::decision::{Action, Decision};
+use crate::events::{Event, EventSink, ToolSeen};
+use crate::registry::tool_hash;
+
+/// Most tools one `tools/list` result may hold: each new one is registered (a write) and
+/// recorded, so a server listing 100,000 kept the daemon busy for an hour. The largest real
+/// servers list a few hundred; a result above it is answered with an error, judged nothing.
+pub(crate) const MAX_LISTED_TOOLS: usize = 2048;
+
+/// JSON-RPC "Internal error": what a client gets for a tool list too large to judge.
+const INTERNAL_ERROR: i64 = -32603;
+
+#[derive(Deserialize)]
+struct ListResult<'a> {
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+}
+
+impl Filter {
+    pub(super) fn server_one<'a>(&mut self, msg: &'a [u8]) -> Option<Cow<'a, [u8]>> {
+        let probe = match serde_json::from_slice::<Probe<'_>>(msg) {
+            Ok(p) if first_token(msg) == Some(b'{') => p,
+            _ => {
+                tracing::warn!("dropping an unparseable message from the MCP server");
+                return None;
+            }
+        };
+        if let Some(method) = probe.method.as_deref() {
+            if method == "notifications/tools/list_changed" {
+                tracing::info!(
+                    "server says its tool list changed: new tools are callable once a tools/list judged them"
+                );
+                self.listing().cached = None;
+            }
+            return Some(Cow::Borrowed(msg));
+        }
+        if probe.id.is_some() {
+            self.responses += 1;
+        }
+        // Only parse the id (an allocation for string ids) when a list is outstanding.
+        if !self.pending_lists.is_empty()
+            && let Some(id) = probe
+                .id
+                .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
+            && let Some(i) = self.pending_lists.iter().position(|p| *p == id)
+        {
+            self.pending_lists.remove(i);
+        }
+        // Every result with a top-level `tools` field is treated as a tool list, tracked or
+        // not: the client decides what a response means by its id, and ids can be spelled in
+        // ways (`1` vs `1.0`) that an exact match would miss.
+        let Some(result) = probe
+            .result
+            .filter(|r| first_token(r.get().as_bytes()) == Some(b'{'))
+        else {
+            return Some(Cow::Borrowed(msg));
+        };
+        let tools = match serde_json::from_str::<ListResult<'_>>(result.get()) {
+            Ok(ListResult { tools: Some(tools) }) => tools,
+            Ok(ListResult { tools: None }) => return Some(Cow::Borrowed(msg)),
+            Err(_) => {
+                tracing::warn!("dropping a response whose result cannot be parsed");
+                return None;
+            }
+        };
+        self.filter_list(msg, probe.id, tools)
+    }
+
+    fn filter_list<'a>(
+        &mut self,
+        msg: &'a [u8],
+        id: Option<&RawValue>,
+        tools: &RawValue,
+    ) -> Option<Cow<'a, [u8]>> {
+        let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(tools.get()) else {
+            tracing::warn!("dropping a tools/list result whose tools are not an array");
+            return None;
+        };
+        if items.len() > MAX_LISTED_TOOLS {
+            let why = format!(
+                "toolwall: the server listed {} tools in one result; at most {MAX_LISTED_TOOLS} are judged (none of these were)",
+                items.len()
+            );
+            tracing::warn!(server = %self.ctx.server_id, "{why}");
+            return Some(Cow::Owned(error_response(
+                id.map_or("null", RawValue::get),
+                INTERNAL_ERROR,
+                &why,
+            )));
+        }
+        let mut kept: Vec<&str> = Vec::with_capacity(items.len());
+        let mut listed = HashSet::new();
+        for item in &items {
+            let value: Value = serde_json::from_str(item.get()).unwrap_or(Value::Null);
+            let decision =
+                self.ctx
+                    .gate
+                    .check_listed(&self.ctx.server_id, &self.ctx.server_type, &value);
+            if !decision.is_blocked() {
+                kept.push(item.get());
+                if let Some(name) = value.get("name").and_then(Value::as_str) {
+                    listed.insert(name.to_owned());
+                }
+            }
+            self.record_seen(&value, &decision);
+        }
+        self.listing()
+            .names
+            .get_or_insert_with(HashSet::new)
+            .extend(listed);
+        if kept.len() == items.len() {
+            return Some(Cow::Borrowed(msg));
+        }
+        let Some(start) = offset_in(msg, tools.get()) else {
+            tracing::error!("tools array is not inside its message; dropping the message");
+            return None;
+        };
+        let end = start + tools.get().len();
+        let mut out = Vec::with_capacity(msg.len());
+        out.extend_from_slice(&msg[..start]);
+        out.push(b'[');
+        for (i, tool) in kept.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(tool.as_bytes());
+        }
+        out.push(b']');
+        out.extend_from_slice(&msg[end..]);
+        Some(Cow::Owned(out))
+    }
+
+    fn record_seen(&self, tool: &Value, decision: &Decision) {
+        let Some(sink) = &self.ctx.events else { return };
+        record_seen(&self.ctx, sink, tool, decision);
+    }
+}
+
+fn record_seen(ctx: &FilterContext, sink: &EventSink, tool: &Value, decision: &Decision) {
+    let hash = decision
+        .tool
+        .as_ref()
+        .map(|t| t.tool_hash.clone())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| tool_hash(tool));
+    sink.emit(Event::McpToolSeen(ToolSeen {
+        timestamp: chrono::Utc::now(),
+        session_id: ctx.session_id.clone(),
+        server_id: ctx.server_id.clone(),
+        server_type: ctx.server_type.clone(),
+        tool_name: tool
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        tool_hash: hash,
+        action: decision.action,
+        reason: decision.reason.clone(),
+    }));
+}
+
+/// The names in a JSON array of tools.
+pub(super) fn tool_names(tools_json: &str) -> HashSet<String> {
+    serde_json::from_str::<Vec<Value>>(tools_json)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// Filters a tool list fetched by toolwall itself (the proxy's start-up list, discovery):
+/// registers each tool with the gate, records `mcp_tool_seen`, returns the allowed ones.
+pub(crate) fn allowed_tools(ctx: &FilterContext, tools: Vec<Value>) -> Vec<Value> {
+    tools
+        .into_iter()
+        .filter(|tool| {
+            let decision = ctx
+                .gate
+                .check_listed(&ctx.server_id, &ctx.server_type, tool);
+            if let Some(sink) = &ctx.events {
+                record_seen(ctx, sink, tool, &decision);
+            }
+            decision.action == Action::Allow
+        })
+        .collect()
+}

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::json::{RawObject, quote, raw_array, raw_from_json, raw_str};
-use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
+use super::{Cx, Fatal, Keys, Machine, blocked_message, push_capped};
 use crate::decision::Decision;
 use crate::sse::{write_event, write_with_data};
 
@@ -99,18 +99,13 @@ pub(crate) struct Anthropic {
 }
 
 impl Machine for Anthropic {
-    fn on_event(
+    fn on_data(
         &mut self,
         cx: &mut Cx,
         raw: &Bytes,
-        data: Option<Cow<'_, [u8]>>,
+        body: &[u8],
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
-        let Some(data) = data else {
-            out.extend_from_slice(raw);
-            return Ok(());
-        };
-        let body = trim_ws(&data);
         // Hot path: while no block is blocked or followed, only a tool use, a new message or
         // the stop reason matters (text deltas are the bulk of a stream).
         if self.quiet_keys().is_some_and(|keys| !keys.any_in(body)) {

@@ -251,14 +251,20 @@ pub(crate) fn blocked_message(name: &str, reason: &str) -> String {
 
 /// A dialect's streaming state machine: one complete SSE event in, output written.
 pub(crate) trait Machine {
-    /// Handles one event (raw bytes, line ends included).
-    fn on_event(
+    /// Handles one event with data (`raw`: its bytes, line ends included; `body`: its data,
+    /// JSON whitespace trimmed).
+    fn on_data(
         &mut self,
         cx: &mut Cx,
         raw: &Bytes,
-        data: Option<Cow<'_, [u8]>>,
+        body: &[u8],
         out: &mut BytesMut,
     ) -> Result<(), Fatal>;
+    /// An event without data (a comment, a bare `event:`): passes as it is unless a dialect
+    /// must keep it in order with what it holds.
+    fn on_dataless(&mut self, raw: &Bytes, out: &mut BytesMut) {
+        out.extend_from_slice(raw);
+    }
     /// The stream ended (cleanly or not): release or drop what is held, record what is open.
     fn on_end(&mut self, cx: &mut Cx, out: &mut BytesMut);
     /// Writes a terminal error event the dialect's SDKs understand.
@@ -412,7 +418,7 @@ impl StreamInterceptor {
                     }
                     let before = out.len();
                     let data = self.decoder.last_data().data(&raw);
-                    if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &raw, data, out) {
+                    if let Err(fatal) = self.on_event(&raw, data, out) {
                         return self.close(out, &fatal.0);
                     }
                     // Verbatim output ends as the input did; our own events end in LF.
@@ -472,13 +478,32 @@ impl StreamInterceptor {
         if !rest.is_empty() {
             tracing::debug!(bytes = rest.len(), "stream ended inside an event");
             let data = SseEvent::new(&rest).data();
-            if let Err(fatal) = self.machine.get().on_event(&mut self.cx, &rest, data, out) {
+            if let Err(fatal) = self.on_event(&rest, data, out) {
                 self.close(out, &fatal.0);
                 return;
             }
         }
         self.machine.get().on_end(&mut self.cx, out);
         self.closed = true;
+    }
+
+    /// One event to the dialect: its data trimmed, or as an event without data.
+    fn on_event(
+        &mut self,
+        raw: &Bytes,
+        data: Option<Cow<'_, [u8]>>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        match data {
+            Some(data) => self
+                .machine
+                .get()
+                .on_data(&mut self.cx, raw, trim_ws(&data), out),
+            None => {
+                self.machine.get().on_dataless(raw, out);
+                Ok(())
+            }
+        }
     }
 
     fn close(&mut self, out: &mut BytesMut, why: &str) -> Flow {

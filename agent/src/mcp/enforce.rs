@@ -173,9 +173,29 @@ impl Enforcement {
         })
     }
 
+    /// Runs `work` (the stand-alone shim or filter proxy) with this gate and event sink on a
+    /// runtime of its own, then waits for every event it recorded to be stored. The runtime
+    /// does not wait for its blocking threads (stdin may be parked in read(2)).
+    pub(crate) fn run<T, F>(
+        self,
+        work: impl FnOnce(Arc<dyn Gate>, Option<EventSink>) -> F,
+    ) -> anyhow::Result<T>
+    where
+        F: std::future::Future<Output = anyhow::Result<T>>,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        let result = runtime.block_on(work(self.gate.clone(), self.events.clone()));
+        runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+        self.finish();
+        result
+    }
+
     /// Waits until every recorded event is in the database (call after the last sink clone is
     /// gone, i.e. after the shim or proxy returned).
-    pub(crate) fn finish(mut self) {
+    fn finish(mut self) {
         self.events = None;
         if let Some((writer, path)) = self.writer.take() {
             match writer.join() {

@@ -117,18 +117,8 @@ pub(crate) fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
     if let Some(socket) = super::enforce::session_daemon(&config)? {
         return relay(&args, &socket);
     }
-    let enforcement =
-        super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let (gate, events) = (enforcement.gate.clone(), enforcement.events.clone());
-    let result = runtime.block_on(run_shim(&args, gate, events));
-    // Stdin is read on a blocking thread that may still be parked in read(2); do not wait.
-    runtime.shutdown_timeout(Duration::from_millis(100));
-    enforcement.finish();
-    result
+    super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?
+        .run(|gate, events| run_shim(&args, gate, events))
 }
 
 /// Inside a session: the daemon runs the server and judges and records it; this process is a

@@ -1,7 +1,6 @@
 //! The Chat Completions stream machine: calls tracked per choice, events held until every
 //! call of theirs is decided, then released (verbatim, or edited by [`super::edit`]).
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
@@ -12,7 +11,7 @@ use super::edit::{ChoiceEdit, rewrite, template_of};
 use super::{CallView, ChoiceView, DeltaView, TOOL_KEYS};
 use crate::decision::Decision;
 use crate::llm::json::{RawObject, quote, raw_from_json};
-use crate::llm::{Cx, Fatal, Keys, Machine, blocked_message, push_capped, trim_ws};
+use crate::llm::{Cx, Fatal, Keys, Machine, blocked_message, push_capped};
 use crate::sse::write_event;
 
 /// Fixed bytes charged per tracked call against the buffer limit.
@@ -172,18 +171,18 @@ pub(crate) struct Chat {
 }
 
 impl Machine for Chat {
-    fn on_event(
+    fn on_dataless(&mut self, raw: &Bytes, out: &mut BytesMut) {
+        // Behind a held event it must wait its turn.
+        self.pass(raw, Vec::new(), out);
+    }
+
+    fn on_data(
         &mut self,
         cx: &mut Cx,
         raw: &Bytes,
-        data: Option<Cow<'_, [u8]>>,
+        body: &[u8],
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
-        let Some(data) = data else {
-            self.pass(raw, Vec::new(), out);
-            return Ok(());
-        };
-        let body = trim_ws(&data);
         if body.starts_with(b"[DONE]") {
             self.finish_all(cx, out)?;
             out.extend_from_slice(raw);

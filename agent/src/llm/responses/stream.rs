@@ -1,7 +1,6 @@
 //! The Responses API stream machine: each tool item decided at `added` (custom tool calls held
 //! until `done`), blocked ones replaced by message items, later copies judged again if changed.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
@@ -14,7 +13,7 @@ use super::{
 };
 use crate::decision::Decision;
 use crate::llm::json::{RawObject, quote, raw_array, raw_from_json};
-use crate::llm::{Cx, Fatal, Keys, Machine, blocked_message, trim_ws};
+use crate::llm::{Cx, Fatal, Keys, Machine, blocked_message};
 use crate::sse::{write_event, write_with_data};
 
 enum ItemState {
@@ -119,18 +118,13 @@ impl Responses {
 }
 
 impl Machine for Responses {
-    fn on_event(
+    fn on_data(
         &mut self,
         cx: &mut Cx,
         raw: &Bytes,
-        data: Option<Cow<'_, [u8]>>,
+        body: &[u8],
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
-        let Some(data) = data else {
-            out.extend_from_slice(raw);
-            return Ok(());
-        };
-        let body = trim_ws(&data);
         // A text delta passes unparsed unless it names a call (a repeated `"type"` key later in
         // the object is the one most parsers keep).
         if TEXT_PREFIXES.iter().any(|p| body.starts_with(p)) && !CALL_KEYS.any_in(body) {
@@ -241,6 +235,25 @@ impl Machine for Responses {
     }
 }
 
+/// The item of an event and the output index it stands at. Without an index no replacement
+/// can take the item's place: a blocked call in it ends the stream, anything else passes as
+/// it is (`None`).
+fn placed<'e>(
+    cx: &mut Cx,
+    raw: &Bytes,
+    env: &Envelope<'e>,
+    out: &mut BytesMut,
+) -> Result<Option<(u64, &'e RawValue)>, Fatal> {
+    match (env.output_index, env.item) {
+        (Some(index), Some(item)) => Ok(Some((index, item))),
+        _ => {
+            blocked_in_other_event(cx, env)?;
+            out.extend_from_slice(raw);
+            Ok(None)
+        }
+    }
+}
+
 impl Responses {
     fn on_added(
         &mut self,
@@ -250,11 +263,7 @@ impl Responses {
         seq: &str,
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
-        let (Some(index), Some(item_raw)) = (env.output_index, env.item) else {
-            // Without an index no replacement can take the item's place: a blocked call in it
-            // ends the stream.
-            blocked_in_other_event(cx, env)?;
-            out.extend_from_slice(raw);
+        let Some((index, item_raw)) = placed(cx, raw, env, out)? else {
             return Ok(());
         };
         let item: Item<'_> = match serde_json::from_str(item_raw.get()) {
@@ -441,11 +450,7 @@ impl Responses {
         seq: &str,
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
-        let (Some(index), Some(item_raw)) = (env.output_index, env.item) else {
-            // Without an index no replacement can take the item's place: a blocked call in it
-            // ends the stream.
-            blocked_in_other_event(cx, env)?;
-            out.extend_from_slice(raw);
+        let Some((index, item_raw)) = placed(cx, raw, env, out)? else {
             return Ok(());
         };
         let Ok(item) = serde_json::from_str::<Item<'_>>(item_raw.get()) else {

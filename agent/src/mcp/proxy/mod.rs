@@ -144,17 +144,9 @@ impl ProxyArgs {
 /// `toolwall mcp-proxy`: the command-line entry (`--deny` gate, optional event sink); runs
 /// until interrupted (exit 0) or until the upstream is lost (error, exit 1).
 pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
-    let enforcement =
-        super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let (gate, events) = (enforcement.gate.clone(), enforcement.events.clone());
-    let result = runtime.block_on(run_proxy(&args, gate, events));
-    runtime.shutdown_timeout(Duration::from_millis(100));
-    enforcement.finish();
-    result.map(|()| ExitCode::SUCCESS)
+    super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?
+        .run(|gate, events| run_proxy(&args, gate, events))
+        .map(|()| ExitCode::SUCCESS)
 }
 
 fn parse_headers(lines: &[String]) -> anyhow::Result<HeaderMap> {

@@ -209,14 +209,9 @@ impl KernelMonitor {
             }
             let program: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
             let what = || format!("attach {name} to {}", cgroup.display());
-            let id = program
-                .attach(&dir, CgroupAttachMode::Single)
-                .map_err(|source| NetmonError::Program {
-                    what: what(),
-                    source,
-                })?;
             let link = program
-                .take_link(id)
+                .attach(&dir, CgroupAttachMode::Single)
+                .and_then(|id| program.take_link(id))
                 .map_err(|source| NetmonError::Program {
                     what: what(),
                     source,
@@ -314,14 +309,9 @@ impl KernelMonitor {
             let pin = pin_dir.join(name);
             let program: &mut CgroupSkb = program(&mut self.ebpf, name)?;
             let what = || format!("attach {name} to {}", cgroup.display());
-            let id = program
-                .attach(&dir, direction, CgroupAttachMode::Single)
-                .map_err(|source| NetmonError::Program {
-                    what: what(),
-                    source,
-                })?;
             let link = program
-                .take_link(id)
+                .attach(&dir, direction, CgroupAttachMode::Single)
+                .and_then(|id| program.take_link(id))
                 .map_err(|source| NetmonError::Program {
                     what: what(),
                     source,

@@ -124,6 +124,26 @@ pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("text/event-stream"))
 }
 
+/// The TLS client configuration of every upstream connection (LLM providers in
+/// `llm/upstream/`, network MCP servers in `mcp/client/transport.rs`): ring, rustls's safe
+/// protocol versions, the system's root certificates — none found is logged, and every HTTPS
+/// upstream then fails. No ALPN: each client names the protocols it speaks.
+pub(crate) fn tls_client_config() -> anyhow::Result<rustls::ClientConfig> {
+    use hyper_rustls::ConfigBuilderExt as _;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?;
+    let builder = match builder.clone().with_native_roots() {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "no system CA certificates: HTTPS upstreams will fail (install ca-certificates)");
+            builder.with_root_certificates(rustls::RootCertStore::empty())
+        }
+    };
+    Ok(builder.with_no_client_auth())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

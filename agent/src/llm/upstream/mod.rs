@@ -187,19 +187,7 @@ pub(crate) struct Upstreams {
 impl Upstreams {
     /// The client, with the system's root certificates.
     pub(crate) fn new() -> anyhow::Result<Arc<Self>> {
-        use hyper_rustls::ConfigBuilderExt as _;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?;
-        let builder = match builder.clone().with_native_roots() {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(error = %e, "no system CA certificates: HTTPS upstreams will fail (install ca-certificates)");
-                builder.with_root_certificates(rustls::RootCertStore::empty())
-            }
-        };
-        let mut config = builder.with_no_client_auth();
+        let mut config = crate::edge::tls_client_config()?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(Upstreams {
             tls: TlsConnector::from(Arc::new(config)),

@@ -40,9 +40,10 @@ pub(crate) fn connector() -> Result<Connector, McpClientError> {
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
     connector.set_nodelay(true);
     connector.enforce_http(false);
+    let tls =
+        crate::edge::tls_client_config().map_err(|e| McpClientError::Tls(format!("{e:#}")))?;
     Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
-        .map_err(|e| McpClientError::Tls(e.to_string()))?
+        .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .wrap_connector(connector))

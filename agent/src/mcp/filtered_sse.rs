@@ -20,7 +20,8 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 
 use super::filter::Filter;
-use crate::sse::message::{SseDecoder, encode_event_into};
+use crate::sse::message::SseDecoder;
+use crate::sse::writer::encode_event_into;
 
 /// An upstream SSE body, filtered.
 pub(crate) struct FilteredSse {

@@ -402,38 +402,5 @@ impl<'a> SseEvent<'a> {
     }
 }
 
-/// Writes an event made of `raw`'s non-data lines (kept verbatim, in order) and `data` as its
-/// data (one `data:` line per line of `data`), at the position of the first original data line.
-pub(crate) fn write_with_data(out: &mut BytesMut, raw: &[u8], data: &[u8]) {
-    let mut wrote = false;
-    for (line, text) in SseEvent::new(raw).lines() {
-        match line {
-            Line::Field(b"data", _) => {
-                if !wrote {
-                    write_data_lines(out, data);
-                    wrote = true;
-                }
-            }
-            _ => {
-                out.extend_from_slice(text);
-                out.extend_from_slice(b"\n");
-            }
-        }
-    }
-    if !wrote {
-        write_data_lines(out, data);
-    }
-    out.extend_from_slice(b"\n");
-}
-
-/// Writes a whole new event: an optional `event:` line and the data.
-pub(crate) fn write_event(out: &mut BytesMut, event: Option<&str>, data: &[u8]) {
-    super::message::encode_event_into(out, event, None, data);
-}
-
-fn write_data_lines(out: &mut BytesMut, data: &[u8]) {
-    super::message::put_data_lines(out, data);
-}
-
 #[cfg(test)]
 mod tests;

@@ -7,8 +7,6 @@
 //! message hidden behind a lone `\r` inside another event's line is a message here too, and is
 //! filtered (an attack found one passing unfiltered when only `\n` ended lines).
 
-use bytes::BufMut;
-
 use super::framer::Line;
 
 /// One dispatched event.
@@ -106,58 +104,10 @@ impl SseDecoder {
     }
 }
 
-/// One SSE event for our clients. Multi-line data becomes several `data:` lines, so a message
-/// containing a newline cannot end the event early or inject fields.
-pub(crate) fn encode_event(event: Option<&str>, id: Option<&str>, data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len() + 32);
-    encode_event_into(&mut out, event, id, data);
-    out
-}
-
-/// [`encode_event`] appended to `out` (the filter proxy's response buffer: no copy between).
-pub(crate) fn encode_event_into(
-    out: &mut impl BufMut,
-    event: Option<&str>,
-    id: Option<&str>,
-    data: &[u8],
-) {
-    if let Some(event) = event {
-        out.put_slice(b"event: ");
-        out.put_slice(single_line(event).as_bytes());
-        out.put_u8(b'\n');
-    }
-    if let Some(id) = id {
-        out.put_slice(b"id: ");
-        out.put_slice(single_line(id).as_bytes());
-        out.put_u8(b'\n');
-    }
-    put_data_lines(out, data);
-    out.put_u8(b'\n');
-}
-
-/// `data` as `data:` lines. Every line terminator a client splits on (`\n`, `\r\n`, a lone
-/// `\r`) starts a new `data:` line: nothing in the data can end the event or start a field.
-pub(crate) fn put_data_lines(out: &mut impl BufMut, data: &[u8]) {
-    for line in data.split(|b| *b == b'\n') {
-        for piece in line
-            .strip_suffix(b"\r")
-            .unwrap_or(line)
-            .split(|b| *b == b'\r')
-        {
-            out.put_slice(b"data: ");
-            out.put_slice(piece);
-            out.put_u8(b'\n');
-        }
-    }
-}
-
-fn single_line(s: &str) -> &str {
-    s.split(['\r', '\n']).next().unwrap_or("")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sse::writer::encode_event;
 
     #[test]
     fn an_empty_event_field_is_a_message() {

@@ -40,7 +40,7 @@ use tokio::{
 use super::peer::{Holder, Kind, Place, SocketPeer};
 use super::{DaemonState, READ_TIMEOUT, stdio};
 use crate::mcp::relay;
-use crate::sse::message::encode_event;
+use crate::sse::writer::encode_event;
 use crate::{
     correlate::correlate_stored,
     decision::{CallQuery, CallStage, Gate},

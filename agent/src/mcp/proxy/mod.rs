@@ -63,7 +63,7 @@ use super::filtered_sse::FilteredSse;
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
 use super::headers;
 use super::stream_order::StreamOrder;
-use crate::sse::message::encode_event;
+use crate::sse::writer::encode_event;
 
 /// JSON-RPC "Internal error": the upstream refused a request toolwall forwarded.
 const INTERNAL_ERROR: i64 = -32603;
@@ -395,13 +395,13 @@ async fn watchdog(
 }
 
 mod bridge;
-mod edge;
 mod passthrough;
+mod routes;
 mod stdio;
 #[cfg(test)]
 mod tests;
 
 use bridge::*;
-use edge::*;
 use passthrough::*;
+use routes::*;
 use stdio::*;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::llm::Keys;
+use crate::sse::writer::write_with_data;
 
 fn decode_all(chunks: &[&[u8]]) -> (Vec<Vec<u8>>, Vec<u8>) {
     let mut d = SseDecoder::new(1 << 20);

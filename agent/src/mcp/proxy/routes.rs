@@ -1,5 +1,5 @@
-//! The proxy's HTTP edge: the listener (with its back-off), the routes and the methods they
-//! serve, request bodies (bounded), and what every response is built from.
+//! The proxy's routes: its listener (on the shared accept back-off of `edge.rs`), the routes
+//! and the methods they serve, request bodies (bounded), and what every response is built from.
 
 use super::*;
 

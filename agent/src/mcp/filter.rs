@@ -47,7 +47,8 @@ pub(crate) struct FilterContext {
     pub layer: &'static str,
     /// The agent session (see `cgroup::current_session`), or empty.
     pub session_id: String,
-    /// Where `mcp_tool_seen` / `mcp_tool_called` go; `None` records nothing.
+    /// Where the transport hands the records the filter returns (`mcp_tool_seen`,
+    /// `mcp_tool_called`: [`Outcome::record`]); `None` records nothing.
     pub events: Option<EventSink>,
 }
 
@@ -60,6 +61,22 @@ pub(crate) struct Outcome<'a> {
     /// Complete JSON-RPC messages to send back to the sender (errors for refused calls,
     /// cached `tools/list` results), without line terminators.
     pub replies: Vec<Vec<u8>>,
+    /// What was judged (`mcp_tool_called`, `mcp_tool_seen`): the filter touches no sink; the
+    /// transport hands these to its own ([`Outcome::record`]), as the LLM layer's proxy does
+    /// with its interceptors' records (`llm/mod.rs`).
+    pub records: Vec<Event>,
+}
+
+impl Outcome<'_> {
+    /// Hands the records to `sink` (recording is off without one).
+    pub(crate) fn record(mut self, sink: Option<&EventSink>) -> Self {
+        if let Some(sink) = sink {
+            for record in self.records.drain(..) {
+                sink.emit(record);
+            }
+        }
+        self
+    }
 }
 
 /// One session's filter. Client messages go through [`Filter::on_client`], server messages
@@ -76,6 +93,8 @@ pub(crate) struct Filter {
     /// Requests (messages with a `method` and an `id`) [`Filter::on_client`] passed on so
     /// far: the responses a POST's stream owes, counted without parsing the message again.
     requests: usize,
+    /// Records made since the last [`Outcome`] took them.
+    records: Vec<Event>,
 }
 
 /// The tools a session may call, and the filter proxy's cached list.
@@ -164,6 +183,7 @@ impl Filter {
             listing: Arc::default(),
             responses: 0,
             requests: 0,
+            records: Vec::new(),
         }
     }
 
@@ -181,6 +201,11 @@ impl Filter {
     /// How many requests [`Filter::on_client`] passed on.
     pub(crate) fn requests(&self) -> usize {
         self.requests
+    }
+
+    /// Where the transport hands this filter's records ([`Outcome::record`]).
+    pub(crate) fn sink(&self) -> Option<&EventSink> {
+        self.ctx.events.as_ref()
     }
 
     fn listing(&self) -> MutexGuard<'_, Listing> {
@@ -217,6 +242,7 @@ impl Filter {
             Some(Cow::Owned(v)) => Some(Some(v)),
         };
         out.forward = kept.map(|k| Cow::Owned(k.unwrap_or(text)));
+        out.records = std::mem::take(&mut self.records);
         out
     }
 
@@ -269,6 +295,7 @@ impl Filter {
         Outcome {
             forward,
             replies: Vec::new(),
+            records: std::mem::take(&mut self.records),
         }
     }
 
@@ -371,9 +398,11 @@ impl Filter {
         forward
     }
 
-    fn record_call(&self, params: &CallParams<'_>, id: Option<&str>, decision: &Decision) {
-        let Some(sink) = &self.ctx.events else { return };
-        sink.emit(Event::McpToolCalled(ToolCalled {
+    fn record_call(&mut self, params: &CallParams<'_>, id: Option<&str>, decision: &Decision) {
+        if self.ctx.events.is_none() {
+            return;
+        }
+        self.records.push(Event::McpToolCalled(ToolCalled {
             timestamp: chrono::Utc::now(),
             session_id: self.ctx.session_id.clone(),
             server_id: self.ctx.server_id.clone(),

@@ -156,7 +156,8 @@ impl FilteredSse {
     fn drain(&mut self) {
         while let Some(event) = self.decoder.next_event() {
             if event.is_message() && !event.data.is_empty() {
-                if let Some(data) = self.filter.on_server(&event.data).forward {
+                let out = self.filter.on_server(&event.data);
+                if let Some(data) = out.record(self.filter.sink()).forward {
                     encode_event_into(
                         &mut self.ready,
                         event.event.as_deref(),

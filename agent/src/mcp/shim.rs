@@ -332,7 +332,8 @@ fn decide(filter: &Mutex<Filter>, line: &Bytes, on_client: bool) -> (Forward, Ve
         filter.on_client(msg)
     } else {
         filter.on_server(msg)
-    };
+    }
+    .record(filter.sink());
     let forward = match out.forward {
         Some(std::borrow::Cow::Borrowed(b))
             if b.as_ptr() == msg.as_ptr() && b.len() == msg.len() =>

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use super::{Filter, FilterContext, Probe, error_response, first_token, offset_in};
 use crate::decision::{Action, Decision};
-use crate::events::{Event, EventSink, ToolSeen};
+use crate::events::{Event, ToolSeen};
 use crate::registry::tool_hash;
 
 /// Most tools one `tools/list` result may hold: each new one is registered (a write) and
@@ -141,20 +141,22 @@ impl Filter {
         Some(Cow::Owned(out))
     }
 
-    fn record_seen(&self, tool: &Value, decision: &Decision) {
-        let Some(sink) = &self.ctx.events else { return };
-        record_seen(&self.ctx, sink, tool, decision);
+    fn record_seen(&mut self, tool: &Value, decision: &Decision) {
+        if self.ctx.events.is_some() {
+            self.records.push(seen(&self.ctx, tool, decision));
+        }
     }
 }
 
-fn record_seen(ctx: &FilterContext, sink: &EventSink, tool: &Value, decision: &Decision) {
+/// The `mcp_tool_seen` record of a listed tool.
+fn seen(ctx: &FilterContext, tool: &Value, decision: &Decision) -> Event {
     let hash = decision
         .tool
         .as_ref()
         .map(|t| t.tool_hash.clone())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| tool_hash(tool));
-    sink.emit(Event::McpToolSeen(ToolSeen {
+    Event::McpToolSeen(ToolSeen {
         timestamp: chrono::Utc::now(),
         session_id: ctx.session_id.clone(),
         server_id: ctx.server_id.clone(),
@@ -167,7 +169,7 @@ fn record_seen(ctx: &FilterContext, sink: &EventSink, tool: &Value, decision: &D
         tool_hash: hash,
         action: decision.action,
         reason: decision.reason.clone(),
-    }));
+    })
 }
 
 /// The names in a JSON array of tools.
@@ -180,18 +182,21 @@ pub(super) fn tool_names(tools_json: &str) -> HashSet<String> {
 }
 
 /// Filters a tool list fetched by toolwall itself (the proxy's start-up list, discovery):
-/// registers each tool with the gate, records `mcp_tool_seen`, returns the allowed ones.
-pub(crate) fn allowed_tools(ctx: &FilterContext, tools: Vec<Value>) -> Vec<Value> {
-    tools
+/// registers each tool with the gate; returns the allowed ones and the `mcp_tool_seen`
+/// records (for the caller's sink).
+pub(crate) fn allowed_tools(ctx: &FilterContext, tools: Vec<Value>) -> (Vec<Value>, Vec<Event>) {
+    let mut records = Vec::new();
+    let allowed = tools
         .into_iter()
         .filter(|tool| {
             let decision = ctx
                 .gate
                 .check_listed(&ctx.server_id, &ctx.server_type, tool);
-            if let Some(sink) = &ctx.events {
-                record_seen(ctx, sink, tool, &decision);
+            if ctx.events.is_some() {
+                records.push(seen(ctx, tool, &decision));
             }
             decision.action == Action::Allow
         })
-        .collect()
+        .collect();
+    (allowed, records)
 }

@@ -218,16 +218,26 @@ fn cached_list_is_answered_locally() {
 
 #[test]
 fn events_record_calls_and_listed_tools() {
+    // The filter returns its records; the transport hands them to its sink.
     let (sink, mut rx) = EventSink::channel();
     let mut f = Filter::new(ctx(&["^echo$"], Some(sink)));
-    let _ = f.on_client(br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"m":1}}}"#);
-    let _ =
-        f.on_client(br#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"add"}}"#);
-    let _ = f.on_server(PAGE1);
-    let mut events = Vec::new();
-    while let Ok(e) = rx.try_recv() {
-        events.push(e);
+    let mut events = f.on_client(br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"m":1}}}"#).records;
+    events.extend(
+        f.on_client(br#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"add"}}"#)
+            .records,
+    );
+    let listed = f.on_server(PAGE1);
+    events.extend(listed.records.iter().cloned());
+    assert!(rx.try_recv().is_err(), "the filter touches no sink");
+    let _ = listed.record(f.sink());
+    let mut handed = 0;
+    while rx.try_recv().is_ok() {
+        handed += 1;
     }
+    assert_eq!(
+        handed, 3,
+        "Outcome::record hands the listing's three records on"
+    );
     assert_eq!(events.len(), 5);
     let Event::McpToolCalled(called) = &events[0] else {
         panic!("{:?}", events[0])

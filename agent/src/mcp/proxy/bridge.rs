@@ -162,7 +162,7 @@ impl BridgedSession {
     async fn client_message(&self, shared: &Shared, body: &[u8]) -> (Option<Bytes>, Vec<Vec<u8>>) {
         let (forward, replies) = {
             let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
-            let out = f.on_client(body);
+            let out = f.on_client(body).record(f.sink());
             (
                 out.forward.map(|c| Bytes::from(c.into_owned())),
                 out.replies,
@@ -260,6 +260,7 @@ pub(super) async fn bridge(
             let filtered = {
                 let mut f = session.filter.lock().unwrap_or_else(|e| e.into_inner());
                 f.on_server(&message)
+                    .record(f.sink())
                     .forward
                     .map(|c| Bytes::from(one_line(&c).into_owned()))
             };

@@ -250,7 +250,10 @@ pub(crate) async fn run_proxy(
         events,
     };
     let total = discovered.tools.len();
-    let allowed = allowed_tools(&ctx, discovered.tools);
+    let (allowed, seen) = allowed_tools(&ctx, discovered.tools);
+    if let Some(sink) = &ctx.events {
+        seen.into_iter().for_each(|record| sink.emit(record));
+    }
     tracing::info!(
         upstream = %args.upstream,
         transport = ?discovered.transport,

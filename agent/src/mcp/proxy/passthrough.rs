@@ -39,7 +39,7 @@ pub(super) async fn passthrough(
             Ok(b) => b,
             Err(r) => return r,
         };
-        let out = filter.on_client(&body);
+        let out = filter.on_client(&body).record(filter.sink());
         replies = out.replies;
         let text = match out.forward {
             None => return json_reply(replies),
@@ -149,7 +149,7 @@ pub(super) async fn passthrough(
     // Any successful non-stream body is a JSON-RPC message whatever its content type says:
     // a client may parse it regardless, so it is filtered (and dropped if it is not JSON).
     let out_body: Bytes = if rparts.status.is_success() && !rbody.is_empty() {
-        let out = filter.on_server(&rbody);
+        let out = filter.on_server(&rbody).record(filter.sink());
         match (out.forward, replies.is_empty()) {
             (Some(Cow::Borrowed(b)), true) if b.len() == rbody.len() => rbody.clone(),
             (Some(f), true) => Bytes::from(f.into_owned()),

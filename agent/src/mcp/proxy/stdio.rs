@@ -30,6 +30,7 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                 let out = {
                     let mut f = filter.lock().unwrap_or_else(|e| e.into_inner());
                     f.on_server(&message)
+                        .record(f.sink())
                         .forward
                         .map(|c| one_line(&c).into_owned())
                 };
@@ -79,7 +80,7 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                 };
                 let (forward, replies) = {
                     let mut f = filter.lock().unwrap_or_else(|e| e.into_inner());
-                    let out = f.on_client(strip_newline(&line));
+                    let out = f.on_client(strip_newline(&line)).record(f.sink());
                     (
                         out.forward.map(|c| Bytes::from(c.into_owned())),
                         out.replies,

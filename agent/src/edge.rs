@@ -1,7 +1,8 @@
-//! The HTTP edge every server and client in the binary shares (issue 18: three accept loops,
-//! two hop-by-hop lists that stripped different headers, three body readers): accept loops that
-//! survive running out of descriptors (issue 13: the MCP proxy spun and logged 120 MB in 20 s),
-//! bounded body reads, hop-by-hop headers, and what an event stream looks like.
+//! The HTTP edge every server and client in the binary shares (issue 18: four accept loops,
+//! two hop-by-hop lists that stripped different headers, three body readers, two TLS setups):
+//! the one accept loop, which survives running out of descriptors (issue 13: the MCP proxy
+//! spun and logged 120 MB in 20 s), bounded body reads, hop-by-hop headers, what an event
+//! stream looks like, and the TLS client configuration.
 
 use std::time::Duration;
 
@@ -47,6 +48,69 @@ impl AcceptBackoff {
         }
         *self = Self::default();
     }
+}
+
+/// A listener the accept loop takes connections from (TCP for the LLM proxy, the filter proxy
+/// and the daemon's loopback address; Unix for the daemon's socket).
+pub(crate) trait Listener {
+    /// What `accept` gives: the stream and who is at its other end.
+    type Conn;
+    /// The next connection.
+    fn accept(&self) -> impl Future<Output = std::io::Result<Self::Conn>> + Send;
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Conn = (tokio::net::TcpStream, std::net::SocketAddr);
+    fn accept(&self) -> impl Future<Output = std::io::Result<Self::Conn>> + Send {
+        tokio::net::TcpListener::accept(self)
+    }
+}
+
+impl Listener for tokio::net::UnixListener {
+    type Conn = (tokio::net::UnixStream, tokio::net::unix::SocketAddr);
+    fn accept(&self) -> impl Future<Output = std::io::Result<Self::Conn>> + Send {
+        tokio::net::UnixListener::accept(self)
+    }
+}
+
+/// The one accept loop of every server in the binary: accepts until `stop` resolves, backing
+/// off while `accept` fails ([`AcceptBackoff`]), and runs what `serve` makes of each
+/// connection (given how many are open; `None` refuses it: the connection is closed at once)
+/// on a task of its own. Once stopped it gives the open connections `grace`, ends the rest,
+/// and returns when every task is gone: each may hold the daemon's state and event sink,
+/// which must be released before the store can flush and close.
+pub(crate) async fn accept_loop<L, F, S>(
+    listener: &L,
+    stop: impl Future<Output = ()>,
+    grace: Duration,
+    mut serve: F,
+) where
+    L: Listener,
+    F: FnMut(L::Conn, usize) -> Option<S>,
+    S: Future<Output = ()> + Send + 'static,
+{
+    tokio::pin!(stop);
+    let mut conns = tokio::task::JoinSet::new();
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => {
+                    backoff.reset();
+                    if let Some(task) = serve(conn, conns.len()) {
+                        conns.spawn(task);
+                    }
+                }
+                Err(error) => backoff.failed(&error).await,
+            },
+            // Reap finished connections so the set does not grow.
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    let _ = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
 }
 
 /// Why a request body was not read.

@@ -218,28 +218,13 @@ impl LlmProxy {
     /// finish on their own tasks.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         tracing::info!(addr = ?self.listener.local_addr().ok(), "LLM proxy listening");
-        tokio::pin!(shutdown);
-        let mut conns = tokio::task::JoinSet::new();
-        let mut backoff = crate::edge::AcceptBackoff::default();
         let mut refusing = false;
-        loop {
-            let accepted = tokio::select! {
-                () = &mut shutdown => break,
-                accepted = self.listener.accept() => accepted,
-                // Reap finished connections so the set does not grow.
-                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-            };
-            let (stream, peer) = match accepted {
-                Ok(a) => {
-                    backoff.reset();
-                    a
-                }
-                Err(e) => {
-                    backoff.failed(&e).await;
-                    continue;
-                }
-            };
-            if conns.len() >= MAX_CONNECTIONS {
+        // No new connections once stopped; open exchanges get 2 s, then end. Every connection
+        // holds the event sink, so when this returns the sink is released and the store can
+        // flush and close.
+        let grace = std::time::Duration::from_secs(2);
+        crate::edge::accept_loop(&self.listener, shutdown, grace, |(stream, peer), open| {
+            if open >= MAX_CONNECTIONS {
                 // Refused, not queued: a flood of idle connections must not take the daemon's
                 // descriptors (its API socket and kernel watch need them).
                 if !refusing {
@@ -248,56 +233,44 @@ impl LlmProxy {
                     );
                 }
                 refusing = true;
-                continue;
+                return None;
             }
             refusing = false;
             let inner = self.inner.clone();
-            let header_read_timeout = inner.settings.header_read_timeout;
-            conns.spawn(async move {
-                // hyper's head time-out starts only once the protocol is sniffed from the first
-                // bytes: a client that sends nothing is timed out here.
-                let mut first = [0u8; 1];
-                if !matches!(
-                    tokio::time::timeout(header_read_timeout, stream.peek(&mut first)).await,
-                    Ok(Ok(1))
-                ) {
-                    tracing::debug!(%peer, "client sent nothing within {header_read_timeout:?}");
-                    return;
-                }
-                let service = hyper::service::service_fn(move |req| handle(inner.clone(), req));
-                let mut builder =
-                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                // A client that never finishes its request head must not hold a descriptor
-                // for ever (issue 12: partial heads exhausted the proxy's descriptors).
-                builder
-                    .http1()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(header_read_timeout);
-                if let Err(e) = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await
-                {
-                    tracing::debug!(%peer, error = %e, "client connection ended with an error");
-                }
-            });
-        }
-        // No new connections; give open exchanges a moment, then end them. Every connection
-        // holds the event sink, so when this returns the sink is released and the store can
-        // flush and close.
-        let grace = tokio::time::sleep(std::time::Duration::from_secs(2));
-        tokio::pin!(grace);
-        loop {
-            tokio::select! {
-                next = conns.join_next() => if next.is_none() { break },
-                () = &mut grace => {
-                    conns.abort_all();
-                    while conns.join_next().await.is_some() {}
-                    break;
-                }
-            }
-        }
+            Some(serve_client(inner, stream, peer))
+        })
+        .await;
         tracing::info!("LLM proxy stopped");
         Ok(())
+    }
+}
+
+/// One client connection: HTTP/1.1 (or h2c) until it closes or stays silent too long.
+async fn serve_client(inner: Arc<Inner>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    let header_read_timeout = inner.settings.header_read_timeout;
+    // hyper's head time-out starts only once the protocol is sniffed from the first bytes: a
+    // client that sends nothing is timed out here.
+    let mut first = [0u8; 1];
+    if !matches!(
+        tokio::time::timeout(header_read_timeout, stream.peek(&mut first)).await,
+        Ok(Ok(1))
+    ) {
+        tracing::debug!(%peer, "client sent nothing within {header_read_timeout:?}");
+        return;
+    }
+    let service = hyper::service::service_fn(move |req| handle(inner.clone(), req));
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // A client that never finishes its request head must not hold a descriptor for ever
+    // (issue 12: partial heads exhausted the proxy's descriptors).
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    if let Err(e) = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(%peer, error = %e, "client connection ended with an error");
     }
 }
 

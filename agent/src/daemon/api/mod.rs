@@ -139,63 +139,56 @@ pub(crate) async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> 
     {
         let (state, mut stopped, edge) = (state.clone(), stopped.clone(), edge.clone());
         tasks.spawn(async move {
-            let mut conns = JoinSet::new();
-            let mut backoff = crate::edge::AcceptBackoff::default();
-            loop {
-                tokio::select! {
-                    accepted = tcp.accept() => match accepted {
-                        Ok((stream, _)) => {
-                            backoff.reset();
-                            conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), Peer::Loopback, None));
-                        }
-                        Err(error) => backoff.failed(&error).await,
-                    },
-                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                    _ = stopped.changed() => break,
-                }
-            }
-            // Wait until every connection task is really gone: each holds the daemon state (and
-            // its event sink), which must be released before the store can flush and close.
-            conns.abort_all();
-            while conns.join_next().await.is_some() {}
+            let stop = async move {
+                let _ = stopped.changed().await;
+            };
+            crate::edge::accept_loop(&tcp, stop, Duration::ZERO, |(stream, _), _| {
+                Some(serve_conn(
+                    TokioIo::new(stream),
+                    state.clone(),
+                    edge.clone(),
+                    Peer::Loopback,
+                    None,
+                ))
+            })
+            .await;
         });
     }
     {
         let mut stopped = stopped;
         let quotas = super::peer::Quotas::new();
         tasks.spawn(async move {
-            let mut conns = JoinSet::new();
-            let mut backoff = crate::edge::AcceptBackoff::default();
-            loop {
-                tokio::select! {
-                    accepted = unix.accept() => match accepted {
-                        Ok((stream, _)) => {
-                            backoff.reset();
-                            let peer = Arc::new(SocketPeer::of(&stream));
-                            // Processes outside the host share the daemon within limits.
-                            let held = match peer.place(|n| state.server_session(n)) {
-                                Place::Host => None,
-                                place => match quotas.take(Kind::Connection, Holder::of(&place, peer.uid)) {
-                                    Some(held) => Some(held),
-                                    None => {
-                                        tracing::debug!("API connection refused: {} holds {} already", Holder::of(&place, peer.uid), Kind::Connection.limit());
-                                        continue;
-                                    }
-                                },
-                            };
-                            conns.spawn(serve_conn(TokioIo::new(stream), state.clone(), edge.clone(), Peer::Socket(peer), held));
+            let stop = async move {
+                let _ = stopped.changed().await;
+            };
+            crate::edge::accept_loop(&unix, stop, Duration::ZERO, |(stream, _), _| {
+                let peer = Arc::new(SocketPeer::of(&stream));
+                // Processes outside the host share the daemon within limits.
+                let held = match peer.place(|n| state.server_session(n)) {
+                    Place::Host => None,
+                    place => {
+                        let holder = Holder::of(&place, peer.uid);
+                        match quotas.take(Kind::Connection, holder.clone()) {
+                            Some(held) => Some(held),
+                            None => {
+                                tracing::debug!(
+                                    "API connection refused: {holder} holds {} already",
+                                    Kind::Connection.limit()
+                                );
+                                return None;
+                            }
                         }
-                        Err(error) => backoff.failed(&error).await,
-                    },
-                    // Reap finished connections so the set does not grow.
-                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                    _ = stopped.changed() => break,
-                }
-            }
-            // Wait until every connection task is really gone: each holds the daemon state (and
-            // its event sink), which must be released before the store can flush and close.
-            conns.abort_all();
-            while conns.join_next().await.is_some() {}
+                    }
+                };
+                Some(serve_conn(
+                    TokioIo::new(stream),
+                    state.clone(),
+                    edge.clone(),
+                    Peer::Socket(peer),
+                    held,
+                ))
+            })
+            .await;
         });
     }
     Ok(ApiHandle {

@@ -59,25 +59,16 @@ pub(super) async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyho
     tracing::info!(
         "MCP filter proxy on http://{listen}/mcp (Streamable HTTP) and http://{listen}/sse (legacy SSE)"
     );
-    let mut backoff = crate::edge::AcceptBackoff::default();
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => {
-                backoff.reset();
-                s
-            }
-            Err(e) => {
-                backoff.failed(&e).await;
-                continue;
-            }
-        };
+    // Serves until the process ends (interrupted, or the upstream lost).
+    let never = std::future::pending();
+    crate::edge::accept_loop(&listener, never, Duration::ZERO, |(stream, _), _| {
         // Replies are written in pieces (headers, then SSE events): without this, Nagle's
         // algorithm meets the client's delayed ACK and every call waits ~40 ms.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
         let shared = shared.clone();
-        tokio::spawn(async move {
+        Some(async move {
             let upstream = Arc::new(UpstreamConn::default());
             let service = hyper::service::service_fn(move |req| {
                 let shared = shared.clone();
@@ -91,8 +82,10 @@ pub(super) async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyho
             if let Err(e) = conn.await {
                 tracing::debug!("client connection: {e}");
             }
-        });
-    }
+        })
+    })
+    .await;
+    Ok(())
 }
 
 /// Whether an I/O error is the process or the system out of file descriptors: a passing

@@ -878,3 +878,146 @@ fn privileged_what_an_agent_asks_of_the_daemon_is_bounded_and_ends_with_it() {
     // And it stops at once.
     assert!(daemon.stop().success(), "{}", daemon.stderr());
 }
+
+/// Session S's agent sends the head of a `POST /api/stdio`, hands the connection to session
+/// T's agent (over an abstract socket) and leaves; S is closed; T finishes the request.
+const HAND_OFF: &str = r#"
+import os, socket, sys, time
+role, name = sys.argv[1], sys.argv[2]
+body = b'{"server_id":"late","command":["/bin/sleep","600"],"env":[],"cwd":"/","deny":[],"max_message_bytes":1048576}'
+if role == "s":
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(os.environ["TOOLWALL_API_SOCKET"])
+    u.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body))
+    c = socket.socket(socket.AF_UNIX)
+    for _ in range(100):
+        try:
+            c.connect("\0" + name)
+            break
+        except OSError:
+            time.sleep(0.1)
+    socket.send_fds(c, [b"x"], [u.fileno()])
+    print("handed over", flush=True)
+else:
+    l = socket.socket(socket.AF_UNIX)
+    l.bind("\0" + name)
+    l.listen(1)
+    c, _ = l.accept()
+    _, fds, _, _ = socket.recv_fds(c, 10, 4)
+    u = socket.socket(fileno=fds[0])
+    time.sleep(3)  # S's exec has closed S by now
+    u.sendall(body)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = u.recv(65536)
+        if not chunk:
+            break
+        head += chunk
+    print("answer", head.split(b"\r\n")[0].decode(), head.split(b"\r\n\r\n", 1)[-1].decode(), flush=True)
+"#;
+
+/// Issue 15, helper-25's attack: a server starts only for the process that asked, in a session
+/// that is still open — a request begun in one session and finished by another after the
+/// first closed had started a server that outlived both, recording under the closed one.
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_request_handed_to_another_session_starts_nothing() {
+    assert!(is_root());
+    let dir = shared_dir();
+    let agent = write(dir.path(), "handoff.py", HAND_OFF);
+    let daemon = Daemon::start("sandbox:\n  mcp:\n    fail_closed: false\n");
+    let name = format!("toolwall-handoff-{}", std::process::id());
+    let exec = |session: &str, role: &str| {
+        Command::new(toolwall_bin())
+            .args(["exec", "--user", "nobody", "--session", session, "--config"])
+            .arg(&daemon.config)
+            .args(["--", "/usr/bin/python3"])
+            .arg(&agent)
+            .args([role, &name])
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("toolwall exec")
+    };
+    let taker = exec("taker", "t");
+    let giver = exec("giver", "s").wait_with_output().expect("giver");
+    assert!(String::from_utf8_lossy(&giver.stdout).contains("handed over"));
+    let taker = taker.wait_with_output().expect("taker");
+    let said = String::from_utf8_lossy(&taker.stdout);
+    println!("{said}\n{}", daemon.stderr());
+    assert!(said.contains("answer HTTP/1.1 4"), "refused: {said}");
+    assert!(said.contains("gone or has moved"), "{said}");
+    let log = daemon.stderr();
+    assert!(!log.contains("started stdio MCP server"), "{log}");
+}
+
+/// A declared server that reads its stdin and answers nothing.
+const QUIET_SERVER: &str = "import sys\nfor line in sys.stdin:\n    pass\n";
+
+/// The agent sends four `tools/call`s whose `arguments` are 12 MiB of `[0,0,…]` each.
+const BIG_CALLS: &str = r#"
+import json, os, socket, time
+u = socket.socket(socket.AF_UNIX)
+u.connect(os.environ["TOOLWALL_API_SOCKET"])
+body = json.dumps({"server_id": "quiet", "command": ["x"], "env": [], "cwd": "/", "deny": [], "max_message_bytes": 1 << 24}).encode()
+u.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+head = b""
+while b"\r\n\r\n" not in head:
+    head += u.recv(4096)
+r_in, w_in = os.pipe()
+r_out, w_out = os.pipe()
+socket.send_fds(u, [b"x"], [r_in, w_out])
+os.close(r_in)
+os.close(w_out)
+blob = b"[" + b"0," * (6 << 20) + b"0]"
+for i in range(4):
+    os.write(w_in, b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{"a":' % (i + 1) + blob + b'}}}\n')
+print("sent", flush=True)
+time.sleep(float(os.environ.get("HOLD", "0")))
+"#;
+
+/// Issue 15, helper-25's attack: the record of a call whose arguments are over the record's
+/// bound is made without parsing them — 690 MB of calls had taken the daemon to 9.4 GB (each
+/// parsed to 16 times its size, queued for the writer) and delayed their records by minutes.
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_calls_with_huge_arguments_are_recorded_without_parsing_them() {
+    assert!(is_root());
+    let dir = shared_dir();
+    let server = write(dir.path(), "quiet.py", QUIET_SERVER);
+    let agent = write(dir.path(), "big.py", BIG_CALLS);
+    let daemon = Daemon::start(&format!(
+        "sandbox:\n  mcp:\n    servers:\n      - id: quiet\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}]\n        user: nobody\n",
+        server.display()
+    ));
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--user", "nobody", "--session", "big", "--config"])
+        .arg(&daemon.config)
+        .args(["--", "/usr/bin/python3"])
+        .arg(&agent)
+        .env("HOLD", "10")
+        .current_dir(dir.path())
+        .output()
+        .expect("toolwall exec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = daemon.json_lines(&["mcp", "events", "--json", "--type", "mcp_tool_called"]);
+    println!("{calls:?}");
+    assert_eq!(calls.len(), 4, "every call is recorded");
+    for call in &calls {
+        assert_eq!(call["input"]["bytes"], 12_582_921, "{call}");
+        assert!(call["input"]["toolwall_truncated"].is_string(), "{call}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.child.id()))
+        .expect("the daemon's status");
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("VmHWM");
+    println!("daemon peak {peak_kb} kB");
+    assert!(peak_kb < 250 << 10, "the daemon peaked at {peak_kb} kB");
+}

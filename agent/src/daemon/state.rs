@@ -110,9 +110,15 @@ pub(crate) struct DaemonState {
     /// The cgroups of the stdio servers the daemon runs (`daemon/stdio.rs`), with the session
     /// each serves.
     servers: Mutex<HashMap<String, String>>,
+    /// Sessions being closed: no server starts for them (a start racing the close would
+    /// outlive it). Locks: `sessions`, then `closing`, then `servers`.
+    closing: Mutex<std::collections::HashSet<String>>,
     /// What one user's processes may hold of the daemon at once.
     pub(super) quotas: Arc<super::peer::Quotas>,
 }
+
+/// The session name of servers run for processes outside every session.
+pub(super) const HOST: &str = "host";
 
 impl DaemonState {
     /// Bundles what the API needs.
@@ -151,6 +157,7 @@ impl DaemonState {
             sessions: Mutex::new(HashMap::new()),
             adopted: Mutex::new(std::collections::HashSet::new()),
             servers: Mutex::new(HashMap::new()),
+            closing: Mutex::new(std::collections::HashSet::new()),
             quotas: super::peer::Quotas::new(),
         }
     }
@@ -202,7 +209,30 @@ impl DaemonState {
         session: &str,
         egress: Option<(&str, &crate::config::Egress)>,
     ) -> anyhow::Result<Option<PathBuf>> {
-        let path = self.open_session(name)?;
+        // Taken for an open session that is not closing, under its lock: a close marks the
+        // session first and then ends the servers it finds, this one included.
+        if session != HOST {
+            let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+            anyhow::ensure!(
+                sessions.contains_key(session) && !closing.contains(session),
+                "session {session:?} is closed or closing: no server starts for it"
+            );
+            self.servers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(name.to_owned(), session.to_owned());
+        }
+        let path = match self.open_session(name) {
+            Ok(path) => path,
+            Err(error) => {
+                self.servers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(name);
+                return Err(error);
+            }
+        };
         self.servers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -258,6 +288,23 @@ impl DaemonState {
         }
     }
 
+    /// Marks `session` as closing: from now on no server starts for it ([`Self::open_server`]).
+    pub(crate) fn mark_closing(&self, session: &str) {
+        let _sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        self.closing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.to_owned());
+    }
+
+    /// Whether `session` is being closed (a server that started meanwhile must end).
+    pub(super) fn is_closing(&self, session: &str) -> bool {
+        self.closing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(session)
+    }
+
     /// Kills every stdio server the daemon runs for `session` (its agent is done, and nothing
     /// started for it may outlive it), or for every session with `None` (shutdown); each
     /// server's thread then ends its cgroup ([`Self::end_server`]). Returns how many.
@@ -305,6 +352,11 @@ impl DaemonState {
         );
         let cgroup = netmon.open_session(name)?;
         let path = cgroup.path().to_path_buf();
+        // A new session of a name that was closed before.
+        self.closing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         self.sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -325,6 +377,11 @@ impl DaemonState {
         }
         netmon.close_session(name, cgroup)?;
         sessions.remove(name);
+        // Closed: nothing starts for it now that it is gone (`open_server` asks `sessions`).
+        self.closing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         self.adopted
             .lock()
             .unwrap_or_else(|e| e.into_inner())

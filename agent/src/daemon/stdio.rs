@@ -22,7 +22,7 @@ use regex::Regex;
 use std::os::fd::AsRawFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
-use super::peer::{Holder, Kind};
+use super::peer::{Holder, Kind, Place, SocketPeer};
 use super::state::DaemonState;
 use crate::config::{Egress, ServerType};
 use crate::decision::{CallQuery, Decision, Gate};
@@ -47,6 +47,7 @@ pub(super) async fn run(
     state: &Arc<DaemonState>,
     mut req: Request<Incoming>,
     asker: Asker,
+    peer: &SocketPeer,
     session: Option<String>,
 ) -> anyhow::Result<Response<Body>> {
     let upgrade = req
@@ -63,6 +64,17 @@ pub(super) async fn run(
         .await?;
     let request: RunRequest =
         serde_json::from_slice(&body).context("expected a shim's run request")?;
+    // Where the asker is now that its request is read (it may take 10 s): a connection handed
+    // to another process, whose first owner left and whose session closed, starts nothing.
+    let still = match (peer.place(|n| state.server_session(n)), &session) {
+        (Place::Session(now), Some(then)) => &now == then,
+        (Place::Host, None) => true,
+        _ => false,
+    };
+    anyhow::ensure!(
+        still,
+        "the process that asked is gone or has moved: connect from the process that asks"
+    );
     let launch = what_to_run(state, &request, asker)?;
     // Each running server holds a thread, a cgroup and four pipes.
     let holder = match &session {
@@ -92,7 +104,9 @@ pub(super) async fn run(
     // A cgroup of its own, watched by the kernel layer like a session, named after the
     // session it serves.
     static RUNS: AtomicU64 = AtomicU64::new(0);
-    let session_name = session.clone().unwrap_or_else(|| "host".to_owned());
+    let session_name = session
+        .clone()
+        .unwrap_or_else(|| super::state::HOST.to_owned());
     let cgroup_name = format!(
         "{}-mcp-{}-{}",
         sanitize(&session_name),
@@ -253,6 +267,13 @@ pub(super) async fn run(
             launch.cwd.display()
         )));
     }
+    // Its session began to close while it started: the close may not have seen it.
+    if let Some(session) = &session
+        && state.is_closing(session)
+    {
+        state.end_server(&cgroup_name);
+        anyhow::bail!("session {session:?} closed while its server started; ended");
+    }
     tracing::info!(
         server = %request.server_id,
         session = session.as_deref().unwrap_or(""),
@@ -308,6 +329,15 @@ async fn relay(
     let (Some(stdin), Some(stdout)) = (fds.next(), fds.next()) else {
         anyhow::bail!("the shim handed over fewer than two descriptors");
     };
+    // Read through epoll on this thread: a file or terminal would need a blocking thread,
+    // which a thread that made a PID namespace cannot start.
+    for fd in [&stdin, &stdout] {
+        let file = std::fs::File::from(fd.try_clone().context("the shim's descriptors")?);
+        anyhow::ensure!(
+            crate::mcp::is_pipe_or_socket(&file),
+            "the shim's stdin and stdout must be pipes or sockets (as MCP clients start servers)"
+        );
+    }
     let serve = crate::mcp::shim::serve_child(
         child,
         ctx,

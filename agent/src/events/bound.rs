@@ -38,6 +38,26 @@ pub(crate) fn bounded(value: &Value) -> Option<Value> {
     Some(Value::Object(marker))
 }
 
+/// The marker for a value that arrives as JSON text over [`MAX_BYTES`] (a `tools/call`'s
+/// `arguments`), made without parsing it: parsed, 14 MiB of `[0,0,…]` became 16 times that in
+/// memory before the store could cut it. `None` when the text is within bounds.
+pub(crate) fn marker_for_text(text: &str) -> Option<Value> {
+    if text.len() <= MAX_BYTES {
+        return None;
+    }
+    let mut marker = Map::new();
+    marker.insert(
+        "toolwall_truncated".into(),
+        json!(format!("{} bytes, over {MAX_BYTES}", text.len())),
+    );
+    marker.insert(
+        "sha256".into(),
+        json!(hex(&Sha256::digest(text.as_bytes()))),
+    );
+    marker.insert("bytes".into(), json!(text.len()));
+    Some(Value::Object(marker))
+}
+
 /// Whether `value` nests more than `limit` levels, and a lower bound of its compact JSON size
 /// (strings and keys counted unescaped, with their quotes), in one walk; iterative, since the
 /// input may be deep. Stops counting once past [`MAX_BYTES`].

@@ -411,9 +411,11 @@ impl Filter {
             jsonrpc_id: id
                 .and_then(|id| serde_json::from_str(id).ok())
                 .unwrap_or(Value::Null),
-            input: params
-                .arguments
-                .and_then(|a| serde_json::from_str(a.get()).ok()),
+            // Over the record's bound, the text is not parsed at all (`events/bound.rs`).
+            input: params.arguments.and_then(|a| {
+                crate::events::bound::marker_for_text(a.get())
+                    .or_else(|| serde_json::from_str(a.get()).ok())
+            }),
             action: decision.action,
             reason: decision.reason.clone(),
             layer: self.ctx.layer.to_owned(),

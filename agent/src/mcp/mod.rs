@@ -62,8 +62,7 @@ use tokio::net::unix::pipe;
 /// servers with; Node uses socket pairs), else `None` (a terminal or a file cannot be polled).
 fn pollable(fd: BorrowedFd<'_>) -> Option<File> {
     let file = File::from(fd.try_clone_to_owned().ok()?);
-    let kind = file.metadata().ok()?.file_type();
-    if !(kind.is_fifo() || kind.is_socket()) {
+    if !is_pipe_or_socket(&file) {
         return None;
     }
     let raw = file.as_raw_fd();
@@ -73,6 +72,13 @@ fn pollable(fd: BorrowedFd<'_>) -> Option<File> {
         flags >= 0 && libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) >= 0
     };
     ok.then_some(file)
+}
+
+/// Whether `file` is a pipe or a socket (what can be polled).
+pub(crate) fn is_pipe_or_socket(file: &File) -> bool {
+    file.metadata()
+        .map(|m| m.file_type())
+        .is_ok_and(|kind| kind.is_fifo() || kind.is_socket())
 }
 
 /// Our stdin as an async reader. A pipe or socket is read through epoll; Tokio's own

@@ -430,9 +430,11 @@ async fn route(
         (&Method::POST, "/api/events") => post_events(state, req).await,
         (&Method::POST, "/api/check") => check(state, req).await,
         (&Method::POST, "/api/listed") => listed(state, req).await,
-        (&Method::POST, relay::ROUTE) => match asker {
-            Some(asker) => stdio::run(state, req, asker, forced_session).await,
-            None => Ok(error(
+        (&Method::POST, relay::ROUTE) => match (asker, peer) {
+            (Some(asker), Peer::Socket(socket)) => {
+                stdio::run(state, req, asker, socket, forced_session).await
+            }
+            _ => Ok(error(
                 StatusCode::FORBIDDEN,
                 "stdio servers are run only for processes on the Unix socket whose credentials are known",
             )),

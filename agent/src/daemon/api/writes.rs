@@ -170,6 +170,7 @@ pub(super) fn proxy_base(state: &DaemonState) -> Option<String> {
 }
 
 pub(super) fn close_session(state: &DaemonState, name: &str) -> anyhow::Result<Response<Body>> {
+    state.mark_closing(name);
     let servers = state.end_servers_of(Some(name));
     if servers > 0 {
         tracing::info!(session = %name, servers, "session closed: its stdio MCP servers are ended");

@@ -120,6 +120,16 @@ fn shared_dir() -> tempfile::TempDir {
     dir
 }
 
+/// The most memory process `pid` has held (VmHWM), in kB.
+fn peak_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("the process's status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write a script");
@@ -864,13 +874,7 @@ fn privileged_what_an_agent_asks_of_the_daemon_is_bounded_and_ends_with_it() {
         !running()
     });
     // The daemon held neither the 256 MiB line nor the 64 MiB stderr line, and logged a cut.
-    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.child.id()))
-        .expect("the daemon's status");
-    let peak_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .expect("VmHWM");
+    let peak_kb = peak_kb(daemon.child.id());
     assert!(peak_kb < 160 << 10, "the daemon peaked at {peak_kb} kB");
     let log = daemon.stderr();
     assert!(log.len() < 4 << 20, "the log holds {} bytes", log.len());
@@ -1011,13 +1015,7 @@ fn privileged_calls_with_huge_arguments_are_recorded_without_parsing_them() {
         assert_eq!(call["input"]["bytes"], 12_582_921, "{call}");
         assert!(call["input"]["toolwall_truncated"].is_string(), "{call}");
     }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.child.id()))
-        .expect("the daemon's status");
-    let peak_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .expect("VmHWM");
+    let peak_kb = peak_kb(daemon.child.id());
     println!("daemon peak {peak_kb} kB");
     assert!(peak_kb < 250 << 10, "the daemon peaked at {peak_kb} kB");
 }

@@ -1019,3 +1019,58 @@ fn privileged_calls_with_huge_arguments_are_recorded_without_parsing_them() {
     println!("daemon peak {peak_kb} kB");
     assert!(peak_kb < 250 << 10, "the daemon peaked at {peak_kb} kB");
 }
+
+/// The agent hands over a regular file as the server's stdin.
+const FILE_STDIN: &str = r#"
+import json, os, socket
+u = socket.socket(socket.AF_UNIX)
+u.connect(os.environ["TOOLWALL_API_SOCKET"])
+body = json.dumps({"server_id": "quiet", "command": ["x"], "env": [], "cwd": "/", "deny": [], "max_message_bytes": 65536}).encode()
+u.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+head = b""
+while b"\r\n\r\n" not in head:
+    head += u.recv(4096)
+print("asked", head.split(b"\r\n")[0].decode(), flush=True)
+r, w = os.pipe()
+socket.send_fds(u, [b"x"], [os.open("/etc/hostname", os.O_RDONLY), w])
+print("status", repr(u.recv(16)), flush=True)
+"#;
+
+/// Issue 15, helper-25's attack: a shim's stdin must be a pipe or a socket — a regular file
+/// handed over made the server thread panic (a thread that made a PID namespace cannot start
+/// the blocking thread a file needs); now it is refused, with the reason, and nothing panics.
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_file_handed_over_as_stdin_is_refused() {
+    assert!(is_root());
+    let dir = shared_dir();
+    let server = write(dir.path(), "quiet.py", QUIET_SERVER);
+    let agent = write(dir.path(), "file.py", FILE_STDIN);
+    let daemon = Daemon::start(&format!(
+        "sandbox:\n  mcp:\n    servers:\n      - id: quiet\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}]\n        user: nobody\n",
+        server.display()
+    ));
+    let out = Command::new(toolwall_bin())
+        .args([
+            "exec",
+            "--user",
+            "nobody",
+            "--session",
+            "filein",
+            "--config",
+        ])
+        .arg(&daemon.config)
+        .args(["--", "/usr/bin/python3"])
+        .arg(&agent)
+        .current_dir(dir.path())
+        .output()
+        .expect("toolwall exec");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = daemon.stderr();
+    println!("{stdout}\n{log}");
+    assert!(stdout.contains("asked HTTP/1.1 101"), "{stdout}");
+    // No exit status: the relay ended before the server was fed.
+    assert!(stdout.contains("status b''"), "{stdout}");
+    assert!(log.contains("must be pipes or sockets"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}

@@ -359,7 +359,7 @@ note("stdio " + status(http(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection:
 note("events " + status(http(b"POST /api/events HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")))
 health = http(b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
 health = json.loads(health.split("\r\n\r\n", 1)[1]) if health else {}
-note("health " + str(bool(health)) + " " + str(health.get("peer_session")) + " " + ",".join(k for k in ("database", "sessions") if k in health))
+note("health " + str(bool(health)) + " " + str(health.get("peer_session")) + " " + ",".join(k for k in ("database", "sessions", "kernel_counters") if k in health))
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 note(f"ptrace {libc.ptrace(0, 0, 0, 0)} {ctypes.get_errno()}")

@@ -46,12 +46,14 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
                 "egress_drops": c.egress_drops,
             })),
     });
-    // Inside a session: nothing of other sessions, nor where the record lies.
+    // Inside a session: nothing of other sessions (the kernel's counters are the host's, every
+    // session's connections in them), nor where the record lies.
     if peer_session.is_some()
         && let Some(fields) = report.as_object_mut()
     {
         fields.remove("database");
         fields.remove("sessions");
+        fields.remove("kernel_counters");
     }
     json_response(StatusCode::OK, &report)
 }

@@ -1074,3 +1074,95 @@ fn privileged_a_file_handed_over_as_stdin_is_refused() {
     assert!(log.contains("must be pipes or sockets"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// Races a server's start against its session's close, `attempts` times: the host opens a
+/// session, a child moved into it asks for a server (`/bin/cat`) and exits, the host closes
+/// the session at once and then feeds the server a line through the connection it kept.
+const RACE: &str = r#"
+import json, os, select, socket, sys, time
+sock, attempts, cgroups = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def api(method, path, body=b""):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    s.sendall(b"%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (method, path, len(body)) + body)
+    out = b""
+    while True:
+        c = s.recv(65536)
+        if not c:
+            return out
+        out += c
+body = b'{"server_id":"race","command":["/bin/cat"],"env":[],"cwd":"/","deny":[],"max_message_bytes":1048576}'
+request = b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+answered = 0
+for i in range(attempts):
+    name = b"race%d" % i
+    api(b"POST", b"/api/sessions", b'{"name":"%s"}' % name)
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        open("%s/%s/cgroup.procs" % (cgroups, name.decode()), "w").write(str(os.getpid()))
+        u = socket.socket(socket.AF_UNIX)
+        u.connect(sock)
+        socket.send_fds(b, [b"x"], [u.fileno()])
+        b.recv(1)
+        u.sendall(request)
+        spin = time.perf_counter()
+        while time.perf_counter() - spin < 0.001 * (1 + i % 3):
+            pass
+        os._exit(0)
+    _, fds, _, _ = socket.recv_fds(a, 10, 1)
+    u = socket.socket(fileno=fds[0])
+    a.send(b"g")
+    os.waitpid(pid, 0)
+    api(b"DELETE", b"/api/sessions/" + name)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        c = u.recv(4096)
+        if not c:
+            break
+        head += c
+    if b" 101 " not in head.split(b"\r\n")[0]:
+        continue
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    socket.send_fds(u, [b"x"], [r1, w2])
+    os.close(r1)
+    os.close(w2)
+    time.sleep(0.5)
+    try:
+        os.write(w1, b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+    except BrokenPipeError:
+        continue
+    if select.select([r2], [], [], 2)[0] and os.read(r2, 4096):
+        answered += 1
+        print("answered after its session closed:", name.decode(), flush=True)
+print("answered", answered, "of", attempts, flush=True)
+"#;
+
+/// Issue 15, helper-26's attack: a server whose start raced its session's close (the close
+/// finding no server yet, the server then starting) ran on after the session and recorded
+/// under it. Once running, a server asks whether its session's opening is still open and
+/// ends if not; a close that comes later finds it.
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_server_whose_start_races_its_sessions_close_does_not_outlive_it() {
+    assert!(is_root());
+    let dir = shared_dir();
+    let race = write(dir.path(), "race.py", RACE);
+    let daemon = Daemon::start("sandbox:\n  mcp:\n    fail_closed: false\n");
+    let cgroups = toolwall::cgroup2_mount().expect("cgroup2").join("toolwall");
+    let out = Command::new("/usr/bin/python3")
+        .arg(&race)
+        .arg(&daemon.socket)
+        .arg("12")
+        .arg(&cgroups)
+        .output()
+        .expect("race");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("answered 0 of 12"),
+        "{stdout}\n{}",
+        daemon.stderr()
+    );
+}

@@ -122,7 +122,11 @@ impl Correlator {
                     reason: e.reason.clone(),
                     layer: format!("llm/{}", e.dialect),
                 };
-                let args = e.input.as_ref().map(self.hash);
+                let args = e
+                    .input
+                    .as_ref()
+                    .filter(|v| !crate::events::bound::is_marker(v))
+                    .map(self.hash);
                 if e.action == Action::Block {
                     let mut record = blank(&e.session_id, &e.server_id, &tool, args);
                     record.intercept = Some(sighting);
@@ -153,7 +157,11 @@ impl Correlator {
                     reason: e.reason.clone(),
                     layer: e.layer.clone(),
                 };
-                let args = e.input.as_ref().map(self.hash);
+                let args = e
+                    .input
+                    .as_ref()
+                    .filter(|v| !crate::events::bound::is_marker(v))
+                    .map(self.hash);
                 if let Some(open) = self.best(
                     &e.session_id,
                     &e.server_id,

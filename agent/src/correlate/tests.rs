@@ -503,3 +503,22 @@ fn kernel_alerts_are_records_of_their_own() {
         "the connection stays a record of its own: {records:?}"
     );
 }
+
+#[test]
+fn cut_arguments_are_not_compared() {
+    // The LLM side's arguments cut by the store, the MCP side's cut from the text the server
+    // got: their markers' hashes differ, and say nothing about whether the arguments agree.
+    let cut = |sha: &str| json!({"toolwall_truncated": "300000 bytes, over 262144", "sha256": sha, "bytes": 300000});
+    let records = run(&[
+        intercept(1, 0, "write", cut("aa"), Action::Allow),
+        called(2, 50, "write", cut("bb")),
+    ]);
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0].kind, RecordKind::Joined);
+    // Arguments that were not cut still must agree.
+    let records = run(&[
+        intercept(1, 0, "write", json!({"p": 1}), Action::Allow),
+        called(2, 50, "write", json!({"p": 2})),
+    ]);
+    assert_eq!(records.len(), 2, "{records:#?}");
+}

@@ -113,6 +113,9 @@ pub(crate) struct DaemonState {
     /// Sessions being closed: no server starts for them (a start racing the close would
     /// outlive it). Locks: `sessions`, then `closing`, then `servers`.
     closing: Mutex<std::collections::HashSet<String>>,
+    /// Which opening of a session of that name is the open one (a name closed and opened again
+    /// is another session: a server started for the first must not live on in the second).
+    generations: Mutex<HashMap<String, u64>>,
     /// What one user's processes may hold of the daemon at once.
     pub(super) quotas: Arc<super::peer::Quotas>,
 }
@@ -158,6 +161,7 @@ impl DaemonState {
             adopted: Mutex::new(std::collections::HashSet::new()),
             servers: Mutex::new(HashMap::new()),
             closing: Mutex::new(std::collections::HashSet::new()),
+            generations: Mutex::new(HashMap::new()),
             quotas: super::peer::Quotas::new(),
         }
     }
@@ -203,14 +207,17 @@ impl DaemonState {
 
     /// Opens the cgroup of a stdio server the daemon runs for `session` (a session of its own
     /// to the kernel layer), limited to what `egress` (server id, its declaration's) allows.
+    /// Returns the cgroup and the opening of `session` it was started for
+    /// ([`Self::still_open`] asks again once the server runs).
     pub(super) fn open_server(
         &self,
         name: &str,
         session: &str,
         egress: Option<(&str, &crate::config::Egress)>,
-    ) -> anyhow::Result<Option<PathBuf>> {
+    ) -> anyhow::Result<(Option<PathBuf>, Option<u64>)> {
         // Taken for an open session that is not closing, under its lock: a close marks the
         // session first and then ends the servers it finds, this one included.
+        let mut generation = None;
         if session != HOST {
             let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
             let closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
@@ -218,6 +225,12 @@ impl DaemonState {
                 sessions.contains_key(session) && !closing.contains(session),
                 "session {session:?} is closed or closing: no server starts for it"
             );
+            generation = self
+                .generations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(session)
+                .copied();
             self.servers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -258,7 +271,18 @@ impl DaemonState {
                 return Err(error.context(format!("limiting the egress of MCP server {server:?}")));
             }
         }
-        Ok(path)
+        Ok((path, generation))
+    }
+
+    /// Whether the opening `generation` of `session` is still open and not closing: a server
+    /// started for it asks once it runs (a close between its start and now did not see it).
+    pub(super) fn still_open(&self, session: &str, generation: Option<u64>) -> bool {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+        let generations = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.contains_key(session)
+            && !closing.contains(session)
+            && generations.get(session).copied() == generation
     }
 
     /// The session a daemon-run server's cgroup serves.
@@ -295,14 +319,6 @@ impl DaemonState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(session.to_owned());
-    }
-
-    /// Whether `session` is being closed (a server that started meanwhile must end).
-    pub(super) fn is_closing(&self, session: &str) -> bool {
-        self.closing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(session)
     }
 
     /// Kills every stdio server the daemon runs for `session` (its agent is done, and nothing
@@ -357,6 +373,14 @@ impl DaemonState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
+        static OPENINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        self.generations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                name.to_owned(),
+                OPENINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            );
         self.sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -377,8 +401,13 @@ impl DaemonState {
         }
         netmon.close_session(name, cgroup)?;
         sessions.remove(name);
-        // Closed: nothing starts for it now that it is gone (`open_server` asks `sessions`).
+        // Closed: nothing starts for it now that it is gone (`open_server` asks `sessions`, a
+        // server that started meanwhile finds its opening gone: `still_open`).
         self.closing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        self.generations
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);

@@ -113,7 +113,7 @@ pub(super) async fn run(
         sanitize(&request.server_id),
         RUNS.fetch_add(1, Ordering::Relaxed)
     );
-    let cgroup = state
+    let (cgroup, generation) = state
         .open_server(
             &cgroup_name,
             &session_name,
@@ -267,9 +267,10 @@ pub(super) async fn run(
             launch.cwd.display()
         )));
     }
-    // Its session began to close while it started: the close may not have seen it.
+    // Its session began to close (or closed) while it started: the close may not have seen
+    // it. It runs now, in its cgroup, so ending it reaches everything it started.
     if let Some(session) = &session
-        && state.is_closing(session)
+        && !state.still_open(session, generation)
     {
         state.end_server(&cgroup_name);
         anyhow::bail!("session {session:?} closed while its server started; ended");

@@ -40,7 +40,9 @@ pub(crate) fn bounded(value: &Value) -> Option<Value> {
 
 /// The marker for a value that arrives as JSON text over [`MAX_BYTES`] (a `tools/call`'s
 /// `arguments`), made without parsing it: parsed, 14 MiB of `[0,0,…]` became 16 times that in
-/// memory before the store could cut it. `None` when the text is within bounds.
+/// memory before the store could cut it. `None` when the text is within bounds. Its SHA-256 is
+/// of the text itself (what the server received), not of [`bounded`]'s re-serialisation, so
+/// the correlator compares no cut arguments ([`is_marker`]).
 pub(crate) fn marker_for_text(text: &str) -> Option<Value> {
     if text.len() <= MAX_BYTES {
         return None;
@@ -56,6 +58,12 @@ pub(crate) fn marker_for_text(text: &str) -> Option<Value> {
     );
     marker.insert("bytes".into(), json!(text.len()));
     Some(Value::Object(marker))
+}
+
+/// Whether `value` is a marker of cut arguments: two sides of one call cut theirs from
+/// different texts, so their markers tell nothing about whether the arguments agree.
+pub(crate) fn is_marker(value: &Value) -> bool {
+    value.get("toolwall_truncated").is_some()
 }
 
 /// Whether `value` nests more than `limit` levels, and a lower bound of its compact JSON size

@@ -275,6 +275,17 @@ fn launch(
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // A clean stop first: it ends the servers it runs and closes their cgroups (killed,
+        // it left empty ones behind under the host's cgroup tree).
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::time::Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None))
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.pin_dir);

@@ -130,6 +130,18 @@ fn peak_kb(pid: u32) -> u64 {
         .expect("VmHWM")
 }
 
+/// `toolwall exec --user nobody --session SESSION` against `daemon`, the agent `python3
+/// AGENT` (the system's Python: `nobody` cannot reach root's pyenv), run in `dir`.
+fn exec_nobody(daemon: &Daemon, session: &str, agent: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(toolwall_bin());
+    cmd.args(["exec", "--user", "nobody", "--session", session, "--config"])
+        .arg(&daemon.config)
+        .args(["--", "/usr/bin/python3"])
+        .arg(agent)
+        .current_dir(dir);
+    cmd
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write a script");
@@ -152,19 +164,7 @@ fn privileged_an_agent_cannot_write_the_audit_and_its_stdio_servers_run_outside_
         server.display(),
         who.display()
     ));
-    let out = Command::new(toolwall_bin())
-        .args([
-            "exec",
-            "--user",
-            "nobody",
-            "--session",
-            "audited",
-            "--config",
-        ])
-        .arg(&daemon.config)
-        .arg("--")
-        .arg("/usr/bin/python3")
-        .arg(&agent)
+    let out = exec_nobody(&daemon, "audited", &agent, dir.path())
         .arg(&shim)
         .current_dir(dir.path())
         .output()
@@ -814,19 +814,7 @@ fn privileged_what_an_agent_asks_of_the_daemon_is_bounded_and_ends_with_it() {
         server.display(),
         pid_file.display()
     ));
-    let out = Command::new(toolwall_bin())
-        .args([
-            "exec",
-            "--user",
-            "nobody",
-            "--session",
-            "greedy",
-            "--config",
-        ])
-        .arg(&daemon.config)
-        .arg("--")
-        .arg("/usr/bin/python3")
-        .arg(&agent)
+    let out = exec_nobody(&daemon, "greedy", &agent, dir.path())
         .arg(&pid_file)
         .current_dir(dir.path())
         .output()
@@ -932,11 +920,7 @@ fn privileged_a_request_handed_to_another_session_starts_nothing() {
     let daemon = Daemon::start("sandbox:\n  mcp:\n    fail_closed: false\n");
     let name = format!("toolwall-handoff-{}", std::process::id());
     let exec = |session: &str, role: &str| {
-        Command::new(toolwall_bin())
-            .args(["exec", "--user", "nobody", "--session", session, "--config"])
-            .arg(&daemon.config)
-            .args(["--", "/usr/bin/python3"])
-            .arg(&agent)
+        exec_nobody(&daemon, session, &agent, dir.path())
             .args([role, &name])
             .current_dir(dir.path())
             .stdout(std::process::Stdio::piped())
@@ -994,11 +978,7 @@ fn privileged_calls_with_huge_arguments_are_recorded_without_parsing_them() {
         "sandbox:\n  mcp:\n    servers:\n      - id: quiet\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}]\n        user: nobody\n",
         server.display()
     ));
-    let out = Command::new(toolwall_bin())
-        .args(["exec", "--user", "nobody", "--session", "big", "--config"])
-        .arg(&daemon.config)
-        .args(["--", "/usr/bin/python3"])
-        .arg(&agent)
+    let out = exec_nobody(&daemon, "big", &agent, dir.path())
         .env("HOLD", "10")
         .current_dir(dir.path())
         .output()
@@ -1050,19 +1030,7 @@ fn privileged_a_file_handed_over_as_stdin_is_refused() {
         "sandbox:\n  mcp:\n    servers:\n      - id: quiet\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}]\n        user: nobody\n",
         server.display()
     ));
-    let out = Command::new(toolwall_bin())
-        .args([
-            "exec",
-            "--user",
-            "nobody",
-            "--session",
-            "filein",
-            "--config",
-        ])
-        .arg(&daemon.config)
-        .args(["--", "/usr/bin/python3"])
-        .arg(&agent)
-        .current_dir(dir.path())
+    let out = exec_nobody(&daemon, "filein", &agent, dir.path())
         .output()
         .expect("toolwall exec");
     let stdout = String::from_utf8_lossy(&out.stdout);

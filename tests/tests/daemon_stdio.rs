@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use toolwall_tests::{Daemon, is_root, toolwall_bin};
+use toolwall_tests::{Daemon, http_unix, is_root, toolwall_bin};
 
 /// A minimal stdio MCP server (plain Python, no SDK: `nobody` runs it). It writes who runs it
 /// to the file named by its argument, and appends `<tool> ran` for each tool it runs.
@@ -1132,5 +1132,120 @@ fn privileged_a_server_whose_start_races_its_sessions_close_does_not_outlive_it(
         stdout.contains("answered 0 of 12"),
         "{stdout}\n{}",
         daemon.stderr()
+    );
+}
+
+/// The agent sends `tools/call`s of ~200 KiB of arguments for `SECONDS`, draining its replies
+/// in a thread, and prints how many it wrote.
+const FLOOD_CALLS: &str = r#"
+import json, os, socket, threading, time
+u = socket.socket(socket.AF_UNIX)
+u.connect(os.environ["TOOLWALL_API_SOCKET"])
+body = json.dumps({"server_id": "quiet", "command": ["x"], "env": [], "cwd": "/", "deny": [], "max_message_bytes": 1 << 24}).encode()
+u.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+head = b""
+while b"\r\n\r\n" not in head:
+    head += u.recv(4096)
+r_in, w_in = os.pipe()
+r_out, w_out = os.pipe()
+socket.send_fds(u, [b"x"], [r_in, w_out])
+os.close(r_in)
+os.close(w_out)
+def drain():
+    while os.read(r_out, 1 << 16):
+        pass
+threading.Thread(target=drain, daemon=True).start()
+text = "x" * (200 << 10)
+sent = 0
+def flood():
+    global sent
+    while True:
+        os.write(w_in, b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{"a":"%s"}}}\n' % (sent + 1, text.encode()))
+        sent += 1
+threading.Thread(target=flood, daemon=True).start()
+time.sleep(float(os.environ["SECONDS"]))
+print("sent", sent, flush=True)
+os._exit(0)
+"#;
+
+/// Issue 15: what waits for the store is bounded in bytes. The store cannot write (a full
+/// disk), so every call's record waits in the queue: the relay stops reading the agent once
+/// 32 MiB of records wait, instead of queueing all it sends (before: the daemon's memory grew
+/// with every call, ~200 KiB each, for as long as the agent sent).
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_a_flood_of_calls_waits_for_the_store_instead_of_filling_the_daemon() {
+    assert!(is_root());
+    let small = tempfile::tempdir().expect("temp dir");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "toolwall-flood"])
+        .arg(small.path())
+        .status()
+        .expect("mount");
+    assert!(mounted.success(), "mount a 4 MiB tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(small.path().to_path_buf());
+    let dir = shared_dir();
+    let server = write(dir.path(), "quiet.py", QUIET_SERVER);
+    let agent = write(dir.path(), "flood.py", FLOOD_CALLS);
+    let mut daemon = Daemon::start_with_db(
+        &format!(
+            "sandbox:\n  mcp:\n    servers:\n      - id: quiet\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}]\n        user: nobody\n",
+            server.display()
+        ),
+        small.path().join("events.db"),
+    );
+    // Fill the disk: from now on every write of the store fails.
+    let mut filler = std::fs::File::create(small.path().join("filler")).expect("filler");
+    let chunk = vec![0u8; 64 << 10];
+    while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
+    drop(filler);
+    let run = exec_nobody(&daemon, "flood", &agent, dir.path())
+        .env("SECONDS", "12")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("toolwall exec");
+    let mut most_queued = 0u64;
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(11) {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let (_, health) = http_unix(&daemon.socket, "GET", "/health", "").expect("/health");
+        let health: serde_json::Value = serde_json::from_str(&health).expect("json");
+        most_queued = most_queued.max(health["queued_event_bytes"].as_u64().unwrap_or(0));
+        assert_eq!(
+            health["queued_event_bytes_max"].as_u64(),
+            Some(32 << 20),
+            "{health}"
+        );
+    }
+    let out = run.wait_with_output().expect("the agent");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let sent: u64 = said
+        .trim()
+        .strip_prefix("sent ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the agent said {said:?}"));
+    let peak_kb = peak_kb(daemon.child.id());
+    println!("sent {sent} calls; at most {most_queued} bytes queued; daemon peak {peak_kb} kB");
+    assert!(
+        most_queued > 16 << 20,
+        "the store could not write, so the queue filled up ({most_queued} bytes)"
+    );
+    assert!(
+        most_queued < (32 << 20) + (2 << 20),
+        "the queue stays within its bound plus one call ({most_queued} bytes)"
+    );
+    assert!(peak_kb < 200 << 10, "the daemon peaked at {peak_kb} kB");
+    let stopping = std::time::Instant::now();
+    daemon.stop();
+    assert!(
+        stopping.elapsed() < std::time::Duration::from_secs(40),
+        "stopped in {:?}",
+        stopping.elapsed()
     );
 }

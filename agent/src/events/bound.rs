@@ -38,6 +38,12 @@ pub(crate) fn bounded(value: &Value) -> Option<Value> {
     Some(Value::Object(marker))
 }
 
+/// About the bytes of `value`'s compact JSON, at most a little over [`MAX_BYTES`] (what the
+/// store keeps of it); one walk, no serialization.
+pub(crate) fn size_hint(value: &Value) -> usize {
+    measure(value, MAX_DEPTH).1
+}
+
 /// The marker for a value that arrives as JSON text over [`MAX_BYTES`] (a `tools/call`'s
 /// `arguments`), made without parsing it: parsed, 14 MiB of `[0,0,…]` became 16 times that in
 /// memory before the store could cut it. `None` when the text is within bounds. Its SHA-256 is

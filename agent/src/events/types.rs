@@ -32,6 +32,34 @@ pub enum Event {
 }
 
 impl Event {
+    /// What the event costs while queued for the store ([`crate::events::EventSink::room`]):
+    /// a fixed share for its fields plus its free-form parts; values as much as the store keeps
+    /// of them at most ([`crate::events::bound`]).
+    pub(crate) fn weight(&self) -> usize {
+        const FIELDS: usize = 512;
+        let value = |v: &Option<Value>| v.as_ref().map_or(0, crate::events::bound::size_hint);
+        FIELDS
+            + match self {
+                Event::McpToolCallIntercepted(e) => {
+                    e.tool_name.len() + e.reason.len() + value(&e.input)
+                }
+                Event::McpToolCalled(e) => {
+                    e.tool_name.len()
+                        + e.reason.len()
+                        + value(&e.input)
+                        + crate::events::bound::size_hint(&e.jsonrpc_id)
+                }
+                Event::McpNetworkConnection(e) => {
+                    e.comm.len()
+                        + e.exe.as_ref().map_or(0, String::len)
+                        + e.cmdline.as_ref().map_or(0, String::len)
+                }
+                Event::McpToolSeen(e) => e.tool_name.len() + e.reason.len(),
+                Event::McpToolChanged(e) => e.tool_name.len(),
+                Event::KernelAlert(e) => e.detail.len(),
+            }
+    }
+
     /// The `type` tag as stored.
     pub fn kind(&self) -> &'static str {
         match self {

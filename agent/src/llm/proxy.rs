@@ -301,6 +301,8 @@ async fn handle(
     inner: Arc<Inner>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    // While the store is behind, the next request waits (its response's calls would queue).
+    inner.sink.room().await;
     let request_id = format!("llm-{}", inner.next_request.fetch_add(1, Ordering::Relaxed));
     let (session, path_and_query) = match split_session(
         req.uri().path_and_query().map_or("/", |p| p.as_str()),

@@ -395,7 +395,17 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut framer = LineFramer::with_limit(max_message);
+    let sink = filter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .sink()
+        .cloned();
     loop {
+        // A client whose calls the store cannot keep up with waits here, its messages unread
+        // (the daemon's memory stays bounded; nothing it does goes unrecorded).
+        if let Some(sink) = &sink {
+            sink.room().await;
+        }
         let n = client_in
             .read_buf(framer.buffer_mut())
             .await

@@ -36,6 +36,9 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
                 Some(reason) => json!({ "writing": false, "error": reason }),
                 None => json!({ "writing": true }),
             },
+            // Waiting for the writer; layers stop reading their peers past the bound.
+            "queued_event_bytes": state.sink.queued(),
+            "queued_event_bytes_max": crate::events::MAX_QUEUED_BYTES,
             "instance": &*INSTANCE,
             "layers": state.layers,
             "database": state.db_path,
@@ -54,6 +57,7 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
         fields.remove("database");
         fields.remove("sessions");
         fields.remove("kernel_counters");
+        fields.remove("queued_event_bytes");
     }
     json_response(StatusCode::OK, &report)
 }

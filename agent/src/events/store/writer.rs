@@ -14,7 +14,7 @@ use thiserror::Error;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::{Store, StoredEvent};
-use crate::events::Event;
+use crate::events::{Event, EventQueue};
 
 /// Largest batch written in one transaction.
 const MAX_BATCH: usize = 4096;
@@ -132,7 +132,7 @@ impl Committer {
 /// are never dropped.
 pub fn spawn_writer(
     store: Store,
-    rx: mpsc::UnboundedReceiver<Event>,
+    rx: EventQueue,
     live: broadcast::Sender<StoredEvent>,
 ) -> thread::JoinHandle<u64> {
     spawn_committing_writer(store, rx, live).0
@@ -147,7 +147,7 @@ pub fn spawn_writer(
 /// called (counted in [`StoreHealth::unstored`] and logged).
 pub(crate) fn spawn_committing_writer(
     mut store: Store,
-    mut rx: mpsc::UnboundedReceiver<Event>,
+    mut rx: EventQueue,
     live: broadcast::Sender<StoredEvent>,
 ) -> (thread::JoinHandle<u64>, Committer) {
     let (durable_tx, mut durable_rx) = mpsc::unbounded_channel::<Durable>();

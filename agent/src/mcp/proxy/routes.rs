@@ -193,6 +193,10 @@ pub(super) async fn handle(
             "Mcp-Session-Id must be visible ASCII of at most 256 bytes",
         );
     }
+    // A client whose calls the store cannot keep up with waits before its body is read.
+    if let Some(sink) = &shared.ctx.events {
+        sink.room().await;
+    }
     let path = req.uri().path().to_owned();
     // Only the methods the transports define are served; nothing else is forwarded (a
     // future server might act on a PUT the filter never judged). A GET or DELETE with a body

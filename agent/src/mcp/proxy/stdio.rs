@@ -49,6 +49,10 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
         let mut framer = LineFramer::with_limit(max_message);
         let mut get_opened = false;
         loop {
+            // The store behind: the client's next messages wait unread.
+            if let Some(sink) = &shared.ctx.events {
+                sink.room().await;
+            }
             let n = stdin
                 .read_buf(framer.buffer_mut())
                 .await

@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::{LlmProxy, LlmProxySettings};
 use crate::events::{Event, EventSink};
@@ -101,11 +101,7 @@ fn sse_head(extra: &str) -> Vec<u8> {
 async fn start_proxy(
     upstream: SocketAddr,
     blocked: &[&'static str],
-) -> (
-    SocketAddr,
-    mpsc::UnboundedReceiver<Event>,
-    oneshot::Sender<()>,
-) {
+) -> (SocketAddr, crate::events::EventQueue, oneshot::Sender<()>) {
     let settings = LlmProxySettings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         anthropic_upstream: format!("http://{upstream}"),
@@ -139,7 +135,7 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> Request<Full<Bytes>> {
         .expect("request")
 }
 
-fn intercepted(rx: &mut mpsc::UnboundedReceiver<Event>) -> Vec<(String, String, String)> {
+fn intercepted(rx: &mut crate::events::EventQueue) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     while let Ok(ev) = rx.try_recv() {
         if let Event::McpToolCallIntercepted(e) = ev {

@@ -38,10 +38,30 @@ pub(crate) fn bounded(value: &Value) -> Option<Value> {
     Some(Value::Object(marker))
 }
 
-/// About the bytes of `value`'s compact JSON, at most a little over [`MAX_BYTES`] (what the
-/// store keeps of it); one walk, no serialization.
-pub(crate) fn size_hint(value: &Value) -> usize {
-    measure(value, MAX_DEPTH).1
+/// About the memory `value` holds (its nodes, strings and keys), for the event queue's bound
+/// (`events/mod.rs`). Walks the whole value: a count that stopped early, at a deep branch or
+/// past [`MAX_BYTES`], let parsed arguments many times their weight through (helper-27: 262
+/// calls weighed 204 KB and held 877 MB).
+pub(crate) fn memory_hint(value: &Value) -> usize {
+    const NODE: usize = std::mem::size_of::<Value>();
+    let mut size = 0usize;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        size += NODE;
+        match v {
+            Value::String(s) => size += s.len(),
+            Value::Array(items) => stack.extend(items.iter()),
+            Value::Object(map) => {
+                for (k, c) in map {
+                    // The key's string and the map's entry.
+                    size += k.len() + 3 * std::mem::size_of::<usize>();
+                    stack.push(c);
+                }
+            }
+            _ => {}
+        }
+    }
+    size
 }
 
 /// The marker for a value that arrives as JSON text over [`MAX_BYTES`] (a `tools/call`'s
@@ -130,6 +150,7 @@ mod tests {
         assert_eq!(deep["toolwall_truncated"], "nested deeper than 32 levels");
         assert_eq!(deep["sha256"].as_str().map(str::len), Some(64));
         let large = json!({ "s": "x".repeat(MAX_BYTES) });
+        assert!(memory_hint(&large) > MAX_BYTES);
         let cut = bounded(&large).expect("cut");
         assert!(
             cut["toolwall_truncated"]
@@ -137,5 +158,26 @@ mod tests {
                 .is_some_and(|w| w.contains("over"))
         );
         assert_eq!(bounded(&json!({"path": "/tmp/x"})), None);
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    /// A deep branch last in an array is walked first; the siblings before it still count.
+    #[test]
+    fn memory_hint_counts_every_node_whatever_comes_first() {
+        let mut deep = json!(0);
+        for _ in 0..40 {
+            deep = json!([deep]);
+        }
+        let wide = Value::Array(vec![json!(0); 65_537]);
+        let value = json!({ "a": [wide, deep] });
+        assert!(
+            memory_hint(&value) >= 65_537 * std::mem::size_of::<Value>(),
+            "{}",
+            memory_hint(&value)
+        );
     }
 }

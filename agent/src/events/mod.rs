@@ -29,7 +29,7 @@ pub(crate) const MAX_QUEUED_BYTES: usize = 32 * 1024 * 1024;
 struct Budget {
     queued: AtomicUsize,
     limit: usize,
-    freed: Notify,
+    freed: Arc<Notify>,
 }
 
 impl Budget {
@@ -53,7 +53,8 @@ impl Budget {
 /// hot path (a closed store is logged once per sink clone).
 #[derive(Clone, Debug)]
 pub struct EventSink {
-    tx: mpsc::UnboundedSender<Event>,
+    /// Each event with its weight, so the writer releases what was taken.
+    tx: mpsc::UnboundedSender<(Event, usize)>,
     budget: Arc<Budget>,
 }
 
@@ -69,7 +70,7 @@ impl EventSink {
         let budget = Arc::new(Budget {
             queued: AtomicUsize::new(0),
             limit,
-            freed: Notify::new(),
+            freed: Arc::new(Notify::new()),
         });
         (
             Self {
@@ -85,7 +86,7 @@ impl EventSink {
     pub fn emit(&self, event: Event) {
         let weight = event.weight();
         self.budget.take(weight);
-        if self.tx.send(event).is_err() {
+        if self.tx.send((event, weight)).is_err() {
             self.budget.release(weight);
             tracing::error!("event store is gone; an event was not recorded");
         }
@@ -106,31 +107,72 @@ impl EventSink {
         }
     }
 
+    /// [`EventSink::room`] for a body that is polled, not awaited (the LLM proxy's pumps).
+    pub(crate) fn room_poller(&self) -> RoomPoller {
+        RoomPoller {
+            sink: self.clone(),
+            waiting: None,
+        }
+    }
+
+    /// Whether the queue is within its bound: a producer that cannot wait (the kernel's
+    /// event reader) counts instead of queueing when it is not.
+    pub(crate) fn has_room(&self) -> bool {
+        self.budget.has_room()
+    }
+
     /// Bytes queued and not yet taken by the writer.
     pub(crate) fn queued(&self) -> usize {
         self.budget.queued.load(Ordering::Acquire)
     }
 }
 
+/// Waits for room in the event queue from a `poll` method.
+pub(crate) struct RoomPoller {
+    sink: EventSink,
+    waiting: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+}
+
+impl RoomPoller {
+    /// Ready once the queue is within its bound (or the store is gone).
+    pub(crate) fn poll_room(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        use std::future::Future as _;
+        loop {
+            let freed = self.sink.budget.freed.clone();
+            let waiting = self.waiting.get_or_insert_with(|| {
+                let mut notified = Box::pin(freed.notified_owned());
+                notified.as_mut().enable();
+                notified
+            });
+            if self.sink.budget.has_room() || self.sink.tx.is_closed() {
+                self.waiting = None;
+                return std::task::Poll::Ready(());
+            }
+            std::task::ready!(waiting.as_mut().poll(cx));
+            self.waiting = None;
+        }
+    }
+}
+
 /// The receiving end of the sinks: what it hands out leaves the queue's budget.
 #[derive(Debug)]
 pub struct EventQueue {
-    rx: mpsc::UnboundedReceiver<Event>,
+    rx: mpsc::UnboundedReceiver<(Event, usize)>,
     budget: Arc<Budget>,
 }
 
 impl EventQueue {
     /// The next event; `None` once every sink is gone and the queue is empty.
     pub async fn recv(&mut self) -> Option<Event> {
-        let event = self.rx.recv().await?;
-        self.budget.release(event.weight());
+        let (event, weight) = self.rx.recv().await?;
+        self.budget.release(weight);
         Some(event)
     }
 
     /// The next event if one is queued.
     pub fn try_recv(&mut self) -> Result<Event, mpsc::error::TryRecvError> {
-        let event = self.rx.try_recv()?;
-        self.budget.release(event.weight());
+        let (event, weight) = self.rx.try_recv()?;
+        self.budget.release(weight);
         Ok(event)
     }
 }

@@ -32,12 +32,12 @@ pub enum Event {
 }
 
 impl Event {
-    /// What the event costs while queued for the store ([`crate::events::EventSink::room`]):
-    /// a fixed share for its fields plus its free-form parts; values as much as the store keeps
-    /// of them at most ([`crate::events::bound`]).
+    /// What the event holds in memory while queued for the store
+    /// ([`crate::events::EventSink::room`]): a fixed share for its fields plus its free-form
+    /// parts, JSON values as parsed ([`crate::events::bound::memory_hint`]).
     pub(crate) fn weight(&self) -> usize {
         const FIELDS: usize = 512;
-        let value = |v: &Option<Value>| v.as_ref().map_or(0, crate::events::bound::size_hint);
+        let value = |v: &Option<Value>| v.as_ref().map_or(0, crate::events::bound::memory_hint);
         FIELDS
             + match self {
                 Event::McpToolCallIntercepted(e) => {
@@ -47,7 +47,7 @@ impl Event {
                     e.tool_name.len()
                         + e.reason.len()
                         + value(&e.input)
-                        + crate::events::bound::size_hint(&e.jsonrpc_id)
+                        + crate::events::bound::memory_hint(&e.jsonrpc_id)
                 }
                 Event::McpNetworkConnection(e) => {
                     e.comm.len()

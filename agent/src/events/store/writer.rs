@@ -169,6 +169,10 @@ pub(crate) fn spawn_committing_writer(
                 // (start, length in the batch, who waits) of each durable batch in it.
                 let mut waiting: Vec<(usize, usize, Ack)> = Vec::new();
                 let (mut events_open, mut durable_open) = (true, true);
+                // Once a batch was given up at stop, the next ones get one try each: the stop
+                // takes one failed write per batch, not three with back-off (helper-27: 73
+                // batches took over a minute).
+                let mut gave_up = false;
                 while events_open || durable_open {
                     let mut take = |durable: Durable, batch: &mut Vec<Event>| {
                         waiting.push((batch.len(), durable.events.len(), durable.done));
@@ -223,7 +227,10 @@ pub(crate) fn spawn_committing_writer(
                                 if batch.is_empty() {
                                     break Vec::new();
                                 }
-                                if health.stopping.load(Ordering::Relaxed) && tries >= 3 {
+                                if health.stopping.load(Ordering::Relaxed)
+                                    && tries >= if gave_up { 1 } else { 3 }
+                                {
+                                    gave_up = true;
                                     health
                                         .unstored
                                         .fetch_add(batch.len() as u64, Ordering::Relaxed);

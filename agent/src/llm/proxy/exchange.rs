@@ -18,6 +18,9 @@ use crate::llm::{Dialect, Flow, Output, Record, StreamInterceptor, rewrite_buffe
 /// An inspected stream as a [`Pump`]: each read fed to the interceptor, its output queued.
 struct Inspect {
     exchange: Exchange,
+    /// Each read waits while the event queue is full: the records of one response are many
+    /// (helper-27: endless blocked calls queued 193 MB).
+    room: crate::events::RoomPoller,
     reads: Reads,
     interceptor: StreamInterceptor,
     output: Output,
@@ -34,6 +37,7 @@ impl Pump for Inspect {
         if self.done {
             return Poll::Ready(None);
         }
+        ready!(self.room.poll_room(cx));
         let (flow, broke) = match ready!(self.reads.poll_next_unpin(cx)) {
             None => {
                 self.interceptor.finish(&mut self.output);
@@ -178,6 +182,7 @@ impl Exchange {
             settings.max_stream_buffer,
         );
         Relay::new(Inspect {
+            room: self.inner.sink.room_poller(),
             exchange: self,
             reads,
             interceptor,

@@ -3,6 +3,7 @@
 //! turns kernel events into `mcp_network_connection` events, manages session cgroups, and
 //! watches each session for a detached program or a process that left.
 
+mod backlog;
 mod report;
 mod resolve;
 mod sessions;
@@ -44,6 +45,8 @@ pub(crate) struct NetmonService {
     stop: Arc<tokio::sync::watch::Sender<bool>>,
     /// Cgroups whose egress is limited to a declared stdio server's, with the server's id.
     egress_owners: Arc<RwLock<HashMap<u64, String>>>,
+    /// Connections counted while the event queue was full (`backlog.rs`).
+    backlog: Arc<Mutex<backlog::Backlog>>,
 }
 
 impl NetmonService {
@@ -73,6 +76,7 @@ impl NetmonService {
             tasks: Arc::new(Mutex::new(Vec::new())),
             stop: Arc::new(stop),
             egress_owners: Arc::new(RwLock::new(HashMap::new())),
+            backlog: Arc::default(),
         };
         service.resync().await?;
         // Before the reader starts: events a pinned session left in the ring are read with
@@ -90,7 +94,7 @@ impl NetmonService {
             let stop = async move {
                 let _ = reader_stop.wait_for(|s| *s).await;
             };
-            let emit = |connect: events::Connect| sink.emit(reader.to_event(&connect));
+            let emit = |connect: events::Connect| reader.record(reader.to_event(&connect));
             let drained = || {
                 let drains = reader.drains.fetch_add(1, Ordering::AcqRel) + 1;
                 reader
@@ -161,6 +165,7 @@ impl NetmonService {
             loop {
                 tick.tick().await;
                 watcher.watch();
+                watcher.flush_backlog();
                 watcher.report_drops(&mut reported, "since the last check");
                 watcher.report_summaries();
             }

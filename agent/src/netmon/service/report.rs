@@ -28,6 +28,38 @@ impl NetmonService {
             .unwrap_or_default()
     }
 
+    /// Records a connection: queued when the event queue has room (after what was counted
+    /// while it had none), else counted (`backlog.rs`) — the reader never waits, and the
+    /// queue never grows past its bound for the kernel's sake.
+    pub(super) fn record(&self, event: NetworkConnection) {
+        if self.sink.has_room() {
+            self.flush_backlog();
+            self.sink.emit(Event::McpNetworkConnection(event));
+        } else {
+            self.backlog
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .add(event);
+        }
+    }
+
+    /// Queues what was counted while the queue was full, once it has room.
+    pub(super) fn flush_backlog(&self) {
+        if !self.sink.has_room() {
+            return;
+        }
+        let events = {
+            let mut backlog = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+            if backlog.is_empty() {
+                return;
+            }
+            backlog.take()
+        };
+        for event in events {
+            self.sink.emit(event);
+        }
+    }
+
     pub(super) fn alert(
         &self,
         session: &str,
@@ -73,7 +105,7 @@ impl NetmonService {
         }
     }
 
-    pub(super) fn to_event(&self, c: &Connect) -> Event {
+    pub(super) fn to_event(&self, c: &Connect) -> NetworkConnection {
         let (server_id, server_type) = self.server_of(c.raw.server_index, c.raw.cgroup_id);
         let session = self
             .sessions
@@ -82,7 +114,7 @@ impl NetmonService {
             .name(c.raw.cgroup_id)
             .map(str::to_owned);
         let process = ProcessInfo::of(c.raw.pid);
-        Event::McpNetworkConnection(NetworkConnection {
+        NetworkConnection {
             timestamp: Utc::now(),
             session_id: session.unwrap_or_default(),
             remote_addr: c.dest.to_string(),
@@ -106,7 +138,7 @@ impl NetmonService {
             family: family_name(c.raw.family),
             count: 1,
             since: None,
-        })
+        }
     }
 
     /// Turns what the kernel summarised since the last report into one event per key
@@ -145,7 +177,7 @@ impl NetmonService {
                     last.comm.split(|b| *b == 0).next().unwrap_or_default(),
                 )
                 .into_owned();
-                let event = Event::McpNetworkConnection(NetworkConnection {
+                let event = NetworkConnection {
                     timestamp: clock.wall(last.last_ns),
                     session_id: session.clone().unwrap_or_default(),
                     remote_addr: dest.to_string(),
@@ -169,8 +201,8 @@ impl NetmonService {
                     family: family_name(last.family),
                     count: new,
                     since: Some(clock.wall(first_ns)),
-                });
-                self.sink.emit(event);
+                };
+                self.record(event);
                 let seen = agent_common::summary::SummarySeen {
                     reported: summary.summarised,
                     last_ns: last.last_ns,
@@ -231,6 +263,11 @@ impl KtimeClock {
     }
 }
 
+/// Most bytes of a process's command line read and kept in a record: the process chooses it
+/// (a 1.9 MB command line made every connection record that large, and reading it whole per
+/// connection took the daemon to 873 MB; helper-27).
+const MAX_CMDLINE: u64 = 4096;
+
 /// What procfs still knows about a process (it may have exited already).
 #[derive(Debug, Default)]
 struct ProcessInfo {
@@ -246,14 +283,37 @@ impl ProcessInfo {
         };
         ProcessInfo {
             exe: process.exe().ok().map(|p| p.display().to_string()),
-            cmdline: process
-                .cmdline()
-                .ok()
-                .filter(|c| !c.is_empty())
-                .map(|c| c.join(" ")),
+            cmdline: cmdline(pid),
             ppid: process.stat().ok().map(|s| s.ppid as u32),
         }
     }
+}
+
+/// The first [`MAX_CMDLINE`] bytes of `pid`'s command line, arguments joined by spaces, saying
+/// when it was cut; `None` when it is empty or gone.
+fn cmdline(pid: u32) -> Option<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut raw = Vec::with_capacity(512);
+    file.take(MAX_CMDLINE + 1).read_to_end(&mut raw).ok()?;
+    let cut = raw.len() as u64 > MAX_CMDLINE;
+    raw.truncate(MAX_CMDLINE as usize);
+    while raw.last() == Some(&0) {
+        raw.pop();
+    }
+    if raw.is_empty() {
+        return None;
+    }
+    for b in &mut raw {
+        if *b == 0 {
+            *b = b' ';
+        }
+    }
+    let mut text = String::from_utf8_lossy(&raw).into_owned();
+    if cut {
+        text.push_str(" …[toolwall: cut at 4096 bytes]");
+    }
+    Some(text)
 }
 
 #[cfg(test)]

@@ -52,6 +52,10 @@ pub struct Decision {
     /// The registered tool, or `None` when the name is not a known MCP tool. An allowed call
     /// with no identity is "not MCP" (a native tool of the agent): layers record nothing for it.
     pub tool: Option<ToolIdentity>,
+    /// JSON pointers into the call's `arguments` whose values the record must not keep (an
+    /// argument rule's `action: redact`); the call itself runs unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact: Vec<String>,
 }
 
 impl Decision {
@@ -61,6 +65,7 @@ impl Decision {
             action: Action::Allow,
             reason: String::new(),
             tool: None,
+            redact: Vec::new(),
         }
     }
 
@@ -76,6 +81,7 @@ impl Decision {
             action: Action::Block,
             reason,
             tool: self.tool,
+            redact: Vec::new(),
         }
     }
 }
@@ -115,12 +121,22 @@ pub struct CallQuery<'a> {
     pub namespace: Option<&'a str>,
     /// Proposed by the model or about to run.
     pub stage: CallStage,
+    /// The call's `arguments`, when the layer has them whole; `None` judges the name alone
+    /// (argument rules are then not asked: a layer that can get them first asks
+    /// [`Gate::needs_arguments`]).
+    pub arguments: Option<&'a serde_json::Value>,
 }
 
 /// The policy engine as the layers see it. Implementations are shared across tasks and threads.
 pub trait Gate: Send + Sync {
     /// A tool call about to happen. An allow spends the server's rate-limit budget.
     fn check_call(&self, call: &CallQuery<'_>) -> Decision;
+
+    /// Whether rules on the arguments may judge this call (its `arguments` are ignored): a
+    /// layer that sees arguments arrive in pieces holds such a call until they are whole and
+    /// then asks [`Gate::check_call`] with them. No default: a gate that wraps another must
+    /// pass the question on, or streamed calls would go unjudged.
+    fn needs_arguments(&self, call: &CallQuery<'_>) -> bool;
 
     /// A tool definition (`tools/list` entry, as JSON) that `server_id` offers: registers it
     /// (hash, version pinning) and says whether clients may see it.

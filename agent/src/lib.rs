@@ -52,7 +52,7 @@ pub mod bench {
         text_heavy_stream, time_many_calls, tool_heavy_stream,
     };
     #[cfg(feature = "bench")]
-    pub use crate::policy::{bench_decisions, bench_rule_evaluation};
+    pub use crate::policy::{bench_argument_decisions, bench_decisions, bench_rule_evaluation};
     pub use crate::registry::value_hash;
     pub use crate::sse::framer::SseDecoder;
 }

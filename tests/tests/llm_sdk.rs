@@ -48,7 +48,12 @@ impl Gate for DenyGetSum {
                 tool,
                 tool_hash: String::new(),
             }),
+            redact: Vec::new(),
         }
+    }
+
+    fn needs_arguments(&self, _: &CallQuery<'_>) -> bool {
+        false
     }
 
     fn check_listed(&self, _: &str, _: &str, _: &Value) -> Decision {

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+mod arguments;
 mod deny_regex;
 mod describe;
 mod error;
@@ -18,6 +19,7 @@ mod validate;
 
 use std::path::Path;
 
+pub(crate) use arguments::{ArgumentTest, compile_condition, normalized_path};
 pub(crate) use deny_regex::{DENY_REGEX_DFA_SIZE_LIMIT, DENY_REGEX_SIZE_LIMIT, compile_deny_regex};
 pub(crate) use describe::describe;
 pub(crate) use error::{ConfigError, Location};

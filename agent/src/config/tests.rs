@@ -392,3 +392,68 @@ fn a_stdio_servers_egress_is_parsed_and_a_bad_entry_is_located() {
     );
     assert!(text.contains("not an absolute path"), "{text}");
 }
+
+#[test]
+fn a_bad_argument_rule_is_refused_with_its_file_line_and_what_to_do() {
+    let rules = |when: &str| {
+        format!(
+            "sandbox:\n  mcp:\n    argument_rules:\n      - tool: write_file\n        action: block\n        when:\n{when}"
+        )
+    };
+    let bad_regex = error_text(&rules(
+        "          - pointer: /path\n            regex: '(unclosed'\n",
+    ));
+    assert!(
+        bad_regex.contains("policy.yaml:7")
+            && bad_regex.contains("argument_rules[0].when[0]")
+            && bad_regex.contains("regex"),
+        "{bad_regex}"
+    );
+    let two_tests = error_text(&rules(
+        "          - pointer: /path\n            glob: '*'\n            present: true\n",
+    ));
+    assert!(two_tests.contains("exactly one test"), "{two_tests}");
+    let not_pointer = error_text(&rules(
+        "          - pointer: path\n            present: true\n",
+    ));
+    assert!(not_pointer.contains("not a JSON pointer"), "{not_pointer}");
+    let relative = error_text(&rules(
+        "          - pointer: /path\n            path_prefix: etc\n",
+    ));
+    assert!(relative.contains("absolute path"), "{relative}");
+    let dotted = error_text(&rules(
+        "          - pointer: /path\n            path_prefix: /etc/../var\n",
+    ));
+    assert!(dotted.contains("absolute path"), "{dotted}");
+    let empty = error_text(
+        "sandbox:\n  mcp:\n    argument_rules:\n      - tool: x\n        action: block\n        when: []\n",
+    );
+    assert!(empty.contains("at least one condition"), "{empty}");
+    let range = error_text(&rules(
+        "          - pointer: /n\n            range: { min: 5, max: 1 }\n",
+    ));
+    assert!(range.contains("above max"), "{range}");
+    let action = error_text(
+        "sandbox:\n  mcp:\n    argument_rules:\n      - tool: x\n        action: maybe\n        when:\n          - pointer: /a\n            present: true\n",
+    );
+    assert!(action.contains("maybe"), "{action}");
+    // A prefix reached through a symlink names no call's real path.
+    let dir = tempfile::tempdir().expect("dir");
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).expect("dir");
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let linked = error_text(&rules(&format!(
+        "          - pointer: /path\n            path_prefix: {}\n",
+        link.display()
+    )));
+    assert!(
+        linked.contains("symlink") && linked.contains("realpath"),
+        "{linked}"
+    );
+    parse(&rules(&format!(
+        "          - pointer: /path\n            path_prefix: {}\n",
+        std::fs::canonicalize(&real).expect("real").display()
+    )))
+    .expect("the real directory is fine");
+}

@@ -106,6 +106,10 @@ pub(crate) struct McpConfig {
     /// Per-server call budgets.
     #[serde(default)]
     pub rate_limits: RateLimitsConfig,
+    /// Rules on a call's `arguments`, judged at call time after the name rules allowed it
+    /// (`policy/arguments.rs`); first match decides.
+    #[serde(default)]
+    pub argument_rules: Vec<ArgumentRule>,
 }
 
 impl Default for McpConfig {
@@ -124,6 +128,7 @@ impl Default for McpConfig {
             name_patterns: Vec::new(),
             version_pinning: VersionPinningConfig::default(),
             rate_limits: RateLimitsConfig::default(),
+            argument_rules: Vec::new(),
         }
     }
 }
@@ -173,6 +178,78 @@ pub(crate) struct ToolRule {
     /// SHA-256 hex of the tool definition; the rule only matches that exact definition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_hash: Option<String>,
+}
+
+/// `argument_rules[]`: which calls (server and tool globs), when (every condition holds), and
+/// what then happens.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ArgumentRule {
+    /// A name for the rule, given in the reason of its decisions (default: its position).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Server id glob.
+    #[serde(default = "star")]
+    pub server: String,
+    /// Tool name glob.
+    #[serde(default = "star")]
+    pub tool: String,
+    /// Conditions on the arguments, all of which must hold (at least one).
+    pub when: Vec<ArgumentCondition>,
+    /// What a match does.
+    pub action: ArgumentAction,
+    /// Said in the decision's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One condition: a JSON pointer into `arguments` and one test of the value there.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ArgumentCondition {
+    /// RFC 6901 pointer (`/path`, `/options/mode`, `/files/0`).
+    pub pointer: String,
+    /// A glob on a string value (`*` stays within one `/` segment, `**` crosses them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// A regex (the `regex` crate, unanchored) on a string value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+    /// An absolute, symlink-free directory: holds when the string value, an absolute path
+    /// with its `.` and `..` resolved, is it or lies below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_prefix: Option<String>,
+    /// Bounds (inclusive) of a number value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<NumberRange>,
+    /// Whether the pointer must reach a value (`true`) or must not (`false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<bool>,
+}
+
+/// `range:` of a condition; either bound may be left out.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NumberRange {
+    /// Smallest value that holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// Largest value that holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+}
+
+/// What an argument rule does to a call it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ArgumentAction {
+    /// The call runs; later argument rules are not asked.
+    Allow,
+    /// The call is refused, with the rule's reason.
+    Block,
+    /// The call runs; the record keeps `[toolwall:redacted]` instead of the values the
+    /// rule's conditions point at.
+    Redact,
 }
 
 /// `version_pinning:`.

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use super::{
-    ConfigError, Location,
+    ArgumentTest, ConfigError, Location, compile_condition,
     deny_regex::compile_deny_regex,
     servers::ServerType,
     types::{Config, ListPolicy},
@@ -275,6 +275,53 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
                 format!("{pattern:?} {why}"),
                 "write the form with placeholders, e.g. \"{server}.{tool}\" or \"mcp_{server}_{tool}\"",
             ));
+        }
+    }
+
+    // Argument rules: each condition compiles; a path prefix is the real directory (a rule on
+    // a symlink's path would not see calls naming the target).
+    let mut pointer_seen = std::collections::HashMap::<&str, usize>::new();
+    for (i, rule) in mcp.argument_rules.iter().enumerate() {
+        let key = format!("{at}.argument_rules[{i}]");
+        if rule.when.is_empty() {
+            return Err(check.error(
+                format!("{key}.when"),
+                ("when", "[]", 0),
+                "an argument rule needs at least one condition under `when:`",
+                "add a condition such as `- pointer: /path` with `path_prefix: /etc`, or write a rule on the name alone in denied_tools",
+            ));
+        }
+        for (j, condition) in rule.when.iter().enumerate() {
+            let nth = *pointer_seen
+                .entry(condition.pointer.as_str())
+                .and_modify(|n| *n += 1)
+                .or_insert(0);
+            let line_of = ("pointer", condition.pointer.as_str(), nth);
+            let test = match compile_condition(condition) {
+                Ok(test) => test,
+                Err(why) => {
+                    return Err(check.error(
+                        format!("{key}.when[{j}]"),
+                        line_of,
+                        why,
+                        "a condition is `pointer:` plus one of glob, regex, path_prefix, range, present",
+                    ));
+                }
+            };
+            if let ArgumentTest::PathPrefix(prefix) = &test
+                && let Ok(real) = std::fs::canonicalize(prefix)
+                && real.as_os_str() != prefix.as_str()
+            {
+                return Err(check.error(
+                    format!("{key}.when[{j}].path_prefix"),
+                    ("path_prefix", prefix.as_str(), 0),
+                    format!(
+                        "{prefix} is reached through a symlink (it is {}): calls naming the real path would not be under it",
+                        real.display()
+                    ),
+                    "write the real directory (`realpath` prints it)",
+                ));
+            }
         }
     }
 

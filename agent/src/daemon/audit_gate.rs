@@ -31,6 +31,10 @@ impl AuditGate {
 }
 
 impl Gate for AuditGate {
+    fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
+        self.policy.needs_arguments(call)
+    }
+
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         let decision = self.policy.check_call(call);
         // Native tools of the agent (no server, not a registered tool) are not ours to record.
@@ -84,6 +88,7 @@ mod tests {
             name: "read_file",
             namespace: None,
             stage: CallStage::Executing,
+            arguments: None,
         }
     }
 

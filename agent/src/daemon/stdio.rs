@@ -564,6 +564,10 @@ impl ExtraDeny {
 }
 
 impl Gate for ExtraDeny {
+    fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
+        self.inner.needs_arguments(call)
+    }
+
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         self.denies(call.name, self.inner.check_call(call))
     }

@@ -118,6 +118,7 @@ fn judge(
             name: &name,
             namespace,
             stage: CallStage::Inspected,
+            arguments: None,
         });
         decision.is_blocked().then(|| Found {
             name: match namespace {
@@ -168,6 +169,7 @@ fn unreadable(error: &serde_json::Error) -> Found {
                 "a part of the response that may hold a tool call could not be read as JSON ({error}): refused, fail closed"
             ),
             tool: None,
+            redact: Vec::new(),
         },
     }
 }

@@ -175,6 +175,7 @@ impl Cx {
             name,
             namespace,
             stage,
+            arguments: None,
         })
     }
 

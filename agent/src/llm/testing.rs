@@ -14,6 +14,10 @@ pub(crate) struct TestGate {
 }
 
 impl Gate for TestGate {
+    fn needs_arguments(&self, _: &CallQuery<'_>) -> bool {
+        false
+    }
+
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         let name = match call.namespace {
             Some(ns) => format!("{ns}__{}", call.name),
@@ -31,12 +35,14 @@ impl Gate for TestGate {
                 action: Action::Block,
                 reason: "denied by test".into(),
                 tool,
+                redact: Vec::new(),
             }
         } else {
             Decision {
                 action: Action::Allow,
                 reason: String::new(),
                 tool,
+                redact: Vec::new(),
             }
         }
     }

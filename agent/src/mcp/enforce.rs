@@ -248,6 +248,7 @@ mod tests {
                 name,
                 namespace: None,
                 stage: CallStage::Executing,
+                arguments: None,
             })
         };
         assert!(call("echo").is_blocked());

@@ -332,16 +332,41 @@ impl Filter {
                     .is_some_and(|names| !names.contains(params.name.as_ref()));
                 // An unlisted tool is asked of the policy without spending its budget, so a
                 // denied one is recorded with the rule that denies it.
-                let query = CallQuery {
-                    server_id: Some(&self.ctx.server_id),
+                let ctx = self.ctx.clone();
+                let mut query = CallQuery {
+                    server_id: Some(&ctx.server_id),
                     name: &params.name,
                     namespace: None,
                     stage: match unlisted {
                         true => CallStage::Inspected,
                         false => CallStage::Executing,
                     },
+                    arguments: None,
                 };
-                let mut decision = self.ctx.gate.check_call(&query);
+                // Parsed only when a rule reads them (the text is canonical JSON already,
+                // `mcp/canonical.rs`, so what is judged is what the server gets); absent, they
+                // are judged as `{}`.
+                let (arguments, unreadable) = if ctx.gate.needs_arguments(&query) {
+                    match params
+                        .arguments
+                        .map(|a| serde_json::from_str::<Value>(a.get()))
+                    {
+                        None => (Some(Value::Object(Default::default())), None),
+                        Some(Ok(value)) => (Some(value), None),
+                        Some(Err(e)) => (None, Some(e)),
+                    }
+                } else {
+                    (None, None)
+                };
+                query.arguments = arguments.as_ref();
+                let mut decision = ctx.gate.check_call(&query);
+                if let Some(error) = unreadable
+                    && !decision.is_blocked()
+                {
+                    decision = decision.overruled(format!(
+                        "argument rules apply to this tool and its arguments could not be read ({error}): refused, fail closed"
+                    ));
+                }
                 if unlisted && !decision.is_blocked() {
                     decision.action = Action::Block;
                     decision.reason = format!(
@@ -352,8 +377,23 @@ impl Filter {
                 self.record_call(&params, id, &decision);
                 if decision.is_blocked() {
                     tracing::info!(tool = %params.name, reason = %decision.reason, "refused tools/call");
+                    // A tool the session may call, refused for what this call asks: the
+                    // client is told why (the name alone is asked again, spending nothing),
+                    // so the model can ask differently; a refused name stays unknown.
+                    query.arguments = None;
+                    query.stage = CallStage::Inspected;
+                    let for_arguments =
+                        arguments.is_some() && !ctx.gate.check_call(&query).is_blocked();
                     if let Some(id) = id {
-                        replies.push(unknown_tool(id, &params.name));
+                        replies.push(if for_arguments {
+                            error_response(
+                                id,
+                                INVALID_PARAMS,
+                                &format!("Arguments refused by toolwall: {}", decision.reason),
+                            )
+                        } else {
+                            unknown_tool(id, &params.name)
+                        });
                     }
                     return None;
                 }
@@ -415,6 +455,10 @@ impl Filter {
             input: params.arguments.and_then(|a| {
                 crate::events::bound::marker_for_text(a.get())
                     .or_else(|| serde_json::from_str(a.get()).ok())
+                    .map(|value| match decision.redact.as_slice() {
+                        [] => value,
+                        pointers => crate::policy::redacted(&value, pointers),
+                    })
             }),
             action: decision.action,
             reason: decision.reason.clone(),

@@ -11,7 +11,10 @@ use serde_json::json;
 
 use super::Policy;
 use crate::{
-    config::{Config, ServerDecl, ServerType, ToolRule},
+    config::{
+        ArgumentAction, ArgumentCondition, ArgumentRule, Config, NumberRange, ServerDecl,
+        ServerType, ToolRule,
+    },
     decision::{CallQuery, CallStage, Gate},
     registry::Registry,
 };
@@ -38,18 +41,21 @@ pub fn bench_decisions(n_rules: usize, iterations: u64) -> Duration {
             name: tool,
             namespace: None,
             stage: CallStage::Proposed,
+            arguments: None,
         });
         queries.push(CallQuery {
             server_id: Some(server),
             name: tool,
             namespace: None,
             stage: CallStage::Executing,
+            arguments: None,
         });
         queries.push(CallQuery {
             server_id: None,
             name: claude,
             namespace: None,
             stage: CallStage::Proposed,
+            arguments: None,
         });
     }
     for query in &queries {
@@ -76,8 +82,110 @@ pub fn bench_rule_evaluation(n_rules: usize, iterations: u64) -> Duration {
     start.elapsed() / u32::try_from(iterations.max(1)).unwrap_or(u32::MAX)
 }
 
+/// Mean time of one [`Gate::check_call`] with the call's `arguments`, under `n_rules` name
+/// rules and `n_arg_rules` argument rules (issue 16 goal: < 5 µs with 1,000): each tool has a
+/// couple of rules of its own (a path prefix, a regex, a range, presence; allow, block and
+/// redact), every tenth rule applies to every tool, and the calls' arguments are judged by
+/// all that apply without any holding (the slowest path: every condition evaluated).
+pub fn bench_argument_decisions(n_arg_rules: usize, iterations: u64) -> Duration {
+    let (policy, tools) = setup_with(0, n_arg_rules);
+    let arguments = json!({
+        "path": "/home/user/project/src/../src/main.rs",
+        "cmd": "cargo build --release",
+        "n": 42,
+        "options": {"mode": "0644"}
+    });
+    let queries: Vec<CallQuery<'_>> = tools
+        .iter()
+        .map(|(server, tool)| CallQuery {
+            server_id: Some(server),
+            name: tool,
+            namespace: None,
+            stage: CallStage::Executing,
+            arguments: Some(&arguments),
+        })
+        .collect();
+    for query in &queries {
+        black_box(policy.check_call(query));
+    }
+    let start = Instant::now();
+    for i in 0..iterations {
+        let query = &queries[(i as usize) % queries.len()];
+        black_box(policy.check_call(black_box(query)));
+    }
+    start.elapsed() / u32::try_from(iterations.max(1)).unwrap_or(u32::MAX)
+}
+
+/// The argument rules of [`bench_argument_decisions`]; none of them holds for its calls.
+fn argument_rules(n: usize) -> Vec<ArgumentRule> {
+    (0..n)
+        .map(|i| {
+            let condition = |pointer: &str| ArgumentCondition {
+                pointer: pointer.to_owned(),
+                glob: None,
+                regex: None,
+                path_prefix: None,
+                range: None,
+                present: None,
+            };
+            let when = match i % 4 {
+                0 => vec![ArgumentCondition {
+                    path_prefix: Some(format!("/etc/rule{i}")),
+                    ..condition("/path")
+                }],
+                1 => vec![ArgumentCondition {
+                    regex: Some(format!("^(rm|dd) .*{i}")),
+                    ..condition("/cmd")
+                }],
+                2 => vec![
+                    ArgumentCondition {
+                        range: Some(NumberRange {
+                            min: Some(1000.0 + i as f64),
+                            max: None,
+                        }),
+                        ..condition("/n")
+                    },
+                    ArgumentCondition {
+                        present: Some(true),
+                        ..condition("/options/mode")
+                    },
+                ],
+                _ => vec![ArgumentCondition {
+                    glob: Some(format!("**/secret{i}/*")),
+                    ..condition("/path")
+                }],
+            };
+            let s = i % SERVERS;
+            ArgumentRule {
+                name: Some(format!("rule-{i}")),
+                server: if i % 10 == 0 {
+                    "*".to_owned()
+                } else {
+                    format!("srv-{s}")
+                },
+                tool: if i % 10 == 0 {
+                    "*".to_owned()
+                } else {
+                    format!("s{s}_tool_{}", i % TOOLS_PER_SERVER)
+                },
+                when,
+                action: match i % 3 {
+                    0 => ArgumentAction::Block,
+                    1 => ArgumentAction::Redact,
+                    _ => ArgumentAction::Allow,
+                },
+                reason: None,
+            }
+        })
+        .collect()
+}
+
 /// The policy and every registered (server, tool).
 fn setup(n_rules: usize) -> (Policy, Vec<(String, String)>) {
+    setup_with(n_rules, 0)
+}
+
+fn setup_with(n_rules: usize, n_arg_rules: usize) -> (Policy, Vec<(String, String)>) {
     let mut config = Config::default();
     let mcp = &mut config.sandbox.mcp;
     mcp.servers = (0..SERVERS)
@@ -113,6 +221,7 @@ fn setup(n_rules: usize) -> (Policy, Vec<(String, String)>) {
             mcp.denied_tools.push(rule);
         }
     }
+    mcp.argument_rules = argument_rules(n_arg_rules);
     mcp.version_pinning.enabled = true;
     mcp.rate_limits.enabled = true;
     mcp.rate_limits.default_rpm = u32::MAX;

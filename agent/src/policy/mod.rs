@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+mod arguments;
 #[cfg(feature = "bench")]
 mod bench;
 mod deny;
@@ -32,8 +33,9 @@ use std::{
 
 use serde_json::Value;
 
+pub(crate) use arguments::{ArgumentRules, redacted};
 #[cfg(feature = "bench")]
-pub use bench::{bench_decisions, bench_rule_evaluation};
+pub use bench::{bench_argument_decisions, bench_decisions, bench_rule_evaluation};
 pub(crate) use deny::DenyList;
 pub(crate) use rate::{Clock, MonotonicClock, RateLimiter};
 pub(crate) use rules::{ServerRules, ToolRules};
@@ -68,6 +70,8 @@ pub(crate) struct Policy {
     pinning: VersionPinningConfig,
     limits: RateLimiter,
     patterns: NamePatterns,
+    /// Step 5: rules on a call's arguments.
+    arguments: ArgumentRules,
     registry: Arc<Registry>,
     /// server id → tool → verdict of steps 2–3.
     verdicts: RwLock<HashMap<String, HashMap<String, CachedVerdict>>>,
@@ -127,6 +131,18 @@ impl Policy {
             pinning: mcp.version_pinning.clone(),
             limits: RateLimiter::new(&mcp.rate_limits, clock),
             patterns,
+            arguments: ArgumentRules::new(&mcp.argument_rules).map_err(|(i, key, why)| {
+                ConfigError::Invalid {
+                    location: Location {
+                        file: origin.to_string(),
+                        line: None,
+                        column: None,
+                    },
+                    key: format!("sandbox.mcp.argument_rules[{i}].{key}"),
+                    message: why,
+                    hint: "see the README's \"Argument rules\"",
+                }
+            })?,
             registry,
             verdicts: RwLock::new(HashMap::new()),
         })
@@ -232,7 +248,12 @@ impl Policy {
 
     /// Steps 2–5 for a registered tool; `spend`: the stage of a call, which spends budget
     /// (`None`: a listing, which does not).
-    fn decide_entry(&self, entry: &ToolEntry, spend: Option<CallStage>) -> Decision {
+    fn decide_entry(
+        &self,
+        entry: &ToolEntry,
+        spend: Option<CallStage>,
+        arguments: Option<&Value>,
+    ) -> Decision {
         if let Some(block) = self.static_verdict(entry) {
             return self.finish(Action::Block, block.to_string(), Some(entry.identity()));
         }
@@ -240,17 +261,51 @@ impl Policy {
             Err(block) => return self.finish(Action::Block, block, Some(entry.identity())),
             Ok(alert) => alert,
         };
+        self.decide_arguments(
+            &entry.server_id,
+            &entry.tool,
+            arguments,
+            spend,
+            alert,
+            || entry.identity(),
+        )
+    }
+
+    /// Steps 5–6 once the name passed: the argument rules (when the layer gave the
+    /// arguments), then the rate limit.
+    fn decide_arguments(
+        &self,
+        server_id: &str,
+        tool: &str,
+        arguments: Option<&Value>,
+        spend: Option<CallStage>,
+        alert: Option<String>,
+        identity: impl Fn() -> ToolIdentity,
+    ) -> Decision {
+        let mut redact = Vec::new();
+        let mut reasons: Vec<String> = alert.into_iter().collect();
+        if let Some(arguments) = arguments {
+            match self.arguments.judge(server_id, tool, arguments) {
+                arguments::Verdict::Pass => {}
+                arguments::Verdict::Block(block) => {
+                    return self.finish(Action::Block, block, Some(identity()));
+                }
+                arguments::Verdict::Redact { reason, pointers } => {
+                    reasons.push(reason);
+                    redact = pointers;
+                }
+            }
+        }
         if let Some(stage) = spend
-            && let Some(block) = self
-                .limits
-                .try_acquire(&entry.server_id, &entry.tool, stage)
+            && let Some(block) = self.limits.try_acquire(server_id, tool, stage)
         {
-            return self.finish(Action::Block, block, Some(entry.identity()));
+            return self.finish(Action::Block, block, Some(identity()));
         }
         Decision {
             action: Action::Allow,
-            reason: alert.unwrap_or_default(),
-            tool: Some(entry.identity()),
+            reason: reasons.join("; "),
+            tool: Some(identity()),
+            redact,
         }
     }
 
@@ -261,6 +316,7 @@ impl Policy {
         server_id: &str,
         tool: &str,
         spend: Option<CallStage>,
+        arguments: Option<&Value>,
     ) -> Decision {
         let declared = self.declared.get(server_id);
         let identity = ToolIdentity {
@@ -284,16 +340,9 @@ impl Policy {
             Err(block) => return self.finish(Action::Block, block, Some(identity)),
             Ok(alert) => alert,
         };
-        if let Some(stage) = spend
-            && let Some(block) = self.limits.try_acquire(server_id, tool, stage)
-        {
-            return self.finish(Action::Block, block, Some(identity));
-        }
-        Decision {
-            action: Action::Allow,
-            reason: alert.unwrap_or_default(),
-            tool: Some(identity),
-        }
+        self.decide_arguments(server_id, tool, arguments, spend, alert, || {
+            identity.clone()
+        })
     }
 
     /// A bare name several servers offer.
@@ -302,6 +351,7 @@ impl Policy {
         name: &str,
         candidates: &[Arc<ToolEntry>],
         stage: CallStage,
+        arguments: Option<&Value>,
     ) -> Decision {
         // A candidate whose own name differs (a colliding sanitized form, `a_b` for `a-b`)
         // is named with its tool.
@@ -326,7 +376,7 @@ impl Policy {
         }
         // Not failing closed: the call must pass the policy of every server it could reach.
         for candidate in candidates {
-            let decision = self.decide_entry(candidate, None);
+            let decision = self.decide_entry(candidate, None, arguments);
             if decision.is_blocked() {
                 return self.finish(
                     Action::Block,
@@ -341,7 +391,7 @@ impl Policy {
         let Some(first) = candidates.first() else {
             return Decision::not_mcp();
         };
-        let mut decision = self.decide_entry(first, stage.spends());
+        let mut decision = self.decide_entry(first, stage.spends(), arguments);
         if !decision.is_blocked() {
             decision.reason = format!(
                 "ambiguous tool name {name:?} (servers {servers}); allowed by every one{}{}",
@@ -361,12 +411,14 @@ impl Policy {
                 action: Action::Allow,
                 reason: format!("not enforced (enforce_policy: false); would block: {reason}"),
                 tool,
+                redact: Vec::new(),
             };
         }
         Decision {
             action,
             reason,
             tool,
+            redact: Vec::new(),
         }
     }
 
@@ -405,7 +457,7 @@ impl Policy {
     /// Decides visibility of a listed, registered definition (no rate limit spent).
     fn decide_listed(&self, entry: Option<ToolEntry>) -> Decision {
         match entry {
-            Some(entry) => self.decide_entry(&entry, None),
+            Some(entry) => self.decide_entry(&entry, None, None),
             None => self.finish(
                 Action::Block,
                 "listed tool has no string \"name\"; hidden".to_string(),
@@ -469,6 +521,29 @@ impl Policy {
 }
 
 impl Gate for Policy {
+    fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
+        let rules = &self.arguments;
+        match self.registry.resolve(call, &self.patterns) {
+            Resolution::Found(entry) => {
+                rules.apply_to(&entry.server_id, &entry.tool)
+                    || self
+                        .declared_form(call.name)
+                        .is_some_and(|(server, tool)| rules.apply_to(server, tool))
+            }
+            Resolution::Ambiguous { candidates, .. } => candidates
+                .iter()
+                .any(|c| rules.apply_to(&c.server_id, &c.tool)),
+            Resolution::UnknownOnServer { server_id, tool } => {
+                rules.apply_to(&server_id, &tool)
+                    || (call.namespace.is_some()
+                        && rules.apply_to(&server_id, &tool.replace('_', "-")))
+            }
+            Resolution::Unknown => self
+                .declared_form(call.name)
+                .is_some_and(|(server, tool)| rules.apply_to(server, tool)),
+        }
+    }
+
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         match self.registry.resolve(call, &self.patterns) {
             // A registered tool of another server named like a declared server's tool whose
@@ -481,30 +556,36 @@ impl Gate for Policy {
                         .is_some_and(|(server, _)| server != entry.server_id) =>
             {
                 let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
-                self.decide_unregistered(server_id, tool, call.stage.spends())
+                self.decide_unregistered(server_id, tool, call.stage.spends(), call.arguments)
             }
-            Resolution::Found(entry) => self.decide_entry(&entry, call.stage.spends()),
+            Resolution::Found(entry) => {
+                self.decide_entry(&entry, call.stage.spends(), call.arguments)
+            }
             Resolution::Ambiguous { name, candidates } => {
-                self.decide_ambiguous(&name, &candidates, call.stage)
+                self.decide_ambiguous(&name, &candidates, call.stage, call.arguments)
             }
             Resolution::UnknownOnServer { server_id, tool } => {
                 // Codex writes `-` as `_` in function names; until the server's tools are
                 // registered the original spelling is unknown, so a rule on either blocks.
                 if call.namespace.is_some() && tool.contains('_') {
-                    let hyphenated =
-                        self.decide_unregistered(&server_id, &tool.replace('_', "-"), None);
+                    let hyphenated = self.decide_unregistered(
+                        &server_id,
+                        &tool.replace('_', "-"),
+                        None,
+                        call.arguments,
+                    );
                     if hyphenated.is_blocked() {
                         return hyphenated;
                     }
                 }
-                self.decide_unregistered(&server_id, &tool, call.stage.spends())
+                self.decide_unregistered(&server_id, &tool, call.stage.spends(), call.arguments)
             }
             // Not registered yet, but named in the form of a declared server's tool (a stdio
             // server whose shim has not listed its tools yet): that server's tool, decided by
             // the rules, never waved through as a native tool.
             Resolution::Unknown if self.declared_form(call.name).is_some() => {
                 let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
-                self.decide_unregistered(server_id, tool, call.stage.spends())
+                self.decide_unregistered(server_id, tool, call.stage.spends(), call.arguments)
             }
             // A name nobody registered still meets the deny rules: a `deny:` regex or a
             // `denied_tools` glob that matches it always blocks (issue 12, class 7).

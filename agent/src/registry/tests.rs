@@ -19,6 +19,7 @@ fn query(name: &str) -> CallQuery<'_> {
         name,
         namespace: None,
         stage: CallStage::Proposed,
+        arguments: None,
     }
 }
 
@@ -103,6 +104,7 @@ fn name_forms_resolve_to_the_registered_tool() {
         name: "get-sum",
         namespace: None,
         stage: CallStage::Executing,
+        arguments: None,
     };
     assert_eq!(found(registry.resolve(&with_server, &patterns)), everything);
     let codex = CallQuery {
@@ -110,6 +112,7 @@ fn name_forms_resolve_to_the_registered_tool() {
         name: "get_sum",
         namespace: Some("mcp__everything"),
         stage: CallStage::Proposed,
+        arguments: None,
     };
     assert_eq!(found(registry.resolve(&codex, &patterns)), everything);
     // OpenAI-style sanitized bare name.
@@ -167,6 +170,7 @@ fn unknown_tools_of_known_servers_are_reported_as_such() {
         name: "x",
         namespace: None,
         stage: CallStage::Executing,
+        arguments: None,
     };
     assert_eq!(
         registry.resolve(&with_server, &patterns),
@@ -177,6 +181,7 @@ fn unknown_tools_of_known_servers_are_reported_as_such() {
         name: "x",
         namespace: Some("mcp__nowhere"),
         stage: CallStage::Proposed,
+        arguments: None,
     };
     assert_eq!(registry.resolve(&codex, &patterns), unknown("nowhere", "x"));
     // A Claude-style name on a server nobody registered: nothing known about it.
@@ -359,6 +364,7 @@ fn colliding_sanitized_tool_names_are_ambiguous_not_first_registered() {
         name: "a_b",
         namespace: Some("mcp__srv"),
         stage: CallStage::Proposed,
+        arguments: None,
     };
     for (what, q) in [
         ("codex namespace", codex),
@@ -384,6 +390,7 @@ fn colliding_sanitized_tool_names_are_ambiguous_not_first_registered() {
         name: "a-b",
         namespace: None,
         stage: CallStage::Executing,
+        arguments: None,
     };
     assert_eq!(
         found(registry.resolve(&exact, &patterns)),
@@ -406,6 +413,7 @@ fn colliding_sanitized_server_ids_are_ambiguous() {
         name: "run",
         namespace: Some("mcp__my_srv"),
         stage: CallStage::Proposed,
+        arguments: None,
     };
     match registry.resolve(&codex, &patterns) {
         Resolution::Ambiguous { candidates, .. } => {

@@ -54,6 +54,9 @@ struct CheckRequest {
     namespace: Option<String>,
     #[serde(default = "executing")]
     stage: CallStage,
+    /// The call's arguments, judged by the argument rules; without them the name alone is.
+    #[serde(default)]
+    arguments: Option<serde_json::Value>,
 }
 
 fn executing() -> CallStage {
@@ -65,7 +68,7 @@ pub(super) async fn check(
     req: Request<Incoming>,
 ) -> anyhow::Result<Response<Body>> {
     let r: CheckRequest = serde_json::from_slice(&body(req, MAX_BODY).await?).context(
-        "expected {\"name\", \"server_id\"?, \"namespace\"?, \"stage\"?: \"proposed\"|\"executing\"}",
+        "expected {\"name\", \"server_id\"?, \"namespace\"?, \"stage\"?: \"proposed\"|\"executing\", \"arguments\"?}",
     )?;
     for field in [Some(&r.name), r.server_id.as_ref(), r.namespace.as_ref()]
         .into_iter()
@@ -82,6 +85,7 @@ pub(super) async fn check(
         name: &r.name,
         namespace: r.namespace.as_deref(),
         stage: r.stage,
+        arguments: r.arguments.as_ref(),
     });
     Ok(json_response(StatusCode::OK, &decision))
 }

@@ -34,7 +34,12 @@ impl Gate for BenchGate {
             action,
             reason: "bench".into(),
             tool: None,
+            redact: Vec::new(),
         }
+    }
+
+    fn needs_arguments(&self, _: &CallQuery<'_>) -> bool {
+        false
     }
 
     fn check_listed(&self, _: &str, _: &str, _: &serde_json::Value) -> Decision {

@@ -39,6 +39,7 @@ fn call<'a>(name: &'a str) -> CallQuery<'a> {
         name,
         namespace: None,
         stage: CallStage::Proposed,
+        arguments: None,
     }
 }
 
@@ -48,6 +49,7 @@ fn on<'a>(server: &'a str, name: &'a str) -> CallQuery<'a> {
         name,
         namespace: None,
         stage: CallStage::Executing,
+        arguments: None,
     }
 }
 

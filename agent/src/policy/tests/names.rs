@@ -64,6 +64,7 @@ sandbox:
         name: "get_sum",
         namespace: Some("mcp__everything"),
         stage: CallStage::Proposed,
+        arguments: None,
     };
     for query in [
         call("get-sum"),
@@ -133,6 +134,7 @@ sandbox:
         name: "get_sum",
         namespace: Some("mcp__everything"),
         stage: CallStage::Proposed,
+        arguments: None,
     };
     assert!(p.check_call(&codex).is_blocked());
     let echo = CallQuery {
@@ -140,6 +142,7 @@ sandbox:
         name: "echo",
         namespace: Some("mcp__everything"),
         stage: CallStage::Proposed,
+        arguments: None,
     };
     assert!(!p.check_call(&echo).is_blocked());
 }
@@ -166,6 +169,7 @@ sandbox:
         name: "a_b",
         namespace: Some("mcp__srv"),
         stage: CallStage::Proposed,
+        arguments: None,
     };
     for q in [codex, call("mcp__srv__a_b"), call("a_b")] {
         assert_decision(&policy.check_call(&q), Action::Block, "ambiguous tool name");
@@ -202,6 +206,7 @@ sandbox:
         name: "mcp__github__delete_repo",
         namespace: None,
         stage: CallStage::Proposed,
+        arguments: None,
     };
     let before = p.check_call(&call);
     assert_decision(&before, Action::Block, "delete_");

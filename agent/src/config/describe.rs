@@ -122,6 +122,36 @@ pub(crate) fn describe(config: &Config) -> String {
             .collect::<String>()
     );
 
+    let _ = writeln!(
+        out,
+        "\nargument rules ({}; call-time only, after the name rules; the first allow/block rule that holds decides, every redact rule that holds hides its values from the record):",
+        mcp.argument_rules.len()
+    );
+    for (i, rule) in mcp.argument_rules.iter().enumerate() {
+        let name = rule
+            .name
+            .as_deref()
+            .map(|n| format!(" {n:?}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  argument_rules[{i}]{name}: server {:?}, tool {:?}, {} when {} condition(s) on {}",
+            rule.server,
+            rule.tool,
+            match rule.action {
+                super::ArgumentAction::Allow => "allow",
+                super::ArgumentAction::Block => "block",
+                super::ArgumentAction::Redact => "redact",
+            },
+            rule.when.len(),
+            rule.when
+                .iter()
+                .map(|c| c.pointer.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+
     let pinning = &mcp.version_pinning;
     if pinning.enabled {
         let _ = writeln!(

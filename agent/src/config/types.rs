@@ -207,7 +207,9 @@ pub(crate) struct ArgumentRule {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ArgumentCondition {
-    /// RFC 6901 pointer (`/path`, `/options/mode`, `/files/0`).
+    /// RFC 6901 pointer (`/path`, `/options/mode`, `/files/0`); a `*` segment stands for
+    /// every element or member (`/files/*`: a block or redact rule holds if any does, an allow
+    /// rule only if all do).
     pub pointer: String,
     /// A glob on a string value (`*` stays within one `/` segment, `**` crosses them).
     #[serde(default, skip_serializing_if = "Option::is_none")]

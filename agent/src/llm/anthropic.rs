@@ -2,7 +2,7 @@
 //!
 //! | event | action |
 //! |---|---|
-//! | `content_block_start`, `tool_use` | ask the gate; blocked: a text block (start, delta, stop) at the same index replaces it; allowed MCP: follow its input |
+//! | `content_block_start`, `tool_use` | ask the gate; blocked: a text block (start, delta, stop) at the same index replaces it; allowed MCP: follow its input; one argument rules judge: held (with what follows) until its `content_block_stop`, then judged with its input |
 //! | `content_block_delta` / `_stop` | suppressed for a blocked index |
 //! | `message_delta` | `stop_reason` `tool_use` → `end_turn` when every tool call was blocked |
 //! | any other event with a `tool_use` block (`content_block`, `message.content`) | a blocked one ends the stream (fail closed) |
@@ -86,6 +86,19 @@ struct Tracked {
     decision: Decision,
 }
 
+/// A call argument rules judge, held with every event after its start until its input is
+/// whole (issue 16): nothing of it reaches the client before it is judged.
+struct Held {
+    index: u64,
+    id: String,
+    name: String,
+    start_input: Option<String>,
+    input: String,
+    /// Events held, in order; `true` for the call's own (its start and input deltas).
+    events: Vec<(Bytes, bool)>,
+    bytes: usize,
+}
+
 /// Streaming state of one Anthropic message.
 #[derive(Default)]
 pub(crate) struct Anthropic {
@@ -96,6 +109,18 @@ pub(crate) struct Anthropic {
     tracked: Vec<Tracked>,
     tool_uses: u32,
     blocked_count: u32,
+    held: Option<Held>,
+    /// Most bytes held for one call ([`Held`]): `proxy.max_stream_buffer_bytes`.
+    max_held: usize,
+}
+
+impl Anthropic {
+    pub(crate) fn new(max_held: usize) -> Self {
+        Anthropic {
+            max_held,
+            ..Anthropic::default()
+        }
+    }
 }
 
 impl Machine for Anthropic {
@@ -116,10 +141,16 @@ impl Machine for Anthropic {
             Ok(env) => env,
             Err(e) => {
                 cx.malformed(&e, TOOL_OR_BLOCK.any_in(body))?;
+                if let Some(held) = &mut self.held {
+                    return hold(held, raw, false, self.max_held);
+                }
                 out.extend_from_slice(raw);
                 return Ok(());
             }
         };
+        if self.held.is_some() {
+            return self.on_held(cx, raw, &env, out);
+        }
         match env.ty.as_ref() {
             // One response is one message to the SDKs: their accumulators (anthropic 0.x
             // `accumulate_event`, @anthropic-ai/sdk `MessageStream`) keep the first snapshot and
@@ -170,6 +201,13 @@ impl Machine for Anthropic {
     }
 
     fn on_end(&mut self, cx: &mut Cx, _out: &mut BytesMut) {
+        if let Some(held) = self.held.take() {
+            // Its input never completed: nothing of it was sent, nothing is.
+            let decision = cx.inspect(&held.name).overruled(
+                "the response ended before the call's arguments, which argument rules judge, were complete".into(),
+            );
+            cx.record(held.name, held.id, None, decision);
+        }
         self.finish_tracked(cx);
     }
 
@@ -182,7 +220,7 @@ impl Machine for Anthropic {
     }
 
     fn quiet_keys(&self) -> Option<&'static Keys> {
-        if !self.blocked.is_empty() || !self.tracked.is_empty() {
+        if !self.blocked.is_empty() || !self.tracked.is_empty() || self.held.is_some() {
             None
         } else if self.tool_uses == 0 {
             // Before any tool use a new message changes nothing and the stop reason is never
@@ -225,7 +263,28 @@ impl Anthropic {
         let name = block.name.as_deref().unwrap_or_default();
         let id = block.id.as_deref().unwrap_or_default();
         self.tool_uses += 1;
-        let decision = cx.check(name, None);
+        // A call argument rules judge is asked about its name now (spending nothing) and
+        // decided, spending its budget, once its input is whole.
+        let held = cx.needs_arguments(name, None);
+        let decision = if held {
+            cx.inspect(name)
+        } else {
+            cx.check(name, None)
+        };
+        if held && !decision.is_blocked() {
+            let mut call = Held {
+                index,
+                id: id.to_owned(),
+                name: name.to_owned(),
+                start_input: block.input.map(|i| i.get().to_owned()),
+                input: String::new(),
+                events: Vec::new(),
+                bytes: 0,
+            };
+            hold(&mut call, raw, true, self.max_held)?;
+            self.held = Some(call);
+            return Ok(());
+        }
         if decision.is_blocked() {
             self.blocked_count += 1;
             self.blocked.insert(index);
@@ -289,6 +348,75 @@ impl Anthropic {
         Ok(())
     }
 
+    /// An event while a call is held: its input deltas are gathered, its stop decides it;
+    /// anything else that may concern a call cannot be ordered around it and ends the stream.
+    fn on_held(
+        &mut self,
+        cx: &mut Cx,
+        raw: &Bytes,
+        env: &Envelope<'_>,
+        out: &mut BytesMut,
+    ) -> Result<(), Fatal> {
+        let Some(held) = self.held.as_mut() else {
+            return Ok(());
+        };
+        let own = env.index == Some(held.index);
+        match env.ty.as_ref() {
+            "content_block_delta" if own => {
+                if let Some(delta) = env.delta
+                    && let Ok(d) = serde_json::from_str::<InputDelta<'_>>(delta.get())
+                    && let Some(part) = d.partial_json
+                {
+                    held.input.push_str(&part);
+                }
+                hold(held, raw, true, self.max_held)
+            }
+            "content_block_stop" if own => {
+                let Some(held) = self.held.take() else {
+                    return Ok(());
+                };
+                self.release(cx, held, raw, out);
+                Ok(())
+            }
+            "ping" => hold(held, raw, false, self.max_held),
+            other => Err(Fatal::new(format!(
+                "a '{other}' event came while a tool call's arguments were held for the argument rules (its block had not stopped)"
+            ))),
+        }
+    }
+
+    /// Decides a held call on its whole input: allowed, everything held goes out as it came;
+    /// blocked, a text block replaces the call's own events.
+    fn release(&mut self, cx: &mut Cx, held: Held, stop: &Bytes, out: &mut BytesMut) {
+        let text = if held.input.is_empty() {
+            held.start_input.unwrap_or_default()
+        } else {
+            held.input
+        };
+        let decision = cx.check_complete(&held.name, None, Some(&text));
+        let input = serde_json::from_str(&text).ok();
+        if decision.is_blocked() {
+            self.blocked_count += 1;
+            self.blocked.insert(held.index);
+            write_text_block(
+                out,
+                held.index,
+                &blocked_message(&held.name, &decision.reason),
+            );
+            for (event, own) in held.events {
+                if !own {
+                    out.extend_from_slice(&event);
+                }
+            }
+        } else {
+            for (event, _) in held.events {
+                out.extend_from_slice(&event);
+            }
+            out.extend_from_slice(stop);
+        }
+        cx.record(held.name, held.id, input, decision);
+    }
+
     fn finish_tracked(&mut self, cx: &mut Cx) {
         for t in self.tracked.drain(..) {
             record_tracked(cx, t);
@@ -318,6 +446,18 @@ fn blocked_in_other_event(cx: &mut Cx, env: &Envelope<'_>) -> Result<(), Fatal> 
             )));
         }
     }
+    Ok(())
+}
+
+/// Adds an event to a held call, within `max` bytes (then the stream ends: fail closed).
+fn hold(held: &mut Held, raw: &Bytes, own: bool, max: usize) -> Result<(), Fatal> {
+    held.bytes += raw.len();
+    if held.bytes > max {
+        return Err(Fatal::new(format!(
+            "a tool call held for the argument rules passed {max} bytes (proxy.max_stream_buffer_bytes)"
+        )));
+    }
+    held.events.push((raw.clone(), own));
     Ok(())
 }
 
@@ -392,7 +532,7 @@ fn rewrite_content(cx: &mut Cx, top: &mut RawObject<'_>) -> serde_json::Result<(
             let name = block.name.as_deref().unwrap_or_default();
             let id = block.id.as_deref().unwrap_or_default().to_owned();
             let input = block.input.and_then(|i| serde_json::from_str(i.get()).ok());
-            let decision = cx.check(name, None);
+            let decision = cx.check_complete(name, None, block.input.map(RawValue::get));
             if decision.is_blocked() {
                 blocked += 1;
                 let text = blocked_message(name, &decision.reason);

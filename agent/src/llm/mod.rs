@@ -169,6 +169,56 @@ impl Cx {
         self.check_at(name, None, CallStage::Inspected)
     }
 
+    /// Whether argument rules may judge this call: a stream holds it until its arguments are
+    /// whole, then asks [`Cx::check_complete`].
+    fn needs_arguments(&self, name: &str, namespace: Option<&str>) -> bool {
+        self.gate.needs_arguments(&CallQuery {
+            server_id: None,
+            name,
+            namespace,
+            stage: CallStage::Proposed,
+            arguments: None,
+        })
+    }
+
+    /// A call whose arguments are whole: `arguments` is their JSON text (Anthropic's `input`,
+    /// OpenAI's `arguments` string; `None` or blank: none). Parsed only when a rule reads them;
+    /// arguments a rule reads that are not JSON are refused (fail closed).
+    fn check_complete(
+        &self,
+        name: &str,
+        namespace: Option<&str>,
+        arguments: Option<&str>,
+    ) -> Decision {
+        if !self.needs_arguments(name, namespace) {
+            return self.check(name, namespace);
+        }
+        let text = arguments.map(str::trim).filter(|t| !t.is_empty());
+        let parsed = match text {
+            None => Ok(Value::Object(serde_json::Map::new())),
+            Some(text) => serde_json::from_str::<Value>(text),
+        };
+        match parsed {
+            Ok(value) => self.gate.check_call(&CallQuery {
+                server_id: None,
+                name,
+                namespace,
+                stage: CallStage::Proposed,
+                arguments: Some(&value),
+            }),
+            Err(error) => {
+                let decision = self.check(name, namespace);
+                if decision.is_blocked() {
+                    decision
+                } else {
+                    decision.overruled(format!(
+                        "argument rules apply to {name:?} and its arguments are not JSON ({error}): refused, fail closed"
+                    ))
+                }
+            }
+        }
+    }
+
     fn check_at(&self, name: &str, namespace: Option<&str>, stage: CallStage) -> Decision {
         self.gate.check_call(&CallQuery {
             server_id: None,
@@ -191,6 +241,11 @@ impl Cx {
             reason = %decision.reason,
             "tool call intercepted"
         );
+        // An argument rule's `redact`: the record never holds those values.
+        let input = match decision.redact.as_slice() {
+            [] => input,
+            pointers => input.map(|v| crate::policy::redacted(&v, pointers)),
+        };
         self.records.push(Record {
             dialect: self.dialect,
             tool_name: name,
@@ -366,7 +421,7 @@ impl StreamInterceptor {
         max_buffer: usize,
     ) -> Self {
         let machine = match dialect {
-            Dialect::Anthropic => AnyMachine::Anthropic(anthropic::Anthropic::default()),
+            Dialect::Anthropic => AnyMachine::Anthropic(anthropic::Anthropic::new(max_buffer)),
             Dialect::OpenAiChat => AnyMachine::Chat(chat::Chat::new(max_buffer)),
             Dialect::OpenAiResponses => {
                 AnyMachine::Responses(responses::Responses::new(max_buffer))

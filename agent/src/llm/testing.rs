@@ -8,14 +8,16 @@ use super::{Dialect, Flow, OnMalformed, Record, StreamInterceptor};
 use crate::decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
 
 /// Blocks the names in `blocked`; names starting with `mcp__` (after joining a namespace as
-/// `ns__name`) are MCP tools, everything else is a native tool.
+/// `ns__name`) are MCP tools, everything else is a native tool. A name ending in `guarded` has
+/// argument rules: arguments holding `SECRET_2` are blocked, `/a` is redacted from the record
+/// when they hold `SECRET_1`.
 pub(crate) struct TestGate {
     pub blocked: Vec<&'static str>,
 }
 
 impl Gate for TestGate {
-    fn needs_arguments(&self, _: &CallQuery<'_>) -> bool {
-        false
+    fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
+        call.name.ends_with("guarded")
     }
 
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
@@ -30,6 +32,15 @@ impl Gate for TestGate {
             tool: name.rsplit("__").next().unwrap_or_default().to_owned(),
             tool_hash: String::new(),
         });
+        let arguments = call.arguments.map(|a| a.to_string()).unwrap_or_default();
+        if name.ends_with("guarded") && arguments.contains("SECRET_2") {
+            return Decision {
+                action: Action::Block,
+                reason: "argument rule of the test".into(),
+                tool,
+                redact: Vec::new(),
+            };
+        }
         if self.blocked.iter().any(|b| *b == name) {
             Decision {
                 action: Action::Block,
@@ -42,7 +53,11 @@ impl Gate for TestGate {
                 action: Action::Allow,
                 reason: String::new(),
                 tool,
-                redact: Vec::new(),
+                redact: if name.ends_with("guarded") && arguments.contains("SECRET_1") {
+                    vec!["/a".into()]
+                } else {
+                    Vec::new()
+                },
             }
         }
     }

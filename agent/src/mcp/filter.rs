@@ -374,16 +374,24 @@ impl Filter {
                         params.name
                     );
                 }
-                self.record_call(&params, id, &decision);
+                self.record_call(&params, id, &decision, arguments.as_ref());
                 if decision.is_blocked() {
                     tracing::info!(tool = %params.name, reason = %decision.reason, "refused tools/call");
                     // A tool the session may call, refused for what this call asks: the
                     // client is told why (the name alone is asked again, spending nothing),
                     // so the model can ask differently; a refused name stays unknown.
-                    query.arguments = None;
+                    // (At the inspected stage no budget is spent: a rate limit is no
+                    // refusal of the arguments.)
                     query.stage = CallStage::Inspected;
-                    let for_arguments =
-                        arguments.is_some() && !ctx.gate.check_call(&query).is_blocked();
+                    let for_arguments = arguments.is_some()
+                        && ctx.gate.check_call(&query).is_blocked()
+                        && !ctx
+                            .gate
+                            .check_call(&CallQuery {
+                                arguments: None,
+                                ..query
+                            })
+                            .is_blocked();
                     if let Some(id) = id {
                         replies.push(if for_arguments {
                             error_response(
@@ -438,7 +446,16 @@ impl Filter {
         forward
     }
 
-    fn record_call(&mut self, params: &CallParams<'_>, id: Option<&str>, decision: &Decision) {
+    /// `parsed`: the arguments as judged, when a rule read them — a record that hides some
+    /// of them is made from these, never from the text (whose hash, past the record's bound,
+    /// would give a short secret away; helper-28).
+    fn record_call(
+        &mut self,
+        params: &CallParams<'_>,
+        id: Option<&str>,
+        decision: &Decision,
+        parsed: Option<&Value>,
+    ) {
         if self.ctx.events.is_none() {
             return;
         }
@@ -452,14 +469,13 @@ impl Filter {
                 .and_then(|id| serde_json::from_str(id).ok())
                 .unwrap_or(Value::Null),
             // Over the record's bound, the text is not parsed at all (`events/bound.rs`).
-            input: params.arguments.and_then(|a| {
-                crate::events::bound::marker_for_text(a.get())
-                    .or_else(|| serde_json::from_str(a.get()).ok())
-                    .map(|value| match decision.redact.as_slice() {
-                        [] => value,
-                        pointers => crate::policy::redacted(&value, pointers),
-                    })
-            }),
+            input: match (decision.redact.as_slice(), parsed) {
+                ([], _) | (_, None) => params.arguments.and_then(|a| {
+                    crate::events::bound::marker_for_text(a.get())
+                        .or_else(|| serde_json::from_str(a.get()).ok())
+                }),
+                (pointers, Some(value)) => Some(crate::policy::redacted(value, pointers)),
+            },
             action: decision.action,
             reason: decision.reason.clone(),
             layer: self.ctx.layer.to_owned(),

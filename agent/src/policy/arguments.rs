@@ -26,6 +26,8 @@ use crate::config::{
 
 /// Most (server, tool) pairs whose applicable rules are cached; past it the cache is cleared.
 const MAX_CACHED_PAIRS: usize = 100_000;
+/// Longest server id plus tool name whose applicable rules are cached.
+const MAX_CACHED_NAME: usize = 512;
 
 /// What the record keeps instead of a redacted value.
 pub(crate) const REDACTED: &str = "[toolwall:redacted]";
@@ -68,19 +70,15 @@ impl Condition {
 }
 
 /// What the argument rules say about one call.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Verdict {
-    /// No rule held (or one with `action: allow`): the name rules' decision stands.
-    Pass,
-    /// Refused, with the reason.
-    Block(String),
-    /// Runs; the record keeps [`REDACTED`] at these pointers. The reason names the rule.
-    Redact {
-        /// Which rule, for the decision's reason.
-        reason: String,
-        /// Where in `arguments`.
-        pointers: Vec<String>,
-    },
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Judgement {
+    /// Why an allow/block rule refused it (the first of those that held decides).
+    pub block: Option<String>,
+    /// Concrete pointers whose values the record must not keep: every redact rule that held
+    /// (or could not be judged: redaction fails toward hiding), whatever else decided.
+    pub redact: Vec<String>,
+    /// The redact rules that held, for the decision's reason.
+    pub redacted_by: Vec<String>,
 }
 
 /// A condition's outcome.
@@ -113,16 +111,25 @@ impl ArgumentRules {
     }
 
     /// Judges `arguments` of a call of `tool` on `server`.
-    pub(crate) fn judge(&self, server: &str, tool: &str, arguments: &Value) -> Verdict {
+    pub(crate) fn judge(&self, server: &str, tool: &str, arguments: &Value) -> Judgement {
+        let mut out = Judgement::default();
         if self.rules.is_empty() {
-            return Verdict::Pass;
+            return out;
         }
+        let mut decided = false;
+        let mut paths = Resolved::default();
         for &i in self.applicable(server, tool).iter() {
             let rule = &self.rules[i as usize];
+            if decided && rule.action != ArgumentAction::Redact {
+                continue;
+            }
+            // An allow rule must hold for every value a `*` reaches; the others for any.
+            let every = rule.action == ArgumentAction::Allow;
             let mut unknown = None;
             let mut holds = true;
+            let mut reached = Vec::new();
             for condition in &rule.when {
-                match condition.held(arguments) {
+                match condition.held(arguments, every, &mut paths, &mut reached) {
                     Held::Yes => {}
                     Held::No => {
                         holds = false;
@@ -143,13 +150,14 @@ impl ArgumentRules {
                 .unwrap_or_default();
             match (rule.action, unknown) {
                 (ArgumentAction::Block, Some(why)) => {
-                    return Verdict::Block(format!(
+                    out.block = Some(format!(
                         "{} cannot judge the arguments ({why}); blocked{because}",
                         rule.label
                     ));
+                    decided = true;
                 }
                 (ArgumentAction::Block, None) => {
-                    return Verdict::Block(format!(
+                    out.block = Some(format!(
                         "arguments refused by {}{}",
                         rule.label,
                         if because.is_empty() {
@@ -158,26 +166,30 @@ impl ArgumentRules {
                             because
                         }
                     ));
+                    decided = true;
                 }
-                (_, Some(_)) => continue,
-                (ArgumentAction::Allow, None) => return Verdict::Pass,
-                (ArgumentAction::Redact, None) => {
-                    return Verdict::Redact {
-                        reason: format!("arguments redacted by {}{because}", rule.label),
-                        pointers: rule
-                            .when
-                            .iter()
-                            .filter(|c| !matches!(c.test, Test::Present(false)))
-                            .map(|c| c.pointer.clone())
-                            .collect(),
-                    };
+                (ArgumentAction::Allow, None) => decided = true,
+                (ArgumentAction::Allow, Some(_)) => {}
+                (ArgumentAction::Redact, _) => {
+                    for pointer in reached {
+                        if !out.redact.contains(&pointer) {
+                            out.redact.push(pointer);
+                        }
+                    }
+                    out.redacted_by
+                        .push(format!("arguments redacted by {}{because}", rule.label));
                 }
             }
         }
-        Verdict::Pass
+        out
     }
 
     fn applicable(&self, server: &str, tool: &str) -> Arc<[u32]> {
+        // Names are the caller's: a long one is matched each time, never kept (helper-28:
+        // 1 MB names cached 100,000 deep).
+        if server.len() + tool.len() > MAX_CACHED_NAME {
+            return self.matching(server, tool);
+        }
         let key = (server.to_owned(), tool.to_owned());
         if let Some(hit) = self
             .applicable
@@ -187,13 +199,7 @@ impl ArgumentRules {
         {
             return hit.clone();
         }
-        let found: Arc<[u32]> = self
-            .rules
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.server.matches(server) && r.tool.matches(tool))
-            .map(|(i, _)| i as u32)
-            .collect();
+        let found = self.matching(server, tool);
         let mut cache = self
             .applicable
             .write()
@@ -203,6 +209,17 @@ impl ArgumentRules {
         }
         cache.insert(key, found.clone());
         found
+    }
+}
+
+impl ArgumentRules {
+    fn matching(&self, server: &str, tool: &str) -> Arc<[u32]> {
+        self.rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.server.matches(server) && r.tool.matches(tool))
+            .map(|(i, _)| i as u32)
+            .collect()
     }
 }
 
@@ -243,31 +260,190 @@ impl Rule {
     }
 }
 
+/// Paths already resolved on the host during one judgement (`path_prefix`), by their text.
+#[derive(Default)]
+struct Resolved(HashMap<String, Option<String>>);
+
+impl Resolved {
+    /// `path` with symlinks resolved as the host resolves them now: the longest part of it
+    /// that exists, made real, and the rest as written (normalized). `None` when nothing of it
+    /// resolves.
+    fn real(&mut self, path: &str) -> Option<String> {
+        if let Some(hit) = self.0.get(path) {
+            return hit.clone();
+        }
+        let mut head = std::path::PathBuf::from(path);
+        let mut rest: Vec<std::ffi::OsString> = Vec::new();
+        let real = loop {
+            if let Ok(real) = std::fs::canonicalize(&head) {
+                let mut real = real;
+                for part in rest.iter().rev() {
+                    real.push(part);
+                }
+                break real.to_str().and_then(normalized);
+            }
+            match (head.file_name().map(|f| f.to_owned()), head.parent()) {
+                (Some(name), Some(parent)) => {
+                    rest.push(name);
+                    head = parent.to_path_buf();
+                }
+                _ => break None,
+            }
+        };
+        self.0.insert(path.to_owned(), real.clone());
+        real
+    }
+}
+
+/// One value a pointer reaches: (its concrete pointer, the value), or why it cannot be
+/// followed (a scalar where the pointer goes on: a server may decode a string holding JSON,
+/// as the Python SDK does for non-`str` parameters; helper-28).
+enum Reach<'v> {
+    Value(String, &'v Value),
+    Through(String),
+}
+
+/// Every value `pointer` reaches in `root`; a `*` segment stands for every element or member.
+fn reach<'v>(root: &'v Value, pointer: &str) -> Vec<Reach<'v>> {
+    if pointer.is_empty() {
+        return vec![Reach::Value(String::new(), root)];
+    }
+    let mut at: Vec<(String, &'v Value)> = vec![(String::new(), root)];
+    let mut through = Vec::new();
+    for raw in pointer[1..].split('/') {
+        let key = raw.replace("~1", "/").replace("~0", "~");
+        let mut next = Vec::new();
+        for (path, v) in at {
+            match v {
+                Value::Object(map) if raw == "*" => {
+                    for (k, c) in map {
+                        next.push((
+                            format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")),
+                            c,
+                        ));
+                    }
+                }
+                Value::Array(items) if raw == "*" => {
+                    for (i, c) in items.iter().enumerate() {
+                        next.push((format!("{path}/{i}"), c));
+                    }
+                }
+                Value::Object(map) => {
+                    if let Some(c) = map.get(&key) {
+                        next.push((format!("{path}/{raw}"), c));
+                    }
+                }
+                Value::Array(items) => {
+                    if let Some(c) = key.parse::<usize>().ok().and_then(|i| items.get(i)) {
+                        next.push((format!("{path}/{raw}"), c));
+                    }
+                }
+                Value::Null => {}
+                scalar => through.push(Reach::Through(format!(
+                    "{} is {} where {pointer} goes on (a server may read it as JSON)",
+                    if path.is_empty() {
+                        "the arguments"
+                    } else {
+                        &path
+                    },
+                    kind(scalar)
+                ))),
+            }
+        }
+        at = next;
+    }
+    let mut out: Vec<Reach<'v>> = at.into_iter().map(|(p, v)| Reach::Value(p, v)).collect();
+    out.extend(through);
+    out
+}
+
 impl Condition {
-    fn held(&self, arguments: &Value) -> Held {
-        let value = arguments.pointer(&self.pointer);
-        let p = &self.pointer;
-        match (&self.test, value) {
-            (Test::Present(want), v) => yes_if(v.is_some() == *want),
-            (_, None) => Held::No,
-            (Test::Glob(_, m), Some(v)) => match v.as_str() {
+    /// Whether the condition holds; `every`: for every value a `*` reaches (else for any).
+    /// `reached` gets the concrete pointers of the values it looked at.
+    fn held(
+        &self,
+        arguments: &Value,
+        every: bool,
+        paths: &mut Resolved,
+        reached: &mut Vec<String>,
+    ) -> Held {
+        let found = reach(arguments, &self.pointer);
+        if let Test::Present(want) = self.test {
+            if let Some(Reach::Through(why)) = found.iter().find(|r| matches!(r, Reach::Through(_)))
+            {
+                return Held::Unknown(why.clone());
+            }
+            let present = !found.is_empty();
+            if present {
+                reached.extend(found.iter().filter_map(|r| match r {
+                    Reach::Value(p, _) => Some(p.clone()),
+                    Reach::Through(_) => None,
+                }));
+            }
+            return yes_if(present == want);
+        }
+        if found.is_empty() {
+            return Held::No;
+        }
+        let (mut yes, mut no, mut unknown) = (false, false, None);
+        for r in &found {
+            let held = match r {
+                Reach::Through(why) => Held::Unknown(why.clone()),
+                Reach::Value(p, v) => {
+                    reached.push(p.clone());
+                    self.test_value(p, v, paths)
+                }
+            };
+            match held {
+                Held::Yes => yes = true,
+                Held::No => no = true,
+                Held::Unknown(why) => {
+                    unknown.get_or_insert(why);
+                }
+            }
+        }
+        match (every, yes, no, unknown) {
+            (true, _, true, _) => Held::No,
+            (false, true, _, _) => Held::Yes,
+            (_, _, _, Some(why)) => Held::Unknown(why),
+            (true, _, false, None) => Held::Yes,
+            (false, false, _, None) => Held::No,
+        }
+    }
+
+    fn test_value(&self, p: &str, v: &Value, paths: &mut Resolved) -> Held {
+        match &self.test {
+            Test::Present(_) => Held::Yes,
+            Test::Glob(_, m) => match v.as_str() {
                 Some(s) => yes_if(m.is_match(s)),
                 None => Held::Unknown(format!("{p} is {}, not a string", kind(v))),
             },
-            (Test::Regex(r), Some(v)) => match v.as_str() {
+            Test::Regex(r) => match v.as_str() {
                 Some(s) => yes_if(r.is_match(s)),
                 None => Held::Unknown(format!("{p} is {}, not a string", kind(v))),
             },
-            (Test::PathPrefix(prefix), Some(v)) => match v.as_str() {
+            Test::PathPrefix(prefix) => match v.as_str() {
                 Some(s) => match normalized(s) {
-                    Some(path) => yes_if(under(&path, prefix)),
+                    // As written and as the host resolves it now (symlinks, `..` after one,
+                    // `/proc/self/root`): both under the prefix or both not, else unknown.
+                    Some(path) => match (
+                        under(&path, prefix),
+                        paths.real(s).map(|r| under(&r, prefix)),
+                    ) {
+                        (true, Some(true)) => Held::Yes,
+                        (false, Some(false)) => Held::No,
+                        (lexical, None) => yes_if(lexical),
+                        _ => Held::Unknown(format!(
+                            "{p} {s:?} reads as one place and resolves through a symlink to another, one of them under {prefix}"
+                        )),
+                    },
                     None => Held::Unknown(format!(
                         "{p} {s:?} is not an absolute path, so whether it lies under {prefix} depends on the server's directory"
                     )),
                 },
                 None => Held::Unknown(format!("{p} is {}, not a path", kind(v))),
             },
-            (Test::Range(range), Some(v)) => match v.as_f64() {
+            Test::Range(range) => match v.as_f64() {
                 Some(n) => {
                     yes_if(range.min.is_none_or(|lo| n >= lo) && range.max.is_none_or(|hi| n <= hi))
                 }

@@ -284,22 +284,24 @@ impl Policy {
     ) -> Decision {
         let mut redact = Vec::new();
         let mut reasons: Vec<String> = alert.into_iter().collect();
+        // Redaction holds whatever is decided: a refused call's record hides the values too.
+        let refuse = |why: String, redact: Vec<String>| {
+            let mut decision = self.finish(Action::Block, why, Some(identity()));
+            decision.redact = redact;
+            decision
+        };
         if let Some(arguments) = arguments {
-            match self.arguments.judge(server_id, tool, arguments) {
-                arguments::Verdict::Pass => {}
-                arguments::Verdict::Block(block) => {
-                    return self.finish(Action::Block, block, Some(identity()));
-                }
-                arguments::Verdict::Redact { reason, pointers } => {
-                    reasons.push(reason);
-                    redact = pointers;
-                }
+            let judged = self.arguments.judge(server_id, tool, arguments);
+            redact = judged.redact;
+            reasons.extend(judged.redacted_by);
+            if let Some(block) = judged.block {
+                return refuse(block, redact);
             }
         }
         if let Some(stage) = spend
             && let Some(block) = self.limits.try_acquire(server_id, tool, stage)
         {
-            return self.finish(Action::Block, block, Some(identity()));
+            return refuse(block, redact);
         }
         Decision {
             action: Action::Allow,

@@ -412,3 +412,56 @@ fn a_second_message_start_does_not_unblock_a_blocked_block() {
     assert!(!text.contains("\"name\":\"mcp__fs__delete\""), "{text}");
     assert!(text.contains("blocked by policy"), "{text}");
 }
+
+/// Issue 16: a call argument rules judge is held until its input is whole, then passed as it
+/// came or replaced — at every split of the stream.
+#[test]
+fn a_call_argument_rules_judge_is_held_until_its_input_is_whole() {
+    let input = stream(&["mcp__srv__guarded", "mcp__srv__guarded"]);
+    let out = assert_split_invariant(Dialect::Anthropic, &[], &input);
+    let values = data_values(&out);
+    assert_eq!(
+        tool_names(&values),
+        vec!["mcp__srv__guarded"],
+        "the second call is gone"
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.contains("SECRET_1") && !text.contains("SECRET_2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("argument rule of the test"),
+        "the model is told why"
+    );
+    assert_eq!(stop_reason(&values).as_deref(), Some("tool_use"));
+    let (_, records) = run(Dialect::Anthropic, &[], &input);
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].decision.action, Action::Allow);
+    assert_eq!(
+        records[0].input,
+        Some(serde_json::json!({"a": "[toolwall:redacted]"})),
+        "redacted in the record"
+    );
+    assert_eq!(records[1].decision.action, Action::Block);
+    // Only the guarded call was held: the stream otherwise is as it came.
+    let plain = stream(&["mcp__srv__guarded"]);
+    assert_eq!(run(Dialect::Anthropic, &[], &plain).0, plain);
+}
+
+#[test]
+fn a_held_call_past_the_buffer_or_cut_short_never_leaves() {
+    let input = stream(&["mcp__srv__guarded"]);
+    let (out, _, closed) = run_chunks(Dialect::Anthropic, &[], &[&input], 400);
+    assert!(closed, "past the bound the stream ends");
+    assert!(!String::from_utf8_lossy(&out).contains("guarded"));
+    // Cut after the call's last input delta, before its stop.
+    let text = String::from_utf8_lossy(&input).into_owned();
+    let last_delta = text.rfind("input_json_delta").expect("a delta");
+    let cut = last_delta + text[last_delta..].find("\n\n").expect("its end") + 2;
+    assert!(text[cut..].starts_with("event: content_block_stop"));
+    let (out, records, _) = run_chunks(Dialect::Anthropic, &[], &[&input[..cut]], 1 << 20);
+    assert!(!String::from_utf8_lossy(&out).contains("guarded"));
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].decision.action, Action::Block);
+}

@@ -41,7 +41,7 @@ pub(in crate::llm) fn rewrite_body(cx: &mut Cx, text: &str) -> serde_json::Resul
                     .arguments
                     .as_deref()
                     .and_then(|a| serde_json::from_str(a).ok());
-                let decision = cx.check(name, None);
+                let decision = cx.check_complete(name, None, f.arguments.as_deref());
                 if decision.is_blocked() {
                     messages.push_str(&blocked_message(name, &decision.reason));
                     legacy_blocked = true;
@@ -55,27 +55,33 @@ pub(in crate::llm) fn rewrite_body(cx: &mut Cx, text: &str) -> serde_json::Resul
             // A function call, a custom one (`"type":"custom"`), or an entry with both objects
             // (each SDK reads the one its `type` names): every name present is judged, and the
             // entry goes if any is blocked.
-            let mut judged: Vec<(&str, Option<serde_json::Value>)> = Vec::with_capacity(1);
+            // (name, recorded input, the arguments' JSON text when they are a function's).
+            let mut judged: Vec<(&str, Option<serde_json::Value>, Option<&str>)> =
+                Vec::with_capacity(1);
             if let Some(f) = &call.function {
                 let input = f
                     .arguments
                     .as_deref()
                     .and_then(|a| serde_json::from_str(a).ok());
-                judged.push((f.name.as_deref().unwrap_or_default(), input));
+                judged.push((
+                    f.name.as_deref().unwrap_or_default(),
+                    input,
+                    f.arguments.as_deref(),
+                ));
             }
             if let Some(c) = &call.custom {
                 let input = c
                     .input
                     .as_deref()
                     .map(|i| serde_json::Value::from(i.to_owned()));
-                judged.push((c.name.as_deref().unwrap_or_default(), input));
+                judged.push((c.name.as_deref().unwrap_or_default(), input, None));
             }
             if judged.is_empty() {
-                judged.push(("", None));
+                judged.push(("", None, None));
             }
             let mut blocked = false;
-            for (name, input) in judged {
-                let decision = cx.check(name, None);
+            for (name, input, arguments) in judged {
+                let decision = cx.check_complete(name, None, arguments);
                 if decision.is_blocked() && !blocked {
                     blocked = true;
                     messages.push_str(&blocked_message(name, &decision.reason));

@@ -15,7 +15,7 @@ pub(crate) fn judge_item(cx: &mut Cx, item: &Item<'_>, record: bool) -> Option<(
         "function_call" => {
             let name = item.name.as_deref().unwrap_or_default();
             let ns = item.namespace.as_deref();
-            let decision = cx.check(name, ns);
+            let decision = cx.check_complete(name, ns, item.arguments.as_deref());
             let shown = display_name(name, ns);
             let input = item
                 .arguments

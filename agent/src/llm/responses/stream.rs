@@ -25,11 +25,13 @@ enum ItemState {
         decision: Decision,
         judged: Judged,
     },
-    /// A custom tool call held back until its code is complete.
+    /// A custom tool call held back until its code is complete, or a function call argument
+    /// rules judge (its name and namespace) held until its arguments are (issue 16).
     Held {
         events: Vec<Bytes>,
         input: String,
         bytes: usize,
+        function: Option<(String, Option<String>)>,
     },
 }
 
@@ -149,8 +151,27 @@ impl Machine for Responses {
             "response.output_item.done" => self.on_done(cx, raw, &env, &seq, out),
             "response.function_call_arguments.delta" | "response.function_call_arguments.done" => {
                 blocked_in_other_event(cx, &env)?;
-                match self.find(&env).map(|i| &self.items[i].state) {
+                let max = self.max_held;
+                match self.find(&env).map(|i| &mut self.items[i].state) {
                     Some(ItemState::Blocked { .. }) => Ok(()),
+                    Some(ItemState::Held {
+                        events,
+                        input,
+                        bytes,
+                        function: Some(_),
+                    }) => {
+                        if env.ty == "response.function_call_arguments.delta" {
+                            input.push_str(&raw_string(env.delta));
+                        }
+                        *bytes += raw.len();
+                        if *bytes > max {
+                            return Err(Fatal::new(
+                                "a function call held for the argument rules passed proxy.max_stream_buffer_bytes",
+                            ));
+                        }
+                        events.push(raw.clone());
+                        Ok(())
+                    }
                     _ => {
                         out.extend_from_slice(raw);
                         Ok(())
@@ -165,6 +186,7 @@ impl Machine for Responses {
                         events,
                         input,
                         bytes,
+                        ..
                     }) => {
                         if env.ty == "response.custom_tool_call_input.delta" {
                             input.push_str(&raw_string(env.delta));
@@ -212,6 +234,20 @@ impl Machine for Responses {
             match e.state {
                 ItemState::Tracked { name, decision, .. } => {
                     cx.record(name, e.item_id, None, decision)
+                }
+                ItemState::Held {
+                    function: Some((name, namespace)),
+                    ..
+                } => {
+                    let decision = cx.check_at(&name, namespace.as_deref(), crate::decision::CallStage::Inspected).overruled(
+                        "the response ended before the call's arguments, which argument rules judge, were complete".into(),
+                    );
+                    cx.record(
+                        display_name(&name, namespace.as_deref()),
+                        e.item_id,
+                        None,
+                        decision,
+                    );
                 }
                 ItemState::Held { .. } => tracing::warn!(
                     item = %e.item_id,
@@ -279,9 +315,34 @@ impl Responses {
             "function_call" => {
                 let name = item.name.as_deref().unwrap_or_default();
                 let namespace = item.namespace.as_deref();
-                let decision = cx.check(name, namespace);
+                // One argument rules judge: its name asked now (spending nothing), the call
+                // held with its events and decided on its arguments at `done`.
+                let held = cx.needs_arguments(name, namespace);
+                let decision = if held {
+                    cx.check_at(name, namespace, crate::decision::CallStage::Inspected)
+                } else {
+                    cx.check(name, namespace)
+                };
                 let shown = display_name(name, namespace);
                 let call_id = item.call_id.as_deref().unwrap_or(&item_id).to_owned();
+                if held && !decision.is_blocked() {
+                    if raw.len() > self.max_held {
+                        return Err(Fatal::new(
+                            "a function call held for the argument rules passed proxy.max_stream_buffer_bytes",
+                        ));
+                    }
+                    self.push_item(Entry {
+                        output_index: index,
+                        item_id,
+                        state: ItemState::Held {
+                            events: vec![raw.clone()],
+                            input: item.arguments.as_deref().unwrap_or_default().to_owned(),
+                            bytes: raw.len(),
+                            function: Some((name.to_owned(), namespace.map(str::to_owned))),
+                        },
+                    });
+                    return Ok(());
+                }
                 if decision.is_blocked() {
                     let text = blocked_message(&shown, &decision.reason);
                     let message_id = format!("msg_toolwall_{item_id}");
@@ -318,6 +379,7 @@ impl Responses {
                         events: vec![raw.clone()],
                         input,
                         bytes: raw.len(),
+                        function: None,
                     },
                 });
             }
@@ -403,6 +465,52 @@ impl Responses {
                     cx.record(name, call_id, input, decision);
                 }
                 out.extend_from_slice(raw);
+            }
+            ItemState::Held {
+                function: Some(_), ..
+            } => {
+                let entry = self.remove_item(pos);
+                let ItemState::Held {
+                    events,
+                    input,
+                    function: Some((name, namespace)),
+                    ..
+                } = entry.state
+                else {
+                    return Ok(());
+                };
+                let arguments = item
+                    .as_ref()
+                    .and_then(|i| i.arguments.as_deref())
+                    .map_or(input, str::to_owned);
+                let decision = cx.check_complete(&name, namespace.as_deref(), Some(&arguments));
+                let shown = display_name(&name, namespace.as_deref());
+                let call_id = item
+                    .as_ref()
+                    .and_then(|i| i.call_id.as_deref())
+                    .unwrap_or(&entry.item_id)
+                    .to_owned();
+                let input = serde_json::from_str(&arguments).ok();
+                if decision.is_blocked() {
+                    let text = blocked_message(&shown, &decision.reason);
+                    let message_id = format!("msg_toolwall_{}", entry.item_id);
+                    write_message_open(out, seq, index, &message_id, &text);
+                    write_message_done(out, seq, index, &message_id, &text);
+                    self.push_item(Entry {
+                        output_index: index,
+                        item_id: entry.item_id,
+                        state: ItemState::Blocked { message_id, text },
+                    });
+                } else {
+                    if let Some(item) = &item {
+                        self.mark_passed(entry.item_id, Judged::item(item));
+                    }
+                    for e in events {
+                        out.extend_from_slice(&e);
+                    }
+                    out.extend_from_slice(raw);
+                }
+                cx.record(shown, call_id, input, decision);
             }
             ItemState::Held { .. } => {
                 let entry = self.remove_item(pos);

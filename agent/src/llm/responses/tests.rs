@@ -518,3 +518,35 @@ fn code_mode_spellings_are_normalised_before_the_scan() {
         );
     }
 }
+
+/// Issue 16: a function call argument rules judge is held from `added` until `done`, then
+/// passed as it came or replaced by a message — at every split of the stream.
+#[test]
+fn a_function_call_argument_rules_judge_is_held_until_done() {
+    let allowed = function_stream("mcp__srv", "guarded");
+    let out = assert_split_invariant(Dialect::OpenAiResponses, &[], &allowed);
+    assert_eq!(out, allowed, "an allowed held call leaves as it came");
+    let (_, records) = run(Dialect::OpenAiResponses, &[], &allowed);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].decision.action, Action::Allow);
+    assert_eq!(records[0].input, Some(serde_json::json!({"a": "SECRET"})));
+
+    let text = String::from_utf8_lossy(&allowed).replace(r#"RET\"}"#, r#"RET_2\"}"#);
+    let refused = text.into_bytes();
+    let out = assert_split_invariant(Dialect::OpenAiResponses, &[], &refused);
+    let values = data_values(&out);
+    check_consistent(&values);
+    assert_eq!(output_types(&values), ["message", "message"]);
+    let shown = String::from_utf8_lossy(&out);
+    assert!(
+        !shown.contains("RET_2") && !shown.contains("\"SEC"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("argument rule of the test"),
+        "the model is told why"
+    );
+    let (_, records) = run(Dialect::OpenAiResponses, &[], &refused);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].decision.action, Action::Block);
+}

@@ -3,6 +3,14 @@ use serde_json::json;
 use super::*;
 use crate::config::Config;
 
+fn pass() -> Judgement {
+    Judgement::default()
+}
+
+fn blocked(j: &Judgement) -> bool {
+    j.block.is_some()
+}
+
 fn rules(yaml: &str) -> ArgumentRules {
     let config = Config::parse(
         &format!("sandbox:\n  mcp:\n    argument_rules:\n{yaml}"),
@@ -19,7 +27,7 @@ fn a_path_rule_blocks_one_call_of_a_tool_and_allows_another() {
     let r = rules(ETC);
     assert_eq!(
         r.judge("files", "write_file", &json!({"path": "/tmp/x"})),
-        Verdict::Pass
+        pass()
     );
     for path in [
         "/etc/passwd",
@@ -30,20 +38,22 @@ fn a_path_rule_blocks_one_call_of_a_tool_and_allows_another() {
     ] {
         let verdict = r.judge("files", "write_file", &json!({ "path": path }));
         assert!(
-            matches!(&verdict, Verdict::Block(why) if why.contains("\"no-etc\"") && why.contains("/path is under /etc")),
+            verdict.block.as_deref().is_some_and(
+                |why| why.contains("\"no-etc\"") && why.contains("/path is under /etc")
+            ),
             "{path}: {verdict:?}"
         );
     }
     // Whole segments only; other tools are not this rule's.
     assert_eq!(
         r.judge("files", "write_file", &json!({"path": "/etcetera/x"})),
-        Verdict::Pass
+        pass()
     );
     assert_eq!(
         r.judge("files", "read_file", &json!({"path": "/etc/passwd"})),
-        Verdict::Pass
+        pass()
     );
-    assert_eq!(r.judge("files", "write_file", &json!({})), Verdict::Pass);
+    assert_eq!(r.judge("files", "write_file", &json!({})), pass());
 }
 
 #[test]
@@ -58,7 +68,10 @@ fn what_a_block_rule_cannot_judge_is_blocked_and_an_allow_rule_does_not_hold() {
     ] {
         let verdict = r.judge("files", "write_file", &args);
         assert!(
-            matches!(&verdict, Verdict::Block(why) if why.contains("cannot judge")),
+            verdict
+                .block
+                .as_deref()
+                .is_some_and(|why| why.contains("cannot judge")),
             "{args}: {verdict:?}"
         );
     }
@@ -67,16 +80,18 @@ fn what_a_block_rule_cannot_judge_is_blocked_and_an_allow_rule_does_not_hold() {
     );
     assert_eq!(
         allow.judge("s", "write_file", &json!({"path": "/home/u/notes"})),
-        Verdict::Pass
+        pass()
     );
-    assert!(matches!(
-        allow.judge("s", "write_file", &json!({"path": "notes"})),
-        Verdict::Block(_)
-    ));
-    assert!(matches!(
-        allow.judge("s", "write_file", &json!({"path": "/home/u/../v/x"})),
-        Verdict::Block(_)
-    ));
+    assert!(blocked(&allow.judge(
+        "s",
+        "write_file",
+        &json!({"path": "notes"})
+    )));
+    assert!(blocked(&allow.judge(
+        "s",
+        "write_file",
+        &json!({"path": "/home/u/../v/x"})
+    )));
 }
 
 #[test]
@@ -86,11 +101,12 @@ fn glob_regex_range_and_presence() {
         "      - tool: write_file\n        action: block\n        when:\n          - pointer: /path\n            glob: '**/*.env'\n",
         "      - tool: transfer\n        action: block\n        when:\n          - pointer: /amount\n            range: { min: 1000 }\n          - pointer: /approved_by\n            present: false\n",
     ));
-    let block =
-        |s: &str, t: &str, a: serde_json::Value| matches!(r.judge(s, t, &a), Verdict::Block(_));
+    let block = |s: &str, t: &str, a: serde_json::Value| blocked(&r.judge(s, t, &a));
     assert!(block("shell", "run", json!({"cmd": "pip install x"})));
     assert!(
-        matches!(r.judge("shell", "run", &json!({"cmd": "pip install x"})), Verdict::Block(why) if why.ends_with(": no package installs"))
+        r.judge("shell", "run", &json!({"cmd": "pip install x"}))
+            .block
+            .is_some_and(|why| why.ends_with(": no package installs"))
     );
     assert!(!block("shell", "run", json!({"cmd": "echo pip install"})));
     assert!(!block("other", "run", json!({"cmd": "pip install x"})));
@@ -118,15 +134,13 @@ fn redact_keeps_the_call_and_names_the_pointers() {
         "      - name: tokens\n        tool: '*'\n        action: redact\n        when:\n          - pointer: /token\n            present: true\n",
     );
     let args = json!({"token": "s3cret", "q": "x"});
-    let Verdict::Redact { reason, pointers } = r.judge("s", "search", &args) else {
-        panic!("redacted");
-    };
-    assert!(reason.contains("\"tokens\""), "{reason}");
+    let judged = r.judge("s", "search", &args);
+    assert!(judged.redacted_by[0].contains("\"tokens\""), "{judged:?}");
     assert_eq!(
-        redacted(&args, &pointers),
+        redacted(&args, &judged.redact),
         json!({"token": REDACTED, "q": "x"})
     );
-    assert_eq!(r.judge("s", "search", &json!({"q": "x"})), Verdict::Pass);
+    assert_eq!(r.judge("s", "search", &json!({"q": "x"})), pass());
 }
 
 #[test]
@@ -137,13 +151,97 @@ fn first_rule_that_holds_decides_and_apply_to_says_which_tools_are_judged() {
     ));
     assert_eq!(
         r.judge("s", "write_file", &json!({"path": "/tmp/a"})),
-        Verdict::Pass
+        pass()
     );
-    assert!(matches!(
-        r.judge("s", "write_file", &json!({"path": "/var/a"})),
-        Verdict::Block(_)
-    ));
+    assert!(blocked(&r.judge(
+        "s",
+        "write_file",
+        &json!({"path": "/var/a"})
+    )));
     assert!(r.apply_to("s", "write_file") && r.apply_to("s", "write_note"));
     assert!(!r.apply_to("s", "read_file"));
     assert!(!ArgumentRules::default().apply_to("s", "write_file"));
+}
+
+/// helper-28's attack on argument rules, each class held.
+#[test]
+fn strings_holding_json_every_element_symlinks_and_redaction_whatever_decides() {
+    // B1: a scalar where the pointer goes on cannot be judged (the SDK decodes JSON strings).
+    let r = rules(
+        "      - tool: read_files\n        action: block\n        when:\n          - pointer: /paths/0\n            path_prefix: /etc\n",
+    );
+    assert!(blocked(&r.judge(
+        "s",
+        "read_files",
+        &json!({"paths": "[\"/etc/hostname\"]"})
+    )));
+    assert!(!blocked(&r.judge(
+        "s",
+        "read_files",
+        &json!({"paths": ["/tmp/x"]})
+    )));
+    // B2: `*` reaches every element: any one under /etc blocks; an allow rule needs them all.
+    let r = rules(concat!(
+        "      - tool: read_many\n        action: allow\n        when:\n          - pointer: /paths/*\n            path_prefix: /tmp\n",
+        "      - tool: read_many\n        action: block\n        when:\n          - pointer: /paths/*\n            path_prefix: /\n",
+    ));
+    assert!(!blocked(&r.judge(
+        "s",
+        "read_many",
+        &json!({"paths": ["/tmp/a", "/tmp/b"]})
+    )));
+    assert!(blocked(&r.judge(
+        "s",
+        "read_many",
+        &json!({"paths": ["/tmp/a", "/etc/hostname"]})
+    )));
+    // B3: a path that reads as one place and resolves to another cannot be judged.
+    let dir = tempfile::tempdir().expect("dir");
+    let real = std::fs::canonicalize(dir.path()).expect("real");
+    std::fs::create_dir(real.join("secret")).expect("dir");
+    std::os::unix::fs::symlink(real.join("secret"), real.join("link")).expect("symlink");
+    let r = rules(&format!(
+        "      - tool: read_file\n        action: block\n        when:\n          - pointer: /path\n            path_prefix: {}\n",
+        real.join("secret").display()
+    ));
+    let via_link = format!("{}/link/x", real.display());
+    assert!(blocked(&r.judge(
+        "s",
+        "read_file",
+        &json!({ "path": via_link })
+    )));
+    assert!(!blocked(&r.judge(
+        "s",
+        "read_file",
+        &json!({"path": "/tmp/elsewhere"})
+    )));
+    let etc = rules(ETC);
+    assert!(blocked(&etc.judge(
+        "s",
+        "write_file",
+        &json!({"path": "/proc/self/root/etc/passwd"})
+    )));
+    // R1–R3: redaction holds when another rule refuses or allows first, and for values it
+    // cannot read.
+    let r = rules(concat!(
+        "      - tool: '*'\n        action: allow\n        when:\n          - pointer: /path\n            path_prefix: /tmp\n",
+        "      - tool: run\n        action: block\n        when:\n          - pointer: /cmd\n            regex: 'rm '\n",
+        "      - tool: '*'\n        action: redact\n        when:\n          - pointer: /token\n            regex: '.'\n",
+    ));
+    let refused = r.judge("s", "run", &json!({"cmd": "rm -rf /", "token": "S1"}));
+    assert!(
+        blocked(&refused) && refused.redact == ["/token"],
+        "{refused:?}"
+    );
+    let allowed = r.judge("s", "echo", &json!({"path": "/tmp/x", "token": "S2"}));
+    assert!(
+        !blocked(&allowed) && allowed.redact == ["/token"],
+        "{allowed:?}"
+    );
+    let odd = r.judge("s", "echo", &json!({"token": ["S3"]}));
+    assert_eq!(odd.redact, ["/token"], "{odd:?}");
+    assert_eq!(
+        redacted(&json!({"token": ["S3"]}), &odd.redact),
+        json!({"token": REDACTED})
+    );
 }

@@ -130,6 +130,29 @@ fn the_shim_refuses_one_call_of_a_tool_allows_another_and_redacts_the_record() {
     ];
     let report = python_client("stdio", &stdio_argv(&shim), &calls());
     check(&report, &db);
+
+    // The registry now knows get-sum's inputSchema (`a` is a number): `config check` refuses a
+    // rule whose string test could never hold on it, with the file and line.
+    let wrong = dir.path().join("wrong.yaml");
+    std::fs::write(
+        &wrong,
+        format!(
+            "store:\n  path: {}\nsandbox:\n  mcp:\n    argument_rules:\n      - tool: get-sum\n        action: block\n        when:\n          - pointer: /a\n            regex: '^1'\n",
+            db.display()
+        ),
+    )
+    .expect("config");
+    let out = Command::new(toolwall_tests::toolwall_bin())
+        .args(["config", "check"])
+        .arg(&wrong)
+        .output()
+        .expect("config check");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("wrong.yaml:9") && said.contains("everything/get-sum: /a is declared number"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -239,6 +239,70 @@ print(json.dumps(out))
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_sdks_see_blocked_calls_replaced() {
+    official_sdks_see(Arc::new(DenyGetSum), "denied by rule").await;
+}
+
+/// Issue 16: an argument rule (here: `get-sum` with `b` = 41) refuses the call on what it
+/// asks; every call of the tools with rules (get-sum and echo) is held until its arguments are
+/// whole, and what the SDKs assemble is as valid as with a name rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_sdks_see_calls_refused_for_their_arguments() {
+    official_sdks_see(Arc::new(GetSumArguments), "b is 41").await;
+}
+
+/// `get-sum` (any spelling) is refused when its `b` is 41; `echo` is judged on its
+/// arguments too (and allowed).
+struct GetSumArguments;
+
+impl GetSumArguments {
+    fn tool(call: &CallQuery<'_>) -> Option<String> {
+        let full = match call.namespace {
+            Some(ns) => format!("{ns}__{}", call.name),
+            None => call.name.to_owned(),
+        };
+        full.strip_prefix("mcp__everything__").map(str::to_owned)
+    }
+}
+
+impl Gate for GetSumArguments {
+    fn check_call(&self, call: &CallQuery<'_>) -> Decision {
+        let Some(tool) = Self::tool(call) else {
+            return Decision::not_mcp();
+        };
+        let blocked = (tool == "get-sum" || tool == "get_sum")
+            && call.arguments.is_some_and(|a| a["b"] == 41);
+        Decision {
+            action: if blocked {
+                Action::Block
+            } else {
+                Action::Allow
+            },
+            reason: if blocked {
+                "b is 41".into()
+            } else {
+                String::new()
+            },
+            tool: Some(ToolIdentity {
+                server_id: "everything".into(),
+                server_type: "stdio".into(),
+                server_addr: String::new(),
+                tool,
+                tool_hash: String::new(),
+            }),
+            redact: Vec::new(),
+        }
+    }
+
+    fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
+        Self::tool(call).is_some()
+    }
+
+    fn check_listed(&self, _: &str, _: &str, _: &Value) -> Decision {
+        Decision::not_mcp()
+    }
+}
+
+async fn official_sdks_see(gate: Arc<dyn Gate>, reason: &str) {
     let python = toolwall_tests::python();
     let upstream = fake_upstream().await;
     let (sink, mut events) = EventSink::channel();
@@ -249,9 +313,7 @@ async fn official_sdks_see_blocked_calls_replaced() {
         session_id: "sdk".into(),
         ..LlmProxySettings::default()
     };
-    let proxy = LlmProxy::bind(settings, Arc::new(DenyGetSum), sink)
-        .await
-        .expect("bind");
+    let proxy = LlmProxy::bind(settings, gate, sink).await.expect("bind");
     let addr = proxy.local_addr().expect("addr");
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let server = tokio::spawn(proxy.run(async {
@@ -277,7 +339,7 @@ async fn official_sdks_see_blocked_calls_replaced() {
     );
     let out: Value = serde_json::from_slice(&output.stdout).expect("script prints JSON");
     let blocked_text =
-        "[toolwall] Tool 'mcp__everything__get-sum' blocked by policy: denied by rule";
+        format!("[toolwall] Tool 'mcp__everything__get-sum' blocked by policy: {reason}");
 
     // Anthropic, streamed, partial: get-sum replaced, echo intact, stop_reason still tool_use.
     let s = &out["anthropic_stream"];
@@ -323,7 +385,7 @@ async fn official_sdks_see_blocked_calls_replaced() {
     assert_eq!(s["output"][0]["type"], "message", "{s}");
     assert_eq!(
         s["text"],
-        "[toolwall] Tool 'mcp__everything__get_sum' blocked by policy: denied by rule"
+        format!("[toolwall] Tool 'mcp__everything__get_sum' blocked by policy: {reason}")
     );
 
     let mut actions = Vec::new();

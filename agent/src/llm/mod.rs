@@ -190,8 +190,19 @@ impl Cx {
         namespace: Option<&str>,
         arguments: Option<&str>,
     ) -> Decision {
+        self.complete_at(name, namespace, arguments, CallStage::Proposed)
+    }
+
+    /// [`Cx::check_complete`] at `stage` (an inspection spends no budget).
+    fn complete_at(
+        &self,
+        name: &str,
+        namespace: Option<&str>,
+        arguments: Option<&str>,
+        stage: CallStage,
+    ) -> Decision {
         if !self.needs_arguments(name, namespace) {
-            return self.check(name, namespace);
+            return self.check_at(name, namespace, stage);
         }
         let text = arguments.map(str::trim).filter(|t| !t.is_empty());
         let parsed = match text {
@@ -203,11 +214,11 @@ impl Cx {
                 server_id: None,
                 name,
                 namespace,
-                stage: CallStage::Proposed,
+                stage,
                 arguments: Some(&value),
             }),
             Err(error) => {
-                let decision = self.check(name, namespace);
+                let decision = self.check_at(name, namespace, stage);
                 if decision.is_blocked() {
                     decision
                 } else {

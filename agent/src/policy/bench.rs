@@ -82,13 +82,17 @@ pub fn bench_rule_evaluation(n_rules: usize, iterations: u64) -> Duration {
     start.elapsed() / u32::try_from(iterations.max(1)).unwrap_or(u32::MAX)
 }
 
-/// Mean time of one [`Gate::check_call`] with the call's `arguments`, under `n_rules` name
-/// rules and `n_arg_rules` argument rules (issue 16 goal: < 5 µs with 1,000): each tool has a
-/// couple of rules of its own (a path prefix, a regex, a range, presence; allow, block and
-/// redact), every tenth rule applies to every tool, and the calls' arguments are judged by
-/// all that apply without any holding (the slowest path: every condition evaluated).
-pub fn bench_argument_decisions(n_arg_rules: usize, iterations: u64) -> Duration {
-    let (policy, tools) = setup_with(0, n_arg_rules);
+/// Mean time of one [`Gate::check_call`] with the call's `arguments` under `n_arg_rules`
+/// argument rules (issue 16 goal: < 5 µs with 1,000): each tool has a couple of rules of its
+/// own (a path prefix, a regex, a range, presence; allow, block and redact), every
+/// `global_every`-th rule applies to every tool, and the calls' arguments are judged by all
+/// that apply without any holding (the slowest path: every condition evaluated).
+pub fn bench_argument_decisions(
+    n_arg_rules: usize,
+    global_every: usize,
+    iterations: u64,
+) -> Duration {
+    let (policy, tools) = setup_with(0, n_arg_rules, global_every);
     let arguments = json!({
         "path": "/home/user/project/src/../src/main.rs",
         "cmd": "cargo build --release",
@@ -117,7 +121,7 @@ pub fn bench_argument_decisions(n_arg_rules: usize, iterations: u64) -> Duration
 }
 
 /// The argument rules of [`bench_argument_decisions`]; none of them holds for its calls.
-fn argument_rules(n: usize) -> Vec<ArgumentRule> {
+fn argument_rules(n: usize, global_every: usize) -> Vec<ArgumentRule> {
     (0..n)
         .map(|i| {
             let condition = |pointer: &str| ArgumentCondition {
@@ -158,12 +162,12 @@ fn argument_rules(n: usize) -> Vec<ArgumentRule> {
             let s = i % SERVERS;
             ArgumentRule {
                 name: Some(format!("rule-{i}")),
-                server: if i % 10 == 0 {
+                server: if i % global_every == 0 {
                     "*".to_owned()
                 } else {
                     format!("srv-{s}")
                 },
-                tool: if i % 10 == 0 {
+                tool: if i % global_every == 0 {
                     "*".to_owned()
                 } else {
                     format!("s{s}_tool_{}", i % TOOLS_PER_SERVER)
@@ -182,10 +186,14 @@ fn argument_rules(n: usize) -> Vec<ArgumentRule> {
 
 /// The policy and every registered (server, tool).
 fn setup(n_rules: usize) -> (Policy, Vec<(String, String)>) {
-    setup_with(n_rules, 0)
+    setup_with(n_rules, 0, 1)
 }
 
-fn setup_with(n_rules: usize, n_arg_rules: usize) -> (Policy, Vec<(String, String)>) {
+fn setup_with(
+    n_rules: usize,
+    n_arg_rules: usize,
+    global_every: usize,
+) -> (Policy, Vec<(String, String)>) {
     let mut config = Config::default();
     let mcp = &mut config.sandbox.mcp;
     mcp.servers = (0..SERVERS)
@@ -221,7 +229,7 @@ fn setup_with(n_rules: usize, n_arg_rules: usize) -> (Policy, Vec<(String, Strin
             mcp.denied_tools.push(rule);
         }
     }
-    mcp.argument_rules = argument_rules(n_arg_rules);
+    mcp.argument_rules = argument_rules(n_arg_rules, global_every.max(1));
     mcp.version_pinning.enabled = true;
     mcp.rate_limits.enabled = true;
     mcp.rate_limits.default_rpm = u32::MAX;

@@ -33,10 +33,15 @@ use std::{
 
 use serde_json::Value;
 
-pub(crate) use arguments::{ArgumentRules, redacted};
+pub(crate) use arguments::{ArgumentRules, redacted, schema_mismatch};
 #[cfg(feature = "bench")]
 pub use bench::{bench_argument_decisions, bench_decisions, bench_rule_evaluation};
 pub(crate) use deny::DenyList;
+
+/// A name glob as the rules compile it (`toolwall config check` selects tools with it).
+pub(crate) fn glob(source: &str) -> glob::Glob {
+    glob::Glob::new(source)
+}
 pub(crate) use rate::{Clock, MonotonicClock, RateLimiter};
 pub(crate) use rules::{ServerRules, ToolRules};
 

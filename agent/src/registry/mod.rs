@@ -547,8 +547,8 @@ impl Registry {
         addrs
     }
 
-    /// The stored JSON definition of a tool, as the server last listed it.
-    #[cfg(test)]
+    /// The stored JSON definition of a tool, as the server last listed it (`toolwall config
+    /// check` reads its `inputSchema`).
     pub(crate) fn definition(
         &self,
         server_id: &str,

@@ -262,7 +262,6 @@ pub(super) fn trust_first(
 }
 
 /// The stored definition of one tool (for the CLI's detail view).
-#[cfg(test)]
 pub(super) fn definition(
     conn: &Connection,
     server_id: &str,

@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 
 use super::edit::{ChoiceEdit, rewrite, template_of};
 use super::{CallView, ChoiceView, DeltaView, TOOL_KEYS};
-use crate::decision::Decision;
+use crate::decision::{CallStage, Decision};
 use crate::llm::json::{RawObject, quote, raw_from_json};
 use crate::llm::{Cx, Fatal, Keys, Machine, blocked_message, push_capped};
 use crate::sse::write_event;
@@ -103,10 +103,12 @@ impl Call {
             if names[..i].contains(name) {
                 continue;
             }
-            let decision = if last && i == 0 {
-                cx.check(name, None)
-            } else {
-                cx.inspect(name)
+            // The choice finished: the arguments are whole, and the function's names are
+            // judged on them too (argument rules; issue 16) — the events were held till now.
+            let decision = match (last, i) {
+                (true, 0) => cx.check_complete(name, None, Some(&self.args)),
+                (true, 1) => cx.complete_at(name, None, Some(&self.args), CallStage::Inspected),
+                _ => cx.inspect(name),
             };
             if decision.is_blocked() {
                 self.blocked = Some(((*name).to_owned(), decision));

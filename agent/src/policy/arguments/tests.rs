@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::config::Config;
+use crate::config::{ArgumentCondition, Config};
 
 fn pass() -> Judgement {
     Judgement::default()
@@ -243,5 +243,39 @@ fn strings_holding_json_every_element_symlinks_and_redaction_whatever_decides() 
     assert_eq!(
         redacted(&json!({"token": ["S3"]}), &odd.redact),
         json!({"token": REDACTED})
+    );
+}
+
+#[test]
+fn a_condition_that_cannot_hold_on_a_declared_schema_is_named() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "a": {"type": "number"},
+            "path": {"type": "string"},
+            "files": {"type": "array", "items": {"type": "string"}}
+        },
+        "additionalProperties": false
+    });
+    let condition = |pointer: &str, yaml_test: &str| {
+        let yaml = format!("pointer: {pointer}\n{yaml_test}\n");
+        serde_yaml_ng::from_str::<ArgumentCondition>(&yaml).expect("condition")
+    };
+    let why = |c: ArgumentCondition| schema_mismatch(&c, &schema);
+    assert!(why(condition("/a", "glob: '*'")).is_some_and(|w| w.contains("declared number")));
+    assert!(
+        why(condition("/path", "range: {min: 1}")).is_some_and(|w| w.contains("declared string"))
+    );
+    assert!(why(condition("/nope", "present: true")).is_some_and(|w| w.contains("no property")));
+    assert_eq!(why(condition("/a", "range: {min: 1}")), None);
+    assert_eq!(why(condition("/files/*", "path_prefix: /etc")), None);
+    assert!(why(condition("/files/0", "range: {max: 1}")).is_some());
+    // An open schema says nothing about keys it does not list.
+    assert_eq!(
+        schema_mismatch(
+            &condition("/nope", "present: true"),
+            &json!({"type": "object"})
+        ),
+        None
     );
 }

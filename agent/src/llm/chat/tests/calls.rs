@@ -166,3 +166,38 @@ fn a_repeated_key_hiding_a_call_ends_the_stream_even_failing_open() {
     assert!(!text.contains("SECRET"), "{text}");
     assert!(text.contains("toolwall_blocked"), "{text}");
 }
+
+/// Issue 16: the calls of a choice are held until it finishes; then a call argument rules
+/// judge is decided on its whole arguments — one of two calls of the same tool refused, the
+/// other kept (renumbered), at every split.
+#[test]
+fn argument_rules_judge_a_finished_choices_calls_on_their_whole_arguments() {
+    let input = chunks(&[
+        ROLE,
+        &first("mcp__fs__guarded", 0, 0),
+        &args(0, 0, "{\\\"a\\\":\\\"SECRET_"),
+        &args(0, 0, "2\\\"}"),
+        &first("mcp__fs__guarded", 1, 0),
+        &args(1, 0, "{\\\"a\\\":\\\"SECRET_1\\\"}"),
+        &finish(0, "tool_calls"),
+    ]);
+    let out = assert_split_invariant(Dialect::OpenAiChat, &[], &input);
+    let got = assemble(&data_values(&out));
+    assert_eq!(
+        got[0].1,
+        vec![(
+            "mcp__fs__guarded".to_owned(),
+            r#"{"a":"SECRET_1"}"#.to_owned()
+        )],
+        "{got:?}"
+    );
+    assert!(got[0].0.contains("argument rule of the test"), "{got:?}");
+    assert!(
+        !String::from_utf8_lossy(&out).contains("SECRET_\""),
+        "the refused call's fragments never leave"
+    );
+    let (_, records) = run(Dialect::OpenAiChat, &[], &input);
+    let actions: Vec<Action> = records.iter().map(|r| r.decision.action).collect();
+    assert_eq!(actions, [Action::Block, Action::Allow], "{records:?}");
+    assert_eq!(records[1].input, Some(json!({"a": "[toolwall:redacted]"})));
+}

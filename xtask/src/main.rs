@@ -3,7 +3,8 @@
 //! - `setup`      install the eBPF toolchain (Debian packages + bpf-linker), only what is missing
 //! - `peers`      install the real test peers (Python SDKs in a venv, reference MCP servers)
 //! - `build-ebpf` build the kernel programs and say where the object is
-//! - `run`        setup, build, and start `toolwall run` in the foreground (embedded default)
+//! - `run`        setup, build the release profile, and start `toolwall run` in the foreground
+//!   (embedded default)
 //! - `test`       setup, peers, and every check: fmt, clippy, unit, end-to-end, privileged
 //! - `bench`      build release, install peers, and run the benchmarks, as ratios against a
 //!   baseline measured in the same run
@@ -34,7 +35,8 @@ enum Task {
     Peers,
     /// Build the eBPF programs (through agent/build.rs) and report the object.
     BuildEbpf,
-    /// Set up, build and run the daemon in the foreground; extra args go to `toolwall run`.
+    /// Set up, build (release) and run the daemon in the foreground; extra args go to
+    /// `toolwall run`.
     Run {
         /// Arguments for `toolwall run`, e.g. `-- --config my.yaml`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -78,11 +80,12 @@ fn main() -> ExitCode {
 }
 
 /// `cargo xtask run`: the daemon replaces this process, so Ctrl-C and SIGTERM reach it directly.
+/// It is the release build (issue 17: a user's first proxy must not be an unoptimised one).
 fn run(args: &[String]) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     setup::setup_if_possible()?;
-    step::cargo(&["build", "-p", "agent"])?;
-    let bin = step::target_dir().join("debug/toolwall");
+    step::cargo(&["build", "--release", "-p", "agent"])?;
+    let bin = step::target_dir().join("release/toolwall");
     eprintln!("xtask: starting {} run {}", bin.display(), args.join(" "));
     let error = std::process::Command::new(&bin)
         .arg("run")

@@ -33,6 +33,16 @@ static TOOL_OR_BLOCK: LazyLock<Keys> =
 /// `message_stop`, in one pass).
 static QUIET: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["tool_use\"", "\"message_"]));
 
+/// The event types the SDKs read as message events (the SSE event name selects them).
+const BLOCK_EVENTS: [&str; 6] = [
+    "message_start",
+    "message_delta",
+    "message_stop",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+];
+
 /// The envelope fields every Anthropic stream event may carry.
 #[derive(Deserialize)]
 struct Envelope<'a> {
@@ -148,6 +158,25 @@ impl Machine for Anthropic {
                 return Ok(());
             }
         };
+        // The SDKs dispatch on the SSE event name and skip `ping` and nameless events: data
+        // read under another name than its own type is read differently by them (helper-29: a
+        // `content_block_delta` named `ping` added input only toolwall saw). Where a call is
+        // concerned, the two must agree.
+        if (self.held.is_some()
+            || !self.tracked.is_empty()
+            || !self.blocked.is_empty()
+            || TOOL_USE.any_in(body))
+            && BLOCK_EVENTS.contains(&env.ty.as_ref())
+            && crate::sse::SseEvent::new(raw).name() != Some(env.ty.as_bytes())
+        {
+            return Err(Fatal::new(format!(
+                "a '{}' event under the SSE event name {:?}: the SDKs would read it otherwise",
+                env.ty,
+                crate::sse::SseEvent::new(raw)
+                    .name()
+                    .map(String::from_utf8_lossy)
+            )));
+        }
         if self.held.is_some() {
             return self.on_held(cx, raw, &env, out);
         }

@@ -381,6 +381,15 @@ impl<'a> SseEvent<'a> {
         Lines { rest: self.raw }
     }
 
+    /// The event type as a client's parser reads it: the last `event:` field (`None`: none,
+    /// which the SDKs treat as a `message` they skip).
+    pub(crate) fn name(&self) -> Option<&'a [u8]> {
+        self.lines().fold(None, |name, (line, _)| match line {
+            Line::Field(b"event", v) => Some(v),
+            _ => name,
+        })
+    }
+
     /// The data buffer: `data:` values joined by `\n`; borrowed when there is a single `data:`
     /// line (the common case, no allocation), `None` when the event has no data field.
     pub(crate) fn data(&self) -> Option<Cow<'a, [u8]>> {

@@ -373,8 +373,43 @@ fn a_blocked_tool_use_in_an_unexpected_event_ends_the_stream() {
     let text = String::from_utf8_lossy(&out);
     assert!(!text.contains("SECRET"), "{text}");
     assert!(text.contains("response stopped"), "{text}");
+    // Allowed too, a `message_stop` under another SSE event name is read otherwise by the
+    // SDKs (they dispatch on the name): where a tool use is concerned, the stream ends.
     let (allowed, _) = run(Dialect::Anthropic, &[], &input);
-    assert_eq!(allowed, input);
+    assert!(
+        String::from_utf8_lossy(&allowed).contains("under the SSE event name"),
+        "{}",
+        String::from_utf8_lossy(&allowed)
+    );
+}
+
+/// helper-29: a `content_block_delta` under the SSE event name `ping` (or none) is skipped by
+/// the SDKs; toolwall counted its input. While a call is held such an event ends the stream.
+#[test]
+fn an_input_delta_the_sdks_skip_ends_the_stream() {
+    let mut events: Vec<(String, String)> = vec![
+        ("message_start".into(), START.into()),
+        ("content_block_start".into(), r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"mcp__fs__guarded","input":{}}}"#.into()),
+        ("content_block_delta".into(), r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":5"}}"#.into()),
+    ];
+    for name in ["ping", ""] {
+        events.push((name.into(), r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"."}}"#.into()));
+        let refs: Vec<(&str, &str)> = events
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        let (out, _, closed) = run_chunks(Dialect::Anthropic, &[], &[&sse(&refs)], 1 << 20);
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            closed || text.contains("under the SSE event name"),
+            "{name:?}: {text}"
+        );
+        assert!(
+            !text.contains("guarded"),
+            "{name:?}: nothing of the held call left: {text}"
+        );
+        events.pop();
+    }
 }
 
 /// An event with no `type` is valid JSON, not malformed: with `fail_open` too, a blocked tool

@@ -121,9 +121,27 @@ impl Judged {
         Judged(h.finalize().into())
     }
 
-    /// The fingerprint of an item as it stands (`input` only counts for custom tool calls,
-    /// whose code is what is judged; a function call's arguments are not).
+    /// The fingerprint of an item as it stands, what it was judged on included: a custom tool
+    /// call's code, a function call's arguments (argument rules judge them: a final
+    /// `response.completed` item with other arguments than those passed is judged again;
+    /// helper-29).
     fn item(item: &Item<'_>) -> Self {
+        let input = match item.ty.as_ref() {
+            "custom_tool_call" => item.input.as_deref().unwrap_or_default(),
+            "function_call" => item.arguments.as_deref().unwrap_or_default(),
+            _ => "",
+        };
+        Judged::of(
+            &item.ty,
+            item.name.as_deref().unwrap_or_default(),
+            item.namespace.as_deref(),
+            input,
+        )
+    }
+
+    /// The fingerprint of what an item calls, without its arguments: a function call allowed
+    /// at `added` (its arguments still empty) is judged again at `done` only if this changed.
+    fn named(item: &Item<'_>) -> Self {
         let input = if item.ty == "custom_tool_call" {
             item.input.as_deref().unwrap_or_default()
         } else {

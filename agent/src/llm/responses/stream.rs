@@ -354,8 +354,8 @@ impl Responses {
                         state: ItemState::Blocked { message_id, text },
                     });
                 } else {
-                    let judged = Judged::item(&item);
-                    self.mark_passed(item_id.clone(), judged);
+                    self.mark_passed(item_id.clone(), Judged::item(&item));
+                    let judged = Judged::named(&item);
                     if decision.tool.is_some() {
                         self.push_item(Entry {
                             output_index: index,
@@ -420,7 +420,7 @@ impl Responses {
                 write_message_done(out, seq, index, message_id, text);
             }
             ItemState::Tracked { judged, .. }
-                if item.as_ref().is_some_and(|i| Judged::item(i) != *judged) =>
+                if item.as_ref().is_some_and(|i| Judged::named(i) != *judged) =>
             {
                 // Allowed at `added` under another name (or type): what the agent's SDK
                 // keeps is this item, so it is judged again as it is now. The decision taken
@@ -453,6 +453,10 @@ impl Responses {
             ItemState::Tracked { .. } => {
                 let entry = self.remove_item(pos);
                 if let ItemState::Tracked { name, decision, .. } = entry.state {
+                    if let Some(item) = &item {
+                        // Passed with these arguments: a final copy with others is judged again.
+                        self.mark_passed(entry.item_id.clone(), Judged::item(item));
+                    }
                     let input = item
                         .as_ref()
                         .and_then(|i| i.arguments.as_deref())

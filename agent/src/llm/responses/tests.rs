@@ -550,3 +550,32 @@ fn a_function_call_argument_rules_judge_is_held_until_done() {
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0].decision.action, Action::Block);
 }
+
+/// helper-29: the final `response.completed` carries the passed call with other arguments
+/// (the SDK's `get_final_response` returns those): it is judged again on them.
+#[test]
+fn a_final_copy_with_other_arguments_is_judged_again() {
+    let stream = String::from_utf8_lossy(&function_stream("mcp__srv", "guarded")).into_owned();
+    let at = stream
+        .rfind(r#"SECRET\""#)
+        .expect("the final copy's arguments");
+    let changed = format!(
+        "{}SECRET_2{}",
+        &stream[..at],
+        &stream[at + "SECRET".len()..]
+    );
+    let out = assert_split_invariant(Dialect::OpenAiResponses, &[], changed.as_bytes());
+    let values = data_values(&out);
+    let completed = values
+        .iter()
+        .find(|v| v["type"] == "response.completed")
+        .expect("completed");
+    let text = completed.to_string();
+    assert!(!text.contains("SECRET_2"), "{text}");
+    assert!(text.contains("argument rule of the test"), "{text}");
+    let (_, records) = run(Dialect::OpenAiResponses, &[], changed.as_bytes());
+    assert!(
+        records.iter().any(|r| r.decision.action == Action::Block),
+        "{records:?}"
+    );
+}

@@ -47,7 +47,7 @@ fn check(report: &Value, db: &Path) {
     assert_eq!(calls[1]["error"]["code"], -32602, "{report}");
     let refusal = calls[1]["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        refusal.starts_with("Arguments refused by toolwall")
+        refusal.starts_with("toolwall: arguments refused by argument rule")
             && refusal.contains("\"small-sums\"")
             && refusal.contains("need a person"),
         "the client is told why: {refusal}"

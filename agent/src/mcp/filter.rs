@@ -397,7 +397,7 @@ impl Filter {
                             error_response(
                                 id,
                                 INVALID_PARAMS,
-                                &format!("Arguments refused by toolwall: {}", decision.reason),
+                                &format!("toolwall: {}", decision.reason),
                             )
                         } else {
                             unknown_tool(id, &params.name)

@@ -259,11 +259,20 @@ impl Policy {
         spend: Option<CallStage>,
         arguments: Option<&Value>,
     ) -> Decision {
+        let refuse = |why: String| {
+            self.refused_with_redaction(
+                why,
+                entry.identity(),
+                &entry.server_id,
+                &entry.tool,
+                arguments,
+            )
+        };
         if let Some(block) = self.static_verdict(entry) {
-            return self.finish(Action::Block, block.to_string(), Some(entry.identity()));
+            return refuse(block.to_string());
         }
         let alert = match self.pinning_verdict(&entry.server_id, &entry.tool, &entry.tool_hash) {
-            Err(block) => return self.finish(Action::Block, block, Some(entry.identity())),
+            Err(block) => return refuse(block),
             Ok(alert) => alert,
         };
         self.decide_arguments(
@@ -274,6 +283,23 @@ impl Policy {
             alert,
             || entry.identity(),
         )
+    }
+
+    /// A refusal on the name (or pinning): its record still hides what the redact rules hide
+    /// (helper-30: a call blocked by name was recorded with its token).
+    fn refused_with_redaction(
+        &self,
+        why: String,
+        identity: ToolIdentity,
+        server_id: &str,
+        tool: &str,
+        arguments: Option<&Value>,
+    ) -> Decision {
+        let mut decision = self.finish(Action::Block, why, Some(identity));
+        if let Some(arguments) = arguments {
+            decision.redact = self.arguments.judge(server_id, tool, arguments).redact;
+        }
+        decision
     }
 
     /// Steps 5–6 once the name passed: the argument rules (when the layer gave the
@@ -333,18 +359,19 @@ impl Policy {
             tool: tool.to_string(),
             tool_hash: String::new(),
         };
+        let refuse = |why: String| {
+            self.refused_with_redaction(why, identity.clone(), server_id, tool, arguments)
+        };
         if self.fail_closed {
-            return self.finish(
-                Action::Block,
-                format!("unknown tool {tool:?} of server {server_id:?}, fail closed"),
-                Some(identity),
-            );
+            return refuse(format!(
+                "unknown tool {tool:?} of server {server_id:?}, fail closed"
+            ));
         }
         if let Some(block) = self.evaluate_static(server_id, tool, "") {
-            return self.finish(Action::Block, block, Some(identity));
+            return refuse(block);
         }
         let alert = match self.pinning_verdict(server_id, tool, "") {
-            Err(block) => return self.finish(Action::Block, block, Some(identity)),
+            Err(block) => return refuse(block),
             Ok(alert) => alert,
         };
         self.decide_arguments(server_id, tool, arguments, spend, alert, || {

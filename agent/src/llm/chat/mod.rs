@@ -49,12 +49,13 @@
 //! stream buffer limit (`max_stream_buffer_bytes`), past which the stream ends with an error
 //! (fail closed). Arguments assembled to record an allowed MCP call are a copy of held bytes.
 //!
-//! After a choice's `finish_reason`, an entry for a blocked call is dropped and an
-//! arguments-only entry for an allowed call passes (renumbered); a new call or a name fragment
-//! for an allowed call in a finished choice ends the stream (its decision has left already).
+//! After a choice's `finish_reason`, an entry for a blocked call is dropped; arguments, a new
+//! call or a name fragment for an allowed call in a finished choice end the stream (its
+//! decision has left already, on the arguments it had then).
 //! Entries in `custom` objects (`"type":"custom"`) are judged the same way, as a name of their
-//! own. The legacy single `function_call` is judged on every fragment; a blocked one ends the
-//! stream (no replacement protocol).
+//! own. The legacy single `function_call` is judged on every fragment; a blocked one, or one of
+//! a tool argument rules judge (its arguments are not held), ends the stream (no replacement
+//! protocol).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;

@@ -337,6 +337,18 @@ impl Chat {
                             cx.record(name.clone(), String::new(), None, decision);
                             return Err(Fatal::new(format!("blocked function_call '{name}'")));
                         }
+                        // Its arguments are not held here: a tool argument rules judge cannot
+                        // come in this form (helper-30), it ends the stream.
+                        if cx.needs_arguments(legacy, None) {
+                            let name = legacy.clone();
+                            let refused = decision.overruled(
+                                "a legacy function_call of a tool argument rules judge: its arguments are not held for judging in this form; refused".into(),
+                            );
+                            cx.record(name.clone(), String::new(), None, refused);
+                            return Err(Fatal::new(format!(
+                                "function_call '{name}' of a tool argument rules judge"
+                            )));
+                        }
                     }
                     dv.tool_calls.unwrap_or_default()
                 }
@@ -410,7 +422,22 @@ impl Chat {
             return match cs.calls.get(&index).map(|c| c.state) {
                 // Dropped when released.
                 Some(State::Blocked) => Ok(()),
-                Some(State::Allowed(_)) if !names_something => Ok(()),
+                // Nothing more of a kept call after its choice finished: arguments then were
+                // judged by no one, yet the SDKs append them (helper-30: `{"a":500}` after
+                // `finish_reason` reached the SDK past an argument rule).
+                Some(State::Allowed(_))
+                    if !names_something
+                        && call
+                            .function
+                            .as_ref()
+                            .and_then(|f| f.arguments.as_deref())
+                            .is_none_or(str::is_empty) =>
+                {
+                    Ok(())
+                }
+                Some(State::Allowed(_)) if !names_something => Err(Fatal::new(format!(
+                    "arguments for tool call {index} of choice {choice} after the choice finished"
+                ))),
                 Some(_) => Err(Fatal::new(format!(
                     "tool call {index} of choice {choice} renamed after its choice finished"
                 ))),

@@ -340,3 +340,35 @@ fn bench_runs_and_reports_a_duration() {
     // Speed is the bench's business (`cargo xtask bench policy`), not a test's.
     assert!(per_decision > Duration::ZERO && per_evaluation > Duration::ZERO);
 }
+
+/// helper-30: a call refused by its name still has its record redacted, and a call refused for
+/// its arguments, and one the rate limit refuses.
+#[test]
+fn redaction_holds_for_calls_refused_by_name_arguments_or_rate() {
+    let p = policy(
+        "sandbox:\n  mcp:\n    denied_tools:\n      - tool: get-env\n    rate_limits:\n      enabled: true\n      default_rpm: 1\n      default_burst: 1\n    argument_rules:\n      - tool: get-sum\n        action: block\n        when:\n          - pointer: /a\n            range: { min: 100 }\n      - action: redact\n        when:\n          - pointer: /token\n            regex: '.'\n",
+    );
+    let args = json!({"a": 500, "token": "S"});
+    let with = |server: &'static str, name: &'static str, args: &'static Value| CallQuery {
+        arguments: Some(args),
+        ..on(server, name)
+    };
+    let args: &'static Value = Box::leak(Box::new(args));
+    let by_name = p.check_call(&with("srv", "get-env", args));
+    assert!(
+        by_name.is_blocked() && by_name.redact == ["/token"],
+        "{by_name:?}"
+    );
+    let by_arguments = p.check_call(&with("srv", "get-sum", args));
+    assert!(
+        by_arguments.is_blocked() && by_arguments.redact == ["/token"],
+        "{by_arguments:?}"
+    );
+    let small: &'static Value = Box::leak(Box::new(json!({"a": 1, "token": "S"})));
+    assert!(!p.check_call(&with("srv", "echo", small)).is_blocked());
+    let by_rate = p.check_call(&with("srv", "echo", small));
+    assert!(
+        by_rate.is_blocked() && by_rate.redact == ["/token"],
+        "{by_rate:?}"
+    );
+}

@@ -201,3 +201,29 @@ fn argument_rules_judge_a_finished_choices_calls_on_their_whole_arguments() {
     assert_eq!(actions, [Action::Block, Action::Allow], "{records:?}");
     assert_eq!(records[1].input, Some(json!({"a": "[toolwall:redacted]"})));
 }
+
+/// helper-30: arguments for a kept call after its choice finished, and a legacy
+/// `function_call` of a tool argument rules judge, end the stream.
+#[test]
+fn arguments_after_the_finish_and_legacy_calls_of_judged_tools_end_the_stream() {
+    let late = chunks(&[
+        ROLE,
+        &first("mcp__fs__guarded", 0, 0),
+        &finish(0, "tool_calls"),
+        &args(0, 0, "{\\\"a\\\":\\\"SECRET_2\\\"}"),
+    ]);
+    let (out, _, closed) = run_chunks(Dialect::OpenAiChat, &[], &[&late], 1 << 20);
+    let text = String::from_utf8_lossy(&out);
+    assert!(closed, "{text}");
+    assert!(!text.contains("SECRET_2"), "{text}");
+    let legacy = chunks(&[
+        r#"{"index":0,"delta":{"role":"assistant","function_call":{"name":"mcp__fs__guarded","arguments":""}},"finish_reason":null}"#,
+        r#"{"index":0,"delta":{"function_call":{"arguments":"{\"a\":\"SECRET_2\"}"}},"finish_reason":null}"#,
+        &finish(0, "function_call"),
+    ]);
+    let (out, records, closed) = run_chunks(Dialect::OpenAiChat, &[], &[&legacy], 1 << 20);
+    assert!(closed);
+    assert!(!String::from_utf8_lossy(&out).contains("SECRET_2"));
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].decision.action, Action::Block);
+}

@@ -299,3 +299,53 @@ async fn batch_results_are_relayed_behind_the_backstop() {
         }
     }
 }
+
+/// Issue 15 (helper-27: one response of endless blocked calls queued 193 MB): the stream pump
+/// reads upstream only while the event queue has room. With a queue of one byte that nobody
+/// drains, what upstream sends after the first record waits unread; drained, it flows.
+#[tokio::test]
+async fn a_stream_waits_for_room_in_the_event_queue() {
+    let stream = anthropic_stream(&["mcp__fs__delete"]);
+    let start = memchr::memmem::find(&stream, b"\"tool_use\"").expect("tool_use");
+    let cut = start + memchr::memmem::find(&stream[start..], b"\n\n").expect("end") + 2;
+    let (go_tx, go_rx) = oneshot::channel();
+    let steps = vec![
+        Step::Send(sse_head("")),
+        Step::Send(chunk(&stream[..cut])),
+        Step::Wait(go_rx),
+        Step::Send(chunk(&stream[cut..])),
+        Step::Send(b"0\r\n\r\n".to_vec()),
+    ];
+    let (upstream, _head) = fake_upstream(steps).await;
+    let (proxy, mut events, _stop) =
+        start_proxy_with(upstream, &["mcp__fs__delete"], EventSink::with_limit(1)).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("blocked by policy") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("the replacement arrives")
+            .expect("frame")
+            .expect("ok");
+        got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]));
+    }
+    // Upstream sends the rest; the queue holds the blocked call's record and nobody drains it.
+    let _ = go_tx.send(());
+    let waited = tokio::time::timeout(Duration::from_millis(700), body.frame()).await;
+    assert!(
+        waited.is_err(),
+        "nothing more is read while the queue is full: {waited:?}"
+    );
+    // The writer takes the record: the stream goes on to its end.
+    events.recv().await.expect("the record");
+    let rest = tokio::time::timeout(Duration::from_secs(5), body.collect())
+        .await
+        .expect("the rest flows once there is room")
+        .expect("body")
+        .to_bytes();
+    assert!(String::from_utf8_lossy(&rest).contains("message_stop"));
+}

@@ -102,6 +102,15 @@ async fn start_proxy(
     upstream: SocketAddr,
     blocked: &[&'static str],
 ) -> (SocketAddr, crate::events::EventQueue, oneshot::Sender<()>) {
+    start_proxy_with(upstream, blocked, EventSink::channel()).await
+}
+
+/// [`start_proxy`] recording into the given sink and queue.
+async fn start_proxy_with(
+    upstream: SocketAddr,
+    blocked: &[&'static str],
+    (sink, rx): (EventSink, crate::events::EventQueue),
+) -> (SocketAddr, crate::events::EventQueue, oneshot::Sender<()>) {
     let settings = LlmProxySettings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         anthropic_upstream: format!("http://{upstream}"),
@@ -109,7 +118,6 @@ async fn start_proxy(
         session_id: "s1".into(),
         ..LlmProxySettings::default()
     };
-    let (sink, rx) = EventSink::channel();
     let proxy = LlmProxy::bind(settings, gate(blocked), sink)
         .await
         .expect("bind proxy");

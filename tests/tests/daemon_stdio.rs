@@ -942,8 +942,10 @@ fn privileged_a_request_handed_to_another_session_starts_nothing() {
 /// A declared server that reads its stdin and answers nothing.
 const QUIET_SERVER: &str = "import sys\nfor line in sys.stdin:\n    pass\n";
 
-/// The agent sends four `tools/call`s whose `arguments` are 12 MiB of `[0,0,…]` each.
-const BIG_CALLS: &str = r#"
+/// What a hostile agent runs first: it asks the daemon to start the declared server `quiet`
+/// (`POST /api/stdio`, as `toolwall shim` does) and hands over the pipes it then writes
+/// (`w_in`) and reads (`r_out`).
+const RELAY_OPEN: &str = r#"
 import json, os, socket, time
 u = socket.socket(socket.AF_UNIX)
 u.connect(os.environ["TOOLWALL_API_SOCKET"])
@@ -957,6 +959,15 @@ r_out, w_out = os.pipe()
 socket.send_fds(u, [b"x"], [r_in, w_out])
 os.close(r_in)
 os.close(w_out)
+"#;
+
+/// `RELAY_OPEN` followed by `rest`.
+fn relay_agent(rest: &str) -> String {
+    format!("{RELAY_OPEN}{rest}")
+}
+
+/// After `RELAY_OPEN`, the agent sends four `tools/call`s whose `arguments` are 12 MiB of `[0,0,…]` each.
+const BIG_CALLS: &str = r#"
 blob = b"[" + b"0," * (6 << 20) + b"0]"
 for i in range(4):
     os.write(w_in, b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{"a":' % (i + 1) + blob + b'}}}\n')
@@ -973,7 +984,7 @@ fn privileged_calls_with_huge_arguments_are_recorded_without_parsing_them() {
     assert!(is_root());
     let dir = shared_dir();
     let server = write(dir.path(), "quiet.py", QUIET_SERVER);
-    let agent = write(dir.path(), "big.py", BIG_CALLS);
+    let agent = write(dir.path(), "big.py", &relay_agent(BIG_CALLS));
     let daemon = Daemon::start(&format!(
         "sandbox:\n  mcp:\n    servers:\n      - id: quiet\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}]\n        user: nobody\n",
         server.display()
@@ -1135,22 +1146,10 @@ fn privileged_a_server_whose_start_races_its_sessions_close_does_not_outlive_it(
     );
 }
 
-/// The agent sends `tools/call`s of ~200 KiB of arguments for `SECONDS`, draining its replies
+/// After `RELAY_OPEN`, the agent sends `tools/call`s of ~200 KiB of arguments for `SECONDS`, draining its replies
 /// in a thread, and prints how many it wrote.
 const FLOOD_CALLS: &str = r#"
-import json, os, socket, threading, time
-u = socket.socket(socket.AF_UNIX)
-u.connect(os.environ["TOOLWALL_API_SOCKET"])
-body = json.dumps({"server_id": "quiet", "command": ["x"], "env": [], "cwd": "/", "deny": [], "max_message_bytes": 1 << 24}).encode()
-u.sendall(b"POST /api/stdio HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: toolwall-stdio\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-head = b""
-while b"\r\n\r\n" not in head:
-    head += u.recv(4096)
-r_in, w_in = os.pipe()
-r_out, w_out = os.pipe()
-socket.send_fds(u, [b"x"], [r_in, w_out])
-os.close(r_in)
-os.close(w_out)
+import threading
 def drain():
     while os.read(r_out, 1 << 16):
         pass
@@ -1216,7 +1215,7 @@ fn flood_calls(shape: &str) -> (u64, u64, u64) {
     let small = SmallDisk::mount();
     let dir = shared_dir();
     let server = write(dir.path(), "quiet.py", QUIET_SERVER);
-    let agent = write(dir.path(), "flood.py", FLOOD_CALLS);
+    let agent = write(dir.path(), "flood.py", &relay_agent(FLOOD_CALLS));
     let mut daemon = Daemon::start_with_db(
         &format!(
             "sandbox:\n  mcp:\n    servers:\n      - id: quiet\n        type: stdio\n        command: /usr/bin/python3\n        args: [{}]\n        user: nobody\n",

@@ -19,16 +19,20 @@ use toolwall::{LlmProxy, LlmProxySettings};
 /// Blocks `mcp__everything__get-sum` (Claude's name) and its Codex form.
 struct DenyGetSum;
 
+/// The `everything` tool a call names (Claude's `mcp__everything__x` or Codex's namespace).
+fn everything_tool(call: &CallQuery<'_>) -> Option<String> {
+    let full = match call.namespace {
+        Some(ns) => format!("{ns}__{}", call.name),
+        None => call.name.to_owned(),
+    };
+    full.strip_prefix("mcp__everything__").map(str::to_owned)
+}
+
 impl Gate for DenyGetSum {
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
-        let full = match call.namespace {
-            Some(ns) => format!("{ns}__{}", call.name),
-            None => call.name.to_owned(),
-        };
-        if !full.starts_with("mcp__everything__") {
+        let Some(tool) = everything_tool(call) else {
             return Decision::not_mcp();
-        }
-        let tool = full.trim_start_matches("mcp__everything__").to_owned();
+        };
         let blocked = tool == "get-sum" || tool == "get_sum";
         Decision {
             action: if blocked {
@@ -254,19 +258,9 @@ async fn official_sdks_see_calls_refused_for_their_arguments() {
 /// arguments too (and allowed).
 struct GetSumArguments;
 
-impl GetSumArguments {
-    fn tool(call: &CallQuery<'_>) -> Option<String> {
-        let full = match call.namespace {
-            Some(ns) => format!("{ns}__{}", call.name),
-            None => call.name.to_owned(),
-        };
-        full.strip_prefix("mcp__everything__").map(str::to_owned)
-    }
-}
-
 impl Gate for GetSumArguments {
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
-        let Some(tool) = Self::tool(call) else {
+        let Some(tool) = everything_tool(call) else {
             return Decision::not_mcp();
         };
         let blocked = (tool == "get-sum" || tool == "get_sum")
@@ -294,7 +288,7 @@ impl Gate for GetSumArguments {
     }
 
     fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
-        Self::tool(call).is_some()
+        everything_tool(call).is_some()
     }
 
     fn check_listed(&self, _: &str, _: &str, _: &Value) -> Decision {

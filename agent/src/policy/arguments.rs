@@ -117,10 +117,15 @@ impl ArgumentRules {
         })
     }
 
+    /// Whether there are no argument rules at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
     /// Whether any rule may judge calls of `tool` on `server`: a layer that sees arguments
     /// arrive in pieces (a streamed LLM response) holds such a call until they are whole.
     pub(crate) fn apply_to(&self, server: &str, tool: &str) -> bool {
-        !self.rules.is_empty() && !self.applicable(server, tool).is_empty()
+        !self.is_empty() && !self.applicable(server, tool).is_empty()
     }
 
     /// Judges `arguments` of a call of `tool` on `server`.

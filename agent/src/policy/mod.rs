@@ -557,6 +557,10 @@ impl Policy {
 impl Gate for Policy {
     fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
         let rules = &self.arguments;
+        // Asked on every call by every layer: without argument rules, no registry lookup.
+        if rules.is_empty() {
+            return false;
+        }
         match self.registry.resolve(call, &self.patterns) {
             Resolution::Found(entry) => {
                 rules.apply_to(&entry.server_id, &entry.tool)

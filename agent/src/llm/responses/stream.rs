@@ -497,14 +497,7 @@ impl Responses {
                 let input = serde_json::from_str(&arguments).ok();
                 if decision.is_blocked() {
                     let text = blocked_message(&shown, &decision.reason);
-                    let message_id = format!("msg_toolwall_{}", entry.item_id);
-                    write_message_open(out, seq, index, &message_id, &text);
-                    write_message_done(out, seq, index, &message_id, &text);
-                    self.push_item(Entry {
-                        output_index: index,
-                        item_id: entry.item_id,
-                        state: ItemState::Blocked { message_id, text },
-                    });
+                    self.replace_held(out, seq, index, entry.item_id, text);
                 } else {
                     if let Some(item) = &item {
                         self.mark_passed(entry.item_id, Judged::item(item));
@@ -530,16 +523,7 @@ impl Responses {
                     None => (input, String::new(), entry.item_id.clone()),
                 };
                 match judge_custom(cx, &name, &call_id, &input) {
-                    Some(text) => {
-                        let message_id = format!("msg_toolwall_{}", entry.item_id);
-                        write_message_open(out, seq, index, &message_id, &text);
-                        write_message_done(out, seq, index, &message_id, &text);
-                        self.push_item(Entry {
-                            output_index: index,
-                            item_id: entry.item_id,
-                            state: ItemState::Blocked { message_id, text },
-                        });
-                    }
+                    Some(text) => self.replace_held(out, seq, index, entry.item_id, text),
                     None => {
                         let judged = Judged::of("custom_tool_call", &name, None, &input);
                         self.mark_passed(entry.item_id, judged);
@@ -552,6 +536,26 @@ impl Responses {
             }
         }
         Ok(())
+    }
+
+    /// A held item refused at its `done`: none of its events left, so a whole message item
+    /// (opened and done) takes its place.
+    fn replace_held(
+        &mut self,
+        out: &mut BytesMut,
+        seq: &str,
+        index: u64,
+        item_id: String,
+        text: String,
+    ) {
+        let message_id = format!("msg_toolwall_{item_id}");
+        write_message_open(out, seq, index, &message_id, &text);
+        write_message_done(out, seq, index, &message_id, &text);
+        self.push_item(Entry {
+            output_index: index,
+            item_id,
+            state: ItemState::Blocked { message_id, text },
+        });
     }
 
     fn on_done_unseen(

@@ -144,18 +144,7 @@ async fn upstream_drop_mid_stream_does_not_hang_or_panic() {
 
 #[tokio::test]
 async fn block_event_recorded_mid_stream_and_client_disconnect_is_survived() {
-    let stream = anthropic_stream(&["mcp__fs__delete"]);
-    // Up to and including the blocked tool_use start, then upstream pauses.
-    let start = memchr::memmem::find(&stream, b"\"tool_use\"").expect("tool_use");
-    let cut = start + memchr::memmem::find(&stream[start..], b"\n\n").expect("end") + 2;
-    let (go_tx, go_rx) = oneshot::channel();
-    let steps = vec![
-        Step::Send(sse_head("")),
-        Step::Send(chunk(&stream[..cut])),
-        Step::Wait(go_rx),
-        Step::Send(chunk(&stream[cut..])),
-        Step::Send(b"0\r\n\r\n".to_vec()),
-    ];
+    let (steps, go_tx) = paused_after_the_blocked_call();
     let (upstream, _head) = fake_upstream(steps).await;
     let (proxy, mut events, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
     let resp = client()
@@ -163,15 +152,7 @@ async fn block_event_recorded_mid_stream_and_client_disconnect_is_survived() {
         .await
         .expect("response");
     let mut body = resp.into_body();
-    let mut got = Vec::new();
-    while !String::from_utf8_lossy(&got).contains("blocked by policy") {
-        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
-            .await
-            .expect("replacement arrives while upstream is paused")
-            .expect("frame")
-            .expect("ok");
-        got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]));
-    }
+    read_until_replaced(&mut body).await;
     // The decision is in the store already, before the stream is over.
     let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
         .await
@@ -305,17 +286,7 @@ async fn batch_results_are_relayed_behind_the_backstop() {
 /// drains, what upstream sends after the first record waits unread; drained, it flows.
 #[tokio::test]
 async fn a_stream_waits_for_room_in_the_event_queue() {
-    let stream = anthropic_stream(&["mcp__fs__delete"]);
-    let start = memchr::memmem::find(&stream, b"\"tool_use\"").expect("tool_use");
-    let cut = start + memchr::memmem::find(&stream[start..], b"\n\n").expect("end") + 2;
-    let (go_tx, go_rx) = oneshot::channel();
-    let steps = vec![
-        Step::Send(sse_head("")),
-        Step::Send(chunk(&stream[..cut])),
-        Step::Wait(go_rx),
-        Step::Send(chunk(&stream[cut..])),
-        Step::Send(b"0\r\n\r\n".to_vec()),
-    ];
+    let (steps, go_tx) = paused_after_the_blocked_call();
     let (upstream, _head) = fake_upstream(steps).await;
     let (proxy, mut events, _stop) =
         start_proxy_with(upstream, &["mcp__fs__delete"], EventSink::with_limit(1)).await;
@@ -324,15 +295,7 @@ async fn a_stream_waits_for_room_in_the_event_queue() {
         .await
         .expect("response");
     let mut body = resp.into_body();
-    let mut got = Vec::new();
-    while !String::from_utf8_lossy(&got).contains("blocked by policy") {
-        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
-            .await
-            .expect("the replacement arrives")
-            .expect("frame")
-            .expect("ok");
-        got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]));
-    }
+    read_until_replaced(&mut body).await;
     // Upstream sends the rest; the queue holds the blocked call's record and nobody drains it.
     let _ = go_tx.send(());
     let waited = tokio::time::timeout(Duration::from_millis(700), body.frame()).await;
@@ -348,4 +311,34 @@ async fn a_stream_waits_for_room_in_the_event_queue() {
         .expect("body")
         .to_bytes();
     assert!(String::from_utf8_lossy(&rest).contains("message_stop"));
+}
+
+/// An Anthropic stream with one blocked call, sent up to and including that call's start;
+/// the rest goes when the sender is told.
+fn paused_after_the_blocked_call() -> (Vec<Step>, oneshot::Sender<()>) {
+    let stream = anthropic_stream(&["mcp__fs__delete"]);
+    let start = memchr::memmem::find(&stream, b"\"tool_use\"").expect("tool_use");
+    let cut = start + memchr::memmem::find(&stream[start..], b"\n\n").expect("end") + 2;
+    let (go_tx, go_rx) = oneshot::channel();
+    let steps = vec![
+        Step::Send(sse_head("")),
+        Step::Send(chunk(&stream[..cut])),
+        Step::Wait(go_rx),
+        Step::Send(chunk(&stream[cut..])),
+        Step::Send(b"0\r\n\r\n".to_vec()),
+    ];
+    (steps, go_tx)
+}
+
+/// Reads the response until the blocked call's replacement arrived (while upstream pauses).
+async fn read_until_replaced(body: &mut hyper::body::Incoming) {
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("blocked by policy") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("the replacement arrives while upstream is paused")
+            .expect("frame")
+            .expect("ok");
+        got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]));
+    }
 }

@@ -39,7 +39,7 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use mcp_common::{Proc, free_port, wait_port};
+use mcp_common::{Proc, free_port, start_listening, wait_port};
 use serde_json::{Value, json};
 use toolwall_tests::{peers_dir, python, toolwall_bin, workspace_root};
 
@@ -764,21 +764,22 @@ fn start_http(stream: &Stream) -> Result<(Proc, Option<Proc>, u16), String> {
     if !stream.toolwall {
         return Ok((server, None, port));
     }
-    let listen = free_port();
-    let mut proxy = Proc(
-        Command::new(toolwall_bin())
-            .args(["mcp-proxy", "--upstream"])
-            .arg(format!("http://127.0.0.1:{port}/mcp"))
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{listen}"))
-            .args(["--deny", DENY])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stream.stderr_file("proxy"))
-            .spawn()
-            .map_err(|e| format!("cannot start toolwall mcp-proxy: {e}"))?,
-    );
-    wait_port(&mut proxy, listen, "toolwall mcp-proxy");
+    // The proxy's port may be taken between choosing and binding it: tried on another.
+    let (proxy, listen) = start_listening("toolwall mcp-proxy", |listen| {
+        Proc(
+            Command::new(toolwall_bin())
+                .args(["mcp-proxy", "--upstream"])
+                .arg(format!("http://127.0.0.1:{port}/mcp"))
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{listen}"))
+                .args(["--deny", DENY])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(stream.stderr_file("proxy"))
+                .spawn()
+                .expect("start toolwall mcp-proxy"),
+        )
+    });
     Ok((server, Some(proxy), listen))
 }
 

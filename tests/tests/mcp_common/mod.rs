@@ -31,17 +31,42 @@ pub fn free_port() -> u16 {
 
 /// Waits until something accepts on the port (or the process died).
 pub fn wait_port(proc: &mut Proc, port: u16, what: &str) {
+    if let Err(why) = try_wait_port(proc, port, what) {
+        panic!("{why}");
+    }
+}
+
+/// [`wait_port`], saying why it gave up instead of panicking.
+pub fn try_wait_port(proc: &mut Proc, port: u16, what: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
+            return Ok(());
         }
         if let Ok(Some(status)) = proc.0.try_wait() {
-            panic!("{what} exited with {status} before listening on {port}");
+            return Err(format!(
+                "{what} exited with {status} before listening on {port}"
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("{what} did not listen on {port} within 60 s");
+    Err(format!("{what} did not listen on {port} within 60 s"))
+}
+
+/// Starts `spawn(port)` on a port free a moment ago and waits until it listens; the port can
+/// be taken in between by another test's process (tests run in parallel), so a start that
+/// exits before listening is tried again on another port, three times in all.
+pub fn start_listening(what: &str, mut spawn: impl FnMut(u16) -> Proc) -> (Proc, u16) {
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let mut proc = spawn(port);
+        match try_wait_port(&mut proc, port, what) {
+            Ok(()) => return (proc, port),
+            Err(why) => failures.push(why),
+        }
+    }
+    panic!("{what} never listened: {failures:?}");
 }
 
 /// `server-everything` speaking `transport` (`sse` or `streamableHttp`); its URL.
@@ -63,19 +88,19 @@ pub fn server_everything_http(transport: &str) -> (Proc, String) {
 
 /// `toolwall mcp-proxy --upstream URL --listen 127.0.0.1:PORT ARGS...`, ready to serve.
 pub fn proxy(upstream: &str, args: &[&str]) -> (Proc, u16) {
-    let port = free_port();
-    let child = Command::new(toolwall_tests::toolwall_bin())
-        .args(["mcp-proxy", "--upstream", upstream, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolwall mcp-proxy");
-    let mut proc = Proc(child);
-    wait_port(&mut proc, port, "toolwall mcp-proxy");
-    (proc, port)
+    start_listening("toolwall mcp-proxy", |port| {
+        Proc(
+            Command::new(toolwall_tests::toolwall_bin())
+                .args(["mcp-proxy", "--upstream", upstream, "--listen"])
+                .arg(format!("127.0.0.1:{port}"))
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start toolwall mcp-proxy"),
+        )
+    })
 }
 
 fn client_script() -> PathBuf {

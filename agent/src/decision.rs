@@ -27,6 +27,74 @@ impl Action {
     }
 }
 
+/// What the result rules do with a server's message that holds what they look for
+/// (`sandbox.mcp.result_inspection`, `policy/results.rs`); ordered from weakest to strongest.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultAction {
+    /// Not looked for.
+    Off,
+    /// Recorded; the message passes unchanged.
+    Alert,
+    /// Recorded; the message passes with each finding replaced by `[toolwall:redacted:RULE]`.
+    #[default]
+    Redact,
+    /// Recorded; the client gets an error saying why instead of the message.
+    Withhold,
+}
+
+impl ResultAction {
+    /// The YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultAction::Off => "off",
+            ResultAction::Alert => "alert",
+            ResultAction::Redact => "redact",
+            ResultAction::Withhold => "withhold",
+        }
+    }
+}
+
+/// One thing a result rule found in a server's message: where, never the value itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultFinding {
+    /// The rule: a gitleaks rule id (`aws-access-token`) or a configured pattern's name.
+    pub rule: String,
+    /// `secret` (the built-in rule set) or `pattern` (a configured regex).
+    pub kind: String,
+    /// RFC 6901 pointer to the string in the message that holds it (`/result/content/0/text`).
+    pub pointer: String,
+    /// Byte range in that string (decoded).
+    pub start: usize,
+    /// End of the byte range.
+    pub end: usize,
+    /// What this rule does.
+    pub action: ResultAction,
+}
+
+/// The result rules' answer for one server message that holds findings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResultVerdict {
+    /// The strongest action of the findings (what happens to the message).
+    pub action: ResultAction,
+    /// The findings, at most [`ResultVerdict::MAX_FINDINGS`] of them.
+    pub findings: Vec<ResultFinding>,
+    /// How many there were in all.
+    pub total: usize,
+    /// Under `redact`: the message to forward instead, each redacted finding replaced.
+    pub redacted: Option<Vec<u8>>,
+    /// Why, in words.
+    pub reason: String,
+}
+
+impl ResultVerdict {
+    /// Findings kept per message (the rest are counted in `total`): a result of a million
+    /// keys must not make a record of a million entries.
+    pub const MAX_FINDINGS: usize = 64;
+}
+
 /// The registry's view of the tool a decision was about, when it is a known MCP tool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolIdentity {
@@ -137,6 +205,17 @@ pub trait Gate: Send + Sync {
     /// then asks [`Gate::check_call`] with them. No default: a gate that wraps another must
     /// pass the question on, or streamed calls would go unjudged.
     fn needs_arguments(&self, call: &CallQuery<'_>) -> bool;
+
+    /// A message `server_id` sends toward the client (a tool's result, a resource, a
+    /// notification; whole JSON-RPC text): what the result rules find in it, or `None` when
+    /// nothing (it passes as it is). `tool` is the tool whose `tools/call` it answers, when
+    /// the layer knows it (per-tool exemptions apply only then). No default, as above.
+    fn inspect_result(
+        &self,
+        server_id: &str,
+        tool: Option<&str>,
+        message: &[u8],
+    ) -> Option<ResultVerdict>;
 
     /// A tool definition (`tools/list` entry, as JSON) that `server_id` offers: registers it
     /// (hash, version pinning) and says whether clients may see it.

@@ -29,7 +29,9 @@ mod views;
 
 pub use cgroup::{SessionCgroup, cgroup2_mount};
 pub use cli::{Cli, main};
-pub use decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
+pub use decision::{
+    Action, CallQuery, Decision, Gate, ResultAction, ResultFinding, ResultVerdict, ToolIdentity,
+};
 pub use events::{Event, EventSink};
 pub use llm::{LlmProxy, LlmProxySettings};
 pub use netmon::{

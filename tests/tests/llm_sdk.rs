@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use toolwall::{Action, CallQuery, Decision, Gate, ToolIdentity};
+use toolwall::{Action, CallQuery, Decision, Gate, ResultVerdict, ToolIdentity};
 use toolwall::{Event, EventSink};
 use toolwall::{LlmProxy, LlmProxySettings};
 
@@ -58,6 +58,10 @@ impl Gate for DenyGetSum {
 
     fn needs_arguments(&self, _: &CallQuery<'_>) -> bool {
         false
+    }
+
+    fn inspect_result(&self, _: &str, _: Option<&str>, _: &[u8]) -> Option<ResultVerdict> {
+        None
     }
 
     fn check_listed(&self, _: &str, _: &str, _: &Value) -> Decision {
@@ -289,6 +293,10 @@ impl Gate for GetSumArguments {
 
     fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
         everything_tool(call).is_some()
+    }
+
+    fn inspect_result(&self, _: &str, _: Option<&str>, _: &[u8]) -> Option<ResultVerdict> {
+        None
     }
 
     fn check_listed(&self, _: &str, _: &str, _: &Value) -> Decision {

@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::servers::ServerDecl;
+use crate::decision::ResultAction;
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -110,6 +111,62 @@ pub(crate) struct McpConfig {
     /// (`policy/arguments.rs`); first match decides.
     #[serde(default)]
     pub argument_rules: Vec<ArgumentRule>,
+    /// What servers' answers may carry to the client: secrets, configured patterns
+    /// (`policy/results.rs`).
+    #[serde(default)]
+    pub result_inspection: ResultInspectionConfig,
+}
+
+/// `result_inspection:` — detectors run on every message a server sends toward the client.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResultInspectionConfig {
+    /// The built-in secret detectors (gitleaks' rule set, `policy/secrets/`).
+    #[serde(default)]
+    pub secrets: ResultAction,
+    /// Regexes of the owner's own.
+    #[serde(default)]
+    pub patterns: Vec<ResultPattern>,
+    /// Tools whose results some or all rules leave alone (a presigned-URL tool).
+    #[serde(default)]
+    pub exempt: Vec<ResultExemption>,
+}
+
+impl Default for ResultInspectionConfig {
+    fn default() -> Self {
+        ResultInspectionConfig {
+            secrets: ResultAction::Redact,
+            patterns: Vec::new(),
+            exempt: Vec::new(),
+        }
+    }
+}
+
+/// `result_inspection.patterns[]`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResultPattern {
+    /// Named in findings and in `[toolwall:redacted:NAME]`.
+    pub name: String,
+    /// A regex (the `regex` crate, unanchored) on every string of the message.
+    pub regex: String,
+    /// What a match does.
+    #[serde(default)]
+    pub action: ResultAction,
+}
+
+/// `result_inspection.exempt[]`: results of these tools are not inspected by these rules.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResultExemption {
+    /// Server id glob.
+    #[serde(default = "star")]
+    pub server: String,
+    /// Tool name glob.
+    pub tool: String,
+    /// Rule ids (gitleaks ids, pattern names) exempted; empty: every rule.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
 }
 
 impl Default for McpConfig {
@@ -129,6 +186,7 @@ impl Default for McpConfig {
             version_pinning: VersionPinningConfig::default(),
             rate_limits: RateLimitsConfig::default(),
             argument_rules: Vec::new(),
+            result_inspection: ResultInspectionConfig::default(),
         }
     }
 }

@@ -325,6 +325,29 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
         }
     }
 
+    // Result patterns compile, and each has a name of its own (findings and redactions say it).
+    let results = &mcp.result_inspection;
+    let mut names = HashSet::new();
+    for (i, pattern) in results.patterns.iter().enumerate() {
+        let key = format!("{at}.result_inspection.patterns[{i}]");
+        if pattern.name.is_empty() || !names.insert(pattern.name.as_str()) {
+            return Err(check.error(
+                format!("{key}.name"),
+                ("name", pattern.name.as_str(), 0),
+                format!("pattern name {:?} is empty or used twice", pattern.name),
+                "give each pattern a name of its own: findings and `[toolwall:redacted:NAME]` say it",
+            ));
+        }
+        if let Err(why) = compile_deny_regex(&pattern.regex) {
+            return Err(check.error(
+                format!("{key}.regex"),
+                ("regex", pattern.regex.as_str(), 0),
+                why,
+                "write a regex of the `regex` crate (no look-around, no back-references)",
+            ));
+        }
+    }
+
     let limits = &mcp.rate_limits;
     if limits.default_rpm == 0 {
         return Err(check.error(

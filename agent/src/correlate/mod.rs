@@ -244,6 +244,27 @@ impl Correlator {
                 record.kind = RecordKind::Alert;
                 done.push(record);
             }
+            // What a server's answer held stands as an alert of its own: the call it answers is
+            // named (tool and id) in the record, not joined to it.
+            Event::McpResultInspected(e) => {
+                self.saw(e.timestamp);
+                let mut record = blank(
+                    &e.session_id,
+                    &e.server_id,
+                    &format!("result inspected: {}", e.tool_name),
+                    None,
+                );
+                record.execution = Some(Sighting {
+                    event_id: stored.id,
+                    at: e.timestamp,
+                    action: e.action,
+                    reason: format!("{} (JSON-RPC id {})", e.reason, e.jsonrpc_id),
+                    layer: e.layer.clone(),
+                });
+                let mut record = record.settle();
+                record.kind = RecordKind::Alert;
+                done.push(record);
+            }
             Event::McpToolSeen(_) | Event::McpToolChanged(_) => {}
         }
         done

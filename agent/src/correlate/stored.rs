@@ -28,6 +28,9 @@ pub(crate) fn correlate_stored(
             "mcp_tool_call_intercepted".into(),
             "mcp_tool_called".into(),
             "mcp_network_connection".into(),
+            // Records of their own, shown among the calls (`RecordKind::Alert`).
+            "kernel_alert".into(),
+            "mcp_result_inspected".into(),
         ],
         since_ns: q.since_ns,
         ..Default::default()

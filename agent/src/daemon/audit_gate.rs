@@ -35,6 +35,15 @@ impl Gate for AuditGate {
         self.policy.needs_arguments(call)
     }
 
+    fn inspect_result(
+        &self,
+        server_id: &str,
+        tool: Option<&str>,
+        message: &[u8],
+    ) -> Option<crate::decision::ResultVerdict> {
+        self.policy.inspect_result(server_id, tool, message)
+    }
+
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         let decision = self.policy.check_call(call);
         // Native tools of the agent (no server, not a registered tool) are not ours to record.

@@ -568,6 +568,15 @@ impl Gate for ExtraDeny {
         self.inner.needs_arguments(call)
     }
 
+    fn inspect_result(
+        &self,
+        server_id: &str,
+        tool: Option<&str>,
+        message: &[u8],
+    ) -> Option<crate::decision::ResultVerdict> {
+        self.inner.inspect_result(server_id, tool, message)
+    }
+
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         self.denies(call.name, self.inner.check_call(call))
     }

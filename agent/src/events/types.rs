@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::decision::Action;
+use crate::decision::{Action, ResultAction, ResultFinding};
 
 /// Version of this schema, stored with every row.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
@@ -29,6 +29,8 @@ pub enum Event {
     McpToolChanged(ToolChanged),
     /// The kernel layer found a session tampered with, or took one over (issue 14).
     KernelAlert(KernelAlert),
+    /// The result rules found something in a server's message toward the client (issue 16).
+    McpResultInspected(ResultInspected),
 }
 
 impl Event {
@@ -57,6 +59,15 @@ impl Event {
                 Event::McpToolSeen(e) => e.tool_name.len() + e.reason.len(),
                 Event::McpToolChanged(e) => e.tool_name.len(),
                 Event::KernelAlert(e) => e.detail.len(),
+                Event::McpResultInspected(e) => {
+                    e.tool_name.len()
+                        + e.reason.len()
+                        + crate::events::bound::memory_hint(&e.jsonrpc_id)
+                        + e.findings
+                            .iter()
+                            .map(|f| 96 + f.rule.len() + f.pointer.len())
+                            .sum::<usize>()
+                }
             }
     }
 
@@ -69,6 +80,7 @@ impl Event {
             Event::McpToolSeen(_) => "mcp_tool_seen",
             Event::McpToolChanged(_) => "mcp_tool_changed",
             Event::KernelAlert(_) => "kernel_alert",
+            Event::McpResultInspected(_) => "mcp_result_inspected",
         }
     }
 
@@ -113,6 +125,13 @@ impl Event {
                 e.action,
             ),
             Event::KernelAlert(e) => (e.timestamp, &e.session_id, "", &e.alert, e.action),
+            Event::McpResultInspected(e) => (
+                e.timestamp,
+                &e.session_id,
+                &*e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
         };
         EventKeys {
             timestamp,
@@ -124,13 +143,14 @@ impl Event {
     }
 
     /// Every event kind, for `--type` validation.
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 7] = [
         "mcp_tool_call_intercepted",
         "mcp_tool_called",
         "mcp_network_connection",
         "mcp_tool_seen",
         "mcp_tool_changed",
         "kernel_alert",
+        "mcp_result_inspected",
     ];
 }
 
@@ -205,6 +225,36 @@ pub struct ToolCalled {
     /// Forwarded (`allow`) or refused as unknown tool (`block`).
     pub action: Action,
     /// Why.
+    pub reason: String,
+    /// `shim` or `mcp-proxy`.
+    pub layer: String,
+}
+
+/// What the result rules found in one message a server sent toward the client: the rules and
+/// places, never the values (`policy/results.rs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultInspected {
+    /// When the message passed.
+    pub timestamp: DateTime<Utc>,
+    /// The agent session, or empty.
+    pub session_id: String,
+    /// The server that sent it.
+    pub server_id: String,
+    /// `stdio`, `http` or `sse`.
+    pub server_type: String,
+    /// The tool whose `tools/call` it answers; empty for other messages.
+    pub tool_name: String,
+    /// The JSON-RPC id of the message (`null` for a notification).
+    pub jsonrpc_id: Value,
+    /// `block` when the client got an error instead of the message, else `allow`.
+    pub action: Action,
+    /// `alert`, `redact` or `withhold`: what happened to the message.
+    pub inspection: ResultAction,
+    /// The findings (at most 64).
+    pub findings: Vec<ResultFinding>,
+    /// How many findings there were in all.
+    pub findings_total: usize,
+    /// Why, in words.
     pub reason: String,
     /// `shim` or `mcp-proxy`.
     pub layer: String,

@@ -56,6 +56,15 @@ impl Gate for FuzzGate {
         false
     }
 
+    fn inspect_result(
+        &self,
+        _: &str,
+        _: Option<&str>,
+        _: &[u8],
+    ) -> Option<crate::decision::ResultVerdict> {
+        None
+    }
+
     fn check_listed(&self, _: &str, _: &str, _: &Value) -> Decision {
         Decision::not_mcp()
     }

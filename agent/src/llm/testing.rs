@@ -20,6 +20,15 @@ impl Gate for TestGate {
         call.name.ends_with("guarded")
     }
 
+    fn inspect_result(
+        &self,
+        _: &str,
+        _: Option<&str>,
+        _: &[u8],
+    ) -> Option<crate::decision::ResultVerdict> {
+        None
+    }
+
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
         let name = match call.namespace {
             Some(ns) => format!("{ns}__{}", call.name),

@@ -85,6 +85,11 @@ pub(crate) struct Filter {
     /// Shared by the filters of one filter proxy: a request's filter costs no copy of it.
     ctx: Arc<FilterContext>,
     pending_lists: VecDeque<Value>,
+    /// Ids and tools of the `tools/call`s passed on and not yet answered, so the result
+    /// rules know which tool a result is of (per-tool exemptions); bounded like the lists.
+    pending_calls: VecDeque<(Value, String)>,
+    /// The tool the server message being judged answers, found by `filter/listing.rs`.
+    answering: Option<String>,
     /// What the session may call; shared by the filters of one filter proxy.
     listing: Arc<Mutex<Listing>>,
     /// Responses (messages with an `id` and no `method`) the server sent so far: a response
@@ -180,6 +185,8 @@ impl Filter {
         Self {
             ctx,
             pending_lists: VecDeque::new(),
+            pending_calls: VecDeque::new(),
+            answering: None,
             listing: Arc::default(),
             responses: 0,
             requests: 0,
@@ -404,6 +411,12 @@ impl Filter {
                         });
                     }
                     return None;
+                }
+                if let Some(id) = id.and_then(|id| serde_json::from_str::<Value>(id).ok()) {
+                    if self.pending_calls.len() == MAX_PENDING_LISTS {
+                        self.pending_calls.pop_front();
+                    }
+                    self.pending_calls.push_back((id, params.name.into_owned()));
                 }
                 Some(Cow::Borrowed(msg))
             }

@@ -24,7 +24,9 @@ mod deny;
 mod glob;
 mod listing_events;
 mod rate;
+mod results;
 mod rules;
+mod secrets;
 
 use std::{
     collections::HashMap,
@@ -47,7 +49,9 @@ pub(crate) use rules::{ServerRules, ToolRules};
 
 use crate::{
     config::{Config, ConfigError, Location, OnChange, VersionPinningConfig},
-    decision::{Action, CallQuery, CallStage, Decision, Gate, ToolIdentity},
+    decision::{
+        Action, CallQuery, CallStage, Decision, Gate, ResultAction, ResultVerdict, ToolIdentity,
+    },
     registry::{NamePatterns, PinState, Registry, Resolution, ToolEntry, tool_hash},
 };
 
@@ -77,6 +81,8 @@ pub(crate) struct Policy {
     patterns: NamePatterns,
     /// Step 5: rules on a call's arguments.
     arguments: ArgumentRules,
+    /// What servers' answers may carry (not a step of a call's decision: asked per message).
+    results: results::ResultRules,
     registry: Arc<Registry>,
     /// server id → tool → verdict of steps 2–3.
     verdicts: RwLock<HashMap<String, HashMap<String, CachedVerdict>>>,
@@ -146,6 +152,18 @@ impl Policy {
                     key: format!("sandbox.mcp.argument_rules[{i}].{key}"),
                     message: why,
                     hint: "see the README's \"Argument rules\"",
+                }
+            })?,
+            results: results::ResultRules::new(&mcp.result_inspection).map_err(|(key, why)| {
+                ConfigError::Invalid {
+                    location: Location {
+                        file: origin.to_string(),
+                        line: None,
+                        column: None,
+                    },
+                    key: format!("sandbox.mcp.result_inspection.{key}"),
+                    message: why,
+                    hint: "see the README's \"Result inspection\"",
                 }
             })?,
             registry,
@@ -555,6 +573,28 @@ impl Policy {
 }
 
 impl Gate for Policy {
+    fn inspect_result(
+        &self,
+        server_id: &str,
+        tool: Option<&str>,
+        message: &[u8],
+    ) -> Option<ResultVerdict> {
+        let mut verdict = self.results.inspect(server_id, tool, message)?;
+        if !self.enforce && verdict.action > ResultAction::Alert {
+            verdict.reason = format!(
+                "audit mode, would have been {}: {}",
+                match verdict.action {
+                    ResultAction::Withhold => "withheld",
+                    _ => "redacted",
+                },
+                verdict.reason
+            );
+            verdict.action = ResultAction::Alert;
+            verdict.redacted = None;
+        }
+        Some(verdict)
+    }
+
     fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
         let rules = &self.arguments;
         // Asked on every call by every layer: without argument rules, no registry lookup.

@@ -140,7 +140,10 @@ impl Linear {
                     }
                 }
             }
-            Event::McpToolSeen(_) | Event::McpToolChanged(_) | Event::KernelAlert(_) => {}
+            Event::McpToolSeen(_)
+            | Event::McpToolChanged(_)
+            | Event::KernelAlert(_)
+            | Event::McpResultInspected(_) => {}
         }
         done
     }

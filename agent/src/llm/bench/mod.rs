@@ -42,6 +42,15 @@ impl Gate for BenchGate {
         false
     }
 
+    fn inspect_result(
+        &self,
+        _: &str,
+        _: Option<&str>,
+        _: &[u8],
+    ) -> Option<crate::decision::ResultVerdict> {
+        None
+    }
+
     fn check_listed(&self, _: &str, _: &str, _: &serde_json::Value) -> Decision {
         Decision::not_mcp()
     }

@@ -9,8 +9,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::{Filter, FilterContext, Probe, error_response, first_token, offset_in};
-use crate::decision::{Action, Decision};
-use crate::events::{Event, ToolSeen};
+use crate::decision::{Action, Decision, ResultAction, ResultVerdict};
+use crate::events::{Event, ResultInspected, ToolSeen};
 use crate::registry::tool_hash;
 
 /// Most tools one `tools/list` result may hold: each new one is registered (a write) and
@@ -21,6 +21,20 @@ pub(crate) const MAX_LISTED_TOOLS: usize = 2048;
 /// JSON-RPC "Internal error": what a client gets for a tool list too large to judge.
 const INTERNAL_ERROR: i64 = -32603;
 
+/// What the client gets for a withheld response: a tool's result becomes a tool error (the
+/// model reads why, as it reads any failed call), any other response a JSON-RPC error.
+pub(super) fn withheld(id: &str, tool_result: bool, reason: &str) -> Vec<u8> {
+    let text = format!("toolwall withheld this result: {reason}");
+    if !tool_result {
+        return error_response(id, INTERNAL_ERROR, &text);
+    }
+    let result = serde_json::json!({
+        "content": [{"type": "text", "text": text}],
+        "isError": true,
+    });
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#).into_bytes()
+}
+
 #[derive(Deserialize)]
 struct ListResult<'a> {
     #[serde(borrow, default)]
@@ -28,7 +42,87 @@ struct ListResult<'a> {
 }
 
 impl Filter {
+    /// One server message: tool lists filtered, then what the result rules find in it
+    /// (`policy/results.rs`) alerted, redacted or withheld.
     pub(super) fn server_one<'a>(&mut self, msg: &'a [u8]) -> Option<Cow<'a, [u8]>> {
+        self.answering = None;
+        let forward = self.server_lists(msg)?;
+        let tool = self.answering.take();
+        let ctx = self.ctx.clone();
+        let Some(verdict) = ctx
+            .gate
+            .inspect_result(&ctx.server_id, tool.as_deref(), &forward)
+        else {
+            return Some(forward);
+        };
+        self.inspected(forward, tool, verdict)
+    }
+
+    /// Applies and records a result verdict on the (list-filtered) message `forward`.
+    fn inspected<'a>(
+        &mut self,
+        forward: Cow<'a, [u8]>,
+        tool: Option<String>,
+        verdict: ResultVerdict,
+    ) -> Option<Cow<'a, [u8]>> {
+        #[derive(Deserialize)]
+        struct Head<'a> {
+            #[serde(borrow, default)]
+            method: Option<&'a RawValue>,
+            #[serde(borrow, default)]
+            id: Option<&'a RawValue>,
+        }
+        let head = serde_json::from_slice::<Head<'_>>(&forward).ok();
+        let id = head
+            .as_ref()
+            .and_then(|h| h.id)
+            .map(|id| id.get().to_owned());
+        let is_response = head.as_ref().is_some_and(|h| h.method.is_none());
+        tracing::warn!(
+            server = %self.ctx.server_id,
+            tool = tool.as_deref().unwrap_or(""),
+            action = verdict.action.as_str(),
+            "{}",
+            verdict.reason
+        );
+        if self.ctx.events.is_some() {
+            self.records
+                .push(Event::McpResultInspected(ResultInspected {
+                    timestamp: chrono::Utc::now(),
+                    session_id: self.ctx.session_id.clone(),
+                    server_id: self.ctx.server_id.clone(),
+                    server_type: self.ctx.server_type.clone(),
+                    tool_name: tool.clone().unwrap_or_default(),
+                    jsonrpc_id: id
+                        .as_deref()
+                        .and_then(|id| serde_json::from_str(id).ok())
+                        .unwrap_or(Value::Null),
+                    action: match verdict.action {
+                        ResultAction::Withhold => Action::Block,
+                        _ => Action::Allow,
+                    },
+                    inspection: verdict.action,
+                    findings: verdict.findings,
+                    findings_total: verdict.total,
+                    reason: verdict.reason.clone(),
+                    layer: self.ctx.layer.to_owned(),
+                }));
+        }
+        match verdict.action {
+            ResultAction::Off | ResultAction::Alert => Some(forward),
+            ResultAction::Redact => Some(verdict.redacted.map_or(forward, Cow::Owned)),
+            // A notification or a server's request is dropped (the server's request then
+            // meets its own time-out); a response becomes an error the model can read.
+            ResultAction::Withhold => match (is_response, id) {
+                (true, Some(id)) => {
+                    Some(Cow::Owned(withheld(&id, tool.is_some(), &verdict.reason)))
+                }
+                _ => None,
+            },
+        }
+    }
+
+    fn server_lists<'a>(&mut self, msg: &'a [u8]) -> Option<Cow<'a, [u8]>> {
         let probe = match serde_json::from_slice::<Probe<'_>>(msg) {
             Ok(p) if first_token(msg) == Some(b'{') => p,
             _ => {
@@ -56,6 +150,14 @@ impl Filter {
             && let Some(i) = self.pending_lists.iter().position(|p| *p == id)
         {
             self.pending_lists.remove(i);
+        }
+        if !self.pending_calls.is_empty()
+            && let Some(id) = probe
+                .id
+                .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
+            && let Some(i) = self.pending_calls.iter().position(|(p, _)| *p == id)
+        {
+            self.answering = self.pending_calls.remove(i).map(|(_, tool)| tool);
         }
         // Every result with a top-level `tools` field is treated as a tool list, tracked or
         // not: the client decides what a response means by its id, and ids can be spelled in

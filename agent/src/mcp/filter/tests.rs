@@ -492,3 +492,71 @@ fn a_tool_list_too_large_to_judge_is_answered_with_an_error() {
     );
     assert!(answer.get("result").is_none(), "no tool of it passes");
 }
+
+/// A fake AWS access key id (gitleaks' `aws-access-token`).
+const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
+
+#[test]
+fn a_secret_in_a_tool_result_is_redacted_and_recorded_without_it() {
+    let (sink, _rx) = EventSink::channel();
+    let mut f = Filter::new(ctx(&[], Some(sink)));
+    let call = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"read","arguments":{}}}"#;
+    assert!(f.on_client(call).forward.is_some());
+    let result = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"result":{{"content":[{{"type":"text","text":"aws_access_key_id = {AWS}"}}]}}}}"#
+    );
+    let out = f.on_server(result.as_bytes());
+    let forwarded = String::from_utf8(out.forward.expect("forwarded").into_owned()).expect("utf8");
+    assert!(!forwarded.contains(AWS), "{forwarded}");
+    assert!(
+        forwarded.contains("[toolwall:redacted:aws-access-token]"),
+        "{forwarded}"
+    );
+    let record = out
+        .records
+        .iter()
+        .find_map(|r| match r {
+            Event::McpResultInspected(e) => Some(e),
+            _ => None,
+        })
+        .expect("a result record");
+    assert_eq!(record.tool_name, "read");
+    assert_eq!(record.jsonrpc_id, serde_json::json!(5));
+    assert_eq!(record.inspection, crate::decision::ResultAction::Redact);
+    assert_eq!(record.action, Action::Allow);
+    assert!(!serde_json::to_string(record).expect("json").contains(AWS));
+    // The call was answered: a later message with that id is no longer the tool's.
+    assert!(f.pending_calls.is_empty());
+}
+
+#[test]
+fn results_without_findings_are_the_same_bytes_and_batches_are_inspected_per_item() {
+    let mut f = filter(&[]);
+    let quiet = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"the key to it all"}]}}"#;
+    assert!(is_borrowed_same(&f.on_server(quiet), quiet));
+    let batch = format!(
+        r#"[{},{{"jsonrpc":"2.0","method":"notifications/message","params":{{"data":"{AWS}"}}}}]"#,
+        String::from_utf8_lossy(quiet)
+    );
+    let out = f.on_server(batch.as_bytes());
+    let forwarded = String::from_utf8(out.forward.expect("forwarded").into_owned()).expect("utf8");
+    assert!(forwarded.starts_with(&format!("[{}", String::from_utf8_lossy(quiet))));
+    assert!(!forwarded.contains(AWS) && forwarded.contains("[toolwall:redacted:"));
+}
+
+#[test]
+fn a_withheld_result_is_a_tool_error_and_other_responses_an_rpc_error() {
+    let tool = super::listing::withheld("7", true, "1 finding (x): withheld");
+    let v: Value = serde_json::from_slice(&tool).expect("JSON");
+    assert_eq!(v["id"], 7);
+    assert_eq!(v["result"]["isError"], true);
+    assert!(
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("toolwall withheld this result"))
+    );
+    let other: Value =
+        serde_json::from_slice(&super::listing::withheld("\"r\"", false, "why")).expect("JSON");
+    assert_eq!(other["id"], "r");
+    assert_eq!(other["error"]["code"], -32603);
+}

@@ -400,6 +400,27 @@ fn bench_policy() {
             args / empty
         );
     }
+    println!(
+        "== result inspection: MB/s of a 4 MB tools/call result in 4 KiB text items (default rules: gitleaks, redact)"
+    );
+    for (name, text) in [
+        ("prose (no keyword)", toolwall::bench::ResultText::Prose),
+        (
+            "code (keywords, no secret)",
+            toolwall::bench::ResultText::Code,
+        ),
+        (
+            "code, a secret per item",
+            toolwall::bench::ResultText::Secrets,
+        ),
+    ] {
+        let message = toolwall::bench::result_message(4 << 20, text);
+        let (inspect, parse) = toolwall::bench::bench_result_inspection(&message, 10);
+        println!(
+            "   {name:<27} {inspect:>8.0} MB/s  {:.2}x a serde_json parse ({parse:.0} MB/s)  (goal: >= 200 MB/s)",
+            inspect / parse
+        );
+    }
 }
 
 /// MB/s of the SSE framing alone (decode every event, copy it out), in the interceptor's

@@ -70,6 +70,10 @@ pub struct ResultFinding {
     pub start: usize,
     /// End of the byte range.
     pub end: usize,
+    /// Found in the object key the pointer's last segment stands for (written
+    /// `[toolwall:redacted]` there: the record never names a key that holds a finding).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_key: bool,
     /// What this rule does.
     pub action: ResultAction,
 }
@@ -87,6 +91,8 @@ pub struct ResultVerdict {
     pub redacted: Option<Vec<u8>>,
     /// Why, in words.
     pub reason: String,
+    /// The message's own `id` holds a finding: a record must not keep it.
+    pub id_holds_finding: bool,
 }
 
 impl ResultVerdict {

@@ -54,7 +54,10 @@ pub mod bench {
         text_heavy_stream, time_many_calls, tool_heavy_stream,
     };
     #[cfg(feature = "bench")]
-    pub use crate::policy::{bench_argument_decisions, bench_decisions, bench_rule_evaluation};
+    pub use crate::policy::{
+        ResultText, bench_argument_decisions, bench_decisions, bench_result_inspection,
+        bench_rule_evaluation, result_message,
+    };
     pub use crate::registry::value_hash;
     pub use crate::sse::framer::SseDecoder;
 }

@@ -431,12 +431,11 @@ impl Filter {
                 if let Some(cached) = cached {
                     self.listing().names = Some(tool_names(&cached));
                     if let Some(id) = id {
-                        replies.push(
-                            format!(
-                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":{cached}}}}}"#
-                            )
-                            .into_bytes(),
+                        // Listed by the server at start-up: inspected like its messages.
+                        let reply = format!(
+                            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":{cached}}}}}"#
                         );
+                        replies.extend(self.inspect_reply(reply.into_bytes()));
                     }
                     return None;
                 }

@@ -263,3 +263,106 @@ fn setup_with(
     }
     (policy, names)
 }
+
+/// What the text of [`result_message`] looks like.
+#[derive(Clone, Copy, Debug)]
+pub enum ResultText {
+    /// Prose with no word any secret rule looks for: the common case, not parsed at all.
+    Prose,
+    /// Source code and config text full of `key`, `token`, `password`, `secret`: every rule
+    /// those words wake runs over every string, and finds nothing.
+    Code,
+    /// [`ResultText::Code`] with a secret (AWS, GitHub, generic) in every 4 KiB item: found
+    /// and redacted, the message written out again.
+    Secrets,
+}
+
+/// A `tools/call` result of about `bytes` bytes, its text in 4 KiB content items.
+pub fn result_message(bytes: usize, text: ResultText) -> Vec<u8> {
+    const PROSE: &[&str] = &[
+        "the",
+        "report",
+        "shows",
+        "that",
+        "most",
+        "builds",
+        "finished",
+        "within",
+        "minutes,",
+        "while",
+        "a",
+        "few",
+        "waited",
+        "on",
+        "the",
+        "network.",
+        "Results",
+        "were",
+        "stable",
+        "across",
+        "runs",
+        "and",
+        "machines.\n",
+    ];
+    const CODE: &[&str] = &[
+        "let token = parse(&input)?;\n",
+        "fn key_for(id: u64) -> String { format!(\"k{id}\") }\n",
+        "password_hash: argon2id\n",
+        "# rotate the secret every 90 days\n",
+        "api_version = 3\n",
+        "if auth.is_none() { return Err(Error::Unauthorized); }\n",
+        "const MAX_KEYS: usize = 128;\n",
+    ];
+    const SECRETS: &[&str] = &[
+        "aws_access_key_id = AKIAQYLPMN5HHHFPZAM2\n",
+        "GITHUB_TOKEN=ghp_4N8mKq2ZxTYvB7wLpR5sD9fJ3hG6cE1aU0iO\n",
+        "client_secret: \"x8Kd93LmQz7Vw2Pr5Tn1Ys4Bc6\"\n",
+    ];
+    let words = match text {
+        ResultText::Prose => PROSE,
+        ResultText::Code | ResultText::Secrets => CODE,
+    };
+    let mut items = Vec::new();
+    let mut total = 0;
+    let mut n = 0usize;
+    while total < bytes {
+        let mut item = String::with_capacity(4096 + 64);
+        if let ResultText::Secrets = text {
+            item.push_str(SECRETS[items.len() % SECRETS.len()]);
+        }
+        while item.len() < 4096 {
+            item.push_str(words[n % words.len()]);
+            item.push(' ');
+            n = n.wrapping_mul(31).wrapping_add(7) % 1009;
+        }
+        total += item.len() + 32;
+        items.push(json!({"type": "text", "text": item}));
+    }
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "result": {"content": items}}))
+        .unwrap_or_default()
+}
+
+/// MB/s of the default result rules (gitleaks' set, redact) on `message`, and MB/s of
+/// parsing it into a `serde_json::Value` (what any forwarder that reads results pays), after
+/// a warm-up round.
+pub fn bench_result_inspection(message: &[u8], iterations: u32) -> (f64, f64) {
+    let rules = match super::results::ResultRules::new(&Default::default()) {
+        Ok(rules) => rules,
+        Err((key, why)) => panic!("the default result rules compile: {key}: {why}"),
+    };
+    let mbps = |f: &dyn Fn()| {
+        f();
+        let start = Instant::now();
+        for _ in 0..iterations {
+            f();
+        }
+        message.len() as f64 * f64::from(iterations) / start.elapsed().as_secs_f64() / 1e6
+    };
+    let inspect = mbps(&|| {
+        black_box(rules.inspect("bench", Some("read"), black_box(message)));
+    });
+    let parse = mbps(&|| {
+        black_box(serde_json::from_slice::<serde_json::Value>(black_box(message)).ok());
+    });
+    (inspect, parse)
+}

@@ -37,7 +37,10 @@ use serde_json::Value;
 
 pub(crate) use arguments::{ArgumentRules, redacted, schema_mismatch};
 #[cfg(feature = "bench")]
-pub use bench::{bench_argument_decisions, bench_decisions, bench_rule_evaluation};
+pub use bench::{
+    ResultText, bench_argument_decisions, bench_decisions, bench_result_inspection,
+    bench_rule_evaluation, result_message,
+};
 pub(crate) use deny::DenyList;
 
 /// A name glob as the rules compile it (`toolwall config check` selects tools with it).

@@ -151,6 +151,7 @@ impl ResultRules {
                     findings: Vec::new(),
                     total: 0,
                     redacted: None,
+                    id_holds_finding: true,
                     reason: format!(
                         "the message could not be read for inspection ({error}): treated as holding what the rules look for ({})",
                         action.as_str()
@@ -166,35 +167,49 @@ impl ResultRules {
             total: 0,
             action: ResultAction::Off,
             redacted: false,
+            stopped: false,
+            id: false,
         };
         walk.value(&mut value);
         if walk.total == 0 {
             return None;
         }
-        let action = walk.action;
         let mut rules: Vec<&str> = walk.findings.iter().map(|f| f.rule.as_str()).collect();
         rules.sort_unstable();
         rules.dedup();
+        let plural = if walk.total == 1 { "" } else { "s" };
+        let mut reason = format!(
+            "{} finding{plural} ({}) in the server's message",
+            walk.total,
+            rules.join(", ")
+        );
+        // Past the bound nothing more was looked at, so nothing can be promised redacted.
+        let action = match walk.stopped {
+            true if self.strongest() > ResultAction::Alert => ResultAction::Withhold,
+            true => ResultAction::Alert,
+            false => walk.action,
+        };
+        if walk.stopped {
+            reason.push_str(&format!(
+                ", where toolwall stopped looking (at most {MAX_MESSAGE_FINDINGS} per message)"
+            ));
+        }
+        reason.push_str(match action {
+            ResultAction::Withhold => ": withheld",
+            ResultAction::Redact => ": redacted",
+            _ => ": alert",
+        });
         let redacted = match (action, walk.redacted) {
             (ResultAction::Redact, true) => serde_json::to_vec(&value).ok(),
             _ => None,
         };
         Some(ResultVerdict {
             action,
-            reason: format!(
-                "{} finding{} ({}) in the server's message: {}",
-                walk.total,
-                if walk.total == 1 { "" } else { "s" },
-                rules.join(", "),
-                match action {
-                    ResultAction::Withhold => "withheld",
-                    ResultAction::Redact => "redacted",
-                    _ => "alert",
-                }
-            ),
+            reason,
             findings: walk.findings,
             total: walk.total,
             redacted,
+            id_holds_finding: walk.id,
         })
     }
 
@@ -209,7 +224,18 @@ impl ResultRules {
     }
 }
 
-/// One pass over a parsed message: findings in every string, redactions made in place.
+/// Findings one message may hold: each costs allowlist checks and a redaction, so a message
+/// of a million keys is withheld whole rather than looked at a million times.
+const MAX_MESSAGE_FINDINGS: usize = 1024;
+
+/// What a pointer says for an object key that holds a finding: the record never names it.
+const HIDDEN_KEY: &str = "[toolwall:redacted]";
+
+/// One finding in one string: (start, end, rule, action, kind).
+type Found = (usize, usize, String, ResultAction, &'static str);
+
+/// One pass over a parsed message: findings in every string (object keys included, and
+/// numbers for the owner's patterns), redactions made in place.
 struct Walk<'a> {
     rules: &'a ResultRules,
     skip: &'a dyn Fn(&str) -> bool,
@@ -218,12 +244,33 @@ struct Walk<'a> {
     total: usize,
     action: ResultAction,
     redacted: bool,
+    /// [`MAX_MESSAGE_FINDINGS`] reached: the rest was not looked at.
+    stopped: bool,
+    /// A finding in the top-level `id`.
+    id: bool,
 }
 
 impl Walk<'_> {
     fn value(&mut self, value: &mut Value) {
+        if self.stopped {
+            return;
+        }
         match value {
-            Value::String(s) => self.string(s),
+            Value::String(s) => {
+                let found = self.find(s, true);
+                self.note(&found, false);
+                if let Some(text) = self.redact(s, found) {
+                    *s = text;
+                }
+            }
+            Value::Number(n) if !self.rules.patterns.is_empty() => {
+                let text = n.to_string();
+                let found = self.find(&text, false);
+                self.note(&found, false);
+                if let Some(text) = self.redact(&text, found) {
+                    *value = Value::String(text);
+                }
+            }
             Value::Array(items) => {
                 for (i, item) in items.iter_mut().enumerate() {
                     let len = self.pointer.len();
@@ -234,36 +281,59 @@ impl Walk<'_> {
                 }
             }
             Value::Object(map) => {
+                let mut renames = Vec::new();
                 for (key, item) in map.iter_mut() {
                     let len = self.pointer.len();
                     self.pointer.push('/');
-                    self.pointer
-                        .push_str(&key.replace('~', "~0").replace('/', "~1"));
+                    let found = self.find(key, true);
+                    if found.is_empty() {
+                        self.pointer
+                            .push_str(&key.replace('~', "~0").replace('/', "~1"));
+                    } else {
+                        self.pointer.push_str(HIDDEN_KEY);
+                        self.note(&found, true);
+                        if let Some(name) = self.redact(key, found) {
+                            renames.push((key.clone(), name));
+                        }
+                    }
                     self.value(item);
                     self.pointer.truncate(len);
+                }
+                for (old, mut new) in renames {
+                    if let Some(item) = map.remove(&old) {
+                        // Two keys redacted alike stay two keys.
+                        while map.contains_key(&new) {
+                            new.push('#');
+                        }
+                        map.insert(new, item);
+                    }
                 }
             }
             _ => {}
         }
     }
 
-    fn string(&mut self, s: &mut String) {
-        // (start, end, rule, action, kind) of each finding in `s`.
-        let mut found: Vec<(usize, usize, String, ResultAction, &str)> = Vec::new();
-        if let Some(scanner) = self.rules.scanner {
+    /// The findings in `s`: the secret rules (on text, not on a number's digits) and the
+    /// patterns, less the exempted, within the message's bound.
+    fn find(&mut self, s: &str, secrets: bool) -> Vec<Found> {
+        let mut found: Vec<Found> = Vec::new();
+        let room = MAX_MESSAGE_FINDINGS.saturating_sub(self.total);
+        if let Some(scanner) = self.rules.scanner.filter(|_| secrets) {
             let mut secrets = Vec::new();
-            scanner.scan(s, &mut secrets);
+            if !scanner.scan(s, &mut secrets, room + 1) {
+                self.stopped = true;
+            }
+            let action = self.rules.secrets;
             found.extend(
                 secrets
                     .into_iter()
                     .filter(|f| !(self.skip)(f.rule))
                     .map(|f| {
-                        let rule = f.rule.to_owned();
                         (
                             f.range.start,
                             f.range.end,
-                            rule,
-                            self.rules.secrets,
+                            f.rule.to_owned(),
+                            action,
                             "secret",
                         )
                     }),
@@ -273,23 +343,29 @@ impl Walk<'_> {
             if (self.skip)(&pattern.name) {
                 continue;
             }
-            found.extend(
-                pattern
-                    .regex
-                    .find_iter(s)
-                    .filter(|m| !m.is_empty())
-                    .map(|m| {
-                        let rule = pattern.name.clone();
-                        (m.start(), m.end(), rule, pattern.action, "pattern")
-                    }),
-            );
+            for m in pattern.regex.find_iter(s).filter(|m| !m.is_empty()) {
+                if found.len() > room {
+                    self.stopped = true;
+                    break;
+                }
+                found.push((
+                    m.start(),
+                    m.end(),
+                    pattern.name.clone(),
+                    pattern.action,
+                    "pattern",
+                ));
+            }
         }
-        if found.is_empty() {
-            return;
-        }
-        for (start, end, rule, action, kind) in &found {
+        found
+    }
+
+    /// Records `found` at the current pointer (`in_key`: in the last segment's key).
+    fn note(&mut self, found: &[Found], in_key: bool) {
+        for (start, end, rule, action, kind) in found {
             self.total += 1;
             self.action = self.action.max(*action);
+            self.id |= self.pointer == "/id";
             if self.findings.len() < ResultVerdict::MAX_FINDINGS {
                 self.findings.push(ResultFinding {
                     rule: rule.clone(),
@@ -297,15 +373,20 @@ impl Walk<'_> {
                     pointer: self.pointer.clone(),
                     start: *start,
                     end: *end,
+                    in_key,
                     action: *action,
                 });
             }
         }
-        // Redact what asks for it (withhold makes the text moot): overlapping findings are
-        // one span, named after the first.
+    }
+
+    /// `s` with each finding that asks for it (redact, withhold: the text is moot then)
+    /// replaced by `[toolwall:redacted:RULE]`; overlapping findings are one span, named
+    /// after the first. `None` when nothing was replaced.
+    fn redact(&mut self, s: &str, mut found: Vec<Found>) -> Option<String> {
         found.retain(|f| f.3 >= ResultAction::Redact);
         if found.is_empty() {
-            return;
+            return None;
         }
         found.sort_by_key(|f| (f.0, std::cmp::Reverse(f.1)));
         let mut out = String::with_capacity(s.len());
@@ -323,8 +404,8 @@ impl Walk<'_> {
             at = *end;
         }
         out.push_str(&s[at..]);
-        *s = out;
         self.redacted = true;
+        Some(out)
     }
 }
 

@@ -58,6 +58,18 @@ impl Filter {
         self.inspected(forward, tool, verdict)
     }
 
+    /// A reply toolwall makes from what a server said before (the filter proxy's cached
+    /// tool list), inspected like the server's own messages.
+    pub(super) fn inspect_reply(&mut self, reply: Vec<u8>) -> Option<Vec<u8>> {
+        let ctx = self.ctx.clone();
+        match ctx.gate.inspect_result(&ctx.server_id, None, &reply) {
+            None => Some(reply),
+            Some(verdict) => self
+                .inspected(Cow::Owned(reply), None, verdict)
+                .map(Cow::into_owned),
+        }
+    }
+
     /// Applies and records a result verdict on the (list-filtered) message `forward`.
     fn inspected<'a>(
         &mut self,
@@ -93,10 +105,13 @@ impl Filter {
                     server_id: self.ctx.server_id.clone(),
                     server_type: self.ctx.server_type.clone(),
                     tool_name: tool.clone().unwrap_or_default(),
-                    jsonrpc_id: id
-                        .as_deref()
-                        .and_then(|id| serde_json::from_str(id).ok())
-                        .unwrap_or(Value::Null),
+                    jsonrpc_id: match verdict.id_holds_finding {
+                        true => Value::String("[toolwall:redacted]".to_owned()),
+                        false => id
+                            .as_deref()
+                            .and_then(|id| serde_json::from_str(id).ok())
+                            .unwrap_or(Value::Null),
+                    },
                     action: match verdict.action {
                         ResultAction::Withhold => Action::Block,
                         _ => Action::Allow,

@@ -560,3 +560,24 @@ fn a_withheld_result_is_a_tool_error_and_other_responses_an_rpc_error() {
     assert_eq!(other["id"], "r");
     assert_eq!(other["error"]["code"], -32603);
 }
+
+#[test]
+fn a_cached_tool_list_is_inspected_like_the_servers_messages() {
+    let tools =
+        format!(r#"[{{"name":"t","description":"uses {AWS}","inputSchema":{{"type":"object"}}}}]"#);
+    let listing = Arc::new(Mutex::new(Listing::cached(Arc::from(tools.as_str()))));
+    let (sink, _rx) = EventSink::channel();
+    let mut f = Filter::new(ctx(&[], Some(sink))).with_listing(listing);
+    let out = f.on_client(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    assert!(out.forward.is_none());
+    let reply = String::from_utf8(out.replies[0].clone()).expect("utf8");
+    assert!(
+        !reply.contains(AWS) && reply.contains("[toolwall:redacted:aws-access-token]"),
+        "{reply}"
+    );
+    assert!(
+        out.records
+            .iter()
+            .any(|r| matches!(r, Event::McpResultInspected(_)))
+    );
+}

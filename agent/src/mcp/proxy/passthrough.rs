@@ -159,6 +159,16 @@ pub(super) async fn passthrough(
     } else if !replies.is_empty() && rparts.status == StatusCode::ACCEPTED {
         // Only notifications went upstream; the refused calls still need their answers.
         return json_reply(replies);
+    } else if !rbody.is_empty() {
+        // An error status's body: the SDKs read a JSON-RPC error from it, so it is judged like
+        // any message; one that is no JSON-RPC (an error page) is not passed on.
+        match filter.on_server(&rbody).record(filter.sink()).forward {
+            Some(Cow::Borrowed(b)) if b.len() == rbody.len() => rbody,
+            Some(f) => Bytes::from(f.into_owned()),
+            None => Bytes::from_static(
+                b"toolwall: the upstream MCP server's error body is not a JSON-RPC message; not passed on",
+            ),
+        }
     } else {
         rbody
     };

@@ -214,3 +214,88 @@ fn a_message_too_deep_to_read_is_withheld_unless_rules_only_alert() {
     assert_eq!(verdict.action, ResultAction::Alert);
     assert_eq!(verdict.redacted, None);
 }
+
+#[test]
+fn a_key_holding_a_secret_is_redacted_and_never_named_in_the_record() {
+    let rules = rules(ResultInspectionConfig::default());
+    let message = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"result":{{"structuredContent":{{"{AWS}":"v","[toolwall:redacted:aws-access-token]":"w"}}}}}}"#
+    );
+    let verdict = rules.inspect("s", None, message.as_bytes()).expect("found");
+    let finding = &verdict.findings[0];
+    assert!(finding.in_key);
+    assert_eq!(
+        finding.pointer,
+        "/result/structuredContent/[toolwall:redacted]"
+    );
+    let redacted = String::from_utf8(verdict.redacted.expect("redacted")).expect("utf8");
+    assert!(!redacted.contains(AWS), "{redacted}");
+    // Both values kept: the redacted key does not overwrite the one spelled like it.
+    let v: Value = serde_json::from_str(&redacted).expect("JSON");
+    assert_eq!(
+        v["result"]["structuredContent"]
+            .as_object()
+            .map(|m| m.len()),
+        Some(2)
+    );
+}
+
+#[test]
+fn an_id_holding_a_secret_is_said() {
+    let rules = rules(ResultInspectionConfig::default());
+    let message = format!(r#"{{"jsonrpc":"2.0","id":"{AWS}","method":"ping"}}"#);
+    let verdict = rules.inspect("s", None, message.as_bytes()).expect("found");
+    assert!(verdict.id_holds_finding);
+    let quiet = rules
+        .inspect("s", None, &response(&format!("x {AWS}")))
+        .expect("found");
+    assert!(!quiet.id_holds_finding);
+}
+
+#[test]
+fn patterns_see_numbers() {
+    let rules = rules(ResultInspectionConfig {
+        secrets: ResultAction::Off,
+        patterns: vec![ResultPattern {
+            name: "card".into(),
+            regex: "^4[0-9]{15}$".into(),
+            action: ResultAction::Redact,
+        }],
+        exempt: Vec::new(),
+    });
+    let message =
+        br#"{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"card":4111111111111111}}}"#;
+    let verdict = rules.inspect("s", None, message).expect("found");
+    let v: Value = serde_json::from_slice(&verdict.redacted.expect("redacted")).expect("JSON");
+    assert_eq!(
+        v["result"]["structuredContent"]["card"],
+        "[toolwall:redacted:card]"
+    );
+}
+
+#[test]
+fn past_the_bound_of_findings_a_message_is_withheld_whole() {
+    let rules = rules(ResultInspectionConfig::default());
+    let many = format!("{AWS} ").repeat(MAX_MESSAGE_FINDINGS + 10);
+    let verdict = rules.inspect("s", None, &response(&many)).expect("found");
+    assert_eq!(verdict.action, ResultAction::Withhold);
+    assert!(
+        verdict.reason.contains("stopped looking"),
+        "{}",
+        verdict.reason
+    );
+    assert!(verdict.total <= MAX_MESSAGE_FINDINGS + 1);
+    // Under alert-only rules the bound alerts.
+    let alerting = rules_alerting();
+    let verdict = alerting
+        .inspect("s", None, &response(&many))
+        .expect("found");
+    assert_eq!(verdict.action, ResultAction::Alert);
+}
+
+fn rules_alerting() -> ResultRules {
+    rules(ResultInspectionConfig {
+        secrets: ResultAction::Alert,
+        ..Default::default()
+    })
+}

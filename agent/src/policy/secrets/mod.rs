@@ -17,7 +17,7 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 
@@ -27,6 +27,26 @@ const GITLEAKS_TOML: &str = include_str!("gitleaks.toml");
 /// Each compiled rule's bound (the regex crate's default is 10 MiB; gitleaks' largest rules
 /// stay well under it once their classes are ASCII).
 const REGEX_SIZE_LIMIT: usize = 8 * 1024 * 1024;
+
+/// How far around a match its "line" reaches for the allowlists that read the line (bytes
+/// each side; gitleaks reads lines of source files, which are short).
+const LINE_REACH: usize = 1024;
+
+/// The nearest char boundary at or before `at`.
+fn floor_char(text: &str, mut at: usize) -> usize {
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// The nearest char boundary at or after `at` (`at` ≤ `text.len()`).
+fn ceil_char(text: &str, mut at: usize) -> usize {
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    at
+}
 
 /// Most rules the scanner holds (the keyword pass marks woken rules in a fixed bitset);
 /// a larger set is refused when compiled.
@@ -360,9 +380,12 @@ impl Scanner {
         if rules.len() > MAX_RULES {
             return Err(RuleSetError::TooMany(rules.len()));
         }
+        // A DFA (a few hundred KiB for ~250 short keywords): one table step per byte, where
+        // the default (a contiguous NFA) made the keyword pass a third of the scan.
         let keywords = AhoCorasickBuilder::new()
             .ascii_case_insensitive(true)
             .match_kind(MatchKind::Standard)
+            .kind(Some(AhoCorasickKind::DFA))
             .build(&words)?;
         Ok(Scanner {
             rules,
@@ -390,8 +413,10 @@ impl Scanner {
         self.keywords.is_match(bytes)
     }
 
-    /// Appends the secrets in `text` to `out`, in rule order then position.
-    pub(crate) fn scan<'s>(&'s self, text: &str, out: &mut Vec<Finding<'s>>) {
+    /// Appends the secrets in `text` to `out`, in rule order then position, and says whether
+    /// it looked at all of it: it stops once `out` holds `limit` findings (each costs an
+    /// allowlist check; a string of a million keys must not cost a million).
+    pub(crate) fn scan<'s>(&'s self, text: &str, out: &mut Vec<Finding<'s>>, limit: usize) -> bool {
         let mut woken = [0u64; MAX_RULES / 64];
         let mut any = false;
         for m in self.keywords.find_overlapping_iter(text) {
@@ -401,17 +426,29 @@ impl Scanner {
             }
         }
         if !any {
-            return;
+            return true;
         }
         for (index, rule) in self.rules.iter().enumerate() {
-            if woken[index / 64] & (1 << (index % 64)) != 0 {
-                self.scan_rule(rule, text, out);
+            if woken[index / 64] & (1 << (index % 64)) != 0
+                && !self.scan_rule(rule, text, out, limit)
+            {
+                return false;
             }
         }
+        true
     }
 
-    fn scan_rule<'s>(&'s self, rule: &'s Rule, text: &str, out: &mut Vec<Finding<'s>>) {
+    fn scan_rule<'s>(
+        &'s self,
+        rule: &'s Rule,
+        text: &str,
+        out: &mut Vec<Finding<'s>>,
+        limit: usize,
+    ) -> bool {
         for caps in rule.regex.captures_iter(text) {
+            if out.len() >= limit {
+                return false;
+            }
             let Some(whole) = caps.get(0) else { continue };
             // gitleaks trims newlines off the match (`strings.Trim(match, "\n")`).
             let matched = whole.as_str().trim_matches('\n');
@@ -431,11 +468,15 @@ impl Scanner {
             if rule.entropy != 0.0 && shannon_entropy(secret_text) <= rule.entropy {
                 continue;
             }
-            let line_start = text[..match_start].rfind('\n').map_or(0, |i| i + 1);
+            // The line, as far as [`LINE_REACH`] either side: a string with no newline is one
+            // line, and reading all of it for every finding made a scan quadratic.
             let match_end = match_start + matched.len();
-            let line_end = text[match_end..]
-                .find('\n')
-                .map_or(text.len(), |i| match_end + i);
+            let from = floor_char(text, match_start.saturating_sub(LINE_REACH));
+            let to = ceil_char(text, match_end.saturating_add(LINE_REACH).min(text.len()));
+            let line_start = memchr::memrchr(b'\n', &text.as_bytes()[from..match_start])
+                .map_or(from, |i| from + i + 1);
+            let line_end = memchr::memchr(b'\n', &text.as_bytes()[match_end..to])
+                .map_or(to, |i| match_end + i);
             let line = &text[line_start..line_end];
             if self
                 .global
@@ -450,6 +491,7 @@ impl Scanner {
                 range: secret,
             });
         }
+        out.len() < limit
     }
 }
 

@@ -3,7 +3,7 @@ use super::*;
 fn found(text: &str) -> Vec<(String, String)> {
     let scanner = builtin().expect("the embedded rule set compiles");
     let mut out = Vec::new();
-    scanner.scan(text, &mut out);
+    scanner.scan(text, &mut out, usize::MAX);
     out.into_iter()
         .map(|f| (f.rule.to_owned(), text[f.range].to_owned()))
         .collect()
@@ -126,4 +126,16 @@ fn entropy_is_gitleaks_shannon_entropy() {
     assert_eq!(shannon_entropy(""), 0.0);
     assert_eq!(shannon_entropy("aaaa"), 0.0);
     assert!((shannon_entropy("abcd") - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn a_scan_stops_at_its_limit_and_says_so() {
+    let scanner = builtin().expect("compiles");
+    let text = "AKIAQYLPMN5HHHFPZAM2 ".repeat(50);
+    let mut out = Vec::new();
+    assert!(!scanner.scan(&text, &mut out, 10));
+    assert_eq!(out.len(), 10);
+    let mut all = Vec::new();
+    assert!(scanner.scan(&text, &mut all, usize::MAX));
+    assert_eq!(all.len(), 50);
 }

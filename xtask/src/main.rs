@@ -46,8 +46,8 @@ enum Task {
     Test,
     /// Build the release binary, install the peers, and run the benchmarks.
     Bench {
-        /// Only these groups: connect, store, policy, interceptor, llm-throughput, llm-latency,
-        /// mcp-latency.
+        /// Only these groups: connect, store, policy (policy-results: its result inspection
+        /// alone), interceptor, llm-throughput, llm-latency, mcp-latency.
         groups: Vec<String>,
     },
     /// Run the fuzz targets (cargo-fuzz, nightly), each for a fixed time.

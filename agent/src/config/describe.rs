@@ -152,6 +152,36 @@ pub(crate) fn describe(config: &Config) -> String {
         );
     }
 
+    let results = &mcp.result_inspection;
+    let _ = writeln!(
+        out,
+        "\nresult inspection (what servers send toward the client): secrets (gitleaks' rules) {}; {} pattern(s); {} exemption(s)",
+        results.secrets.as_str(),
+        results.patterns.len(),
+        results.exempt.len()
+    );
+    for (i, p) in results.patterns.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  patterns[{i}] {:?}: {} on /{}/",
+            p.name,
+            p.action.as_str(),
+            p.regex
+        );
+    }
+    for (i, e) in results.exempt.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  exempt[{i}]: server {:?}, tool {:?} from {}",
+            e.server,
+            e.tool,
+            match e.rules.is_empty() {
+                true => "every rule".to_owned(),
+                false => e.rules.join(", "),
+            }
+        );
+    }
+
     let pinning = &mcp.version_pinning;
     if pinning.enabled {
         let _ = writeln!(

@@ -267,7 +267,7 @@ fn setup_with(
 /// What the text of [`result_message`] looks like.
 #[derive(Clone, Copy, Debug)]
 pub enum ResultText {
-    /// Prose with no word any secret rule looks for: the common case, not parsed at all.
+    /// English prose: its sentence ends (`s.`) wake one rule (`vault-service-token`).
     Prose,
     /// Source code and config text full of `key`, `token`, `password`, `secret`: every rule
     /// those words wake runs over every string, and finds nothing.

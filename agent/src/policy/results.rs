@@ -16,7 +16,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::glob::Glob;
-use super::secrets::{self, Scanner};
+use super::secrets::{self, Scanner, Woken};
 use crate::config::ResultInspectionConfig;
 use crate::decision::{ResultAction, ResultFinding, ResultVerdict};
 
@@ -24,7 +24,9 @@ use crate::decision::{ResultAction, ResultFinding, ResultVerdict};
 #[derive(Debug)]
 pub(crate) struct ResultRules {
     secrets: ResultAction,
-    scanner: Option<&'static Scanner>,
+    /// Whether the built-in secret rules run; they are compiled on first use
+    /// ([`secrets::builtin`], once per process), not with every policy.
+    scanning: bool,
     patterns: Vec<Pattern>,
     exempt: Vec<Exemption>,
 }
@@ -56,10 +58,6 @@ pub(crate) type ResultRulesError = (String, String);
 impl ResultRules {
     /// Compiles the config (its regexes were checked by `config/validate.rs`).
     pub(crate) fn new(config: &ResultInspectionConfig) -> Result<Self, ResultRulesError> {
-        let scanner = match config.secrets {
-            ResultAction::Off => None,
-            _ => Some(secrets::builtin().map_err(|e| ("secrets".to_owned(), e.to_string()))?),
-        };
         let patterns = config
             .patterns
             .iter()
@@ -84,7 +82,7 @@ impl ResultRules {
                     return Err((
                         format!("exempt[{i}].rules"),
                         format!(
-                            "{rule:?} is neither a gitleaks rule id (`toolwall config check` lists none by that name) nor the name of a pattern"
+                            "{rule:?} is neither the id of a built-in secret rule (the `id`s of gitleaks.toml, e.g. aws-access-token, github-pat, private-key) nor the name of a pattern"
                         ),
                     ));
                 }
@@ -97,7 +95,7 @@ impl ResultRules {
         }
         Ok(ResultRules {
             secrets: config.secrets,
-            scanner,
+            scanning: config.secrets != ResultAction::Off,
             patterns,
             exempt,
         })
@@ -105,7 +103,7 @@ impl ResultRules {
 
     /// Whether nothing is looked for.
     pub(crate) fn is_off(&self) -> bool {
-        self.scanner.is_none() && self.patterns.is_empty()
+        !self.scanning && self.patterns.is_empty()
     }
 
     /// What the rules find in `message` (one JSON-RPC message from `server`, answering a call
@@ -131,10 +129,25 @@ impl ResultRules {
             return None;
         }
         let skip = |rule: &str| exempt.iter().any(|e| e.rules.iter().any(|r| r == rule));
-        if self.patterns.is_empty()
-            && memmem::find(message, b"\\u").is_none()
-            && !self.scanner.is_some_and(|s| s.may_match(message))
-        {
+        let scanner = match self.scanning.then(secrets::builtin) {
+            None => None,
+            Some(Ok(scanner)) => Some(scanner),
+            // A defect of the build (the set is tested whole): nothing passes unjudged.
+            Some(Err(error)) => {
+                return Some(ResultVerdict {
+                    action: ResultAction::Withhold,
+                    findings: Vec::new(),
+                    total: 0,
+                    redacted: None,
+                    reason: format!("{error}: withheld, nothing can be inspected"),
+                    id_holds_finding: true,
+                });
+            }
+        };
+        // With no `\u` escape the message's keywords are its strings' (`Scanner::woken`).
+        let escaped = memmem::find(message, b"\\u").is_some();
+        let woken = scanner.map(|s| s.woken(message));
+        if self.patterns.is_empty() && !escaped && woken.is_none_or(|w| w.is_empty()) {
             return None;
         }
         let mut value: Value = match serde_json::from_slice(message) {
@@ -161,6 +174,8 @@ impl ResultRules {
         };
         let mut walk = Walk {
             rules: self,
+            scanner,
+            woken: woken.filter(|_| !escaped),
             skip: &skip,
             pointer: String::new(),
             findings: Vec::new(),
@@ -218,7 +233,7 @@ impl ResultRules {
         self.patterns
             .iter()
             .map(|p| p.action)
-            .chain(self.scanner.map(|_| self.secrets))
+            .chain(self.scanning.then_some(self.secrets))
             .max()
             .unwrap_or(ResultAction::Off)
     }
@@ -238,6 +253,9 @@ type Found = (usize, usize, String, ResultAction, &'static str);
 /// numbers for the owner's patterns), redactions made in place.
 struct Walk<'a> {
     rules: &'a ResultRules,
+    scanner: Option<&'static Scanner>,
+    /// The rules the whole message's keywords wake, or `None`: each string's own.
+    woken: Option<Woken>,
     skip: &'a dyn Fn(&str) -> bool,
     pointer: String,
     findings: Vec<ResultFinding>,
@@ -318,9 +336,10 @@ impl Walk<'_> {
     fn find(&mut self, s: &str, secrets: bool) -> Vec<Found> {
         let mut found: Vec<Found> = Vec::new();
         let room = MAX_MESSAGE_FINDINGS.saturating_sub(self.total);
-        if let Some(scanner) = self.rules.scanner.filter(|_| secrets) {
+        if let Some(scanner) = self.scanner.filter(|_| secrets) {
             let mut secrets = Vec::new();
-            if !scanner.scan(s, &mut secrets, room + 1) {
+            let woken = self.woken.unwrap_or_else(|| scanner.woken(s.as_bytes()));
+            if !scanner.scan(s, &woken, &mut secrets, room + 1) {
                 self.stopped = true;
             }
             let action = self.rules.secrets;

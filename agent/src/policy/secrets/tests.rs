@@ -3,7 +3,7 @@ use super::*;
 fn found(text: &str) -> Vec<(String, String)> {
     let scanner = builtin().expect("the embedded rule set compiles");
     let mut out = Vec::new();
-    scanner.scan(text, &mut out, usize::MAX);
+    scanner.scan(text, &scanner.woken(text.as_bytes()), &mut out, usize::MAX);
     out.into_iter()
         .map(|f| (f.rule.to_owned(), text[f.range].to_owned()))
         .collect()
@@ -96,9 +96,13 @@ fn ordinary_text_and_known_non_secrets_are_not_findings() {
 fn keywords_are_a_prefilter_the_scan_agrees_with() {
     let scanner = builtin().expect("compiles");
     for (_, text, _) in SAMPLES {
-        assert!(scanner.may_match(text.as_bytes()));
+        assert!(!scanner.woken(text.as_bytes()).is_empty());
     }
-    assert!(!scanner.may_match(b"plain words, nothing here at all"));
+    assert!(
+        scanner
+            .woken(b"plain words, nothing here at all")
+            .is_empty()
+    );
 }
 
 #[test]
@@ -133,9 +137,10 @@ fn a_scan_stops_at_its_limit_and_says_so() {
     let scanner = builtin().expect("compiles");
     let text = "AKIAQYLPMN5HHHFPZAM2 ".repeat(50);
     let mut out = Vec::new();
-    assert!(!scanner.scan(&text, &mut out, 10));
+    let woken = scanner.woken(text.as_bytes());
+    assert!(!scanner.scan(&text, &woken, &mut out, 10));
     assert_eq!(out.len(), 10);
     let mut all = Vec::new();
-    assert!(scanner.scan(&text, &mut all, usize::MAX));
+    assert!(scanner.scan(&text, &woken, &mut all, usize::MAX));
     assert_eq!(all.len(), 50);
 }

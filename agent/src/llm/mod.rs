@@ -32,6 +32,7 @@ pub(crate) mod json;
 pub(crate) mod keys;
 pub(crate) mod proxy;
 mod relay;
+mod request;
 mod responses;
 mod upstream;
 

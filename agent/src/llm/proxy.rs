@@ -42,7 +42,8 @@ use tokio::net::TcpListener;
 
 use super::backstop;
 use super::relay::{Plain, Relay};
-use super::upstream::{Origin, Upstreams};
+use super::request;
+use super::upstream::{Origin, OutBody, Upstreams};
 use super::{Dialect, OnMalformed};
 use crate::decision::Gate;
 use crate::events::EventSink;
@@ -172,6 +173,8 @@ struct Inner {
     sink: EventSink,
     upstreams: Arc<Upstreams>,
     next_request: AtomicU64,
+    /// Tool results whose findings were recorded (a conversation sends them again each turn).
+    recorded: request::Recorded,
 }
 
 /// A bound, not yet running proxy.
@@ -205,6 +208,7 @@ impl LlmProxy {
                 sink,
                 upstreams,
                 next_request: AtomicU64::new(1),
+                recorded: request::Recorded::default(),
             }),
         })
     }
@@ -346,6 +350,23 @@ async fn handle(
         HeaderValue::from_static("identity"),
     );
     let method = parts.method.clone();
+    // An inspected route's request is read whole: the tool results in it are judged before
+    // the model reads them (`llm/request.rs`).
+    let body = match dialect.filter(|_| method == hyper::Method::POST) {
+        Some(dialect) => {
+            match read_request(&inner, dialect, &parts.headers, body, &session).await {
+                Ok(body) => body,
+                Err(refusal) => {
+                    tracing::warn!(%request_id, "{refusal}");
+                    return Ok(full(
+                        StatusCode::BAD_REQUEST,
+                        format!("toolwall: {refusal}"),
+                    ));
+                }
+            }
+        }
+        None => OutBody::Stream(body),
+    };
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
     tracing::debug!(%request_id, %method, path = %path_and_query, ?dialect, "forwarding");
     let upstream_resp = match inner
@@ -453,6 +474,55 @@ async fn handle(
         }
         Err(resp) => Ok(resp),
     }
+}
+
+/// Time a client has to send an inspected request's body.
+const REQUEST_BODY_TIME: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Reads an inspected route's request body whole (bounded in bytes and time) and judges the
+/// tool results in it; the records go to the sink. Refused, with why: a compressed body
+/// (toolwall reads only what it can judge), one over [`request::MAX_REQUEST_BYTES`], one that
+/// does not arrive in time.
+async fn read_request(
+    inner: &Inner,
+    dialect: Dialect,
+    headers: &hyper::HeaderMap,
+    body: Incoming,
+    session: &str,
+) -> Result<OutBody, String> {
+    if let Some(coding) = headers
+        .get(header::CONTENT_ENCODING)
+        .filter(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+    {
+        return Err(format!(
+            "a request body in content-encoding {coding:?} is not inspected; send it uncompressed"
+        ));
+    }
+    let read = tokio::time::timeout(
+        REQUEST_BODY_TIME,
+        http_body_util::Limited::new(body, request::MAX_REQUEST_BYTES).collect(),
+    );
+    let bytes = match read.await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(format!(
+                "the request body is larger than {} bytes (no provider takes one that large)",
+                request::MAX_REQUEST_BYTES
+            ));
+        }
+        Ok(Err(e)) => return Err(format!("the request body broke: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "the request body did not arrive within {} s",
+                REQUEST_BODY_TIME.as_secs()
+            ));
+        }
+    };
+    let inspected = request::inspect(&*inner.gate, dialect, &bytes, session, &inner.recorded);
+    for record in inspected.records {
+        inner.sink.emit(record);
+    }
+    Ok(OutBody::Full(inspected.body.map_or(bytes, Bytes::from)))
 }
 
 /// The first reads of a body, up to its first byte that is not whitespace (or a byte order

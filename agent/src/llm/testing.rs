@@ -20,13 +20,19 @@ impl Gate for TestGate {
         call.name.ends_with("guarded")
     }
 
+    /// The default result rules (gitleaks' set, redact), as a daemon without config has.
     fn inspect_result(
         &self,
-        _: &str,
-        _: Option<&str>,
-        _: &[u8],
+        server: &str,
+        tool: Option<&str>,
+        message: &[u8],
     ) -> Option<crate::decision::ResultVerdict> {
-        None
+        static RULES: std::sync::OnceLock<Option<crate::policy::ResultRules>> =
+            std::sync::OnceLock::new();
+        RULES
+            .get_or_init(|| crate::policy::ResultRules::new(&Default::default()).ok())
+            .as_ref()?
+            .inspect(server, tool, message)
     }
 
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {

@@ -92,13 +92,23 @@ pub(super) async fn read_head<R: AsyncRead + Unpin>(
     }
 }
 
+/// A request body on its way upstream: the agent's, streamed as it comes, or one toolwall read
+/// whole (an inspected route's request, `llm/request.rs`).
+#[derive(Debug)]
+pub(crate) enum OutBody {
+    /// Streamed.
+    Stream(Incoming),
+    /// Whole.
+    Full(bytes::Bytes),
+}
+
 /// The request head; whether the body goes chunked.
 pub(super) fn request_head(
     origin: &Origin,
     method: &Method,
     target: &str,
     headers: &HeaderMap,
-    body: &Incoming,
+    body: &OutBody,
 ) -> Result<(Vec<u8>, bool), UpstreamError> {
     if matches!(*method, Method::CONNECT | Method::TRACE) {
         return Err(UpstreamError::Method(method.clone()));
@@ -129,7 +139,11 @@ pub(super) fn request_head(
         head.extend_from_slice(b"\r\n");
     }
     let bodiless = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let chunked = match body.size_hint().exact() {
+    let size = match body {
+        OutBody::Stream(body) => body.size_hint().exact(),
+        OutBody::Full(bytes) => Some(bytes.len() as u64),
+    };
+    let chunked = match size {
         Some(0) if bodiless => false,
         Some(n) => {
             head.extend_from_slice(format!("content-length: {n}\r\n").as_bytes());
@@ -151,9 +165,18 @@ pub(super) fn request_head(
 pub(super) async fn write_request<W: AsyncWrite + Unpin>(
     conn: &mut W,
     mut out: Vec<u8>,
-    mut body: Incoming,
+    body: OutBody,
     chunked: bool,
 ) -> Result<(), UpstreamError> {
+    let mut body = match body {
+        OutBody::Stream(body) => body,
+        // Read and judged whole (`llm/request.rs`): sent with its length, in one go.
+        OutBody::Full(bytes) => {
+            out.extend_from_slice(&bytes);
+            conn.write_all(&out).await.map_err(UpstreamError::Write)?;
+            return conn.flush().await.map_err(UpstreamError::Write);
+        }
+    };
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(UpstreamError::RequestBody)?;
         let Ok(data) = frame.into_data() else {

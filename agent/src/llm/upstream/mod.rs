@@ -19,7 +19,7 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use hyper::header::HeaderMap;
 use hyper::{Method, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -27,6 +27,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+pub(crate) use head::OutBody;
 use head::{Framing, idle_for, keep_alive, read_head, request_head, write_request};
 
 /// Bytes asked of the socket per read.
@@ -250,7 +251,7 @@ impl Upstreams {
         method: &Method,
         target: &str,
         headers: &HeaderMap,
-        body: Incoming,
+        body: OutBody,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let (head, chunked) = request_head(origin, method, target, headers, &body)?;
         let conn = match self.checkout(origin) {

@@ -342,3 +342,67 @@ async fn read_until_replaced(body: &mut hyper::body::Incoming) {
         got.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]));
     }
 }
+
+#[tokio::test]
+async fn a_secret_in_a_tool_result_never_reaches_the_model() {
+    const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
+    let reply = r#"{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],"model":"x","stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}"#;
+    let (upstream, seen) = fake_upstream(vec![Step::Send(
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+            reply.len()
+        )
+        .into_bytes(),
+    )])
+    .await;
+    let (proxy, mut events, _stop) = start_proxy(upstream, &[]).await;
+    let request = serde_json::json!({
+        "model": "claude", "max_tokens": 10,
+        "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "mcp__fs__read", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": format!("key id {AWS}")}]}
+        ]
+    })
+    .to_string();
+    let resp = client()
+        .request(post(proxy, "/v1/messages", &request))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let seen = seen.await.expect("upstream saw the request");
+    assert!(
+        !seen.contains(AWS),
+        "the model's provider got the secret: {seen}"
+    );
+    assert!(
+        seen.contains("key id [toolwall:redacted:aws-access-token]"),
+        "{seen}"
+    );
+    // Framed by its new length.
+    let (head, body) = seen.split_once("\r\n\r\n").expect("head and body");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains(&format!("content-length: {}", body.len())),
+        "{head}"
+    );
+    let mut found = false;
+    while let Ok(event) = events.try_recv() {
+        found |= matches!(event, Event::McpResultInspected(ref r) if r.layer == "llm" && r.jsonrpc_id == "toolu_1");
+    }
+    assert!(found, "recorded");
+}
+
+#[tokio::test]
+async fn a_compressed_request_on_an_inspected_route_is_refused() {
+    let (upstream, _seen) = fake_upstream(vec![]).await;
+    let (proxy, _events, _stop) = start_proxy(upstream, &[]).await;
+    let mut req = post(proxy, "/v1/messages", "{}");
+    req.headers_mut().insert(
+        "content-encoding",
+        hyper::header::HeaderValue::from_static("gzip"),
+    );
+    let resp = client().request(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("content-encoding"));
+}

@@ -30,7 +30,7 @@ enum Step {
     Wait(oneshot::Receiver<()>),
 }
 
-/// Serves one request; returns the upstream address and the request head it received.
+/// Serves one request; returns the upstream address and the request it received.
 async fn fake_upstream(steps: Vec<Step>) -> (SocketAddr, oneshot::Receiver<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -53,7 +53,7 @@ async fn fake_upstream(steps: Vec<Step>) -> (SocketAddr, oneshot::Receiver<Strin
                 break p + 4;
             }
         };
-        let head = String::from_utf8_lossy(&req[..head_end]).to_string();
+        let head = String::from_utf8_lossy(&req[..head_end]).into_owned();
         let len: usize = head
             .lines()
             .find_map(|l| {
@@ -68,7 +68,8 @@ async fn fake_upstream(steps: Vec<Step>) -> (SocketAddr, oneshot::Receiver<Strin
                 Ok(n) => req.extend_from_slice(&buf[..n]),
             }
         }
-        let _ = head_tx.send(head);
+        // The whole request as the upstream got it (head, then body).
+        let _ = head_tx.send(String::from_utf8_lossy(&req).into_owned());
         for step in steps {
             match step {
                 Step::Send(bytes) => {

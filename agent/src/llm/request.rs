@@ -1,0 +1,298 @@
+//! What the agent sends the model: the tool results in a request, inspected by the same
+//! result rules as at the MCP layer (`policy/results.rs`, issue 16) before the model reads
+//! them.
+//!
+//! A tool's result reaches the model in the agent's next request: Anthropic `tool_result`
+//! blocks (and `mcp_tool_result`), Chat Completions `role: "tool"` messages, Responses
+//! `function_call_output` / `custom_tool_call_output` items. Each is judged as the tool's
+//! result (the call it answers is found by id in the request, its tool resolved by the
+//! policy, so per-tool exemptions hold); redacted, its content is replaced in place; withheld,
+//! it becomes a text saying why (an Anthropic block also `is_error: true`). A request with
+//! changes is forwarded as toolwall's serialisation of what it parsed; one without, as the
+//! bytes the agent sent. Every later request carries the same results again (the history):
+//! they are judged again, and recorded once per call id.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use super::Dialect;
+use crate::decision::{CallQuery, CallStage, Gate, ResultAction};
+use crate::events::{Event, ResultInspected};
+
+/// Largest request body an inspected route reads: the providers take at most 32 MB.
+pub(crate) const MAX_REQUEST_BYTES: usize = 40 * 1024 * 1024;
+
+/// Call ids whose findings were recorded; past the bound the set starts again (a call's
+/// findings are then recorded once more, nothing is lost).
+const MAX_REMEMBERED: usize = 16_384;
+
+/// The call ids this proxy recorded findings for.
+#[derive(Debug, Default)]
+pub(crate) struct Recorded(Mutex<HashSet<String>>);
+
+impl Recorded {
+    /// Whether `id` is new (and now remembered).
+    fn first(&self, id: &str) -> bool {
+        let mut set = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if set.len() >= MAX_REMEMBERED {
+            set.clear();
+        }
+        set.insert(id.to_owned())
+    }
+}
+
+/// What became of a request.
+#[derive(Debug, Default)]
+pub(crate) struct Inspected {
+    /// The request to forward instead of the agent's bytes; `None`: forward them as they are.
+    pub body: Option<Vec<u8>>,
+    /// `mcp_result_inspected` records (layer `llm`).
+    pub records: Vec<Event>,
+}
+
+/// One tool result in a request: where its content is, which call it answers.
+struct Site {
+    /// Pointer of the content in the request.
+    pointer: String,
+    /// The id of the call it answers.
+    call_id: String,
+}
+
+/// Inspects the tool results of a request body of `dialect`. A body that is not a JSON
+/// object is passed on as it is (the provider refuses it; no model reads it).
+pub(crate) fn inspect(
+    gate: &dyn Gate,
+    dialect: Dialect,
+    body: &[u8],
+    session: &str,
+    recorded: &Recorded,
+) -> Inspected {
+    let mut out = Inspected::default();
+    let Ok(mut request) = serde_json::from_slice::<Value>(body) else {
+        return out;
+    };
+    let (names, sites) = match dialect {
+        Dialect::Anthropic => anthropic(&request),
+        Dialect::OpenAiChat => chat(&request),
+        Dialect::OpenAiResponses => responses(&request),
+    };
+    let mut changed = false;
+    for site in sites {
+        let Some(content) = request.pointer_mut(&site.pointer) else {
+            continue;
+        };
+        let (name, namespace) = names
+            .get(&site.call_id)
+            .map_or(("", None), |(n, ns)| (n.as_str(), ns.as_deref()));
+        // The tool as the policy knows it (server and own name), for exemptions and the record.
+        let identity = (!name.is_empty())
+            .then(|| {
+                gate.check_call(&CallQuery {
+                    server_id: None,
+                    name,
+                    namespace,
+                    stage: CallStage::Inspected,
+                    arguments: None,
+                })
+                .tool
+            })
+            .flatten();
+        let (server, tool) = match &identity {
+            Some(t) => (t.server_id.as_str(), t.tool.as_str()),
+            None => ("", name),
+        };
+        let Ok(text) = serde_json::to_vec(content) else {
+            continue;
+        };
+        let Some(verdict) = gate.inspect_result(server, (!tool.is_empty()).then_some(tool), &text)
+        else {
+            continue;
+        };
+        tracing::warn!(server, tool, call = %site.call_id, action = verdict.action.as_str(), "tool result in a request to the model: {}", verdict.reason);
+        if recorded.first(&format!("{}:{}", site.call_id, verdict.action.as_str())) {
+            out.records.push(Event::McpResultInspected(ResultInspected {
+                timestamp: chrono::Utc::now(),
+                session_id: session.to_owned(),
+                server_id: server.to_owned(),
+                server_type: identity
+                    .as_ref()
+                    .map(|t| t.server_type.clone())
+                    .unwrap_or_default(),
+                tool_name: tool.to_owned(),
+                jsonrpc_id: Value::String(site.call_id.clone()),
+                action: match verdict.action {
+                    ResultAction::Withhold => crate::decision::Action::Block,
+                    _ => crate::decision::Action::Allow,
+                },
+                inspection: verdict.action,
+                findings: verdict
+                    .findings
+                    .iter()
+                    .cloned()
+                    .map(|mut f| {
+                        f.pointer = format!("{}{}", site.pointer, f.pointer);
+                        f
+                    })
+                    .collect(),
+                findings_total: verdict.total,
+                reason: verdict.reason.clone(),
+                layer: "llm".to_owned(),
+            }));
+        }
+        match verdict.action {
+            ResultAction::Off | ResultAction::Alert => {}
+            ResultAction::Redact => {
+                if let Some(redacted) = verdict
+                    .redacted
+                    .and_then(|r| serde_json::from_slice::<Value>(&r).ok())
+                {
+                    *content = redacted;
+                    changed = true;
+                }
+            }
+            ResultAction::Withhold => {
+                *content =
+                    Value::String(format!("toolwall withheld this result: {}", verdict.reason));
+                if dialect == Dialect::Anthropic
+                    && let Some(block) = site
+                        .pointer
+                        .strip_suffix("/content")
+                        .and_then(|p| request.pointer_mut(p))
+                        .and_then(Value::as_object_mut)
+                {
+                    block.insert("is_error".to_owned(), Value::Bool(true));
+                }
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        out.body = serde_json::to_vec(&request).ok();
+    }
+    out
+}
+
+/// Call id → tool name (and Codex namespace), and the tool results.
+type Found = (HashMap<String, (String, Option<String>)>, Vec<Site>);
+
+fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `messages[].content[]`: `tool_use` / `mcp_tool_use` name calls, `tool_result` /
+/// `mcp_tool_result` answer them (`tool_use_id`).
+fn anthropic(request: &Value) -> Found {
+    let mut names = HashMap::new();
+    let mut sites = Vec::new();
+    for (i, message) in messages(request, "messages") {
+        let Some(blocks) = message.get("content").and_then(Value::as_array) else {
+            continue;
+        };
+        for (j, block) in blocks.iter().enumerate() {
+            match str_at(block, "type") {
+                "tool_use" | "mcp_tool_use" | "server_tool_use" => {
+                    let name = str_at(block, "name").to_owned();
+                    names.insert(str_at(block, "id").to_owned(), (name, None));
+                }
+                "tool_result" | "mcp_tool_result" if block.get("content").is_some() => {
+                    sites.push(Site {
+                        pointer: format!("/messages/{i}/content/{j}/content"),
+                        call_id: str_at(block, "tool_use_id").to_owned(),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    (names, sites)
+}
+
+/// `messages[]`: an assistant's `tool_calls[]` (and legacy `function_call`) name calls, a
+/// `role: "tool"` message answers one (`tool_call_id`), a `role: "function"` one by name.
+fn chat(request: &Value) -> Found {
+    let mut names = HashMap::new();
+    let mut sites = Vec::new();
+    for (i, message) in messages(request, "messages") {
+        for call in message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = call
+                .get("function")
+                .or_else(|| call.get("custom"))
+                .map_or("", |f| str_at(f, "name"));
+            names.insert(str_at(call, "id").to_owned(), (name.to_owned(), None));
+        }
+        let role = str_at(message, "role");
+        if matches!(role, "tool" | "function") && message.get("content").is_some() {
+            let call_id = match role {
+                "tool" => str_at(message, "tool_call_id").to_owned(),
+                _ => {
+                    let name = str_at(message, "name").to_owned();
+                    names.insert(format!("function:{name}"), (name.clone(), None));
+                    format!("function:{name}")
+                }
+            };
+            sites.push(Site {
+                pointer: format!("/messages/{i}/content"),
+                call_id,
+            });
+        }
+    }
+    (names, sites)
+}
+
+/// `input[]`: `function_call` / `custom_tool_call` items name calls (`call_id`), their
+/// `*_output` items answer them; an `mcp_call` item carries its own output.
+fn responses(request: &Value) -> Found {
+    let mut names = HashMap::new();
+    let mut sites = Vec::new();
+    for (i, item) in messages(request, "input") {
+        match str_at(item, "type") {
+            "function_call" | "custom_tool_call" => {
+                let namespace = item
+                    .get("namespace")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let name = str_at(item, "name").to_owned();
+                names.insert(str_at(item, "call_id").to_owned(), (name, namespace));
+            }
+            "function_call_output" | "custom_tool_call_output" if item.get("output").is_some() => {
+                sites.push(Site {
+                    pointer: format!("/input/{i}/output"),
+                    call_id: str_at(item, "call_id").to_owned(),
+                });
+            }
+            "mcp_call" if item.get("output").is_some() => {
+                let id = str_at(item, "id").to_owned();
+                names.insert(id.clone(), (str_at(item, "name").to_owned(), None));
+                sites.push(Site {
+                    pointer: format!("/input/{i}/output"),
+                    call_id: id,
+                });
+            }
+            _ => {}
+        }
+    }
+    (names, sites)
+}
+
+/// The elements of the array under `key`, with their indexes.
+fn messages<'a>(request: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
+    request
+        .get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::*;
+use crate::config::Config;
+use crate::policy::Policy;
+use crate::registry::Registry;
+
+const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
+
+fn policy(yaml: &str) -> Policy {
+    let config = Config::parse(yaml, "test.yaml").expect("config");
+    Policy::new(
+        &config,
+        Arc::new(Registry::in_memory().expect("registry")),
+        &[],
+    )
+    .expect("policy")
+}
+
+fn run(
+    gate: &Policy,
+    dialect: Dialect,
+    request: &Value,
+    recorded: &Recorded,
+) -> (Option<Value>, Vec<Event>) {
+    let body = serde_json::to_vec(request).expect("json");
+    let out = inspect(gate, dialect, &body, "sess", recorded);
+    let body = out
+        .body
+        .map(|b| serde_json::from_slice(&b).expect("json out"));
+    (body, out.records)
+}
+
+fn anthropic_request(result: Value) -> Value {
+    json!({
+        "model": "claude", "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": "read the file"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "mcp__files__read", "input": {}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": result}
+            ]}
+        ]
+    })
+}
+
+#[test]
+fn an_anthropic_tool_result_is_redacted_before_the_model_reads_it_and_recorded_once() {
+    let gate = policy("{}");
+    let recorded = Recorded::default();
+    let request = anthropic_request(json!([{"type": "text", "text": format!("aws_key={AWS}")}]));
+    let (body, records) = run(&gate, Dialect::Anthropic, &request, &recorded);
+    let body = body.expect("rewritten");
+    assert_eq!(
+        body["messages"][2]["content"][0]["content"][0]["text"],
+        "aws_key=[toolwall:redacted:aws-access-token]"
+    );
+    // The rest of the request is what the agent sent.
+    assert_eq!(body["messages"][0], request["messages"][0]);
+    assert_eq!(body["max_tokens"], 10);
+    let [Event::McpResultInspected(record)] = records.as_slice() else {
+        panic!("one record: {records:?}");
+    };
+    assert_eq!(record.layer, "llm");
+    assert_eq!(record.tool_name, "mcp__files__read");
+    assert_eq!(record.jsonrpc_id, json!("toolu_1"));
+    assert_eq!(
+        record.findings[0].pointer,
+        "/messages/2/content/0/content/0/text"
+    );
+    assert!(!serde_json::to_string(record).expect("json").contains(AWS));
+    // The next turn carries the same result again: redacted again, not recorded again.
+    let (again, records) = run(&gate, Dialect::Anthropic, &request, &recorded);
+    assert!(again.is_some_and(|b| !b.to_string().contains(AWS)));
+    assert!(records.is_empty());
+}
+
+#[test]
+fn a_request_without_findings_passes_as_the_agents_bytes() {
+    let gate = policy("{}");
+    let request = anthropic_request(json!("all quiet"));
+    let (body, records) = run(&gate, Dialect::Anthropic, &request, &Recorded::default());
+    assert!(body.is_none() && records.is_empty());
+    // A secret the user wrote is the user's: only tool results are judged.
+    let mut request = anthropic_request(json!("all quiet"));
+    request["messages"][0]["content"] = json!(format!("my key is {AWS}"));
+    let (body, _) = run(&gate, Dialect::Anthropic, &request, &Recorded::default());
+    assert!(body.is_none());
+}
+
+#[test]
+fn withheld_results_say_why_and_anthropic_blocks_become_errors() {
+    let gate = policy("sandbox:\n  mcp:\n    result_inspection:\n      secrets: withhold\n");
+    let request = anthropic_request(json!(format!("{AWS}")));
+    let (body, records) = run(&gate, Dialect::Anthropic, &request, &Recorded::default());
+    let block = &body.expect("rewritten")["messages"][2]["content"][0];
+    assert_eq!(block["is_error"], true);
+    assert!(
+        block["content"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("toolwall withheld this result"))
+    );
+    assert!(
+        matches!(&records[0], Event::McpResultInspected(r) if r.action == crate::decision::Action::Block)
+    );
+}
+
+#[test]
+fn chat_tool_messages_and_responses_outputs_are_judged() {
+    let gate = policy("{}");
+    let chat = json!({
+        "model": "gpt", "messages": [
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "mcp__files__read", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": format!("token: {AWS}")}
+        ]
+    });
+    let (body, records) = run(&gate, Dialect::OpenAiChat, &chat, &Recorded::default());
+    assert_eq!(
+        body.expect("rewritten")["messages"][1]["content"],
+        "token: [toolwall:redacted:aws-access-token]"
+    );
+    assert!(
+        matches!(&records[0], Event::McpResultInspected(r) if r.tool_name == "mcp__files__read")
+    );
+    let responses = json!({
+        "model": "gpt", "input": [
+            {"type": "function_call", "call_id": "call_2", "name": "read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_2", "output": format!("{AWS}")}
+        ]
+    });
+    let (body, _) = run(
+        &gate,
+        Dialect::OpenAiResponses,
+        &responses,
+        &Recorded::default(),
+    );
+    assert_eq!(
+        body.expect("rewritten")["input"][1]["output"],
+        "[toolwall:redacted:aws-access-token]"
+    );
+}
+
+#[test]
+fn an_exempt_tool_s_result_passes() {
+    let gate = policy(
+        "sandbox:\n  mcp:\n    servers:\n      - id: files\n        type: http\n        url: http://127.0.0.1:9/mcp\n    result_inspection:\n      exempt:\n        - server: files\n          tool: read\n",
+    );
+    let request = anthropic_request(json!(format!("{AWS}")));
+    let (body, records) = run(&gate, Dialect::Anthropic, &request, &Recorded::default());
+    assert!(body.is_none() && records.is_empty(), "{body:?} {records:?}");
+    // Another tool's result is judged.
+    let mut other = request.clone();
+    other["messages"][1]["content"][0]["name"] = json!("mcp__files__write");
+    let (body, _) = run(&gate, Dialect::Anthropic, &other, &Recorded::default());
+    assert!(body.is_some());
+}

@@ -20,7 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
 LOG = None
-CALLS = [("echo", {"message": "hi"}), ("get-sum", {"a": 1, "b": 2})]
+# FAKE_LLM_ECHO: what the model asks `echo` to say (a test of what comes back puts a secret in it).
+CALLS = [("echo", {"message": os.environ.get("FAKE_LLM_ECHO", "hi")}), ("get-sum", {"a": 1, "b": 2})]
 
 
 def uid(prefix):

@@ -21,9 +21,15 @@ struct FakeLlm {
 
 impl FakeLlm {
     fn start(dir: &Path) -> FakeLlm {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`FakeLlm::start`] with `env` (`FAKE_LLM_ECHO`: what its model asks `echo` to say).
+    fn start_with(dir: &Path, env: &[(&str, &str)]) -> FakeLlm {
         let log = dir.join("requests.jsonl");
         let port_file = dir.join("port");
         let child = Command::new("python3")
+            .envs(env.iter().copied())
             .arg(toolwall_tests::workspace_root().join("tests/peers/fake_llm.py"))
             .arg("--log")
             .arg(&log)
@@ -266,6 +272,84 @@ fn privileged_claude_code_under_exec_runs_allowed_tools_and_never_sees_denied_on
     );
 
     assert_calls(&calls(&daemon, "claude"), "llm/anthropic");
+    assert!(daemon.stop().success());
+}
+
+/// Result inspection at the LLM layer with a real agent: server-everything runs unwrapped (no
+/// shim, so the MCP layer never sees its answer) and echoes a secret the fake model asked it to
+/// say; Claude Code sends that result back in its next request, and the proxy redacts it before
+/// the model reads it.
+#[test]
+#[ignore = "privileged: needs root (session cgroups); `cargo xtask test` runs it as root"]
+fn privileged_claude_code_never_hands_its_model_a_secret_a_tool_returned() {
+    const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
+    assert!(is_root());
+    let home = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start_with(home.path(), &[("FAKE_LLM_ECHO", &format!("hi {AWS}"))]);
+    let mut daemon = daemon(&llm.url);
+    let mcp = serde_json::json!({"mcpServers": {"everything": {
+        "command": server_everything(), "args": ["stdio"]}}});
+    let mcp_path = home.path().join("mcp.json");
+    std::fs::write(&mcp_path, mcp.to_string()).unwrap();
+    let args: Vec<String> = [
+        "-p",
+        "Call the echo tool.",
+        "--mcp-config",
+        &mcp_path.display().to_string(),
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__everything__echo,mcp__everything__get-sum",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let env = [
+        ("ANTHROPIC_API_KEY", "sk-test"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+    ];
+    let out = exec(
+        &daemon,
+        "secret",
+        home.path(),
+        &env,
+        &agent_bin("claude"),
+        &args,
+    );
+    assert!(out.status.success());
+    let requests = llm.requests();
+    let turns: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap_or("").starts_with("/v1/messages"))
+        .collect();
+    let last = turns.last().expect("Claude Code asked the model");
+    let history = last["json"]["messages"].to_string();
+    assert!(
+        history.contains("Echo: hi [toolwall:redacted:aws-access-token]"),
+        "the echo's answer came back, redacted: {history}"
+    );
+    // No tool result the model got holds it (the model's own `tool_use` input does: the fake
+    // model wrote the secret into its call).
+    for request in &requests {
+        for message in request["json"]["messages"].as_array().into_iter().flatten() {
+            for block in message["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_result" {
+                    assert!(
+                        !block.to_string().contains(AWS),
+                        "the model got the secret: {block}"
+                    );
+                }
+            }
+        }
+    }
+    let found = daemon.json_lines(&["mcp", "events", "--json", "--type", "mcp_result_inspected"]);
+    assert!(
+        found.iter().any(|e| e["layer"] == "llm"
+            && e["tool_name"] == "echo"
+            && e["server_id"] == "everything"),
+        "{found:#?}"
+    );
     assert!(daemon.stop().success());
 }
 

@@ -48,6 +48,7 @@ pub(crate) fn glob(source: &str) -> glob::Glob {
     glob::Glob::new(source)
 }
 pub(crate) use rate::{Clock, MonotonicClock, RateLimiter};
+#[cfg(test)]
 pub(crate) use results::ResultRules;
 pub(crate) use rules::{ServerRules, ToolRules};
 

@@ -275,13 +275,13 @@ fn privileged_claude_code_under_exec_runs_allowed_tools_and_never_sees_denied_on
     assert!(daemon.stop().success());
 }
 
-/// Result inspection at the LLM layer with a real agent: server-everything runs unwrapped (no
-/// shim, so the MCP layer never sees its answer) and echoes a secret the fake model asked it to
-/// say; Claude Code sends that result back in its next request, and the proxy redacts it before
-/// the model reads it.
+/// The LLM layer's request side with a real agent: server-everything runs unwrapped (no shim,
+/// so the MCP layer never sees its list or its answers). The proxy takes the denied get-sum out
+/// of the tools Claude Code offers its model, and the echo's answer — a secret the fake model
+/// asked it to say — is redacted in Claude Code's next request before the model reads it.
 #[test]
 #[ignore = "privileged: needs root (session cgroups); `cargo xtask test` runs it as root"]
-fn privileged_claude_code_never_hands_its_model_a_secret_a_tool_returned() {
+fn privileged_claude_code_is_offered_no_denied_tool_and_handed_no_secret_a_tool_returned() {
     const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
     assert!(is_root());
     let home = tempfile::tempdir().unwrap();
@@ -328,6 +328,13 @@ fn privileged_claude_code_never_hands_its_model_a_secret_a_tool_returned() {
     assert!(
         history.contains("Echo: hi [toolwall:redacted:aws-access-token]"),
         "the echo's answer came back, redacted: {history}"
+    );
+    // The denied get-sum (the server is unwrapped, so no shim hid it) is not offered either.
+    let tools = last["json"]["tools"].to_string();
+    assert!(tools.contains("mcp__everything__echo"), "{tools}");
+    assert!(
+        !tools.contains("mcp__everything__get-sum"),
+        "the proxy took the denied tool out: {tools}"
     );
     // No tool result the model got holds it (the model's own `tool_use` input does: the fake
     // model wrote the secret into its call).

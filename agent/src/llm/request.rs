@@ -1,6 +1,6 @@
-//! What the agent sends the model: the tool results in a request, inspected by the same
-//! result rules as at the MCP layer (`policy/results.rs`, issue 16) before the model reads
-//! them.
+//! What the agent sends the model (issue 16): the tools it offers, less the ones the policy
+//! refuses by name ([`hide_denied`]), and the tool results in it, inspected by the same result
+//! rules as at the MCP layer (`policy/results.rs`) before the model reads them.
 //!
 //! A tool's result reaches the model in the agent's next request: Anthropic `tool_result`
 //! blocks (and `mcp_tool_result`), Chat Completions `role: "tool"` messages, Responses
@@ -53,6 +53,8 @@ pub(crate) struct Inspected {
     pub body: Option<Vec<u8>>,
     /// `mcp_result_inspected` records (layer `llm`).
     pub records: Vec<Event>,
+    /// How many tool definitions (and tool references) were taken out as denied.
+    pub hidden: usize,
 }
 
 /// One tool result in a request: where its content is, which call it answers.
@@ -81,7 +83,15 @@ pub(crate) fn inspect(
         Dialect::OpenAiChat => chat(&request),
         Dialect::OpenAiResponses => responses(&request),
     };
-    let mut changed = false;
+    let hidden = hide_denied(gate, dialect, &mut request);
+    if !hidden.is_empty() {
+        tracing::info!(
+            hidden = ?hidden,
+            "denied tools taken out of the request: the model is not offered them"
+        );
+    }
+    out.hidden = hidden.len();
+    let mut changed = !hidden.is_empty();
     for site in sites {
         let Some(content) = request.pointer_mut(&site.pointer) else {
             continue;
@@ -175,6 +185,110 @@ pub(crate) fn inspect(
         out.body = serde_json::to_vec(&request).ok();
     }
     out
+}
+
+/// Takes the tools the policy refuses by name out of what the request offers the model
+/// (issue 16: the model is never offered what it may not call; the response side stays the
+/// enforcement point): `tools[]` of every dialect (Chat's `function`/`custom` entries and
+/// legacy `functions[]`; a definition holding `tools` of its own is a namespace, its name
+/// the namespace of the ones inside, as Codex groups MCP tools; Anthropic `defer_loading`
+/// definitions alike), and Anthropic `tool_reference` blocks (what Claude Code's
+/// `ToolSearch` answers with) naming such a tool. A `tool_choice` that forces a removed tool
+/// becomes `auto`; a `tools` left empty is removed with its `tool_choice`. Asked by name only
+/// (no argument rule hides a tool) at the inspected stage (no rate budget is spent). Returns
+/// the names taken out.
+fn hide_denied(gate: &dyn Gate, dialect: Dialect, request: &mut Value) -> Vec<String> {
+    let denied = |name: &str, namespace: Option<&str>| {
+        !name.is_empty()
+            && gate
+                .check_call(&CallQuery {
+                    server_id: None,
+                    name,
+                    namespace,
+                    stage: CallStage::Inspected,
+                    arguments: None,
+                })
+                .is_blocked()
+    };
+    let mut hidden = Vec::new();
+    let Some(object) = request.as_object_mut() else {
+        return hidden;
+    };
+    for key in ["tools", "functions"] {
+        let Some(tools) = object.get_mut(key).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        prune(tools, None, &denied, &mut hidden);
+        if tools.is_empty() {
+            object.remove(key);
+            object.remove("tool_choice");
+            object.remove("function_call");
+        }
+    }
+    if hidden.is_empty() {
+        return hidden;
+    }
+    // A forced choice of a tool no longer offered.
+    if let Some(choice) = object.get_mut("tool_choice") {
+        let forced = choice
+            .get("name")
+            .or_else(|| choice.get("function").and_then(|f| f.get("name")))
+            .and_then(Value::as_str);
+        if forced.is_some_and(|n| hidden.iter().any(|h| h == n)) {
+            *choice = match dialect {
+                Dialect::Anthropic => serde_json::json!({"type": "auto"}),
+                _ => Value::String("auto".to_owned()),
+            };
+        }
+    }
+    if dialect == Dialect::Anthropic {
+        for message in object
+            .get_mut("messages")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            for block in message
+                .get_mut("content")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(content) = block.get_mut("content").and_then(Value::as_array_mut) {
+                    content.retain(|b| {
+                        str_at(b, "type") != "tool_reference"
+                            || !hidden.iter().any(|h| h == str_at(b, "tool_name"))
+                    });
+                }
+            }
+        }
+    }
+    hidden
+}
+
+/// Removes the denied definitions of `tools` (recursing into namespaces), noting their names.
+fn prune(
+    tools: &mut Vec<Value>,
+    namespace: Option<&str>,
+    denied: &dyn Fn(&str, Option<&str>) -> bool,
+    hidden: &mut Vec<String>,
+) {
+    tools.retain_mut(|tool| {
+        let name = tool
+            .get("function")
+            .or_else(|| tool.get("custom"))
+            .map_or_else(|| str_at(tool, "name"), |f| str_at(f, "name"))
+            .to_owned();
+        if let Some(inner) = tool.get_mut("tools").and_then(Value::as_array_mut) {
+            prune(inner, Some(&name), denied, hidden);
+            return !inner.is_empty();
+        }
+        if denied(&name, namespace) {
+            hidden.push(name);
+            return false;
+        }
+        true
+    });
 }
 
 /// Call id → tool name (and Codex namespace), and the tool results.

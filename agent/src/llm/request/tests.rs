@@ -160,3 +160,87 @@ fn an_exempt_tool_s_result_passes() {
     let (body, _) = run(&gate, Dialect::Anthropic, &other, &Recorded::default());
     assert!(body.is_some());
 }
+
+const DENY_SUM: &str = "sandbox:\n  mcp:\n    deny: ['^get-sum$']\n    servers:\n      - id: everything\n        type: stdio\n        command: /bin/true\n";
+
+#[test]
+fn denied_tools_are_not_offered_to_the_model() {
+    let gate = policy(DENY_SUM);
+    let request = json!({
+        "model": "claude", "max_tokens": 10,
+        "tools": [
+            {"name": "Bash", "input_schema": {"type": "object"}},
+            {"name": "mcp__everything__echo", "input_schema": {"type": "object"}},
+            {"name": "mcp__everything__get-sum", "input_schema": {"type": "object"}, "defer_loading": true}
+        ],
+        "tool_choice": {"type": "tool", "name": "mcp__everything__get-sum"},
+        "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9", "name": "ToolSearch", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": [
+                {"type": "tool_reference", "tool_name": "mcp__everything__get-sum"},
+                {"type": "tool_reference", "tool_name": "mcp__everything__echo"}
+            ]}]}
+        ]
+    });
+    let (body, _) = run(&gate, Dialect::Anthropic, &request, &Recorded::default());
+    let body = body.expect("rewritten");
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["Bash", "mcp__everything__echo"]);
+    assert_eq!(body["tool_choice"], json!({"type": "auto"}));
+    assert_eq!(
+        body["messages"][1]["content"][0]["content"],
+        json!([{"type": "tool_reference", "tool_name": "mcp__everything__echo"}])
+    );
+}
+
+#[test]
+fn chat_functions_and_codex_namespaces_lose_denied_tools_and_empty_tools_go() {
+    let gate = policy(DENY_SUM);
+    let chat = json!({
+        "model": "gpt", "messages": [],
+        "tools": [{"type": "function", "function": {"name": "mcp__everything__get-sum", "parameters": {}}}],
+        "tool_choice": "required"
+    });
+    let (body, _) = run(&gate, Dialect::OpenAiChat, &chat, &Recorded::default());
+    let body = body.expect("rewritten");
+    assert!(
+        body.get("tools").is_none() && body.get("tool_choice").is_none(),
+        "{body}"
+    );
+    let responses = json!({
+        "model": "gpt", "input": "hi",
+        "tools": [
+            {"type": "function", "name": "shell", "parameters": {}},
+            {"type": "namespace", "name": "mcp__everything", "tools": [
+                {"type": "function", "name": "get_sum", "parameters": {}},
+                {"type": "function", "name": "echo", "parameters": {}}
+            ]}
+        ]
+    });
+    let (body, _) = run(
+        &gate,
+        Dialect::OpenAiResponses,
+        &responses,
+        &Recorded::default(),
+    );
+    let body = body.expect("rewritten");
+    assert_eq!(
+        body["tools"][1]["tools"],
+        json!([{"type": "function", "name": "echo", "parameters": {}}])
+    );
+    assert_eq!(body["tools"][0]["name"], "shell");
+}
+
+#[test]
+fn a_request_offering_only_allowed_tools_passes_as_it_came() {
+    let gate = policy(DENY_SUM);
+    let request = json!({"model": "claude", "max_tokens": 1, "messages": [],
+        "tools": [{"name": "mcp__everything__echo", "input_schema": {}}]});
+    let (body, _) = run(&gate, Dialect::Anthropic, &request, &Recorded::default());
+    assert!(body.is_none());
+}

@@ -182,6 +182,13 @@ pub(crate) fn describe(config: &Config) -> String {
         );
     }
 
+    let _ = writeln!(
+        out,
+        "\ndefinition checks (what listed tools say to the model): hidden instructions {}; shadowing {}",
+        mcp.definition_checks.poisoning.as_str(),
+        mcp.definition_checks.shadowing.as_str()
+    );
+
     let pinning = &mcp.version_pinning;
     if pinning.enabled {
         let _ = writeln!(

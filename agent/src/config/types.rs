@@ -115,6 +115,61 @@ pub(crate) struct McpConfig {
     /// (`policy/results.rs`).
     #[serde(default)]
     pub result_inspection: ResultInspectionConfig,
+    /// What listed definitions may say to the model (`policy/definitions.rs`).
+    #[serde(default)]
+    pub definition_checks: DefinitionChecksConfig,
+}
+
+/// `definition_checks:` — poisoned and shadowing tool definitions.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DefinitionChecksConfig {
+    /// Hidden instructions in a definition: invisible characters, terminal escapes,
+    /// instruction-like text, credential files, other servers' tools named.
+    #[serde(default = "alert")]
+    pub poisoning: DefinitionAction,
+    /// A tool named like another server's tool.
+    #[serde(default = "alert")]
+    pub shadowing: DefinitionAction,
+}
+
+impl Default for DefinitionChecksConfig {
+    fn default() -> Self {
+        DefinitionChecksConfig {
+            poisoning: DefinitionAction::Alert,
+            shadowing: DefinitionAction::Alert,
+        }
+    }
+}
+
+fn alert() -> DefinitionAction {
+    DefinitionAction::Alert
+}
+
+/// What a definition check's finding does; ordered weakest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum DefinitionAction {
+    /// Not checked.
+    Off,
+    /// Recorded in the listing's `mcp_tool_seen` reason; the tool stays.
+    Alert,
+    /// The tool is hidden from the listing and its calls refused.
+    Hide,
+    /// Every tool of the server is hidden and its calls refused, until the daemon restarts.
+    BlockServer,
+}
+
+impl DefinitionAction {
+    /// The YAML spelling.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            DefinitionAction::Off => "off",
+            DefinitionAction::Alert => "alert",
+            DefinitionAction::Hide => "hide",
+            DefinitionAction::BlockServer => "block_server",
+        }
+    }
 }
 
 /// `result_inspection:` — detectors run on every message a server sends toward the client.
@@ -187,6 +242,7 @@ impl Default for McpConfig {
             rate_limits: RateLimitsConfig::default(),
             argument_rules: Vec::new(),
             result_inspection: ResultInspectionConfig::default(),
+            definition_checks: DefinitionChecksConfig::default(),
         }
     }
 }

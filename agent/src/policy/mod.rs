@@ -20,6 +20,7 @@
 mod arguments;
 #[cfg(feature = "bench")]
 mod bench;
+mod definitions;
 mod deny;
 mod glob;
 mod listing_events;
@@ -88,6 +89,11 @@ pub(crate) struct Policy {
     arguments: ArgumentRules,
     /// What servers' answers may carry (not a step of a call's decision: asked per message).
     results: results::ResultRules,
+    /// What listed definitions may say to the model.
+    definitions: definitions::DefinitionChecks,
+    /// Servers (tool `None`) and tools whose definitions a check refused: why. A tool's entry
+    /// goes when a later listing shows it clean; a server's stays until the daemon restarts.
+    flagged: RwLock<HashMap<(String, Option<String>), String>>,
     registry: Arc<Registry>,
     /// server id → tool → verdict of steps 2–3.
     verdicts: RwLock<HashMap<String, HashMap<String, CachedVerdict>>>,
@@ -171,9 +177,119 @@ impl Policy {
                     hint: "see the README's \"Result inspection\"",
                 }
             })?,
+            definitions: definitions::DefinitionChecks::new(&mcp.definition_checks).map_err(
+                |error| ConfigError::Invalid {
+                    location: Location {
+                        file: origin.to_string(),
+                        line: None,
+                        column: None,
+                    },
+                    key: "sandbox.mcp.definition_checks".into(),
+                    message: format!("the built-in patterns do not compile: {error}"),
+                    hint: "a defect of this build; please report it",
+                },
+            )?,
+            flagged: RwLock::new(HashMap::new()),
             registry,
             verdicts: RwLock::new(HashMap::new()),
         })
+    }
+
+    /// Why a definition check refused the whole of `server_id`, if it did.
+    fn flagged_server(&self, server_id: &str) -> Option<String> {
+        let flagged = self.flagged.read().unwrap_or_else(PoisonError::into_inner);
+        if flagged.is_empty() {
+            return None;
+        }
+        flagged.get(&(server_id.to_owned(), None)).cloned()
+    }
+
+    /// Why a definition check refused `server_id` or its `tool`, if it did.
+    fn flagged(&self, server_id: &str, tool: &str) -> Option<String> {
+        let flagged = self.flagged.read().unwrap_or_else(PoisonError::into_inner);
+        if flagged.is_empty() {
+            return None;
+        }
+        flagged
+            .get(&(server_id.to_owned(), None))
+            .or_else(|| flagged.get(&(server_id.to_owned(), Some(tool.to_owned()))))
+            .cloned()
+    }
+
+    /// The definition checks over one listing of `server_id`: evidence joins each decision's
+    /// reason; a tool to hide, or every tool of a server to block, is refused (and flagged, so
+    /// its calls are refused too).
+    fn judge_definitions(&self, server_id: &str, tools: &[Value], decisions: &mut [Decision]) {
+        if self.definitions.is_off() {
+            return;
+        }
+        let others: Vec<(String, String, String)> = self
+            .registry
+            .tools()
+            .iter()
+            .filter(|e| e.server_id != server_id)
+            .map(|e| {
+                (
+                    e.server_id.clone(),
+                    e.tool.clone(),
+                    definitions::skeleton(&e.tool),
+                )
+            })
+            .collect();
+        let mut block_server = None;
+        for (tool, decision) in tools.iter().zip(decisions.iter_mut()) {
+            let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
+            let key = (server_id.to_owned(), Some(name.to_owned()));
+            let found = self.definitions.check(tool, &others);
+            let Some(action) = found.iter().map(|f| f.action).max() else {
+                self.flagged
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&key);
+                continue;
+            };
+            let evidence = found
+                .iter()
+                .map(|f| format!("{}: {}", f.check, f.evidence))
+                .collect::<Vec<_>>()
+                .join("; ");
+            tracing::warn!(
+                server_id,
+                tool = name,
+                action = action.as_str(),
+                "definition check: {evidence}"
+            );
+            let why = format!("definition check ({}): {evidence}", action.as_str());
+            match action {
+                crate::config::DefinitionAction::Hide => {
+                    self.flagged
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(key, why.clone());
+                    if !decision.is_blocked() {
+                        *decision = self.finish(Action::Block, why, decision.tool.take());
+                    }
+                }
+                crate::config::DefinitionAction::BlockServer => {
+                    block_server.get_or_insert(format!(
+                        "server {server_id:?} blocked: tool {name:?} failed a {why}"
+                    ));
+                }
+                _ if decision.reason.is_empty() => decision.reason = why,
+                _ => decision.reason = format!("{}; {why}", decision.reason),
+            }
+        }
+        if let Some(why) = block_server {
+            self.flagged
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert((server_id.to_owned(), None), why);
+        }
+        if let Some(why) = self.flagged_server(server_id) {
+            for decision in decisions.iter_mut().filter(|d| !d.is_blocked()) {
+                *decision = self.finish(Action::Block, why.clone(), decision.tool.take());
+            }
+        }
     }
 
     /// The registry this policy reads.
@@ -187,11 +303,16 @@ impl Policy {
         if !self.enforce {
             return None;
         }
-        self.servers.check(server_id)
+        self.flagged_server(server_id)
+            .or_else(|| self.servers.check(server_id))
     }
 
     /// Steps 2–3 for a registered definition, from the cache when possible.
     fn static_verdict(&self, entry: &ToolEntry) -> Option<Arc<str>> {
+        // Not cached: a listing sets and clears these.
+        if let Some(why) = self.flagged(&entry.server_id, &entry.tool) {
+            return Some(Arc::from(why));
+        }
         {
             let cache = self.verdicts.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(hit) = cache
@@ -229,8 +350,8 @@ impl Policy {
                 "server {server_id:?} is not declared in sandbox.mcp.servers (fail_closed)"
             ));
         }
-        self.servers
-            .check(server_id)
+        self.flagged(server_id, tool)
+            .or_else(|| self.servers.check(server_id))
             .or_else(|| self.deny.check(tool))
             .or_else(|| self.tools.check(server_id, tool, hash))
     }
@@ -687,11 +808,12 @@ impl Gate for Policy {
     fn check_listed(&self, server_id: &str, server_type: &str, tool: &Value) -> Decision {
         let entries = self.register_listed(server_id, server_type, std::slice::from_ref(tool));
         self.trust_first(server_id, &entries, false);
-        entries
+        let mut decisions: Vec<Decision> = entries
             .into_iter()
-            .next()
             .map(|entry| self.decide_listed(entry))
-            .unwrap_or_else(Decision::not_mcp)
+            .collect();
+        self.judge_definitions(server_id, std::slice::from_ref(tool), &mut decisions);
+        decisions.pop().unwrap_or_else(Decision::not_mcp)
     }
 
     fn check_listed_all(
@@ -702,10 +824,12 @@ impl Gate for Policy {
     ) -> Vec<Decision> {
         let entries = self.register_listed(server_id, server_type, tools);
         self.trust_first(server_id, &entries, true);
-        entries
+        let mut decisions: Vec<Decision> = entries
             .into_iter()
             .map(|entry| self.decide_listed(entry))
-            .collect()
+            .collect();
+        self.judge_definitions(server_id, tools, &mut decisions);
+        decisions
     }
 }
 

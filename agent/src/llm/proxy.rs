@@ -175,6 +175,8 @@ struct Inner {
     next_request: AtomicU64,
     /// Tool results whose findings were recorded (a conversation sends them again each turn).
     recorded: request::Recorded,
+    /// Inspected request bodies read and judged at once ([`request::MAX_READING`]).
+    reading: tokio::sync::Semaphore,
 }
 
 /// A bound, not yet running proxy.
@@ -209,6 +211,7 @@ impl LlmProxy {
                 upstreams,
                 next_request: AtomicU64::new(1),
                 recorded: request::Recorded::default(),
+                reading: tokio::sync::Semaphore::new(request::MAX_READING),
             }),
         })
     }
@@ -352,19 +355,24 @@ async fn handle(
     let method = parts.method.clone();
     // An inspected route's request is read whole: the tool results in it are judged before
     // the model reads them (`llm/request.rs`).
-    let body = match dialect.filter(|_| method == hyper::Method::POST) {
-        Some(dialect) => {
-            match read_request(&inner, dialect, &parts.headers, body, &session).await {
-                Ok(body) => body,
-                Err(refusal) => {
-                    tracing::warn!(%request_id, "{refusal}");
-                    return Ok(full(
-                        StatusCode::BAD_REQUEST,
-                        format!("toolwall: {refusal}"),
-                    ));
-                }
+    if method == hyper::Method::POST
+        && let Some(why) = request::ambiguous_path(&path_and_query)
+    {
+        tracing::warn!(%request_id, path = %path_and_query, "{why}");
+        return Ok(full(StatusCode::BAD_REQUEST, format!("toolwall: {why}")));
+    }
+    let route = request::Route::of(&path_and_query, dialect);
+    let body = match route.filter(|_| method == hyper::Method::POST) {
+        Some(route) => match read_request(&inner, route, &parts.headers, body, &session).await {
+            Ok(body) => body,
+            Err(refusal) => {
+                tracing::warn!(%request_id, "{refusal}");
+                return Ok(full(
+                    StatusCode::BAD_REQUEST,
+                    format!("toolwall: {refusal}"),
+                ));
             }
-        }
+        },
         None => OutBody::Stream(body),
     };
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
@@ -484,20 +492,26 @@ const REQUEST_BODY_TIME: std::time::Duration = std::time::Duration::from_secs(12
 /// (toolwall reads only what it can judge), one over [`request::MAX_REQUEST_BYTES`], one that
 /// does not arrive in time.
 async fn read_request(
-    inner: &Inner,
-    dialect: Dialect,
+    inner: &Arc<Inner>,
+    route: request::Route,
     headers: &hyper::HeaderMap,
     body: Incoming,
     session: &str,
 ) -> Result<OutBody, String> {
+    // Every value of every such header (a second `content-encoding: gzip` line counts too).
     if let Some(coding) = headers
-        .get(header::CONTENT_ENCODING)
-        .filter(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .find(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
     {
         return Err(format!(
             "a request body in content-encoding {coding:?} is not inspected; send it uncompressed"
         ));
     }
+    // A few at a time: a request is held whole, and parsed it takes several times its size.
+    let Ok(_permit) = inner.reading.acquire().await else {
+        return Err("the proxy is stopping".to_owned());
+    };
     let read = tokio::time::timeout(
         REQUEST_BODY_TIME,
         http_body_util::Limited::new(body, request::MAX_REQUEST_BYTES).collect(),
@@ -518,7 +532,18 @@ async fn read_request(
             ));
         }
     };
-    let inspected = request::inspect(&*inner.gate, dialect, &bytes, session, &inner.recorded);
+    // Parsing and scanning megabytes is CPU work: off the threads that serve connections.
+    let job = {
+        let (inner, bytes, session) = (inner.clone(), bytes.clone(), session.to_owned());
+        tokio::task::spawn_blocking(move || {
+            request::inspect(&*inner.gate, route, &bytes, &session, &inner.recorded)
+        })
+    };
+    let inspected = match job.await {
+        Ok(Ok(inspected)) => inspected,
+        Ok(Err(unreadable)) => return Err(unreadable.to_string()),
+        Err(e) => return Err(format!("inspecting the request failed: {e}")),
+    };
     for record in inspected.records {
         inner.sink.emit(record);
     }

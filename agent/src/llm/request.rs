@@ -24,6 +24,33 @@ use crate::events::{Event, ResultInspected};
 /// Largest request body an inspected route reads: the providers take at most 32 MB.
 pub(crate) const MAX_REQUEST_BYTES: usize = 40 * 1024 * 1024;
 
+/// Inspected request bodies read and judged at once (each held whole, and parsed several
+/// times its size): the rest wait their turn.
+pub(crate) const MAX_READING: usize = 4;
+
+/// Why a POST's path is refused, if it is: a path a provider's router could read as an
+/// inspected route that toolwall's does not (`//`, dot segments, percent escapes, `;`
+/// parameters, another case), so every POST toolwall forwards is routed one way.
+pub(crate) fn ambiguous_path(path_and_query: &str) -> Option<String> {
+    let path = path_and_query
+        .split_once('?')
+        .map_or(path_and_query, |(p, _)| p);
+    let dotted = path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..");
+    let odd = path.contains("//") || path.contains(['%', ';', '\\']) || dotted;
+    let lower = path.to_ascii_lowercase();
+    let cased = lower != path
+        && ["/messages", "/completions", "/responses", "/conversations"]
+            .iter()
+            .any(|r| lower.contains(r));
+    (odd || cased).then(|| {
+        format!(
+            "the request path {path:?} could be routed differently by the provider (empty or dot segments, escapes, parameters or case); write it plainly"
+        )
+    })
+}
+
 /// Call ids whose findings were recorded; past the bound the set starts again (a call's
 /// findings are then recorded once more, nothing is lost).
 const MAX_REMEMBERED: usize = 16_384;
@@ -55,6 +82,8 @@ pub(crate) struct Inspected {
     pub records: Vec<Event>,
     /// How many tool definitions (and tool references) were taken out as denied.
     pub hidden: usize,
+    /// Whether anything was changed.
+    changed: bool,
 }
 
 /// One tool result in a request: where its content is, which call it answers.
@@ -65,33 +94,133 @@ struct Site {
     call_id: String,
 }
 
-/// Inspects the tool results of a request body of `dialect`. A body that is not a JSON
-/// object is passed on as it is (the provider refuses it; no model reads it).
+/// Which requests carry what a model reads, beyond the three dialects' own routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// A request of the dialect, as its route takes it.
+    Dialect(Dialect),
+    /// Anthropic `/v1/messages/batches`: each `requests[].params` is a Messages request.
+    AnthropicBatch,
+    /// OpenAI `/v1/conversations[/{id}/items]`: `items[]` are Responses input items the model
+    /// reads once a response names the conversation.
+    ConversationItems,
+}
+
+impl Route {
+    /// The route of a request path (query and session prefix gone), if it is inspected.
+    pub(crate) fn of(path: &str, dialect: Option<Dialect>) -> Option<Route> {
+        let path = path
+            .split_once('?')
+            .map_or(path, |(p, _)| p)
+            .trim_end_matches('/');
+        if path.ends_with("/v1/messages/batches") {
+            Some(Route::AnthropicBatch)
+        } else if path.ends_with("/v1/conversations")
+            || (path.contains("/v1/conversations/") && path.ends_with("/items"))
+        {
+            Some(Route::ConversationItems)
+        } else if path.ends_with("/v1/messages/count_tokens") {
+            Some(Route::Dialect(Dialect::Anthropic))
+        } else {
+            dialect.map(Route::Dialect)
+        }
+    }
+}
+
+/// Why a request on an inspected route is not forwarded.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the request body is not JSON toolwall can read ({0}); it is not forwarded, since what cannot be read cannot be judged"
+)]
+pub(crate) struct Unreadable(serde_json::Error);
+
+/// Inspects the tool results of a request body on `route`. A body that does not parse is
+/// refused (a provider's parser may read what ours could not — deeper nesting, say — and its
+/// model would read unjudged results).
 pub(crate) fn inspect(
     gate: &dyn Gate,
-    dialect: Dialect,
+    route: Route,
     body: &[u8],
     session: &str,
     recorded: &Recorded,
-) -> Inspected {
+) -> Result<Inspected, Unreadable> {
+    let mut request = serde_json::from_slice::<Value>(body).map_err(Unreadable)?;
     let mut out = Inspected::default();
-    let Ok(mut request) = serde_json::from_slice::<Value>(body) else {
-        return out;
-    };
+    match route {
+        Route::Dialect(dialect) => {
+            judge(gate, dialect, &mut request, "", session, recorded, &mut out);
+        }
+        Route::AnthropicBatch => {
+            let n = request
+                .get("requests")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            for i in 0..n {
+                if let Some(params) = request.pointer_mut(&format!("/requests/{i}/params")) {
+                    let at = format!("/requests/{i}/params");
+                    judge(
+                        gate,
+                        Dialect::Anthropic,
+                        params,
+                        &at,
+                        session,
+                        recorded,
+                        &mut out,
+                    );
+                }
+            }
+        }
+        Route::ConversationItems => {
+            // `items` read as a Responses request's `input`.
+            if let Some(object) = request.as_object_mut()
+                && let Some(items) = object.remove("items")
+            {
+                let mut as_input = serde_json::json!({ "input": items });
+                judge(
+                    gate,
+                    Dialect::OpenAiResponses,
+                    &mut as_input,
+                    "",
+                    session,
+                    recorded,
+                    &mut out,
+                );
+                if let Some(items) = as_input.get_mut("input").map(Value::take) {
+                    object.insert("items".to_owned(), items);
+                }
+            }
+        }
+    }
+    if out.changed {
+        out.body = serde_json::to_vec(&request).ok();
+    }
+    Ok(out)
+}
+
+/// Judges one request of `dialect` in place (`at`: its pointer in the body, for records).
+fn judge(
+    gate: &dyn Gate,
+    dialect: Dialect,
+    request: &mut Value,
+    at: &str,
+    session: &str,
+    recorded: &Recorded,
+    out: &mut Inspected,
+) {
     let (names, sites) = match dialect {
-        Dialect::Anthropic => anthropic(&request),
-        Dialect::OpenAiChat => chat(&request),
-        Dialect::OpenAiResponses => responses(&request),
+        Dialect::Anthropic => anthropic(request),
+        Dialect::OpenAiChat => chat(request),
+        Dialect::OpenAiResponses => responses(request),
     };
-    let hidden = hide_denied(gate, dialect, &mut request);
+    let hidden = hide_denied(gate, dialect, request);
     if !hidden.is_empty() {
         tracing::info!(
             hidden = ?hidden,
             "denied tools taken out of the request: the model is not offered them"
         );
     }
-    out.hidden = hidden.len();
-    let mut changed = !hidden.is_empty();
+    out.hidden += hidden.len();
+    out.changed |= !hidden.is_empty();
     for site in sites {
         let Some(content) = request.pointer_mut(&site.pointer) else {
             continue;
@@ -145,7 +274,7 @@ pub(crate) fn inspect(
                     .iter()
                     .cloned()
                     .map(|mut f| {
-                        f.pointer = format!("{}{}", site.pointer, f.pointer);
+                        f.pointer = format!("{at}{}{}", site.pointer, f.pointer);
                         f
                     })
                     .collect(),
@@ -162,7 +291,7 @@ pub(crate) fn inspect(
                     .and_then(|r| serde_json::from_slice::<Value>(&r).ok())
                 {
                     *content = redacted;
-                    changed = true;
+                    out.changed = true;
                 }
             }
             ResultAction::Withhold => {
@@ -177,14 +306,10 @@ pub(crate) fn inspect(
                 {
                     block.insert("is_error".to_owned(), Value::Bool(true));
                 }
-                changed = true;
+                out.changed = true;
             }
         }
     }
-    if changed {
-        out.body = serde_json::to_vec(&request).ok();
-    }
-    out
 }
 
 /// Takes the tools the policy refuses by name out of what the request offers the model
@@ -370,7 +495,10 @@ fn responses(request: &Value) -> Found {
     let mut sites = Vec::new();
     for (i, item) in messages(request, "input") {
         match str_at(item, "type") {
-            "function_call" | "custom_tool_call" => {
+            kind if kind.ends_with("_call")
+                && item.get("call_id").is_some()
+                && kind != "mcp_call" =>
+            {
                 let namespace = item
                     .get("namespace")
                     .and_then(Value::as_str)
@@ -378,7 +506,10 @@ fn responses(request: &Value) -> Found {
                 let name = str_at(item, "name").to_owned();
                 names.insert(str_at(item, "call_id").to_owned(), (name, namespace));
             }
-            "function_call_output" | "custom_tool_call_output" if item.get("output").is_some() => {
+            // Every kind of call output an agent hands back (`function_call_output`,
+            // `custom_tool_call_output`, `local_shell_call_output`, `shell_call_output`,
+            // `apply_patch_call_output`, `computer_call_output`, ...).
+            kind if kind.ends_with("_output") && item.get("output").is_some() => {
                 sites.push(Site {
                     pointer: format!("/input/{i}/output"),
                     call_id: str_at(item, "call_id").to_owned(),

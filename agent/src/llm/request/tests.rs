@@ -26,7 +26,7 @@ fn run(
     recorded: &Recorded,
 ) -> (Option<Value>, Vec<Event>) {
     let body = serde_json::to_vec(request).expect("json");
-    let out = inspect(gate, dialect, &body, "sess", recorded);
+    let out = inspect(gate, Route::Dialect(dialect), &body, "sess", recorded).expect("readable");
     let body = out
         .body
         .map(|b| serde_json::from_slice(&b).expect("json out"));
@@ -243,4 +243,103 @@ fn a_request_offering_only_allowed_tools_passes_as_it_came() {
         "tools": [{"name": "mcp__everything__echo", "input_schema": {}}]});
     let (body, _) = run(&gate, Dialect::Anthropic, &request, &Recorded::default());
     assert!(body.is_none());
+}
+
+#[test]
+fn a_body_toolwall_cannot_read_is_refused() {
+    let gate = policy("{}");
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    for body in [
+        &b"{\"a\": NaN}"[..],
+        b"\xEF\xBB\xBF{}",
+        deep.as_bytes(),
+        b"{} {}",
+    ] {
+        assert!(
+            inspect(
+                &gate,
+                Route::Dialect(Dialect::Anthropic),
+                body,
+                "s",
+                &Recorded::default()
+            )
+            .is_err(),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
+#[test]
+fn batches_conversation_items_and_every_kind_of_call_output_are_judged() {
+    let gate = policy("{}");
+    let batch = json!({"requests": [{"custom_id": "a", "params": anthropic_request(json!(format!("{AWS}")))}]});
+    let body = serde_json::to_vec(&batch).expect("json");
+    let out = inspect(
+        &gate,
+        Route::AnthropicBatch,
+        &body,
+        "s",
+        &Recorded::default(),
+    )
+    .expect("readable");
+    let text = String::from_utf8(out.body.expect("rewritten")).expect("utf8");
+    assert!(
+        !text.contains(AWS) && text.contains("toolwall:redacted"),
+        "{text}"
+    );
+    let items = json!({"items": [
+        {"type": "local_shell_call", "call_id": "c1", "action": {}},
+        {"type": "local_shell_call_output", "call_id": "c1", "output": format!("{AWS}")}
+    ]});
+    let body = serde_json::to_vec(&items).expect("json");
+    let out = inspect(
+        &gate,
+        Route::ConversationItems,
+        &body,
+        "s",
+        &Recorded::default(),
+    )
+    .expect("readable");
+    let v: Value = serde_json::from_slice(&out.body.expect("rewritten")).expect("json");
+    assert_eq!(
+        v["items"][1]["output"],
+        "[toolwall:redacted:aws-access-token]"
+    );
+    assert_eq!(
+        Route::of("/v1/messages/batches", None),
+        Some(Route::AnthropicBatch)
+    );
+    assert_eq!(
+        Route::of("/v1/conversations/conv_1/items?x=1", None),
+        Some(Route::ConversationItems)
+    );
+    assert_eq!(
+        Route::of("/v1/messages/count_tokens", None),
+        Some(Route::Dialect(Dialect::Anthropic))
+    );
+}
+
+#[test]
+fn paths_a_provider_could_route_otherwise_are_refused() {
+    for path in [
+        "/v1//messages",
+        "/v1/./messages",
+        "/v1/x/../messages",
+        "/v1/%6Dessages",
+        "/v1/messages;x",
+        "/V1/messages",
+        "/v1/Messages",
+    ] {
+        assert!(ambiguous_path(path).is_some(), "{path}");
+    }
+    for path in [
+        "/v1/messages?beta=true",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/models",
+        "/v1/messages?q=%20",
+    ] {
+        assert_eq!(ambiguous_path(path), None, "{path}");
+    }
 }

@@ -132,7 +132,7 @@ impl Route {
 #[error(
     "the request body is not JSON toolwall can read ({0}); it is not forwarded, since what cannot be read cannot be judged"
 )]
-pub(crate) struct Unreadable(serde_json::Error);
+pub(crate) struct Unreadable(String);
 
 /// Inspects the tool results of a request body on `route`. A body that does not parse is
 /// refused (a provider's parser may read what ours could not — deeper nesting, say — and its
@@ -144,7 +144,12 @@ pub(crate) fn inspect(
     session: &str,
     recorded: &Recorded,
 ) -> Result<Inspected, Unreadable> {
-    let mut request = serde_json::from_slice::<Value>(body).map_err(Unreadable)?;
+    // Read strictly first (`mcp/canonical.rs`: no duplicate key, BOM or lone surrogate):
+    // parsers disagree on which of two keys counts, and the provider's might keep the one
+    // toolwall's would not.
+    crate::mcp::canonical::canonical(body).map_err(|e| Unreadable(e.to_string()))?;
+    let mut request =
+        serde_json::from_slice::<Value>(body).map_err(|e| Unreadable(e.to_string()))?;
     let mut out = Inspected::default();
     match route {
         Route::Dialect(dialect) => {
@@ -514,6 +519,20 @@ fn responses(request: &Value) -> Found {
                     pointer: format!("/input/{i}/output"),
                     call_id: str_at(item, "call_id").to_owned(),
                 });
+            }
+            // Hosted tools' results handed back in the history: the model reads them too.
+            kind @ ("code_interpreter_call" | "file_search_call" | "mcp_list_tools") => {
+                let field = match kind {
+                    "code_interpreter_call" => "outputs",
+                    "file_search_call" => "results",
+                    _ => "tools",
+                };
+                if item.get(field).is_some() {
+                    sites.push(Site {
+                        pointer: format!("/input/{i}/{field}"),
+                        call_id: str_at(item, "id").to_owned(),
+                    });
+                }
             }
             "mcp_call" if item.get("output").is_some() => {
                 let id = str_at(item, "id").to_owned();

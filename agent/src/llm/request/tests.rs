@@ -254,6 +254,7 @@ fn a_body_toolwall_cannot_read_is_refused() {
         b"\xEF\xBB\xBF{}",
         deep.as_bytes(),
         b"{} {}",
+        br#"{"messages": [], "messages": []}"#,
     ] {
         assert!(
             inspect(

@@ -2,15 +2,19 @@
 //! besides what it does.
 //!
 //! Every string of a definition (name, title, description, the input schema's descriptions,
-//! enums and defaults, annotations) is read for text aimed at the model rather than at a
-//! person: characters a person cannot see (zero-width, bidirectional controls, Unicode tag
-//! characters — "ASCII smuggling"), terminal escapes, instruction-like phrases ("ignore the
-//! previous instructions", `<IMPORTANT>`, "do not tell the user"), references to credentials
-//! and agent configuration files, and names of other servers' tools. A tool named like another
-//! server's tool (equal once case, separators and look-alike letters are set aside) shadows it.
-//! What a finding does is the config's (`sandbox.mcp.definition_checks`): alert (recorded in
-//! the listing's `mcp_tool_seen` reason), hide the tool, or block the server.
+//! enums, defaults and keys, annotations, `_meta`) is read for text aimed at the model rather
+//! than at a person: characters a person cannot see (every format character — zero-width,
+//! bidirectional controls, Unicode tag characters — fillers and variation selectors), terminal
+//! escapes, instruction-like phrases ("ignore the previous instructions", `<IMPORTANT>`, "do
+//! not tell the user"; read with look-alike letters, fullwidth forms, curly quotes and spaces
+//! folded), references to credentials and agent configuration files, and names of other
+//! servers' tools. A tool named like another server's tool (equal once case, separators and
+//! look-alike letters are set aside) shadows it. The phrases are a heuristic list, not a
+//! classifier: a paraphrase, another language or an encoding passes. What a finding does is
+//! the config's (`sandbox.mcp.definition_checks`): alert (recorded in the listing's
+//! `mcp_tool_seen` reason), hide the tool, or block the server.
 
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::{Regex, RegexSet};
 use serde_json::Value;
 
@@ -19,18 +23,24 @@ use crate::config::{DefinitionAction, DefinitionChecksConfig};
 /// Longest piece of evidence quoted in a reason.
 const EVIDENCE: usize = 80;
 
-/// Phrases addressed to the model, not to a person reading the description.
+/// Phrases addressed to the model, not to a person reading the description; matched on the
+/// text as [`fold`] writes it.
 const INSTRUCTIONS: &[&str] = &[
-    r"(?i)\b(ignore|disregard|forget|override)\b.{0,40}\b(previous|prior|above|earlier|all|other|system)\b.{0,30}\b(instructions?|rules|prompts?|guidelines|directions)\b",
-    r"(?i)<\s*/?\s*(important|system|instructions?|secret|hidden)\s*>",
+    r"(?i)\b(ignore|disregard|forget|override)\b.{0,40}\b(previous|prior|above|earlier|preceding|original|system)\b.{0,30}\b(instructions?|rules|prompts?|guidelines|directions|messages?)\b",
+    r"(?i)[<\[]\s*/?\s*(important|system|system-reminder|instructions?|secret|hidden|admin)\s*[>\]]",
     r"(?i)\b(do not|don't|never)\s+(tell|mention|inform|reveal|show|notify|alert)\b.{0,40}\b(user|human|operator)\b",
+    r"(?i)\bkeep (this|it) (between us|secret|hidden|from the user)\b",
     r"(?i)\bbefore (using|calling|invoking|running) (this|any|the other|other)\b.{0,20}\btools?\b",
-    r"(?i)\b(you|the assistant|the model|the ai)\s+(must|should|have to|need to)\s+(first\s+)?(call|use|invoke|read|send|include|pass|forward)\b",
-    r"(?i)\b(system prompt|hidden instructions?|secret instructions?)\b",
+    r"(?i)\b(you|the assistant|the model|the ai|the agent|claude|chatgpt|codex)\s+(must|should|have to|need to|is required to)\s+(first\s+|always\s+)?(call|use|invoke|read|send|include|pass|forward|upload)\b",
+    r"(?i)\b(hidden|secret) instructions?\b",
 ];
 
 /// Credentials and files an agent's host keeps that a tool has no business naming.
-const FILES: &str = r"(?i)(~|\$HOME|/home/[^/\s]+|/root)/\.(ssh|aws|gnupg|docker|kube|netrc|npmrc|pypirc|git-credentials)\b|\bid_(rsa|dsa|ecdsa|ed25519)\b|/etc/(passwd|shadow|sudoers)\b|\.env\b|\b(mcp|claude_desktop_config|settings\.local)\.json\b|\.cursor/|\.codex/|\bauthorized_keys\b|\bcredentials\.json\b";
+const FILES: &str = r"(?i)(~|\$\{?HOME\}?|%USERPROFILE%|/home/[^/\s]+|/Users/[^/\s]+|/root)[/\\]\.(ssh|aws|gnupg|docker|kube|netrc|npmrc|pypirc|git-credentials|bash_history|zsh_history|config[/\\](gh|gcloud))\b|\bid_(rsa|dsa|ecdsa|ed25519)\b|/etc/(passwd|shadow|sudoers)\b|\b(mcp|claude_desktop_config|settings\.local)\.json\b|\.cursor/|\.codex/|\bauthorized_keys\b|\bapplication_default_credentials\.json\b|\b(ssh|private) key\b.{0,30}\b(folder|directory)\b";
+
+/// Characters a person reading the text does not see: every format character, fillers and
+/// variation selectors (controls are [`control`]).
+const INVISIBLE: &str = r"[\p{Cf}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{180B}-\x{180F}\x{3164}\x{FE00}-\x{FE0F}\x{FFA0}\x{E0100}-\x{E01EF}]";
 
 /// The compiled `definition_checks:`.
 #[derive(Debug)]
@@ -41,6 +51,7 @@ pub(crate) struct DefinitionChecks {
     /// The same patterns one by one, to quote what matched.
     instruction_list: Vec<Regex>,
     files: Regex,
+    invisible: Regex,
 }
 
 /// One thing a definition check found.
@@ -53,15 +64,59 @@ pub(crate) struct DefinitionFinding {
     pub evidence: String,
     /// What the config says it does.
     pub action: DefinitionAction,
+    /// For `shadowing`: the server whose tool it is named like.
+    pub shadows: Option<String>,
 }
 
-/// Characters a person reading the text does not see.
-fn invisible(c: char) -> bool {
-    matches!(c,
-        '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}'
-        | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}' | '\u{180E}'
-        | '\u{E0000}'..='\u{E007F}' | '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}')
-        || (c.is_control() && !matches!(c, '\n' | '\t' | '\r' | '\u{1B}' | '\u{9B}'))
+/// The other servers' tools a listing is compared with: `(server, tool, skeleton)`, and an
+/// automaton of their distinctive names for finding them named in text (one pass per string,
+/// however many there are).
+pub(crate) struct Others {
+    tools: Vec<(String, String, String)>,
+    names: Option<AhoCorasick>,
+    /// Pattern of `names` → index into `tools`.
+    named: Vec<usize>,
+}
+
+impl Others {
+    /// From `(server, tool)` pairs of every other server.
+    pub(crate) fn new(tools: Vec<(String, String)>) -> Self {
+        let tools: Vec<(String, String, String)> = tools
+            .into_iter()
+            .map(|(server, tool)| {
+                let key = skeleton(&tool);
+                (server, tool, key)
+            })
+            .collect();
+        // Names distinctive enough (a separator or an inner capital, at least 5 characters)
+        // not to be common words.
+        let named: Vec<usize> = (0..tools.len())
+            .filter(|&i| {
+                let t = &tools[i].1;
+                t.len() >= 5
+                    && (t.contains(['_', '-']) || t.chars().skip(1).any(|c| c.is_ascii_uppercase()))
+            })
+            .collect();
+        let names = (!named.is_empty())
+            .then(|| {
+                AhoCorasickBuilder::new()
+                    .ascii_case_insensitive(true)
+                    .match_kind(MatchKind::Standard)
+                    .build(named.iter().map(|&i| tools[i].1.as_str()))
+                    .ok()
+            })
+            .flatten();
+        Others {
+            tools,
+            names,
+            named,
+        }
+    }
+}
+
+/// A control character other than the line ends, tab and the escapes found on their own.
+fn control(c: char) -> bool {
+    c.is_control() && !matches!(c, '\n' | '\t' | '\r' | '\u{1B}' | '\u{9B}')
 }
 
 /// `text` quoted for a reason: escaped, at most [`EVIDENCE`] characters.
@@ -76,34 +131,63 @@ fn quote(text: &str) -> String {
     out
 }
 
-/// A tool name with case, separators and look-alike letters set aside.
-pub(crate) fn skeleton(name: &str) -> String {
-    name.chars()
-        .flat_map(char::to_lowercase)
-        .filter_map(|c| {
-            let c = match c {
-                'а' | 'ɑ' | 'α' => 'a',
-                'с' | 'ϲ' => 'c',
-                'ԁ' => 'd',
-                'е' | 'ε' => 'e',
-                'ɡ' => 'g',
-                'һ' => 'h',
-                'і' | 'ι' | 'ӏ' | 'l' | '1' | '|' => 'i',
-                'ј' => 'j',
-                'κ' | 'к' => 'k',
-                'о' | 'ο' | '0' => 'o',
-                'р' | 'ρ' => 'p',
-                'ѕ' => 's',
-                'τ' | 'т' => 't',
-                'υ' | 'ս' => 'u',
-                'ν' => 'v',
-                'х' | 'χ' => 'x',
-                'у' | 'γ' => 'y',
-                c => c,
-            };
-            c.is_alphanumeric().then_some(c)
+/// A Cyrillic or Greek letter (and a few others) that looks like a Latin one, as that one.
+fn latin(c: char) -> char {
+    match c {
+        'а' | 'ɑ' | 'α' | 'А' | 'Α' => 'a',
+        'с' | 'ϲ' | 'С' => 'c',
+        'ԁ' => 'd',
+        'е' | 'ε' | 'Е' | 'Ε' => 'e',
+        'ɡ' => 'g',
+        'һ' | 'Н' | 'Η' => 'h',
+        'і' | 'ι' | 'ӏ' | 'ı' | 'ɩ' | 'І' | 'Ι' => 'i',
+        'ј' | 'Ј' => 'j',
+        'κ' | 'к' | 'К' | 'Κ' => 'k',
+        'ⅼ' => 'l',
+        'м' | 'М' | 'Μ' => 'm',
+        'о' | 'ο' | 'О' | 'Ο' => 'o',
+        'р' | 'ρ' | 'Р' | 'Ρ' => 'p',
+        'ѕ' | 'Ѕ' => 's',
+        'τ' | 'т' | 'Т' | 'Τ' => 't',
+        'υ' | 'ս' => 'u',
+        'ν' => 'v',
+        'х' | 'χ' | 'Х' | 'Χ' => 'x',
+        'у' | 'γ' | 'У' => 'y',
+        '\u{FF01}'..='\u{FF5E}' => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+        c => c,
+    }
+}
+
+/// `text` as the phrase patterns read it: look-alike and fullwidth letters as Latin ones,
+/// curly quotes straight, every space (line ends too) one blank, format characters gone.
+fn fold(text: &str, invisible: &Regex) -> String {
+    let visible = invisible.replace_all(text, "");
+    visible
+        .chars()
+        .map(|c| match c {
+            '\u{2018}' | '\u{2019}' | '\u{02BC}' => '\'',
+            '\u{201C}' | '\u{201D}' => '"',
+            c if c.is_whitespace() => ' ',
+            c => latin(c),
         })
         .collect()
+}
+
+/// A tool name with case, separators and look-alike letters set aside (`1`, `l` and `|` as
+/// `i`; `0` as `o`; `rn` as `m`; `vv` as `w`).
+pub(crate) fn skeleton(name: &str) -> String {
+    let letters: String = name
+        .chars()
+        .flat_map(char::to_lowercase)
+        .map(latin)
+        .map(|c| match c {
+            'l' | '1' | '|' => 'i',
+            '0' => 'o',
+            c => c,
+        })
+        .filter(|c| c.is_alphanumeric())
+        .collect();
+    letters.replace("rn", "m").replace("vv", "w")
 }
 
 impl DefinitionChecks {
@@ -118,6 +202,7 @@ impl DefinitionChecks {
                 .map(|p| Regex::new(p))
                 .collect::<Result<_, _>>()?,
             files: Regex::new(FILES)?,
+            invisible: Regex::new(INVISIBLE)?,
         })
     }
 
@@ -126,13 +211,8 @@ impl DefinitionChecks {
         self.poisoning == DefinitionAction::Off && self.shadowing == DefinitionAction::Off
     }
 
-    /// What `tool` (a definition `server` lists) holds. `others` are the other servers' tools
-    /// as `(server, tool, skeleton)`.
-    pub(crate) fn check(
-        &self,
-        tool: &Value,
-        others: &[(String, String, String)],
-    ) -> Vec<DefinitionFinding> {
+    /// What `tool` (a definition one server lists) holds, against the other servers' tools.
+    pub(crate) fn check(&self, tool: &Value, others: &Others) -> Vec<DefinitionFinding> {
         let mut found = Vec::new();
         let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
         if self.poisoning != DefinitionAction::Off {
@@ -144,13 +224,12 @@ impl DefinitionChecks {
         }
         if self.shadowing != DefinitionAction::Off && !name.is_empty() {
             let own = skeleton(name);
-            if let Some((server, other, _)) = others.iter().find(|(_, _, s)| *s == own) {
+            if let Some((server, other, _)) = others.tools.iter().find(|(_, _, s)| *s == own) {
                 found.push(DefinitionFinding {
                     check: "shadowing",
-                    evidence: format!("{} is named like {server}/{} ", quote(name), quote(other))
-                        .trim_end()
-                        .to_owned(),
+                    evidence: format!("{} is named like {server}/{}", quote(name), quote(other)),
                     action: self.shadowing,
+                    shadows: Some(server.clone()),
                 });
             }
         }
@@ -161,7 +240,7 @@ impl DefinitionChecks {
         &self,
         text: &str,
         name: &str,
-        others: &[(String, String, String)],
+        others: &Others,
         found: &mut Vec<DefinitionFinding>,
     ) {
         let action = self.poisoning;
@@ -171,23 +250,27 @@ impl DefinitionChecks {
                     check,
                     evidence,
                     action,
+                    shadows: None,
                 });
             }
         };
-        if let Some(at) = text.find(invisible) {
+        let hidden = self
+            .invisible
+            .find(text)
+            .map(|m| m.start())
+            .or_else(|| text.find(control));
+        if let Some(at) = hidden {
             let c = text[at..].chars().next().unwrap_or(' ');
             push(
                 "invisible-characters",
-                format!(
-                    "U+{:04X} in {}",
-                    c as u32,
-                    quote(&text[..at.min(text.len())])
-                ),
+                format!("U+{:04X} in {}", c as u32, quote(&text[..at])),
             );
         }
         if text.contains(['\u{1B}', '\u{9B}']) {
             push("terminal-escape", quote(text));
         }
+        let folded = fold(text, &self.invisible);
+        let text = folded.as_str();
         if let Some(i) = self.instructions.matches(text).into_iter().next()
             && let Some(m) = self.instruction_list.get(i).and_then(|re| re.find(text))
         {
@@ -196,28 +279,22 @@ impl DefinitionChecks {
         if let Some(m) = self.files.find(text) {
             push("credential-reference", quote(m.as_str()));
         }
-        // Another server's tool named in the text, by a name distinctive enough (a separator or
-        // an inner capital, at least 5 characters) not to be a common word.
-        for (server, other, _) in others {
-            let distinctive = other.len() >= 5
-                && other != name
-                && (other.contains(['_', '-'])
-                    || other.chars().skip(1).any(|c| c.is_ascii_uppercase()));
-            if distinctive && contains_word(text, other) {
+        // Another server's tool named in the text (any case), standing as a word.
+        let part = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+        for m in others
+            .names
+            .iter()
+            .flat_map(|names| names.find_overlapping_iter(text))
+        {
+            let (server, other, _) = &others.tools[others.named[m.pattern().as_usize()]];
+            let alone = !text[..m.start()].chars().next_back().is_some_and(part)
+                && !text[m.end()..].chars().next().is_some_and(part);
+            if alone && !other.eq_ignore_ascii_case(name) {
                 push("tool-reference", format!("names {server}/{}", quote(other)));
                 break;
             }
         }
     }
-}
-
-/// Whether `word` stands in `text` on its own (not inside a longer name).
-fn contains_word(text: &str, word: &str) -> bool {
-    let part = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
-    text.match_indices(word).any(|(at, _)| {
-        !text[..at].chars().next_back().is_some_and(part)
-            && !text[at + word.len()..].chars().next().is_some_and(part)
-    })
 }
 
 /// Every string in `value`, object keys included.

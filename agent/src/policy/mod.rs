@@ -54,7 +54,7 @@ pub(crate) use results::ResultRules;
 pub(crate) use rules::{ServerRules, ToolRules};
 
 use crate::{
-    config::{Config, ConfigError, Location, OnChange, VersionPinningConfig},
+    config::{Config, ConfigError, DefinitionAction, Location, OnChange, VersionPinningConfig},
     decision::{
         Action, CallQuery, CallStage, Decision, Gate, ResultAction, ResultVerdict, ToolIdentity,
     },
@@ -216,36 +216,52 @@ impl Policy {
             .cloned()
     }
 
-    /// The definition checks over one listing of `server_id`: evidence joins each decision's
-    /// reason; a tool to hide, or every tool of a server to block, is refused (and flagged, so
-    /// its calls are refused too).
-    fn judge_definitions(&self, server_id: &str, tools: &[Value], decisions: &mut [Decision]) {
+    /// The definition checks over one listing of `server_id`, before its tools are decided
+    /// (so the decisions see the flags it sets and clears): a tool to hide, or a server to
+    /// block, is flagged; what only alerts is returned per tool, to join its decision's reason.
+    ///
+    /// Shadowing judges between servers: a tool of an undeclared server named like a declared
+    /// server's is the shadow and meets the configured action; between two declared (or two
+    /// undeclared) servers neither can be told from the other, and the finding alerts only.
+    fn definition_findings(&self, server_id: &str, tools: &[Value]) -> Vec<Option<String>> {
         if self.definitions.is_off() {
-            return;
+            return vec![None; tools.len()];
         }
-        let others: Vec<(String, String, String)> = self
-            .registry
-            .tools()
-            .iter()
-            .filter(|e| e.server_id != server_id)
-            .map(|e| {
-                (
-                    e.server_id.clone(),
-                    e.tool.clone(),
-                    definitions::skeleton(&e.tool),
-                )
-            })
-            .collect();
+        // Other processes (shims started with this one) register too: read what they did.
+        if let Err(error) = self.registry.reload() {
+            tracing::warn!(%error, "cannot re-read the registry before the definition checks");
+        }
+        let others = definitions::Others::new(
+            self.registry
+                .tools()
+                .iter()
+                .filter(|e| e.server_id != server_id)
+                .map(|e| (e.server_id.clone(), e.tool.clone()))
+                .collect(),
+        );
+        let declared = self.declared.contains_key(server_id);
+        let mut notes = Vec::with_capacity(tools.len());
         let mut block_server = None;
-        for (tool, decision) in tools.iter().zip(decisions.iter_mut()) {
+        let mut flagged = self.flagged.write().unwrap_or_else(PoisonError::into_inner);
+        for tool in tools {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
             let key = (server_id.to_owned(), Some(name.to_owned()));
-            let found = self.definitions.check(tool, &others);
+            let mut found = self.definitions.check(tool, &others);
+            for finding in &mut found {
+                let trusted_over = |other: &str| !declared && self.declared.contains_key(other);
+                if finding.check == "shadowing"
+                    && finding.action > DefinitionAction::Alert
+                    && !finding.shadows.as_deref().is_some_and(trusted_over)
+                {
+                    finding.action = DefinitionAction::Alert;
+                    finding.evidence.push_str(
+                        " (alert only: neither server is declared while the other is not)",
+                    );
+                }
+            }
             let Some(action) = found.iter().map(|f| f.action).max() else {
-                self.flagged
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&key);
+                flagged.remove(&key);
+                notes.push(None);
                 continue;
             };
             let evidence = found
@@ -261,33 +277,36 @@ impl Policy {
             );
             let why = format!("definition check ({}): {evidence}", action.as_str());
             match action {
-                crate::config::DefinitionAction::Hide => {
-                    self.flagged
-                        .write()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(key, why.clone());
-                    if !decision.is_blocked() {
-                        *decision = self.finish(Action::Block, why, decision.tool.take());
-                    }
+                DefinitionAction::Hide => {
+                    flagged.insert(key, why);
+                    notes.push(None);
                 }
-                crate::config::DefinitionAction::BlockServer => {
+                DefinitionAction::BlockServer => {
                     block_server.get_or_insert(format!(
                         "server {server_id:?} blocked: tool {name:?} failed a {why}"
                     ));
+                    notes.push(None);
                 }
-                _ if decision.reason.is_empty() => decision.reason = why,
-                _ => decision.reason = format!("{}; {why}", decision.reason),
+                _ => {
+                    flagged.remove(&key);
+                    notes.push(Some(why));
+                }
             }
         }
         if let Some(why) = block_server {
-            self.flagged
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert((server_id.to_owned(), None), why);
+            flagged.insert((server_id.to_owned(), None), why);
         }
-        if let Some(why) = self.flagged_server(server_id) {
-            for decision in decisions.iter_mut().filter(|d| !d.is_blocked()) {
-                *decision = self.finish(Action::Block, why.clone(), decision.tool.take());
+        notes
+    }
+
+    /// Adds each alert of [`Policy::definition_findings`] to its decision's reason.
+    fn with_notes(decisions: &mut [Decision], notes: Vec<Option<String>>) {
+        for (decision, note) in decisions.iter_mut().zip(notes) {
+            if let Some(note) = note {
+                decision.reason = match decision.reason.is_empty() {
+                    true => note,
+                    false => format!("{}; {note}", decision.reason),
+                };
             }
         }
     }
@@ -806,13 +825,14 @@ impl Gate for Policy {
     }
 
     fn check_listed(&self, server_id: &str, server_type: &str, tool: &Value) -> Decision {
+        let notes = self.definition_findings(server_id, std::slice::from_ref(tool));
         let entries = self.register_listed(server_id, server_type, std::slice::from_ref(tool));
         self.trust_first(server_id, &entries, false);
         let mut decisions: Vec<Decision> = entries
             .into_iter()
             .map(|entry| self.decide_listed(entry))
             .collect();
-        self.judge_definitions(server_id, std::slice::from_ref(tool), &mut decisions);
+        Self::with_notes(&mut decisions, notes);
         decisions.pop().unwrap_or_else(Decision::not_mcp)
     }
 
@@ -822,13 +842,14 @@ impl Gate for Policy {
         server_type: &str,
         tools: &[Value],
     ) -> Vec<Decision> {
+        let notes = self.definition_findings(server_id, tools);
         let entries = self.register_listed(server_id, server_type, tools);
         self.trust_first(server_id, &entries, true);
         let mut decisions: Vec<Decision> = entries
             .into_iter()
             .map(|entry| self.decide_listed(entry))
             .collect();
-        self.judge_definitions(server_id, tools, &mut decisions);
+        Self::with_notes(&mut decisions, notes);
         decisions
     }
 }

@@ -491,7 +491,7 @@ impl Output {
             writeln!(stdout)?;
             return Ok(stdout.flush()?);
         }
-        let cells = cells.into_iter().map(|c| self.cut(c)).collect();
+        let cells = cells.into_iter().map(|c| self.cut(printable(c))).collect();
         match &self.widths {
             None => self.pending.push(cells),
             Some(widths) => {
@@ -531,6 +531,25 @@ impl Output {
     }
 }
 
+/// `cell` with what a terminal would act on or hide escaped: control characters (escapes,
+/// bells, line ends: a tool name a server chose must not forge a row or drive the terminal)
+/// and bidirectional or zero-width characters, as `\u{..}`.
+fn printable(cell: String) -> String {
+    let acts = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+    };
+    if !cell.chars().any(acts) {
+        return cell;
+    }
+    cell.chars()
+        .map(|c| match acts(c) {
+            true => c.escape_unicode().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
+}
+
 fn line(cells: &[String], widths: &[usize]) -> String {
     let mut out = String::new();
     for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
@@ -565,6 +584,20 @@ mod tests {
                 .contains("unit is s, m, h or d")
         );
         assert!(parse_since("yesterday").is_err());
+    }
+
+    #[test]
+    fn cells_cannot_drive_the_terminal_or_forge_rows() {
+        let shown = printable("evil\u{1b}]0;owned\u{7}\nfake row\u{202E}".to_owned());
+        assert!(
+            !shown.chars().any(|c| c.is_control() || c == '\u{202E}'),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("\\u{1b}") && shown.contains("\\u{a}"),
+            "{shown}"
+        );
+        assert_eq!(printable("plain échoué".to_owned()), "plain échoué");
     }
 
     #[test]

@@ -117,17 +117,7 @@ fn the_shim_refuses_one_call_of_a_tool_allows_another_and_redacts_the_record() {
     let config = dir.path().join("toolwall.yaml");
     std::fs::write(&config, RULES).expect("config");
     let db = dir.path().join("events.db");
-    let shim = vec![
-        toolwall_tests::toolwall_bin().display().to_string(),
-        "shim".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--db".into(),
-        db.display().to_string(),
-        "--server-id".into(),
-        "everything".into(),
-        "--".into(),
-    ];
+    let shim = shim_prefix(&config, &db, "everything");
     let report = python_client("stdio", &stdio_argv(&shim), &calls());
     check(&report, &db);
 
@@ -174,11 +164,6 @@ fn the_filter_proxy_refuses_one_call_of_a_tool_allows_another_and_redacts_the_re
         ],
     );
     let report = python_client("http", &format!("http://127.0.0.1:{port}/mcp"), &calls());
-    // SIGTERM: the proxy stores what it queued before it exits.
-    Command::new("kill")
-        .args(["-TERM", &proxy.0.id().to_string()])
-        .status()
-        .expect("kill");
-    proxy.0.wait().expect("the proxy stops");
+    stop_proxy(&mut proxy);
     check(&report, &db);
 }

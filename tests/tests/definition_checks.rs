@@ -36,19 +36,9 @@ fn run(dir: &Path, config: &str) -> (Value, Vec<Value>) {
     let script = dir.join("poison.py");
     std::fs::write(&script, SERVER).expect("server");
     let db = dir.join("events.db");
-    let argv = vec![
-        toolwall_tests::toolwall_bin().display().to_string(),
-        "shim".into(),
-        "--config".into(),
-        config_path.display().to_string(),
-        "--db".into(),
-        db.display().to_string(),
-        "--server-id".into(),
-        "poison".into(),
-        "--".into(),
-        toolwall_tests::python().display().to_string(),
-        script.display().to_string(),
-    ];
+    let mut argv = shim_prefix(&config_path, &db, "poison");
+    argv.push(toolwall_tests::python().display().to_string());
+    argv.push(script.display().to_string());
     let target = serde_json::to_string(&argv).expect("argv");
     let report = python_client("stdio", &target, &json!([["add", {"a": 1, "b": 2}]]));
     let out = Command::new(toolwall_tests::toolwall_bin())

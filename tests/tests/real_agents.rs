@@ -12,6 +12,15 @@ use std::{path::Path, process::Command, time::Duration};
 use serde_json::Value;
 use toolwall_tests::{Daemon, is_root, peers_dir, server_everything, toolwall_bin};
 
+/// Claude Code without a key of its own or traffic besides its model's.
+const CLAUDE_QUIET: &[(&str, &str)] = &[
+    ("ANTHROPIC_API_KEY", "sk-test"),
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ("DISABLE_AUTOUPDATER", "1"),
+    ("DISABLE_TELEMETRY", "1"),
+    ("DISABLE_ERROR_REPORTING", "1"),
+];
+
 /// The fake model, logging every request into `dir`; killed on drop.
 struct FakeLlm {
     child: std::process::Child,
@@ -215,18 +224,11 @@ fn privileged_claude_code_under_exec_runs_allowed_tools_and_never_sees_denied_on
     ]
     .map(str::to_owned)
     .to_vec();
-    let quiet = [
-        ("ANTHROPIC_API_KEY", "sk-test"),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-        ("DISABLE_AUTOUPDATER", "1"),
-        ("DISABLE_TELEMETRY", "1"),
-        ("DISABLE_ERROR_REPORTING", "1"),
-    ];
     let out = exec(
         &daemon,
         "claude",
         home.path(),
-        &quiet,
+        CLAUDE_QUIET,
         &agent_bin("claude"),
         &args,
     );
@@ -302,18 +304,11 @@ fn privileged_claude_code_is_offered_no_denied_tool_and_handed_no_secret_a_tool_
     ]
     .map(str::to_owned)
     .to_vec();
-    let env = [
-        ("ANTHROPIC_API_KEY", "sk-test"),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-        ("DISABLE_AUTOUPDATER", "1"),
-        ("DISABLE_TELEMETRY", "1"),
-        ("DISABLE_ERROR_REPORTING", "1"),
-    ];
     let out = exec(
         &daemon,
         "secret",
         home.path(),
-        &env,
+        CLAUDE_QUIET,
         &agent_bin("claude"),
         &args,
     );

@@ -99,17 +99,7 @@ fn the_shim_redacts_a_secret_and_withholds_a_pattern_in_results() {
     let config = dir.path().join("toolwall.yaml");
     std::fs::write(&config, RULES).expect("config");
     let db = dir.path().join("events.db");
-    let shim = vec![
-        toolwall_tests::toolwall_bin().display().to_string(),
-        "shim".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--db".into(),
-        db.display().to_string(),
-        "--server-id".into(),
-        "everything".into(),
-        "--".into(),
-    ];
+    let shim = shim_prefix(&config, &db, "everything");
     let report = python_client("stdio", &stdio_argv(&shim), &calls());
     check(&report, &db);
 }
@@ -133,11 +123,7 @@ fn the_filter_proxy_redacts_a_secret_and_withholds_a_pattern_in_results() {
         ],
     );
     let report = python_client("http", &format!("http://127.0.0.1:{port}/mcp"), &calls());
-    Command::new("kill")
-        .args(["-TERM", &proxy.0.id().to_string()])
-        .status()
-        .expect("kill");
-    proxy.0.wait().expect("the proxy stops");
+    stop_proxy(&mut proxy);
     check(&report, &db);
 }
 

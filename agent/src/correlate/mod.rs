@@ -227,43 +227,37 @@ impl Correlator {
             }
             Event::KernelAlert(e) => {
                 self.saw(e.timestamp);
+                let sighting = Sighting {
+                    event_id: stored.id,
+                    at: e.timestamp,
+                    action: e.action,
+                    reason: e.detail.clone(),
+                    layer: "kernel".into(),
+                };
                 let mut record = blank(
                     &e.session_id,
                     "",
                     &format!("kernel alert: {}", e.alert),
                     None,
                 );
-                record.connection = Some(Sighting {
-                    event_id: stored.id,
-                    at: e.timestamp,
-                    action: e.action,
-                    reason: e.detail.clone(),
-                    layer: "kernel".into(),
-                });
-                let mut record = record.settle();
-                record.kind = RecordKind::Alert;
-                done.push(record);
+                record.connection = Some(sighting);
+                done.push(alert(record));
             }
             // What a server's answer held stands as an alert of its own: the call it answers is
             // named (tool and id) in the record, not joined to it.
             Event::McpResultInspected(e) => {
                 self.saw(e.timestamp);
-                let mut record = blank(
-                    &e.session_id,
-                    &e.server_id,
-                    &format!("result inspected: {}", e.tool_name),
-                    None,
-                );
-                record.execution = Some(Sighting {
+                let sighting = Sighting {
                     event_id: stored.id,
                     at: e.timestamp,
                     action: e.action,
                     reason: format!("{} (JSON-RPC id {})", e.reason, e.jsonrpc_id),
                     layer: e.layer.clone(),
-                });
-                let mut record = record.settle();
-                record.kind = RecordKind::Alert;
-                done.push(record);
+                };
+                let label = format!("result inspected: {}", e.tool_name);
+                let mut record = blank(&e.session_id, &e.server_id, &label, None);
+                record.execution = Some(sighting);
+                done.push(alert(record));
             }
             Event::McpToolSeen(_) | Event::McpToolChanged(_) => {}
         }
@@ -507,6 +501,14 @@ fn kernel(event_id: i64, at: DateTime<Utc>, action: Action) -> Sighting {
 enum Side {
     NeedsIntercept,
     NeedsExecution,
+}
+
+/// A record that stands alone among the calls (a kernel alert, a result inspection): settled
+/// at once.
+fn alert(record: CallRecord) -> CallRecord {
+    let mut record = record.settle();
+    record.kind = RecordKind::Alert;
+    record
 }
 
 fn blank(session: &str, server: &str, tool: &str, args_hash: Option<String>) -> CallRecord {

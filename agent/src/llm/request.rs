@@ -80,8 +80,6 @@ pub(crate) struct Inspected {
     pub body: Option<Vec<u8>>,
     /// `mcp_result_inspected` records (layer `llm`).
     pub records: Vec<Event>,
-    /// How many tool definitions (and tool references) were taken out as denied.
-    pub hidden: usize,
     /// Whether anything was changed.
     changed: bool,
 }
@@ -224,7 +222,6 @@ fn judge(
             "denied tools taken out of the request: the model is not offered them"
         );
     }
-    out.hidden += hidden.len();
     out.changed |= !hidden.is_empty();
     for site in sites {
         let Some(content) = request.pointer_mut(&site.pointer) else {

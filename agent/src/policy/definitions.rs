@@ -71,6 +71,7 @@ pub(crate) struct DefinitionFinding {
 /// The other servers' tools a listing is compared with: `(server, tool, skeleton)`, and an
 /// automaton of their distinctive names for finding them named in text (one pass per string,
 /// however many there are).
+#[derive(Debug)]
 pub(crate) struct Others {
     tools: Vec<(String, String, String)>,
     names: Option<AhoCorasick>,

@@ -65,6 +65,13 @@ use crate::{
 /// of that many definitions, which is a deployment to size for, not to fail on).
 const MAX_CACHED_VERDICTS: usize = 100_000;
 
+/// How long the other servers' tools read for one server's listing are used again (a listing
+/// judged tool by tool reads the registry once).
+const OTHERS_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Servers whose comparison sets are kept; past it the cache starts again.
+const MAX_CACHED_OTHERS: usize = 64;
+
 /// The outcome of the steps that depend only on the definition: `None` passes.
 #[derive(Clone, Debug)]
 struct CachedVerdict {
@@ -94,6 +101,8 @@ pub(crate) struct Policy {
     /// Servers (tool `None`) and tools whose definitions a check refused: why. A tool's entry
     /// goes when a later listing shows it clean; a server's stays until the daemon restarts.
     flagged: RwLock<HashMap<(String, Option<String>), String>>,
+    /// Per server, the other servers' tools its listings were last compared with, and when.
+    others: std::sync::Mutex<HashMap<String, (std::time::Instant, Arc<definitions::Others>)>>,
     registry: Arc<Registry>,
     /// server id → tool → verdict of steps 2–3.
     verdicts: RwLock<HashMap<String, HashMap<String, CachedVerdict>>>,
@@ -190,6 +199,7 @@ impl Policy {
                 },
             )?,
             flagged: RwLock::new(HashMap::new()),
+            others: std::sync::Mutex::new(HashMap::new()),
             registry,
             verdicts: RwLock::new(HashMap::new()),
         })
@@ -227,26 +237,19 @@ impl Policy {
         if self.definitions.is_off() {
             return vec![None; tools.len()];
         }
-        // Other processes (shims started with this one) register too: read what they did.
-        if let Err(error) = self.registry.reload() {
-            tracing::warn!(%error, "cannot re-read the registry before the definition checks");
-        }
-        let others = definitions::Others::new(
-            self.registry
-                .tools()
-                .iter()
-                .filter(|e| e.server_id != server_id)
-                .map(|e| (e.server_id.clone(), e.tool.clone()))
-                .collect(),
-        );
+        let others = self.others(server_id);
         let declared = self.declared.contains_key(server_id);
+        // The checks first (regex work), the flags after, under the lock only for that.
+        let found: Vec<_> = tools
+            .iter()
+            .map(|tool| self.definitions.check(tool, &others))
+            .collect();
         let mut notes = Vec::with_capacity(tools.len());
         let mut block_server = None;
         let mut flagged = self.flagged.write().unwrap_or_else(PoisonError::into_inner);
-        for tool in tools {
+        for (tool, mut found) in tools.iter().zip(found) {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
             let key = (server_id.to_owned(), Some(name.to_owned()));
-            let mut found = self.definitions.check(tool, &others);
             for finding in &mut found {
                 let trusted_over = |other: &str| !declared && self.declared.contains_key(other);
                 if finding.check == "shadowing"
@@ -297,6 +300,38 @@ impl Policy {
             flagged.insert((server_id.to_owned(), None), why);
         }
         notes
+    }
+
+    /// The other servers' tools `server_id`'s listing is compared with. Other processes (shims
+    /// started with this one) register too, so the registry is read again — once per
+    /// [`OTHERS_FRESH`] and server, or when this process registered another server's tools:
+    /// the filter judges a listing tool by tool, and a read per tool made it quadratic.
+    fn others(&self, server_id: &str) -> Arc<definitions::Others> {
+        let mut cache = self.others.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, others)) = cache.get(server_id)
+            && at.elapsed() < OTHERS_FRESH
+        {
+            return others.clone();
+        }
+        if let Err(error) = self.registry.reload() {
+            tracing::warn!(%error, "cannot re-read the registry before the definition checks");
+        }
+        let others = Arc::new(definitions::Others::new(
+            self.registry
+                .tools()
+                .iter()
+                .filter(|e| e.server_id != server_id)
+                .map(|e| (e.server_id.clone(), e.tool.clone()))
+                .collect(),
+        ));
+        if cache.len() >= MAX_CACHED_OTHERS {
+            cache.clear();
+        }
+        cache.insert(
+            server_id.to_owned(),
+            (std::time::Instant::now(), others.clone()),
+        );
+        others
     }
 
     /// Adds each alert of [`Policy::definition_findings`] to its decision's reason.
@@ -634,6 +669,11 @@ impl Policy {
         if let Err(error) = self.registry.register(server_id, server_type, &addr, tools) {
             tracing::error!(server_id, %error, "cannot persist listed tools; deciding on them anyway");
         }
+        // Every other server's comparison set now lacks these tools.
+        self.others
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|server, _| server == server_id);
         tools
             .iter()
             .map(|tool| {

@@ -46,12 +46,6 @@ struct Exemption {
     rules: Vec<String>,
 }
 
-impl std::fmt::Debug for Scanner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Scanner({} rules)", self.rules())
-    }
-}
-
 /// What [`ResultRules::new`] refuses: the index of the offending entry, its key and why.
 pub(crate) type ResultRulesError = (String, String);
 

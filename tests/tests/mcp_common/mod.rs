@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -202,4 +202,28 @@ pub fn assert_filtered(direct: &Value, filtered: &Value, denied: &[&str]) {
 /// The calls every test makes: one denied (`echo`), one allowed (`get-sum`).
 pub fn standard_calls() -> Value {
     serde_json::json!([["echo", {"message": "hi"}], ["get-sum", {"a": 2, "b": 3}]])
+}
+
+/// `toolwall shim --config C --db D --server-id ID --` (the server's argv follows).
+pub fn shim_prefix(config: &Path, db: &Path, server_id: &str) -> Vec<String> {
+    vec![
+        toolwall_tests::toolwall_bin().display().to_string(),
+        "shim".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--db".into(),
+        db.display().to_string(),
+        "--server-id".into(),
+        server_id.into(),
+        "--".into(),
+    ]
+}
+
+/// Stops a filter proxy with SIGTERM (it stores what it queued before it exits) and waits.
+pub fn stop_proxy(proxy: &mut Proc) {
+    Command::new("kill")
+        .args(["-TERM", &proxy.0.id().to_string()])
+        .status()
+        .expect("kill");
+    proxy.0.wait().expect("the proxy stops");
 }

@@ -344,6 +344,12 @@ fn shannon_entropy(s: &str) -> f64 {
         .sum()
 }
 
+impl std::fmt::Debug for Scanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scanner({} rules)", self.rules())
+    }
+}
+
 impl Scanner {
     fn from_toml(text: &str) -> Result<Self, RuleSetError> {
         let set: RuleSet = toml::from_str(text)?;

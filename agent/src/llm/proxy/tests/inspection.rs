@@ -57,14 +57,7 @@ async fn streamed_anthropic_blocking_end_to_end() {
 async fn streaming_is_not_buffered() {
     let stream = anthropic_stream(&[]);
     let first_end = memchr::memmem::find(&stream, b"\n\n").expect("an event") + 2;
-    let (go_tx, go_rx) = oneshot::channel();
-    let steps = vec![
-        Step::Send(sse_head("")),
-        Step::Send(chunk(&stream[..first_end])),
-        Step::Wait(go_rx),
-        Step::Send(chunk(&stream[first_end..])),
-        Step::Send(b"0\r\n\r\n".to_vec()),
-    ];
+    let (steps, go_tx) = paused_at(&stream, first_end);
     let (upstream, _head) = fake_upstream(steps).await;
     let (proxy, _events, _stop) = start_proxy(upstream, &[]).await;
     let resp = client()
@@ -319,6 +312,11 @@ fn paused_after_the_blocked_call() -> (Vec<Step>, oneshot::Sender<()>) {
     let stream = anthropic_stream(&["mcp__fs__delete"]);
     let start = memchr::memmem::find(&stream, b"\"tool_use\"").expect("tool_use");
     let cut = start + memchr::memmem::find(&stream[start..], b"\n\n").expect("end") + 2;
+    paused_at(&stream, cut)
+}
+
+/// An SSE response that stops after `stream[..cut]` until the test says go.
+fn paused_at(stream: &[u8], cut: usize) -> (Vec<Step>, oneshot::Sender<()>) {
     let (go_tx, go_rx) = oneshot::channel();
     let steps = vec![
         Step::Send(sse_head("")),

@@ -130,6 +130,11 @@ pub struct Decision {
     /// argument rule's `action: redact`); the call itself runs unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redact: Vec<String>,
+    /// An argument rule wants a person to decide (`action: ask`), and why. The decision is a
+    /// block until someone approves: a layer that cannot ask refuses the call, so no layer
+    /// lets an asked call through by not knowing about asking (`approval.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask: Option<String>,
 }
 
 impl Decision {
@@ -140,6 +145,7 @@ impl Decision {
             reason: String::new(),
             tool: None,
             redact: Vec::new(),
+            ask: None,
         }
     }
 
@@ -156,6 +162,7 @@ impl Decision {
             reason,
             tool: self.tool,
             redact: Vec::new(),
+            ask: None,
         }
     }
 }

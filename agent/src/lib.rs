@@ -8,6 +8,7 @@
 
 #![warn(unreachable_pub, missing_docs)]
 
+mod approval;
 mod cgroup;
 mod cli;
 mod client;

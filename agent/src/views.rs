@@ -462,7 +462,7 @@ fn event_cells(e: &StoredEvent) -> Vec<String> {
 
 /// Rows as JSON lines, or as an aligned table (buffered until [`Output::flush`] so columns can
 /// be sized; in `--follow` mode each later row is printed as it comes, in the same widths).
-struct Output {
+pub(crate) struct Output {
     json: bool,
     header: Vec<String>,
     pending: Vec<Vec<String>>,
@@ -474,7 +474,7 @@ struct Output {
 const MAX_CELL: usize = 60;
 
 impl Output {
-    fn new(json: bool, header: &[&str]) -> Self {
+    pub(crate) fn new(json: bool, header: &[&str]) -> Self {
         Output {
             json,
             header: header.iter().map(|h| h.to_string()).collect(),
@@ -484,7 +484,7 @@ impl Output {
         }
     }
 
-    fn row<T: Serialize>(&mut self, value: &T, cells: Vec<String>) -> anyhow::Result<()> {
+    pub(crate) fn row<T: Serialize>(&mut self, value: &T, cells: Vec<String>) -> anyhow::Result<()> {
         let mut stdout = std::io::stdout().lock();
         if self.json {
             serde_json::to_writer(&mut stdout, value)?;
@@ -510,7 +510,7 @@ impl Output {
         }
     }
 
-    fn flush(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn flush(&mut self) -> anyhow::Result<()> {
         if self.json || self.widths.is_some() {
             return Ok(());
         }

@@ -3,6 +3,7 @@
 //! Each subcommand's arguments are a `clap::Args` struct owned by the module that does the
 //! work; this file only names the subcommands and dispatches, so adding one is two lines.
 
+mod approve;
 mod config;
 
 use std::process::ExitCode;
@@ -38,6 +39,12 @@ pub enum Command {
     Shim(crate::mcp::shim::ShimArgs),
     /// Serve a network MCP server with denied tools removed (`mcp/proxy/`).
     McpProxy(crate::mcp::proxy::ProxyArgs),
+    /// List the calls waiting for a person to approve or deny them (argument rules with `action: ask`).
+    Approvals(approve::ListArgs),
+    /// Let a waiting call run: `toolwall approve ID`.
+    Approve(approve::AnswerArgs),
+    /// Refuse a waiting call: `toolwall deny ID [--reason TEXT]`.
+    Deny(approve::AnswerArgs),
 }
 
 /// Runs the parsed command line and turns its outcome into the process exit code.
@@ -50,6 +57,9 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Config(args) => config::run(args),
         Command::Shim(args) => crate::mcp::shim::run(args),
         Command::McpProxy(args) => crate::mcp::proxy::run(args),
+        Command::Approvals(args) => approve::list(args),
+        Command::Approve(args) => approve::answer(args, true),
+        Command::Deny(args) => approve::answer(args, false),
     };
     match result {
         Ok(code) => code,

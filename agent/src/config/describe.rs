@@ -142,6 +142,7 @@ pub(crate) fn describe(config: &Config) -> String {
                 super::ArgumentAction::Allow => "allow",
                 super::ArgumentAction::Block => "block",
                 super::ArgumentAction::Redact => "redact",
+                super::ArgumentAction::Ask => "ask a person",
             },
             rule.when.len(),
             rule.when
@@ -149,6 +150,21 @@ pub(crate) fn describe(config: &Config) -> String {
                 .map(|c| c.pointer.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+    }
+
+    if mcp.argument_rules.iter().any(|r| r.action == super::ArgumentAction::Ask) {
+        let approval = &mcp.approval;
+        let _ = writeln!(
+            out,
+            "  asked calls wait {} s for `toolwall approve|deny ID` or the web view (at most {} at once){}; only the daemon's layers can ask: elsewhere they are refused",
+            approval.timeout_secs,
+            approval.max_pending,
+            approval
+                .webhook
+                .as_ref()
+                .map(|w| format!(", each posted to {}", w.url))
+                .unwrap_or_default()
         );
     }
 

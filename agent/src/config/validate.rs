@@ -348,6 +348,49 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
         }
     }
 
+    let approval = &mcp.approval;
+    if !(1..=3600).contains(&approval.timeout_secs) {
+        return Err(check.error(
+            format!("{at}.approval.timeout_secs"),
+            ("timeout_secs", &approval.timeout_secs.to_string(), 0),
+            format!("{} seconds", approval.timeout_secs),
+            "give a person between 1 and 3600 seconds to answer (clients give up on a call that waits longer)",
+        ));
+    }
+    if !(1..=4096).contains(&approval.max_pending) {
+        return Err(check.error(
+            format!("{at}.approval.max_pending"),
+            ("max_pending", &approval.max_pending.to_string(), 0),
+            format!("{} calls waiting at once", approval.max_pending),
+            "allow between 1 and 4096 calls to wait at once",
+        ));
+    }
+    if let Some(webhook) = &approval.webhook {
+        let parsed = webhook.url.parse::<http::Uri>().ok().filter(|uri| {
+            matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
+        });
+        if parsed.is_none() {
+            return Err(check.error(
+                format!("{at}.approval.webhook.url"),
+                ("url", webhook.url.as_str(), 0),
+                format!("{:?} is not an http:// or https:// URL", webhook.url),
+                "write the receiver's full URL, e.g. https://hooks.example.com/toolwall",
+            ));
+        }
+        for (name, value) in &webhook.headers {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || http::HeaderValue::from_str(value).is_err()
+            {
+                return Err(check.error(
+                    format!("{at}.approval.webhook.headers"),
+                    (name.as_str(), "", 0),
+                    format!("header {name:?} cannot be sent (a name or value with characters HTTP forbids)"),
+                    "write header names of letters, digits and `-`, and values of visible ASCII",
+                ));
+            }
+        }
+    }
+
     let limits = &mcp.rate_limits;
     if limits.default_rpm == 0 {
         return Err(check.error(

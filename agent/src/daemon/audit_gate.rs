@@ -48,7 +48,9 @@ impl Gate for AuditGate {
         let decision = self.policy.check_call(call);
         // Native tools of the agent (no server, not a registered tool) are not ours to record.
         let mcp = decision.tool.is_some() || call.server_id.is_some();
-        if decision.is_blocked() || !mcp || self.on_failure != OnStoreFailure::Block {
+        // An asked call is a block only until someone approves it: the store is judged now.
+        let refused = decision.is_blocked() && decision.ask.is_none();
+        if refused || !mcp || self.on_failure != OnStoreFailure::Block {
             return decision;
         }
         match self.health.failing() {

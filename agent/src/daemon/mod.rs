@@ -11,6 +11,7 @@ mod peer;
 mod state;
 mod stdio;
 mod web;
+mod webhook;
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
@@ -148,6 +149,21 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let discovered = discover_servers(&config, &policy, &sink).await;
     layers.push(LayerStatus::on("registry", &discovered));
 
+    // Calls an argument rule asks about wait here for a person (`approval.rs`).
+    let webhook = config.sandbox.mcp.approval.webhook.clone().map(|hook| {
+        let (tx, rx) = tokio::sync::mpsc::channel(webhook::QUEUE);
+        tokio::spawn(async move {
+            if let Err(error) = webhook::run(hook, rx).await {
+                tracing::error!("approval webhook stopped: {error:#}");
+            }
+        });
+        tx
+    });
+    let approvals = Arc::new(crate::approval::Approvals::new(
+        &config.sandbox.mcp.approval,
+        webhook,
+    ));
+
     // 5. LLM proxy
     let (stop_proxy, proxy_stopped) = tokio::sync::watch::channel(false);
     let session_keys = Arc::new(crate::llm::proxy::SessionKeys::default());
@@ -236,6 +252,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         proxy_addr,
         layers,
         session_keys,
+        approvals,
     }));
     let adopted = state.adopt_pinned_sessions();
     if adopted > 0 {

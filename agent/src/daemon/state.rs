@@ -73,6 +73,8 @@ pub(crate) struct DaemonParts {
     pub layers: Vec<LayerStatus>,
     /// The LLM proxy's session keys.
     pub session_keys: Arc<crate::llm::proxy::SessionKeys>,
+    /// Calls waiting for a person.
+    pub approvals: Arc<crate::approval::Approvals>,
 }
 
 /// The daemon's shared state.
@@ -102,6 +104,8 @@ pub(crate) struct DaemonState {
     pub layers: Vec<LayerStatus>,
     /// The LLM proxy's `/s/<key>` keys, one per open session.
     pub session_keys: Arc<crate::llm::proxy::SessionKeys>,
+    /// Calls waiting for a person (`approval.rs`): the layers put them, the API answers.
+    pub approvals: Arc<crate::approval::Approvals>,
     /// Open sessions by name.
     sessions: Mutex<HashMap<String, SessionCgroup>>,
     /// Sessions taken over from a daemon before this one: no `toolwall exec` will close them,
@@ -138,6 +142,7 @@ impl DaemonState {
             proxy_addr,
             layers,
             session_keys,
+            approvals,
         } = parts;
         let gate = super::audit_gate::AuditGate::shared(
             policy.clone(),
@@ -157,6 +162,7 @@ impl DaemonState {
             proxy_addr,
             layers,
             session_keys,
+            approvals,
             sessions: Mutex::new(HashMap::new()),
             adopted: Mutex::new(std::collections::HashSet::new()),
             servers: Mutex::new(HashMap::new()),

@@ -201,6 +201,7 @@ pub(super) async fn run(
         layer: "shim",
         session_id: session.clone().unwrap_or_default(),
         events: Some(state.sink.clone()),
+        approvals: Some(state.approvals.clone()),
     };
     // The limit is the shim's only below the daemon's own: a larger one is memory the asker
     // would take from the daemon.
@@ -555,7 +556,8 @@ impl ExtraDeny {
 
     fn denies(&self, name: &str, decision: Decision) -> Decision {
         match self.patterns.iter().find(|(_, r)| r.is_match(name)) {
-            Some((pattern, _)) if !decision.is_blocked() => {
+            // An asked call is a block until approved: the shim's own deny holds first.
+            Some((pattern, _)) if !decision.is_blocked() || decision.ask.is_some() => {
                 decision.overruled(format!("tool denied by the shim's --deny {pattern:?}"))
             }
             _ => decision,

@@ -170,6 +170,7 @@ fn unreadable(error: &serde_json::Error) -> Found {
             ),
             tool: None,
             redact: Vec::new(),
+            ask: None,
         },
     }
 }

@@ -49,6 +49,7 @@ impl Gate for FuzzGate {
             reason: "fuzz".into(),
             tool,
             redact: Vec::new(),
+            ask: None,
         }
     }
 

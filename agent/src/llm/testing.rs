@@ -54,6 +54,7 @@ impl Gate for TestGate {
                 reason: "argument rule of the test".into(),
                 tool,
                 redact: Vec::new(),
+                ask: None,
             };
         }
         if self.blocked.iter().any(|b| *b == name) {
@@ -62,6 +63,7 @@ impl Gate for TestGate {
                 reason: "denied by test".into(),
                 tool,
                 redact: Vec::new(),
+                ask: None,
             }
         } else {
             Decision {

@@ -50,6 +50,9 @@ pub(crate) struct FilterContext {
     /// Where the transport hands the records the filter returns (`mcp_tool_seen`,
     /// `mcp_tool_called`: [`Outcome::record`]); `None` records nothing.
     pub events: Option<EventSink>,
+    /// Who is asked about calls an argument rule asks about (`approval.rs`); the transport
+    /// then waits for each [`Outcome::held`] call. `None`: such calls are refused.
+    pub approvals: Option<Arc<crate::approval::Approvals>>,
 }
 
 /// What to do with one message.
@@ -65,6 +68,26 @@ pub(crate) struct Outcome<'a> {
     /// transport hands these to its own ([`Outcome::record`]), as the LLM layer's proxy does
     /// with its interceptors' records (`llm/mod.rs`).
     pub records: Vec<Event>,
+    /// Calls waiting for a person (only with [`FilterContext::approvals`]): neither forwarded
+    /// nor answered yet; the transport asks, then hands the answer to [`Filter::settle`].
+    pub held: Vec<Held>,
+}
+
+/// A `tools/call` that waits for a person's answer.
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// The request's id (JSON text).
+    pub id: String,
+    /// What the server gets if it is approved: the canonical text that was judged.
+    message: Vec<u8>,
+    name: String,
+    /// The arguments as judged.
+    pub arguments: Option<Value>,
+    /// The policy's decision (a block with `ask`).
+    pub decision: Decision,
+    /// `params._meta.progressToken` (JSON text), when the client asked for progress: the
+    /// transport tells it the call waits, so it does not give up.
+    pub progress_token: Option<String>,
 }
 
 impl Outcome<'_> {
@@ -100,6 +123,10 @@ pub(crate) struct Filter {
     requests: usize,
     /// Records made since the last [`Outcome`] took them.
     records: Vec<Event>,
+    /// Calls held since the last [`Outcome`] took them.
+    held: Vec<Held>,
+    /// Judging the items of a batch: a call there cannot wait alone, so it is not held.
+    in_batch: bool,
 }
 
 /// The tools a session may call, and the filter proxy's cached list.
@@ -191,7 +218,14 @@ impl Filter {
             responses: 0,
             requests: 0,
             records: Vec::new(),
+            held: Vec::new(),
+            in_batch: false,
         }
+    }
+
+    /// Who this filter speaks for.
+    pub(crate) fn context(&self) -> &FilterContext {
+        &self.ctx
     }
 
     /// Share what may be called (and the cached list) with other filters of one server.
@@ -250,7 +284,56 @@ impl Filter {
         };
         out.forward = kept.map(|k| Cow::Owned(k.unwrap_or(text)));
         out.records = std::mem::take(&mut self.records);
+        out.held = std::mem::take(&mut self.held);
         out
+    }
+
+    /// A held call's end: forwarded (recorded as allowed) when approved, else refused with
+    /// the reason; `approval` is the question's number.
+    pub(crate) fn settle(
+        &mut self,
+        held: Held,
+        approval: Option<u64>,
+        answer: &crate::approval::Answer,
+    ) -> Outcome<'static> {
+        let decision = answer.settle(approval, held.decision);
+        let mut out = Outcome::default();
+        let arguments = held
+            .arguments
+            .as_ref()
+            .map(|a| serde_json::value::to_raw_value(a))
+            .transpose()
+            .ok()
+            .flatten();
+        let params = CallParams {
+            name: Cow::Borrowed(&held.name),
+            arguments: arguments.as_deref(),
+        };
+        self.record_call(&params, Some(&held.id), &decision, held.arguments.as_ref());
+        if decision.is_blocked() {
+            tracing::info!(tool = %held.name, reason = %decision.reason, "refused tools/call");
+            out.replies.push(error_response(
+                &held.id,
+                INVALID_PARAMS,
+                &format!("toolwall: {}", decision.reason),
+            ));
+        } else {
+            self.pass_call(&held.id, held.name);
+            self.requests += 1;
+            out.forward = Some(Cow::Owned(held.message));
+        }
+        out.records = std::mem::take(&mut self.records);
+        out
+    }
+
+    /// A `tools/call` passed on: its result is known as this tool's.
+    fn pass_call(&mut self, id: &str, name: String) {
+        if let Ok(id) = serde_json::from_str::<Value>(id) {
+            if self.pending_calls.len() == MAX_PENDING_LISTS {
+                self.pending_calls.pop_front();
+            }
+            self.pending_calls.push_back((id, name));
+        }
     }
 
     /// Judges a canonical client message (`mcp/canonical.rs`); `Borrowed` means all of it passes.
@@ -263,7 +346,10 @@ impl Filter {
             Some(b'{') => self.client_one(msg, replies),
             Some(b'[') => match serde_json::from_slice::<Vec<&RawValue>>(msg) {
                 Ok(items) if !items.is_empty() => {
-                    batch(msg, &items, |item| self.client_one(item, replies))
+                    self.in_batch = true;
+                    let kept = batch(msg, &items, |item| self.client_one(item, replies));
+                    self.in_batch = false;
+                    kept
                 }
                 Ok(_) => {
                     replies.push(error_response("null", INVALID_REQUEST, "Invalid Request"));
@@ -303,6 +389,7 @@ impl Filter {
             forward,
             replies: Vec::new(),
             records: std::mem::take(&mut self.records),
+            held: Vec::new(),
         }
     }
 
@@ -381,6 +468,36 @@ impl Filter {
                         params.name
                     );
                 }
+                if let Some(ask) = decision.ask.take() {
+                    match (id, &ctx.approvals, self.in_batch, unlisted) {
+                        (Some(id), Some(_), false, false) => {
+                            decision.ask = Some(ask);
+                            self.held.push(Held {
+                                id: id.to_owned(),
+                                message: msg.to_vec(),
+                                name: params.name.into_owned(),
+                                arguments,
+                                decision,
+                                progress_token: progress_token(probe.params),
+                            });
+                            return None;
+                        }
+                        (_, None, ..) => {
+                            decision.reason = format!(
+                                "{ask}; no one can be asked here (only the daemon's layers ask: run the server through the daemon, `toolwall exec`): refused"
+                            )
+                        }
+                        (None, ..) => {
+                            decision.reason =
+                                format!("{ask}; a notification cannot wait for an answer: refused")
+                        }
+                        _ => {
+                            decision.reason = format!(
+                                "{ask}; a call inside a batch cannot wait alone for an answer: refused (send it on its own)"
+                            )
+                        }
+                    }
+                }
                 self.record_call(&params, id, &decision, arguments.as_ref());
                 if decision.is_blocked() {
                     tracing::info!(tool = %params.name, reason = %decision.reason, "refused tools/call");
@@ -412,11 +529,8 @@ impl Filter {
                     }
                     return None;
                 }
-                if let Some(id) = id.and_then(|id| serde_json::from_str::<Value>(id).ok()) {
-                    if self.pending_calls.len() == MAX_PENDING_LISTS {
-                        self.pending_calls.pop_front();
-                    }
-                    self.pending_calls.push_back((id, params.name.into_owned()));
+                if let Some(id) = id {
+                    self.pass_call(id, params.name.into_owned());
                 }
                 Some(Cow::Borrowed(msg))
             }
@@ -493,6 +607,13 @@ impl Filter {
             layer: self.ctx.layer.to_owned(),
         }));
     }
+}
+
+/// `params._meta.progressToken` of a request (JSON text), if it has one.
+fn progress_token(params: Option<&RawValue>) -> Option<String> {
+    let params: Value = serde_json::from_str(params?.get()).ok()?;
+    let token = params.get("_meta")?.get("progressToken")?;
+    (token.is_string() || token.is_number()).then(|| token.to_string())
 }
 
 /// Whether a request's params carry a 2026-07-28 envelope (its protocol version in `_meta`);

@@ -202,6 +202,7 @@ impl Harness {
             layer: "shim",
             session_id: String::new(),
             events: None,
+            approvals: None,
         };
         Self {
             filter: Filter::new(ctx),

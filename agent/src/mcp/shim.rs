@@ -17,10 +17,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::decision::Gate;
+use crate::approval::{Answer, Asked, Call};
+use crate::decision::{CallStage, Gate};
 use crate::events::EventSink;
 
-use super::filter::{Filter, FilterContext};
+use super::filter::{Filter, FilterContext, Held};
 use super::filter::{INVALID_REQUEST, error_response};
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, TooLong, strip_newline};
 
@@ -164,6 +165,7 @@ pub(crate) async fn run_shim(
         layer: "shim",
         session_id: crate::cgroup::current_session(),
         events,
+        approvals: None,
     };
     serve(
         Command::new(program).args(rest),
@@ -323,7 +325,11 @@ enum Forward {
     Nothing,
 }
 
-fn decide(filter: &Mutex<Filter>, line: &Bytes, on_client: bool) -> (Forward, Vec<Vec<u8>>) {
+/// What [`decide`] says about one message: how to forward it, what to answer, which calls
+/// wait for a person.
+type Decided = (Forward, Vec<Vec<u8>>, Vec<Held>);
+
+fn decide(filter: &Mutex<Filter>, line: &Bytes, on_client: bool) -> Decided {
     let msg = strip_newline(line);
     // A poisoned lock means a pump panicked; the filter's state (pending list ids) is still
     // sound, so go on rather than pass anything unfiltered.
@@ -343,7 +349,75 @@ fn decide(filter: &Mutex<Filter>, line: &Bytes, on_client: bool) -> (Forward, Ve
         Some(other) => Forward::Changed(other.into_owned()),
         None => Forward::Nothing,
     };
-    (forward, out.replies)
+    (forward, out.replies, out.held)
+}
+
+/// How often a client that asked for progress hears that its call still waits.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Waits for a person's answer to a held call (`approval.rs`), telling the client it waits
+/// when it asked for progress, and returns what to forward and answer.
+async fn wait_for_person<W: AsyncWrite + Unpin>(
+    filter: &Mutex<Filter>,
+    held: Held,
+    client_out: &tokio::sync::Mutex<W>,
+) -> anyhow::Result<(Forward, Vec<Vec<u8>>)> {
+    let (approvals, layer, session) = {
+        let filter = filter.lock().unwrap_or_else(|e| e.into_inner());
+        let ctx = filter.context();
+        (ctx.approvals.clone(), ctx.layer, ctx.session_id.clone())
+    };
+    let (approval, answer) = match &approvals {
+        Some(approvals) => {
+            let asked = approvals.put(Call {
+                layer,
+                session_id: &session,
+                stage: CallStage::Executing,
+                decision: &held.decision,
+                arguments: held.arguments.as_ref(),
+            });
+            match asked {
+                Asked::Now(id, answer) => (id, answer),
+                Asked::Waiting(waiting) => {
+                    let id = waiting.id;
+                    let answer = waiting.answer();
+                    tokio::pin!(answer);
+                    let mut tick = tokio::time::interval(PROGRESS_EVERY);
+                    let mut progress = 0u64;
+                    loop {
+                        tokio::select! {
+                            answer = &mut answer => break (Some(id), answer),
+                            _ = tick.tick(), if held.progress_token.is_some() => {
+                                progress += 1;
+                                let token = held.progress_token.as_deref().unwrap_or("null");
+                                let note = serde_json::json!({
+                                    "jsonrpc": "2.0",
+                                    "method": "notifications/progress",
+                                    "params": {
+                                        "progressToken": serde_json::from_str::<serde_json::Value>(token).unwrap_or_default(),
+                                        "progress": progress,
+                                        "message": format!("toolwall: this call waits for a person to approve it (toolwall approve {id} / toolwall deny {id})"),
+                                    }
+                                });
+                                write_replies(client_out, vec![note.to_string().into_bytes()])
+                                    .await
+                                    .context("telling the client its call waits")?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // A held call always has someone to ask (`Filter` holds only then).
+        None => (None, Answer::Busy(0)),
+    };
+    let mut filter = filter.lock().unwrap_or_else(|e| e.into_inner());
+    let out = filter.settle(held, approval, &answer).record(filter.sink());
+    let forward = match out.forward {
+        Some(message) => Forward::Changed(message.into_owned()),
+        None => Forward::Nothing,
+    };
+    Ok((forward, out.replies))
 }
 
 async fn write_line<W: AsyncWrite + Unpin>(
@@ -420,7 +494,7 @@ where
                     continue;
                 }
             };
-            let (forward, replies) = decide(&filter, &line, true);
+            let (forward, replies, held) = decide(&filter, &line, true);
             write_replies(&client_out, replies)
                 .await
                 .context("answering the client")?;
@@ -432,6 +506,23 @@ where
                     .flush()
                     .await
                     .context("writing to the MCP server")?;
+            }
+            // A call that waits for a person holds the client's later messages behind it:
+            // the server gets them in the order the client sent them.
+            for held in held {
+                let (forward, replies) = wait_for_person(&filter, held, &client_out).await?;
+                write_replies(&client_out, replies)
+                    .await
+                    .context("answering the client")?;
+                if !matches!(forward, Forward::Nothing) {
+                    write_line(&mut child_in, &line, forward)
+                        .await
+                        .context("writing to the MCP server")?;
+                    child_in
+                        .flush()
+                        .await
+                        .context("writing to the MCP server")?;
+                }
             }
         }
         if eof {
@@ -483,8 +574,8 @@ async fn server_to_client<W: AsyncWrite + Unpin>(
         // A server message over the limit ends the session (`?`): a reply cut short, or
         // skipped, would leave the client waiting on a request that never completes.
         while let Some(line) = next_message(&mut framer, eof)? {
-            let (forward, replies) = decide(&filter, &line, false);
-            debug_assert!(replies.is_empty());
+            let (forward, replies, held) = decide(&filter, &line, false);
+            debug_assert!(replies.is_empty() && held.is_empty());
             if !matches!(forward, Forward::Nothing) {
                 let mut out = client_out.lock().await;
                 write_line(&mut *out, &line, forward)

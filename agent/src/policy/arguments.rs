@@ -86,6 +86,8 @@ impl Condition {
 pub(crate) struct Judgement {
     /// Why an allow/block rule refused it (the first of those that held decides).
     pub block: Option<String>,
+    /// Why an ask rule wants a person to decide (when it held first).
+    pub ask: Option<String>,
     /// Concrete pointers whose values the record must not keep: every redact rule that held
     /// (or could not be judged: redaction fails toward hiding), whatever else decided.
     pub redact: Vec<String>,
@@ -182,6 +184,22 @@ impl ArgumentRules {
                     out.block = Some(format!(
                         "arguments refused by {}{}",
                         rule.label,
+                        if because.is_empty() {
+                            format!(" ({})", rule.describe())
+                        } else {
+                            because
+                        }
+                    ));
+                    decided = true;
+                }
+                // A person sees the arguments: one the rule cannot read is theirs to judge.
+                (ArgumentAction::Ask, unknown) => {
+                    out.ask = Some(format!(
+                        "{} asks a person{}{}",
+                        rule.label,
+                        unknown
+                            .map(|why| format!(" (cannot judge the arguments: {why})"))
+                            .unwrap_or_default(),
                         if because.is_empty() {
                             format!(" ({})", rule.describe())
                         } else {

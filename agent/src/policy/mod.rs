@@ -519,6 +519,9 @@ impl Policy {
             decision.redact = redact;
             decision
         };
+        // Asked only once the budget said yes: no one is asked about a call that could not
+        // run anyway.
+        let mut ask = None;
         if let Some(arguments) = arguments {
             let judged = self.arguments.judge(server_id, tool, arguments);
             redact = judged.redact;
@@ -526,17 +529,27 @@ impl Policy {
             if let Some(block) = judged.block {
                 return refuse(block, redact);
             }
+            ask = judged.ask;
         }
         if let Some(stage) = spend
             && let Some(block) = self.limits.try_acquire(server_id, tool, stage)
         {
             return refuse(block, redact);
         }
+        if let Some(why) = ask {
+            let mut decision = refuse(why.clone(), redact);
+            // Audit mode lets it run (`finish`): then no one is asked.
+            if decision.is_blocked() {
+                decision.ask = Some(why);
+            }
+            return decision;
+        }
         Decision {
             action: Action::Allow,
             reason: reasons.join("; "),
             tool: Some(identity()),
             redact,
+            ask: None,
         }
     }
 
@@ -644,6 +657,7 @@ impl Policy {
                 reason: format!("not enforced (enforce_policy: false); would block: {reason}"),
                 tool,
                 redact: Vec::new(),
+                ask: None,
             };
         }
         Decision {
@@ -651,6 +665,7 @@ impl Policy {
             reason,
             tool,
             redact: Vec::new(),
+            ask: None,
         }
     }
 

@@ -13,11 +13,14 @@
 //! | `POST /api/check` | a call's decision (`{"server_id", "name", "namespace", "stage"}`; `stage` is `executing` unless `proposed`), spending the server's rate budget here, once for every process |
 //! | `POST /api/listed` | listed tools' decisions (`{"server_id", "server_type", "tools": [...], "whole"}`; `whole`: the server's complete listing, which seals its set when pins are on), registering and pinning the tools here |
 //! | `POST /api/sessions` `{"name"}` / `DELETE /api/sessions/NAME` | open / close a session |
+//! | `GET /api/approvals` | calls waiting for a person (`approval.rs`) |
+//! | `POST /api/approvals/ID` `{"approve", "reason"}` | a person's answer |
 //!
 //! Trust boundary: the loopback HTTP side is read-only and answers only requests addressed to
 //! it by its own name (`Host` must be `127.0.0.1:PORT`, `localhost:PORT` or `[::1]:PORT`), so a
-//! web page — even through DNS rebinding — can neither change anything nor read the events. Every
-//! route that changes something is served only on the Unix socket (mode 0600: the daemon's user),
+//! web page — even through DNS rebinding — can neither change anything nor read the events;
+//! the one exception is the web view's answer to a waiting call (`api/approvals.rs`). Every
+//! other route that changes something is served only on the Unix socket (the daemon's user),
 //! and the session routes refuse a caller that runs inside a toolwall session, so an agent cannot
 //! detach its own kernel programs.
 
@@ -341,7 +344,11 @@ async fn route(
                 "requests must be addressed to this API by its loopback address",
             );
         }
-        if mutating {
+        let answering = method == Method::POST && path.starts_with(APPROVALS);
+        if answering && let Err(why) = approvals::loopback_may_answer(&req, edge) {
+            return error(StatusCode::FORBIDDEN, why);
+        }
+        if mutating && !answering {
             return error(
                 StatusCode::FORBIDDEN,
                 "the loopback HTTP API is read-only; changes go through the Unix socket",
@@ -439,6 +446,17 @@ async fn route(
                 "stdio servers are run only for processes on the Unix socket whose credentials are known",
             )),
         },
+        (&Method::GET, "/api/approvals") => Ok(approvals::list(state)),
+        (&Method::POST, p) if p.starts_with(APPROVALS) => {
+            let by = match peer {
+                Peer::Loopback => "the web view".to_owned(),
+                Peer::Socket(socket) => match socket.uid {
+                    Some(uid) => format!("uid {uid} (cli)"),
+                    None => "the API socket".to_owned(),
+                },
+            };
+            approvals::answer(state, req, &p[APPROVALS.len()..], by).await
+        }
         (&Method::POST, "/api/sessions") => open_session(state, req).await,
         (&Method::DELETE, p) if p.starts_with("/api/sessions/") => {
             close_session(state, &p["/api/sessions/".len()..])
@@ -451,6 +469,10 @@ async fn route(
     result.unwrap_or_else(|e| error(StatusCode::BAD_REQUEST, &format!("{e:#}")))
 }
 
+/// Where a waiting call is answered: `POST /api/approvals/ID`.
+const APPROVALS: &str = "/api/approvals/";
+
+mod approvals;
 mod reads;
 mod writes;
 

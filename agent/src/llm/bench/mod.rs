@@ -35,6 +35,7 @@ impl Gate for BenchGate {
             reason: "bench".into(),
             tool: None,
             redact: Vec::new(),
+            ask: None,
         }
     }
 

@@ -13,6 +13,7 @@ fn ctx(deny: &[&str], events: Option<EventSink>) -> FilterContext {
         layer: "shim",
         session_id: "sess".into(),
         events,
+        approvals: None,
     }
 }
 

@@ -248,6 +248,7 @@ pub(crate) async fn run_proxy(
         layer: "mcp-proxy",
         session_id: crate::cgroup::current_session(),
         events,
+        approvals: None,
     };
     let total = discovered.tools.len();
     let (allowed, seen) = allowed_tools(&ctx, discovered.tools);

@@ -38,6 +38,7 @@ async fn denied_call_never_reaches_the_child() {
         layer: "shim",
         session_id: "sess-1".into(),
         events: Some(sink),
+        approvals: None,
     };
     let (mut client, shim_side) = tokio::io::duplex(1 << 16);
     let (shim_in, shim_out) = tokio::io::split(shim_side);
@@ -182,6 +183,7 @@ fn plain_ctx() -> FilterContext {
         layer: "shim",
         session_id: String::new(),
         events: None,
+        approvals: None,
     }
 }
 

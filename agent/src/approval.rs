@@ -10,7 +10,7 @@
 //! once), [`MAX_GRANTS`] remembered approvals.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -64,7 +64,8 @@ pub(crate) struct Call<'a> {
 }
 
 /// How a question ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Answer {
     /// Approved by whom.
     Approved(String),
@@ -74,6 +75,8 @@ pub(crate) enum Answer {
     TimedOut(Duration),
     /// Too many calls wait already.
     Busy(usize),
+    /// No one can be asked from here (no daemon answers); why.
+    Unavailable(String),
 }
 
 impl Answer {
@@ -106,6 +109,10 @@ impl Answer {
                 decision.reason = format!(
                     "{n} calls already wait for a person (approval.max_pending): denied at once ({rule})"
                 );
+            }
+            Answer::Unavailable(why) => {
+                decision.action = Action::Block;
+                decision.reason = format!("{rule}; no one can be asked ({why}): refused");
             }
         }
         decision
@@ -233,10 +240,12 @@ impl Approvals {
             session_id: call.session_id.to_owned(),
             server_id,
             tool,
-            arguments: call.arguments.map(|a| match call.decision.redact.as_slice() {
-                [] => crate::events::bound::bounded(a).unwrap_or_else(|| a.clone()),
-                pointers => crate::policy::redacted(a, pointers),
-            }),
+            arguments: call
+                .arguments
+                .map(|a| match call.decision.redact.as_slice() {
+                    [] => crate::events::bound::bounded(a).unwrap_or_else(|| a.clone()),
+                    pointers => crate::policy::redacted(a, pointers),
+                }),
             reason: call.decision.ask.clone().unwrap_or_default(),
             asked_at,
             expires_at: asked_at + chrono::Duration::from_std(self.timeout).unwrap_or_default(),
@@ -245,7 +254,10 @@ impl Approvals {
         if let Some(webhook) = &self.webhook
             && webhook.try_send(question.clone()).is_err()
         {
-            tracing::warn!(id, "approval webhook queue full: this question is not posted");
+            tracing::warn!(
+                id,
+                "approval webhook queue full: this question is not posted"
+            );
         }
         tracing::info!(id, server = %question.server_id, tool = %question.tool, "a call waits for a person: toolwall approve|deny {id}");
         inner.pending.insert(
@@ -361,12 +373,107 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// Who a layer asks: the daemon's own [`Approvals`] (its layers), or the daemon over its
+/// socket (`toolwall shim` and `toolwall mcp-proxy` run on the host as the daemon's user:
+/// `POST /api/approvals`, `daemon/api/approvals.rs`).
+#[derive(Clone, Debug)]
+pub(crate) enum Asker {
+    /// In the daemon.
+    Local(Arc<Approvals>),
+    /// Through the daemon's socket.
+    Daemon(std::path::PathBuf),
+}
+
+/// What `POST /api/approvals` takes: a call a stand-alone layer holds.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Posted {
+    pub layer: String,
+    pub session_id: String,
+    pub stage: CallStage,
+    pub decision: Decision,
+    pub arguments: Option<Value>,
+}
+
+/// One line of `POST /api/approvals`'s answer (JSON lines): the question's number once it
+/// waits, then how it ended.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Progress {
+    /// Put to a person as this number.
+    Waiting(u64),
+    /// Ended: the question's number (if one was asked) and the answer.
+    Answered(Option<u64>, Answer),
+}
+
+impl Asker {
+    /// Asks about `call`; `waiting` gets the question's number as soon as it waits (for the
+    /// client's progress notifications).
+    pub(crate) async fn ask(
+        &self,
+        call: Call<'_>,
+        waiting: &std::sync::atomic::AtomicU64,
+    ) -> (Option<u64>, Answer) {
+        use std::sync::atomic::Ordering;
+        match self {
+            Asker::Local(approvals) => match approvals.put(call) {
+                Asked::Now(id, answer) => (id, answer),
+                Asked::Waiting(asked) => {
+                    let id = asked.id;
+                    waiting.store(id, Ordering::Relaxed);
+                    (Some(id), asked.answer().await)
+                }
+            },
+            Asker::Daemon(socket) => {
+                let posted = Posted {
+                    layer: call.layer.to_owned(),
+                    session_id: call.session_id.to_owned(),
+                    stage: call.stage,
+                    decision: call.decision.clone(),
+                    arguments: call.arguments.cloned(),
+                };
+                match remote(socket, &posted, |id| waiting.store(id, Ordering::Relaxed)).await {
+                    Ok(answered) => answered,
+                    Err(error) => (None, Answer::Unavailable(format!("{error:#}"))),
+                }
+            }
+        }
+    }
+}
+
+async fn remote(
+    socket: &std::path::Path,
+    posted: &Posted,
+    mut on_waiting: impl FnMut(u64),
+) -> anyhow::Result<(Option<u64>, Answer)> {
+    use anyhow::Context as _;
+    use http_body_util::BodyExt as _;
+    let api = crate::client::ApiClient::connect(socket).await?;
+    let mut body = api
+        .post_streaming("/api/approvals", serde_json::to_vec(posted)?)
+        .await?;
+    let mut lines = crate::mcp::framing::LineFramer::with_limit(1 << 20);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.context("the daemon's answer broke off")?;
+        if let Some(data) = frame.data_ref() {
+            lines.buffer_mut().extend_from_slice(data);
+        }
+        while let Some(line) = lines.next_line().context("the daemon's answer")? {
+            match serde_json::from_slice::<Progress>(crate::mcp::framing::strip_newline(&line))
+                .context("the daemon's answer")?
+            {
+                Progress::Waiting(id) => on_waiting(id),
+                Progress::Answered(id, answer) => return Ok((id, answer)),
+            }
+        }
+    }
+    anyhow::bail!("the daemon ended its answer before the question was answered")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::decision::ToolIdentity;
     use serde_json::json;
-    use std::sync::Arc;
 
     fn asked() -> Decision {
         Decision {
@@ -424,14 +531,27 @@ mod tests {
             })
         };
         let q = first_waiting(&a).await;
-        assert_eq!((q.server_id.as_str(), q.tool.as_str()), ("files", "write_file"));
+        assert_eq!(
+            (q.server_id.as_str(), q.tool.as_str()),
+            ("files", "write_file")
+        );
         assert_eq!(q.arguments.as_ref().unwrap()["path"], "/etc/x");
-        assert_ne!(q.arguments.as_ref().unwrap()["token"], "s3cret", "redacted: {q:?}");
+        assert_ne!(
+            q.arguments.as_ref().unwrap()["token"],
+            "s3cret",
+            "redacted: {q:?}"
+        );
         a.answer(q.id, true, "uid 0 (cli)".into(), None).unwrap();
         let (id, answer) = asking.await.unwrap();
         let settled = answer.settle(id, decision);
         assert_eq!(settled.action, Action::Allow);
-        assert!(settled.reason.starts_with("approved by uid 0 (cli) (approval 1;"), "{}", settled.reason);
+        assert!(
+            settled
+                .reason
+                .starts_with("approved by uid 0 (cli) (approval 1;"),
+            "{}",
+            settled.reason
+        );
         assert!(settled.ask.is_none());
         assert!(a.pending().is_empty());
         assert_eq!(
@@ -529,6 +649,9 @@ mod tests {
         first_waiting(&a).await;
         again.abort();
         let _ = again.await;
-        assert!(a.pending().is_empty(), "a caller that left takes its question");
+        assert!(
+            a.pending().is_empty(),
+            "a caller that left takes its question"
+        );
     }
 }

@@ -92,6 +92,26 @@ impl ApiClient {
         Ok(body)
     }
 
+    /// `POST path` whose answer comes in pieces: the body, once the status said yes.
+    pub(crate) async fn post_streaming(
+        &self,
+        path: &str,
+        body: impl Into<Bytes>,
+    ) -> anyhow::Result<hyper::body::Incoming> {
+        let resp = self.send(Method::POST, path, body.into()).await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.into_body().collect().await.map(|b| b.to_bytes());
+            let message = body
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+                .unwrap_or_default();
+            bail!("the daemon answered {status}: {message}");
+        }
+        Ok(resp.into_body())
+    }
+
     /// `GET path`, parsed as JSON.
     pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
         &self,

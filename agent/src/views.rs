@@ -484,7 +484,11 @@ impl Output {
         }
     }
 
-    pub(crate) fn row<T: Serialize>(&mut self, value: &T, cells: Vec<String>) -> anyhow::Result<()> {
+    pub(crate) fn row<T: Serialize>(
+        &mut self,
+        value: &T,
+        cells: Vec<String>,
+    ) -> anyhow::Result<()> {
         let mut stdout = std::io::stdout().lock();
         if self.json {
             serde_json::to_writer(&mut stdout, value)?;

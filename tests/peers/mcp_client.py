@@ -4,11 +4,13 @@ usage: mcp_client.py stdio|sse|http TARGET [CALL_JSON]
 
 TARGET is a URL, or for stdio a JSON array [command, args...]. CALL_JSON is a JSON list of
 [tool, arguments] pairs to call. Prints one JSON object: every listed tool (all pages), each
-call's result or error, the first resource read and the first prompt fetched.
+call's result or error, the first resource read and the first prompt fetched. With
+MCP_CLIENT_PROGRESS=1 each call asks for progress; "progress" lists the notifications heard.
 """
 
 import asyncio
 import json
+import os
 import sys
 
 from mcp import ClientSession
@@ -34,8 +36,15 @@ async def exercise(read, write, calls):
             if not cursor:
                 break
         for name, arguments in calls:
+            # MCP_CLIENT_PROGRESS=1: ask for progress on each call and keep what was said.
+            progress = None
+            if os.environ.get("MCP_CLIENT_PROGRESS"):
+                out.setdefault("progress", [])
+
+                async def progress(done, total, message, name=name):
+                    out["progress"].append({"name": name, "progress": done, "message": message})
             try:
-                result = await session.call_tool(name, arguments)
+                result = await session.call_tool(name, arguments, progress_callback=progress)
                 out["calls"].append({"name": name, "result": dump(result)})
             except Exception as e:  # the SDK raises MCPError for JSON-RPC errors
                 err = getattr(e, "error", None)

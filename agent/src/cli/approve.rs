@@ -57,7 +57,15 @@ pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
         let waiting: Vec<Question> = api.get_json("/api/approvals").await?;
         let mut out = Output::new(
             args.json,
-            &["ID", "WAITING", "SESSION", "SERVER", "TOOL", "ARGUMENTS", "WHY"],
+            &[
+                "ID",
+                "WAITING",
+                "SESSION",
+                "SERVER",
+                "TOOL",
+                "ARGUMENTS",
+                "WHY",
+            ],
         );
         let now = chrono::Utc::now();
         for q in &waiting {
@@ -108,7 +116,10 @@ pub(crate) fn answer(args: AnswerArgs, approve: bool) -> anyhow::Result<ExitCode
             args.id,
             q["tool"].as_str().unwrap_or("?"),
             q["server_id"].as_str().unwrap_or("?"),
-            q["session_id"].as_str().filter(|s| !s.is_empty()).unwrap_or("-"),
+            q["session_id"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .unwrap_or("-"),
         );
         Ok(ExitCode::SUCCESS)
     })

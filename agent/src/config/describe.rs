@@ -153,7 +153,11 @@ pub(crate) fn describe(config: &Config) -> String {
         );
     }
 
-    if mcp.argument_rules.iter().any(|r| r.action == super::ArgumentAction::Ask) {
+    if mcp
+        .argument_rules
+        .iter()
+        .any(|r| r.action == super::ArgumentAction::Ask)
+    {
         let approval = &mcp.approval;
         let _ = writeln!(
             out,

@@ -167,7 +167,16 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // 5. LLM proxy
     let (stop_proxy, proxy_stopped) = tokio::sync::watch::channel(false);
     let session_keys = Arc::new(crate::llm::proxy::SessionKeys::default());
-    let proxy_task = match start_proxy(&config, &gate, &sink, &session_keys, proxy_stopped).await? {
+    let proxy_task = match start_proxy(
+        &config,
+        &gate,
+        &sink,
+        &session_keys,
+        &approvals,
+        proxy_stopped,
+    )
+    .await?
+    {
         Some((addr, task)) => {
             layers.push(LayerStatus::on(
                 "llm-proxy",
@@ -435,6 +444,7 @@ async fn start_proxy(
     gate: &Arc<dyn crate::decision::Gate>,
     sink: &EventSink,
     session_keys: &Arc<crate::llm::proxy::SessionKeys>,
+    approvals: &Arc<crate::approval::Approvals>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<
     Option<(
@@ -463,7 +473,8 @@ async fn start_proxy(
                 "start the LLM proxy on {} (proxy.listen)",
                 config.proxy.listen
             )
-        })?;
+        })?
+        .with_approvals(approvals.clone())?;
     let addr = proxy.local_addr()?;
     let task = tokio::spawn(proxy.run(async move {
         let _ = stopped.wait_for(|s| *s).await;

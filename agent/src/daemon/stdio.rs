@@ -201,7 +201,7 @@ pub(super) async fn run(
         layer: "shim",
         session_id: session.clone().unwrap_or_default(),
         events: Some(state.sink.clone()),
-        approvals: Some(state.approvals.clone()),
+        approvals: Some(crate::approval::Asker::Local(state.approvals.clone())),
     };
     // The limit is the shim's only below the daemon's own: a larger one is memory the asker
     // would take from the daemon.

@@ -39,7 +39,10 @@ pub(super) async fn run(
             .method(Method::POST)
             .uri(&config.url)
             .header(header::CONTENT_TYPE, "application/json")
-            .header(header::USER_AGENT, concat!("toolwall/", env!("CARGO_PKG_VERSION")));
+            .header(
+                header::USER_AGENT,
+                concat!("toolwall/", env!("CARGO_PKG_VERSION")),
+            );
         for (name, value) in &config.headers {
             request = request.header(name.as_str(), value.as_str());
         }

@@ -20,6 +20,7 @@
 //!   `event:` line.
 
 mod anthropic;
+mod asking;
 mod backstop;
 #[cfg(feature = "bench")]
 pub(crate) mod bench;

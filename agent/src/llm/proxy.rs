@@ -177,6 +177,8 @@ struct Inner {
     recorded: request::Recorded,
     /// Inspected request bodies read and judged at once ([`request::MAX_READING`]).
     reading: tokio::sync::Semaphore,
+    /// Who is asked about calls an argument rule asks about; without, they are refused.
+    approvals: Option<Arc<crate::approval::Approvals>>,
 }
 
 /// A bound, not yet running proxy.
@@ -212,8 +214,20 @@ impl LlmProxy {
                 next_request: AtomicU64::new(1),
                 recorded: request::Recorded::default(),
                 reading: tokio::sync::Semaphore::new(request::MAX_READING),
+                approvals: None,
             }),
         })
+    }
+
+    /// Puts the calls an argument rule asks about to a person (the daemon's approvals).
+    pub(crate) fn with_approvals(
+        mut self,
+        approvals: Arc<crate::approval::Approvals>,
+    ) -> anyhow::Result<Self> {
+        Arc::get_mut(&mut self.inner)
+            .context("the proxy is already serving")?
+            .approvals = Some(approvals);
+        Ok(self)
     }
 
     /// The address actually bound (the port, when 0 was asked for).

@@ -11,7 +11,8 @@ use std::{path::PathBuf, sync::Arc, thread::JoinHandle};
 use anyhow::Context;
 
 use crate::{
-    config::Config,
+    approval::Asker,
+    config::{ArgumentAction, Config},
     decision::Gate,
     events::{EventSink, Store, spawn_writer},
     policy::Policy,
@@ -103,6 +104,9 @@ pub(crate) struct Enforcement {
     pub gate: Arc<dyn Gate>,
     /// Where events go (`None`: not recording).
     pub events: Option<EventSink>,
+    /// Who calls an argument rule asks about are put to: the daemon on this host, over its
+    /// socket (`approval.rs`); `None` when no rule asks.
+    pub asker: Option<Asker>,
     writer: Option<(JoinHandle<u64>, PathBuf)>,
 }
 
@@ -166,9 +170,26 @@ impl Enforcement {
             }
             None => (None, None),
         };
+        let asks = loaded
+            .sandbox
+            .mcp
+            .argument_rules
+            .iter()
+            .any(|rule| rule.action == ArgumentAction::Ask);
+        // Asked at call time, where a daemon that started later answers too.
+        let asker = asks
+            .then(|| crate::config::prepare_socket_dir(loaded.api.socket.as_deref(), false))
+            .and_then(|socket| match socket {
+                Ok(socket) => Some(Asker::Daemon(socket)),
+                Err(error) => {
+                    tracing::warn!("argument rules ask a person, and the daemon's socket is unusable ({error:#}): such calls are refused");
+                    None
+                }
+            });
         Ok(Enforcement {
             gate,
             events,
+            asker,
             writer,
         })
     }
@@ -178,7 +199,7 @@ impl Enforcement {
     /// does not wait for its blocking threads (stdin may be parked in read(2)).
     pub(crate) fn run<T, F>(
         self,
-        work: impl FnOnce(Arc<dyn Gate>, Option<EventSink>) -> F,
+        work: impl FnOnce(Arc<dyn Gate>, Option<EventSink>, Option<Asker>) -> F,
     ) -> anyhow::Result<T>
     where
         F: std::future::Future<Output = anyhow::Result<T>>,
@@ -187,7 +208,11 @@ impl Enforcement {
             .enable_all()
             .build()
             .context("cannot start the async runtime")?;
-        let result = runtime.block_on(work(self.gate.clone(), self.events.clone()));
+        let result = runtime.block_on(work(
+            self.gate.clone(),
+            self.events.clone(),
+            self.asker.clone(),
+        ));
         runtime.shutdown_timeout(std::time::Duration::from_millis(100));
         self.finish();
         result

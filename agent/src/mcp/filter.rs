@@ -52,7 +52,7 @@ pub(crate) struct FilterContext {
     pub events: Option<EventSink>,
     /// Who is asked about calls an argument rule asks about (`approval.rs`); the transport
     /// then waits for each [`Outcome::held`] call. `None`: such calls are refused.
-    pub approvals: Option<Arc<crate::approval::Approvals>>,
+    pub approvals: Option<crate::approval::Asker>,
 }
 
 /// What to do with one message.

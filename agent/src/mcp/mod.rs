@@ -37,6 +37,7 @@
 //! engine runs in linear time, so no pattern can backtrack catastrophically; patterns that
 //! compile to more than 1 MiB are refused at start-up.
 
+mod asking;
 pub(crate) mod canonical;
 pub(crate) mod client;
 pub(crate) mod enforce;

@@ -17,8 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::approval::{Answer, Asked, Call};
-use crate::decision::{CallStage, Gate};
+use crate::decision::Gate;
 use crate::events::EventSink;
 
 use super::filter::{Filter, FilterContext, Held};
@@ -119,7 +118,7 @@ pub(crate) fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
         return relay(&args, &socket);
     }
     super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?
-        .run(|gate, events| run_shim(&args, gate, events))
+        .run(|gate, events, asker| run_shim(&args, gate, events, asker))
 }
 
 /// Inside a session: the daemon runs the server and judges and records it; this process is a
@@ -153,6 +152,7 @@ pub(crate) async fn run_shim(
     args: &ShimArgs,
     gate: Arc<dyn Gate>,
     events: Option<EventSink>,
+    asker: Option<crate::approval::Asker>,
 ) -> anyhow::Result<ExitCode> {
     let (program, rest) = args
         .command
@@ -165,7 +165,7 @@ pub(crate) async fn run_shim(
         layer: "shim",
         session_id: crate::cgroup::current_session(),
         events,
-        approvals: None,
+        approvals: asker,
     };
     serve(
         Command::new(program).args(rest),
@@ -352,74 +352,6 @@ fn decide(filter: &Mutex<Filter>, line: &Bytes, on_client: bool) -> Decided {
     (forward, out.replies, out.held)
 }
 
-/// How often a client that asked for progress hears that its call still waits.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-
-/// Waits for a person's answer to a held call (`approval.rs`), telling the client it waits
-/// when it asked for progress, and returns what to forward and answer.
-async fn wait_for_person<W: AsyncWrite + Unpin>(
-    filter: &Mutex<Filter>,
-    held: Held,
-    client_out: &tokio::sync::Mutex<W>,
-) -> anyhow::Result<(Forward, Vec<Vec<u8>>)> {
-    let (approvals, layer, session) = {
-        let filter = filter.lock().unwrap_or_else(|e| e.into_inner());
-        let ctx = filter.context();
-        (ctx.approvals.clone(), ctx.layer, ctx.session_id.clone())
-    };
-    let (approval, answer) = match &approvals {
-        Some(approvals) => {
-            let asked = approvals.put(Call {
-                layer,
-                session_id: &session,
-                stage: CallStage::Executing,
-                decision: &held.decision,
-                arguments: held.arguments.as_ref(),
-            });
-            match asked {
-                Asked::Now(id, answer) => (id, answer),
-                Asked::Waiting(waiting) => {
-                    let id = waiting.id;
-                    let answer = waiting.answer();
-                    tokio::pin!(answer);
-                    let mut tick = tokio::time::interval(PROGRESS_EVERY);
-                    let mut progress = 0u64;
-                    loop {
-                        tokio::select! {
-                            answer = &mut answer => break (Some(id), answer),
-                            _ = tick.tick(), if held.progress_token.is_some() => {
-                                progress += 1;
-                                let token = held.progress_token.as_deref().unwrap_or("null");
-                                let note = serde_json::json!({
-                                    "jsonrpc": "2.0",
-                                    "method": "notifications/progress",
-                                    "params": {
-                                        "progressToken": serde_json::from_str::<serde_json::Value>(token).unwrap_or_default(),
-                                        "progress": progress,
-                                        "message": format!("toolwall: this call waits for a person to approve it (toolwall approve {id} / toolwall deny {id})"),
-                                    }
-                                });
-                                write_replies(client_out, vec![note.to_string().into_bytes()])
-                                    .await
-                                    .context("telling the client its call waits")?;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        // A held call always has someone to ask (`Filter` holds only then).
-        None => (None, Answer::Busy(0)),
-    };
-    let mut filter = filter.lock().unwrap_or_else(|e| e.into_inner());
-    let out = filter.settle(held, approval, &answer).record(filter.sink());
-    let forward = match out.forward {
-        Some(message) => Forward::Changed(message.into_owned()),
-        None => Forward::Nothing,
-    };
-    Ok((forward, out.replies))
-}
-
 async fn write_line<W: AsyncWrite + Unpin>(
     out: &mut W,
     line: &Bytes,
@@ -510,8 +442,12 @@ where
             // A call that waits for a person holds the client's later messages behind it:
             // the server gets them in the order the client sent them.
             for held in held {
-                let (forward, replies) = wait_for_person(&filter, held, &client_out).await?;
-                write_replies(&client_out, replies)
+                let out = super::asking::settle(&filter, held, Some(&*client_out)).await;
+                let forward = match out.forward {
+                    Some(message) => Forward::Changed(message.into_owned()),
+                    None => Forward::Nothing,
+                };
+                write_replies(&client_out, out.replies)
                     .await
                     .context("answering the client")?;
                 if !matches!(forward, Forward::Nothing) {

@@ -17,6 +17,92 @@ pub(super) fn list(state: &DaemonState) -> Response<Body> {
     json_response(StatusCode::OK, &state.approvals.pending())
 }
 
+/// `GET /api/stream/approvals`: the waiting calls as server-sent events, the whole list now
+/// and again whenever it changes (the web view's "waiting for you").
+pub(super) fn stream(state: &DaemonState) -> Response<Body> {
+    let approvals = state.approvals.clone();
+    let mut changed = approvals.subscribe();
+    changed.mark_changed();
+    let frames = futures_util::stream::unfold(
+        (approvals, changed),
+        |(approvals, mut changed)| async move {
+            changed.changed().await.ok()?;
+            let chunk = match serde_json::to_vec(&approvals.pending()) {
+                Ok(json) => encode_event(None, None, &json),
+                Err(e) => encode_event(Some("error"), None, e.to_string().as_bytes()),
+            };
+            Some((
+                Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))),
+                (approvals, changed),
+            ))
+        },
+    );
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(BodyExt::boxed(StreamBody::new(frames)))
+        .expect("static response parts are valid")
+}
+
+/// Longest question a stand-alone layer posts (its arguments are the call's, bounded by its
+/// `--max-message-bytes`, at most 16 MiB).
+const MAX_QUESTION: usize = 16 * 1024 * 1024 + 64 * 1024;
+
+/// `POST /api/approvals` (the socket: the daemon's user outside every session): a call a
+/// stand-alone shim or filter proxy holds (`approval::Asker::Daemon`). The answer is JSON
+/// lines (`approval::Progress`): the question's number as soon as it waits, then how it
+/// ended. A poster that goes away takes its question with it.
+pub(super) async fn ask(
+    state: &DaemonState,
+    req: Request<Incoming>,
+) -> anyhow::Result<Response<Body>> {
+    use crate::approval::{Asked, Call, Posted, Progress};
+    let body = writes::body(req, MAX_QUESTION).await?;
+    let posted: Posted = serde_json::from_slice(&body).context("not a held call")?;
+    anyhow::ensure!(
+        posted.decision.ask.is_some(),
+        "the decision asks no one (no `ask`)"
+    );
+    let line = |progress: &Progress| {
+        let mut line = serde_json::to_vec(progress).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, Infallible>(Frame::data(Bytes::from(line)))
+    };
+    let approvals = state.approvals.clone();
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    // The question lives in this task; the response's end (the poster gone) ends it.
+    tokio::spawn(async move {
+        let call = Call {
+            layer: &posted.layer,
+            session_id: &posted.session_id,
+            stage: posted.stage,
+            decision: &posted.decision,
+            arguments: posted.arguments.as_ref(),
+        };
+        let answered = match approvals.put(call) {
+            Asked::Now(id, answer) => Progress::Answered(id, answer),
+            Asked::Waiting(waiting) => {
+                let id = waiting.id;
+                if tx.send(line(&Progress::Waiting(id))).await.is_err() {
+                    return;
+                }
+                tokio::select! {
+                    answer = waiting.answer() => Progress::Answered(Some(id), answer),
+                    () = tx.closed() => return,
+                }
+            }
+        };
+        let _ = tx.send(line(&answered)).await;
+    });
+    let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|frame| (frame, rx))
+    });
+    Ok(Response::builder()
+        .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .body(BodyExt::boxed(StreamBody::new(frames)))
+        .expect("static response parts are valid"))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AnswerBody {
@@ -57,7 +143,10 @@ pub(super) async fn answer(
 
 /// Whether a loopback request may answer: the token in its `Authorization` header (not the
 /// query: a link must not answer), and no `Origin` but this API's own.
-pub(super) fn loopback_may_answer(req: &Request<Incoming>, edge: &Edge) -> Result<(), &'static str> {
+pub(super) fn loopback_may_answer(
+    req: &Request<Incoming>,
+    edge: &Edge,
+) -> Result<(), &'static str> {
     use subtle::ConstantTimeEq;
     let bearer = req
         .headers()
@@ -65,10 +154,18 @@ pub(super) fn loopback_may_answer(req: &Request<Incoming>, edge: &Edge) -> Resul
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.strip_prefix("Bearer "));
     if !bearer.is_some_and(|given| bool::from(given.as_bytes().ct_eq(edge.token.as_bytes()))) {
-        return Err("answering a call needs the web token in an `Authorization: Bearer` header (the web view sends it)");
+        return Err(
+            "answering a call needs the web token in an `Authorization: Bearer` header (the web view sends it)",
+        );
     }
+    let port = edge.origin.rsplit(':').next().unwrap_or("");
+    let ours = |origin: &[u8]| {
+        ["127.0.0.1", "localhost", "[::1]"]
+            .iter()
+            .any(|name| origin == format!("http://{name}:{port}").as_bytes())
+    };
     match req.headers().get(header::ORIGIN) {
-        Some(origin) if origin.as_bytes() != edge.origin.as_bytes() => {
+        Some(origin) if !ours(origin.as_bytes()) => {
             Err("answers are taken only from this API's own web view")
         }
         _ => Ok(()),

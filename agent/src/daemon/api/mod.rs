@@ -13,7 +13,8 @@
 //! | `POST /api/check` | a call's decision (`{"server_id", "name", "namespace", "stage"}`; `stage` is `executing` unless `proposed`), spending the server's rate budget here, once for every process |
 //! | `POST /api/listed` | listed tools' decisions (`{"server_id", "server_type", "tools": [...], "whole"}`; `whole`: the server's complete listing, which seals its set when pins are on), registering and pinning the tools here |
 //! | `POST /api/sessions` `{"name"}` / `DELETE /api/sessions/NAME` | open / close a session |
-//! | `GET /api/approvals` | calls waiting for a person (`approval.rs`) |
+//! | `GET /api/approvals`, `GET /api/stream/approvals` | calls waiting for a person (`approval.rs`); the stream sends the whole list at once and on every change |
+//! | `POST /api/approvals` | a call a stand-alone shim or filter proxy holds, put to a person (JSON lines: its number, then the answer) |
 //! | `POST /api/approvals/ID` `{"approve", "reason"}` | a person's answer |
 //!
 //! Trust boundary: the loopback HTTP side is read-only and answers only requests addressed to
@@ -447,6 +448,8 @@ async fn route(
             )),
         },
         (&Method::GET, "/api/approvals") => Ok(approvals::list(state)),
+        (&Method::POST, "/api/approvals") => approvals::ask(state, req).await,
+        (&Method::GET, "/api/stream/approvals") => Ok(approvals::stream(state)),
         (&Method::POST, p) if p.starts_with(APPROVALS) => {
             let by = match peer {
                 Peer::Loopback => "the web view".to_owned(),

@@ -163,6 +163,19 @@ impl Exchange {
         .boxed_unsync()
     }
 
+    /// What judges this exchange's calls: the policy, and with approvals on, a person for
+    /// the calls an argument rule asks about (`llm/asking.rs`).
+    fn gate(&self) -> Arc<dyn crate::decision::Gate> {
+        match &self.inner.approvals {
+            Some(approvals) => Arc::new(crate::llm::asking::AskingGate {
+                inner: self.inner.gate.clone(),
+                approvals: approvals.clone(),
+                session: self.session.clone(),
+            }),
+            None => self.inner.gate.clone(),
+        }
+    }
+
     pub(super) fn emit(&self, records: impl Iterator<Item = Record>) {
         for r in records {
             self.inner
@@ -177,7 +190,7 @@ impl Exchange {
         let settings = &self.inner.settings;
         let interceptor = StreamInterceptor::new(
             self.dialect,
-            self.inner.gate.clone(),
+            self.gate(),
             settings.on_malformed,
             settings.max_stream_buffer,
         );
@@ -226,7 +239,7 @@ impl Exchange {
         match rewrite_buffered(
             self.dialect,
             &body,
-            self.inner.gate.clone(),
+            self.gate(),
             self.inner.settings.on_malformed,
         ) {
             Ok((new, records)) => {

@@ -160,13 +160,25 @@ impl BridgedSession {
     /// when nothing was, or the upstream refused it) and the replies the client gets from
     /// toolwall: refused calls, and an error for each request the upstream refused to take.
     async fn client_message(&self, shared: &Shared, body: &[u8]) -> (Option<Bytes>, Vec<Vec<u8>>) {
-        let (forward, replies) = {
+        let (forward, replies, held) = {
             let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
             let out = f.on_client(body).record(f.sink());
             (
                 out.forward.map(|c| Bytes::from(c.into_owned())),
                 out.replies,
+                out.held,
             )
+        };
+        // A call that waits for a person (`approval.rs`): this POST waits with it.
+        let (forward, replies) = match held.into_iter().next() {
+            Some(held) => {
+                let out = crate::mcp::asking::settle(&self.filter, held, None::<&NoProgress>).await;
+                (
+                    out.forward.map(|c| Bytes::from(c.into_owned())),
+                    out.replies,
+                )
+            }
+            None => (forward, replies),
         };
         let mut replies = replies;
         if let Some(message) = &forward {

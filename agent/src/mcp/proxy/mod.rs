@@ -52,6 +52,7 @@ use tokio::sync::mpsc;
 use crate::decision::Gate;
 use crate::events::EventSink;
 
+use super::asking::NoProgress;
 use super::client::{
     self, CONNECT_TIMEOUT, Connector, HttpClient, McpClientError, SESSION_HEADER, Transport,
     UpstreamSession, http_client,
@@ -145,7 +146,7 @@ impl ProxyArgs {
 /// until interrupted (exit 0) or until the upstream is lost (error, exit 1).
 pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?
-        .run(|gate, events| run_proxy(&args, gate, events))
+        .run(|gate, events, asker| run_proxy(&args, gate, events, asker))
         .map(|()| ExitCode::SUCCESS)
 }
 
@@ -225,6 +226,7 @@ pub(crate) async fn run_proxy(
     args: &ProxyArgs,
     gate: Arc<dyn Gate>,
     events: Option<EventSink>,
+    asker: Option<crate::approval::Asker>,
 ) -> anyhow::Result<()> {
     let upstream_headers = parse_headers(&args.upstream_headers)?;
     let timeout = Duration::from_secs(args.timeout.max(1));
@@ -248,7 +250,7 @@ pub(crate) async fn run_proxy(
         layer: "mcp-proxy",
         session_id: crate::cgroup::current_session(),
         events,
-        approvals: None,
+        approvals: asker,
     };
     let total = discovered.tools.len();
     let (allowed, seen) = allowed_tools(&ctx, discovered.tools);

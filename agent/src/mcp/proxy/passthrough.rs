@@ -39,7 +39,13 @@ pub(super) async fn passthrough(
             Ok(b) => b,
             Err(r) => return r,
         };
-        let out = filter.on_client(&body).record(filter.sink());
+        let mut out = filter.on_client(&body).record(filter.sink());
+        // A call that waits for a person (`approval.rs`): this POST waits with it.
+        if let Some(held) = out.held.pop() {
+            let waiting = std::sync::Mutex::new(filter);
+            out = crate::mcp::asking::settle(&waiting, held, None::<&NoProgress>).await;
+            filter = waiting.into_inner().unwrap_or_else(|e| e.into_inner());
+        }
         replies = out.replies;
         let text = match out.forward {
             None => return json_reply(replies),

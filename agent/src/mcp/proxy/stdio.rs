@@ -82,13 +82,26 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                         continue;
                     }
                 };
-                let (forward, replies) = {
+                let (forward, replies, held) = {
                     let mut f = filter.lock().unwrap_or_else(|e| e.into_inner());
                     let out = f.on_client(strip_newline(&line)).record(f.sink());
                     (
                         out.forward.map(|c| Bytes::from(c.into_owned())),
                         out.replies,
+                        out.held,
                     )
+                };
+                // A call that waits for a person (`approval.rs`) holds the client's later
+                // messages behind it; the client hears it waits when it asked for progress.
+                let (forward, replies) = match held.into_iter().next() {
+                    Some(held) => {
+                        let out = crate::mcp::asking::settle(&filter, held, Some(&*stdout)).await;
+                        (
+                            out.forward.map(|c| Bytes::from(c.into_owned())),
+                            out.replies,
+                        )
+                    }
+                    None => (forward, replies),
                 };
                 if !replies.is_empty() {
                     let mut w = stdout.lock().await;

@@ -411,15 +411,14 @@ impl Asker {
     pub(crate) async fn ask(
         &self,
         call: Call<'_>,
-        waiting: &std::sync::atomic::AtomicU64,
+        waiting: &watch::Sender<u64>,
     ) -> (Option<u64>, Answer) {
-        use std::sync::atomic::Ordering;
         match self {
             Asker::Local(approvals) => match approvals.put(call) {
                 Asked::Now(id, answer) => (id, answer),
                 Asked::Waiting(asked) => {
                     let id = asked.id;
-                    waiting.store(id, Ordering::Relaxed);
+                    waiting.send_replace(id);
                     (Some(id), asked.answer().await)
                 }
             },
@@ -431,7 +430,11 @@ impl Asker {
                     decision: call.decision.clone(),
                     arguments: call.arguments.cloned(),
                 };
-                match remote(socket, &posted, |id| waiting.store(id, Ordering::Relaxed)).await {
+                match remote(socket, &posted, |id| {
+                    waiting.send_replace(id);
+                })
+                .await
+                {
                     Ok(answered) => answered,
                     Err(error) => (None, Answer::Unavailable(format!("{error:#}"))),
                 }

@@ -75,6 +75,7 @@ impl Gate for TestGate {
                 } else {
                     Vec::new()
                 },
+                ask: None,
             }
         }
     }

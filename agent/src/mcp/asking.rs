@@ -4,7 +4,6 @@
 //! itself), and the answer is handed to [`Filter::settle`].
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -34,7 +33,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin>(
     };
     let (approval, answer) = match &asker {
         Some(asker) => {
-            let waiting = AtomicU64::new(0);
+            let (waiting, mut numbered) = tokio::sync::watch::channel(0u64);
             let asking = asker.ask(
                 Call {
                     layer,
@@ -46,33 +45,30 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin>(
                 &waiting,
             );
             tokio::pin!(asking);
-            // Told once its question has a number (the first second at most), then every
-            // PROGRESS_EVERY.
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            let (mut progress, mut told_at) = (0u64, None::<tokio::time::Instant>);
+            // Told as soon as its question has a number, then every PROGRESS_EVERY.
+            let start = tokio::time::Instant::now() + PROGRESS_EVERY;
+            let mut tick = tokio::time::interval_at(start, PROGRESS_EVERY);
+            let mut progress = 0u64;
             let mut tell = client.filter(|_| held.progress_token.is_some());
-            let started = tokio::time::Instant::now();
+            let mut first = true;
             loop {
                 tokio::select! {
                     answered = &mut asking => break answered,
-                    now = tick.tick(), if tell.is_some() => {
-                        let id = waiting.load(Ordering::Relaxed);
-                        let due = match told_at {
-                            None => id != 0 || now - started >= Duration::from_secs(1),
-                            Some(at) => now - at >= PROGRESS_EVERY,
-                        };
-                        if !due {
+                    changed = numbered.changed(), if first && tell.is_some() => {
+                        first = false;
+                        if changed.is_err() {
                             continue;
                         }
-                        progress += 1;
-                        told_at = Some(now);
-                        if let Some(out) = tell
-                            && notify(out, &held, progress, id).await.is_err()
-                        {
-                            // The client is gone: its call waits on, unanswered, to its time-out.
-                            tell = None;
-                        }
                     }
+                    _ = tick.tick(), if tell.is_some() => {}
+                }
+                progress += 1;
+                let id = *numbered.borrow();
+                if let Some(out) = tell
+                    && notify(out, &held, progress, id).await.is_err()
+                {
+                    // The client is gone: its call waits on, unanswered, to its time-out.
+                    tell = None;
                 }
             }
         }

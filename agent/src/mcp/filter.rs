@@ -301,7 +301,7 @@ impl Filter {
         let arguments = held
             .arguments
             .as_ref()
-            .map(|a| serde_json::value::to_raw_value(a))
+            .map(serde_json::value::to_raw_value)
             .transpose()
             .ok()
             .flatten();

@@ -582,3 +582,89 @@ fn a_cached_tool_list_is_inspected_like_the_servers_messages() {
             .any(|r| matches!(r, Event::McpResultInspected(_)))
     );
 }
+
+/// A filter whose policy asks about `add` calls with `a` from 100 up; `asker` is who it asks.
+fn asking(asker: Option<crate::approval::Asker>) -> Filter {
+    let config = crate::config::Config::parse(
+        "sandbox:\n  mcp:\n    argument_rules:\n      - tool: add\n        action: ask\n        when:\n          - pointer: /a\n            range: { min: 100 }\n",
+        "test.yaml",
+    )
+    .expect("config");
+    let registry = crate::registry::Registry::in_memory().expect("registry");
+    let gate =
+        Arc::new(crate::policy::Policy::new(&config, Arc::new(registry), &[]).expect("policy"));
+    Filter::new(FilterContext {
+        gate,
+        approvals: asker,
+        ..ctx(&[], None)
+    })
+}
+
+#[test]
+fn a_call_that_asks_is_held_once_alone_and_refused_where_it_cannot_wait() {
+    let approvals = Arc::new(crate::approval::Approvals::new(
+        &crate::config::ApprovalConfig::default(),
+        None,
+    ));
+    let mut f = asking(Some(crate::approval::Asker::Local(approvals)));
+    let call = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add","arguments":{"a":500},"_meta":{"progressToken":"p1"}}}"#;
+    let mut out = f.on_client(call);
+    assert!(out.forward.is_none() && out.replies.is_empty(), "{out:?}");
+    let held = out.held.pop().expect("held");
+    assert_eq!(
+        (held.id.as_str(), held.progress_token.as_deref()),
+        ("3", Some("\"p1\""))
+    );
+    // Approved: the server gets the text that was judged, and the result is known as `add`'s.
+    let approved = f.settle(
+        held,
+        Some(1),
+        &crate::approval::Answer::Approved("uid 0 (cli)".into()),
+    );
+    let forwarded = approved.forward.expect("forwarded");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&forwarded).unwrap(),
+        serde_json::from_slice::<Value>(call).unwrap()
+    );
+    assert_eq!(f.requests(), 1);
+    let held = f.on_client(call).held.pop().expect("held again");
+    let denied = f.settle(
+        held,
+        Some(2),
+        &crate::approval::Answer::Denied("the web view".into(), Some("no".into())),
+    );
+    assert!(denied.forward.is_none());
+    let reply: Value = serde_json::from_slice(&denied.replies[0]).unwrap();
+    assert_eq!(reply["id"], 3);
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("toolwall: denied by the web view: no (approval 2;")),
+        "{reply}"
+    );
+
+    // In a batch, or as a notification, a call cannot wait alone: refused, never forwarded.
+    let batch = br#"[{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"add","arguments":{"a":500}}},{"jsonrpc":"2.0","id":5,"method":"ping"}]"#;
+    let out = f.on_client(batch);
+    assert!(out.held.is_empty());
+    let kept: Value = serde_json::from_slice(&out.forward.expect("the ping")).unwrap();
+    assert_eq!(
+        kept,
+        serde_json::json!([{"jsonrpc":"2.0","id":5,"method":"ping"}])
+    );
+    assert!(String::from_utf8_lossy(&out.replies[0]).contains("inside a batch cannot wait"));
+    let note =
+        br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"add","arguments":{"a":500}}}"#;
+    let out = f.on_client(note);
+    assert!(out.held.is_empty() && out.forward.is_none());
+
+    // With no one to ask, refused saying so.
+    let mut alone = asking(None);
+    let out = alone.on_client(call);
+    assert!(out.held.is_empty() && out.forward.is_none());
+    assert!(
+        String::from_utf8_lossy(&out.replies[0]).contains("no one can be asked here"),
+        "{:?}",
+        String::from_utf8_lossy(&out.replies[0])
+    );
+}

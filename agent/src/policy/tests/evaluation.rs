@@ -372,3 +372,60 @@ fn redaction_holds_for_calls_refused_by_name_arguments_or_rate() {
         "{by_rate:?}"
     );
 }
+
+/// `action: ask`: a block that names the rule in `ask` (a layer that cannot ask refuses it),
+/// decided by the first decisive rule like a block; audit mode lets it run without asking; a
+/// call the rate limit refuses is not asked about.
+#[test]
+fn an_ask_rule_makes_a_block_that_asks_unless_another_rule_decided_first() {
+    let rules = "    argument_rules:\n      - tool: get-sum\n        action: allow\n        when:\n          - pointer: /a\n            range: { max: 9 }\n      - name: big\n        tool: get-sum\n        action: ask\n        reason: a person checks big sums\n        when:\n          - pointer: /a\n            range: { min: 100 }\n";
+    let p = policy(&format!("sandbox:\n  mcp:\n{rules}"));
+    let call = |args: Value| {
+        let args: &'static Value = Box::leak(Box::new(args));
+        p.check_call(&CallQuery {
+            arguments: Some(args),
+            ..on("srv", "get-sum")
+        })
+    };
+    let asked = call(json!({"a": 500}));
+    assert!(asked.is_blocked(), "{asked:?}");
+    assert_eq!(
+        asked.ask.as_deref(),
+        Some("argument rule \"big\" asks a person: a person checks big sums")
+    );
+    assert!(asked.tool.is_some(), "the question names the tool");
+    assert!(
+        call(json!({"a": 5})).ask.is_none(),
+        "the allow rule decided first"
+    );
+    assert!(!call(json!({"a": 50})).is_blocked());
+    let name_only = p.check_call(&on("srv", "get-sum"));
+    assert!(!name_only.is_blocked() && name_only.ask.is_none());
+
+    let audit = policy(&format!(
+        "sandbox:\n  mcp:\n    enforce_policy: false\n{rules}"
+    ));
+    let args: &'static Value = Box::leak(Box::new(json!({"a": 500})));
+    let audited = audit.check_call(&CallQuery {
+        arguments: Some(args),
+        ..on("srv", "get-sum")
+    });
+    assert!(
+        !audited.is_blocked() && audited.ask.is_none(),
+        "{audited:?}"
+    );
+    assert!(audited.reason.contains("would block"), "{audited:?}");
+
+    let limited = policy(&format!(
+        "sandbox:\n  mcp:\n    rate_limits:\n      enabled: true\n      default_rpm: 1\n      default_burst: 1\n{rules}"
+    ));
+    let ask = |p: &crate::policy::Policy| {
+        p.check_call(&CallQuery {
+            arguments: Some(args),
+            ..on("srv", "get-sum")
+        })
+    };
+    assert!(ask(&limited).ask.is_some());
+    let over = ask(&limited);
+    assert!(over.is_blocked() && over.ask.is_none(), "{over:?}");
+}

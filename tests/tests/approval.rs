@@ -1,0 +1,611 @@
+//! Asking a person (issue 16), through the real binary: argument rules with `action: ask`
+//! hold a call until it is approved or denied — with `toolwall approve|deny`, in the web view
+//! (a real browser), or by nobody in time — at the MCP layer (the official Python SDK through
+//! `toolwall shim` and `toolwall mcp-proxy`, which ask the daemon) and at the LLM layer (the
+//! official Anthropic TypeScript SDK through the daemon's proxy), and each question is posted
+//! to the configured webhook. Only the daemon's user, outside every session, can answer.
+
+mod mcp_common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mcp_common::*;
+use serde_json::{Value, json};
+use toolwall_tests::{Daemon, peers_dir, workspace_root};
+
+/// Calls of `get-sum` whose `a` is from 100 up wait for a person.
+fn config(timeout_secs: u64, extra: &str) -> String {
+    format!(
+        r#"{extra}
+sandbox:
+  mcp:
+    approval:
+      timeout_secs: {timeout_secs}
+    argument_rules:
+      - name: big-sums
+        server: everything
+        tool: get-sum
+        action: ask
+        reason: sums from 100 up need a person
+        when:
+          - pointer: /a
+            range: {{ min: 100 }}
+"#
+    )
+}
+
+/// The config with a webhook (`approval.webhook`) inserted.
+fn with_webhook(yaml: &str, url: &str) -> String {
+    yaml.replacen(
+        "    approval:\n",
+        &format!("    approval:\n      webhook:\n        url: {url}\n        headers:\n          Authorization: Bearer hook-secret\n"),
+        1,
+    )
+}
+
+/// Waits until `toolwall approvals --json` lists a question (at most 60 s); returns the first.
+fn next_question(daemon: &Daemon) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(q) = daemon
+            .json_lines(&["approvals", "--json"])
+            .into_iter()
+            .next()
+        {
+            return q;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no question came; daemon said:\n{}",
+            daemon.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The Python SDK client through `toolwall shim` (which asks `daemon`), asking for progress.
+fn shim_client(daemon: &Daemon, calls: &Value) -> Child {
+    let shim = vec![
+        toolwall_tests::toolwall_bin().display().to_string(),
+        "shim".into(),
+        "--config".into(),
+        daemon.config.display().to_string(),
+        "--server-id".into(),
+        "everything".into(),
+        "--".into(),
+    ];
+    Command::new(toolwall_tests::python())
+        .arg(workspace_root().join("tests/peers/mcp_client.py"))
+        .args(["stdio", &stdio_argv(&shim), &calls.to_string()])
+        .env("MCP_CLIENT_PROGRESS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the Python MCP client")
+}
+
+fn finished(child: Child) -> Value {
+    let out = child.wait_with_output().expect("the client ends");
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
+/// A webhook receiver: every POST body it got, as JSON, with its `Authorization`.
+struct Webhook {
+    url: String,
+    got: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl Webhook {
+    fn start() -> Webhook {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let seen = got.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream);
+                let (mut length, mut auth) = (0usize, String::new());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    let l = line.trim_end().to_owned();
+                    line.clear();
+                    if l.is_empty() {
+                        break;
+                    }
+                    let lower = l.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if lower.starts_with("authorization:") {
+                        auth = l["authorization:".len()..].trim().to_owned();
+                    }
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_ok()
+                    && let Ok(value) = serde_json::from_slice(&body)
+                {
+                    seen.lock().unwrap().push((auth, value));
+                }
+                let _ = reader
+                    .get_mut()
+                    .write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+            }
+        });
+        Webhook { url, got }
+    }
+}
+
+/// One raw HTTP/1.1 request to the loopback API; returns the status.
+fn loopback(api: &str, request: &str) -> u16 {
+    let mut stream = TcpStream::connect(api).expect("connect the API");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn called_reasons(daemon: &Daemon) -> Vec<(String, String)> {
+    daemon
+        .json_lines(&["mcp", "events", "--json", "--type", "mcp_tool_called"])
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap_or_default().to_owned(),
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_answers() {
+    let hook = Webhook::start();
+    let daemon = Daemon::start(&with_webhook(&config(60, ""), &hook.url));
+    let client = shim_client(
+        &daemon,
+        &json!([
+            ["get-sum", {"a": 500, "b": 1}],
+            ["get-sum", {"a": 600, "b": 1}],
+            ["get-sum", {"a": 2, "b": 3}]
+        ]),
+    );
+
+    let first = next_question(&daemon);
+    assert_eq!(first["id"], 1, "{first}");
+    assert_eq!(
+        (&first["layer"], &first["server_id"], &first["tool"]),
+        (&json!("shim"), &json!("everything"), &json!("get-sum"))
+    );
+    assert_eq!(first["arguments"], json!({"a": 500, "b": 1}));
+    assert!(
+        first["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("\"big-sums\" asks a person: sums from 100 up need a person"),
+        "{first}"
+    );
+
+    // Nobody else answers: another user on the socket, a page without the token, the token
+    // in a link, or a page of another origin.
+    if toolwall_tests::is_root() {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(toolwall_tests::toolwall_bin())
+            .args(["approve", "1", "--config"])
+            .arg(&daemon.config)
+            .output()
+            .expect("setpriv");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains("this API serves uid 0"),
+            "{said}"
+        );
+    }
+    let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
+    let api = daemon.api.clone();
+    let post = |auth: &str, origin: &str, query: &str| {
+        let body = r#"{"approve": true}"#;
+        loopback(
+            &api,
+            &format!(
+                "POST /api/approvals/1{query} HTTP/1.1\r\nHost: {api}\r\n{auth}{origin}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    assert_eq!(
+        loopback(
+            &api,
+            &format!("GET /api/approvals HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\r\n")
+        ),
+        401
+    );
+    assert_eq!(
+        post("", "", &format!("?token={token}")),
+        403,
+        "a link cannot answer"
+    );
+    assert_eq!(
+        post(
+            &format!("Authorization: Bearer {token}\r\n"),
+            "Origin: http://evil.example\r\n",
+            ""
+        ),
+        403,
+        "another origin cannot answer"
+    );
+    assert_eq!(
+        daemon.json_lines(&["approvals", "--json"]).len(),
+        1,
+        "still waiting"
+    );
+
+    let out = daemon.toolwall(&["approve", "1"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("approved approval 1: get-sum on everything"),
+        "{out:?}"
+    );
+    let second = next_question(&daemon);
+    assert_eq!(second["arguments"], json!({"a": 600, "b": 1}));
+    let id = second["id"].to_string();
+    assert!(
+        daemon
+            .toolwall(&["deny", &id, "--reason", "too big"])
+            .status
+            .success()
+    );
+    let report = finished(client);
+    let calls = report["calls"].as_array().expect("calls");
+    assert_eq!(
+        calls[0]["result"]["content"][0]["text"], "The sum of 500 and 1 is 501.",
+        "{report}"
+    );
+    let refusal = calls[1]["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        refusal.starts_with("toolwall: denied by uid 0 (cli): too big (approval 2;")
+            || refusal.contains(": too big (approval 2;"),
+        "the client is told who denied it and why: {report}"
+    );
+    assert_eq!(
+        calls[2]["result"]["content"][0]["text"],
+        "The sum of 2 and 3 is 5."
+    );
+    let progress: Vec<&str> = report["progress"]
+        .as_array()
+        .map(|p| p.iter().filter_map(|n| n["message"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        progress
+            .iter()
+            .any(|m| m.contains("waits for a person (toolwall approve 1 / toolwall deny 1)")),
+        "the client heard its call waits: {progress:?}"
+    );
+
+    // Answered once; the record says who decided.
+    let again = daemon.toolwall(&["approve", "1"]);
+    assert!(
+        !again.status.success()
+            && String::from_utf8_lossy(&again.stderr).contains("no call waits under approval 1"),
+        "{again:?}"
+    );
+    let reasons = called_reasons(&daemon);
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(
+        reasons[0].0 == "allow" && reasons[0].1.starts_with("approved by uid"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].0 == "block" && reasons[1].1.contains("too big"),
+        "{reasons:?}"
+    );
+    assert_eq!(reasons[2], ("allow".into(), String::new()));
+
+    // Each question reached the webhook, with its headers and the commands that answer it.
+    let got = hook.got.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].0, "Bearer hook-secret");
+    assert_eq!(got[0].1["question"]["id"], 1);
+    assert_eq!(got[0].1["question"]["arguments"], json!({"a": 500, "b": 1}));
+    assert_eq!(got[0].1["approve"], "toolwall approve 1");
+    assert_eq!(got[1].1["deny"], "toolwall deny 2");
+}
+
+#[test]
+fn a_call_no_one_answers_is_denied_at_the_filter_proxy_when_its_time_is_up() {
+    let daemon = Daemon::start(&config(2, ""));
+    let (_upstream, url) = server_everything_http("streamableHttp");
+    let (mut proxy, port) = proxy(
+        &url,
+        &[
+            "--config",
+            &daemon.config.display().to_string(),
+            "--server-id",
+            "everything",
+        ],
+    );
+    let started = Instant::now();
+    let report = python_client(
+        "http",
+        &format!("http://127.0.0.1:{port}/mcp"),
+        &json!([["get-sum", {"a": 500, "b": 1}], ["get-sum", {"a": 2, "b": 3}]]),
+    );
+    stop_proxy(&mut proxy);
+    let calls = report["calls"].as_array().expect("calls");
+    let refusal = calls[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("no one answered within 2 s: denied (approval 1;"),
+        "{report}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert_eq!(
+        calls[1]["result"]["content"][0]["text"],
+        "The sum of 2 and 3 is 5."
+    );
+    assert!(daemon.json_lines(&["approvals", "--json"]).is_empty());
+    let reasons = called_reasons(&daemon);
+    assert!(
+        reasons[0].0 == "block" && reasons[0].1.contains("no one answered"),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn without_a_daemon_to_ask_the_shim_refuses_the_call_and_says_why() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = dir.path().join("toolwall.yaml");
+    let yaml = config(
+        60,
+        &format!(
+            "api:\n  socket: {}\nstore:\n  path: {}",
+            dir.path().join("nobody.sock").display(),
+            dir.path().join("events.db").display()
+        ),
+    );
+    std::fs::write(&cfg, yaml).expect("config");
+    let shim = shim_prefix(&cfg, &dir.path().join("events.db"), "everything");
+    let report = python_client(
+        "stdio",
+        &stdio_argv(&shim),
+        &json!([["get-sum", {"a": 500, "b": 1}]]),
+    );
+    let refusal = report["calls"][0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        refusal.contains("asks a person") && refusal.contains("no toolwall daemon is listening"),
+        "{report}"
+    );
+}
+
+/// `tests/peers/fake_llm.py`: its model proposes `echo {"message": "hi"}` and
+/// `get-sum {"a": 1, "b": 2}` to a request that offers the `everything` tools.
+struct FakeLlm {
+    child: Child,
+    url: String,
+}
+
+impl FakeLlm {
+    fn start(dir: &Path) -> FakeLlm {
+        let port_file = dir.join("port");
+        let child = Command::new("python3")
+            .arg(workspace_root().join("tests/peers/fake_llm.py"))
+            .arg("--log")
+            .arg(dir.join("requests.jsonl"))
+            .arg("--port-file")
+            .arg(&port_file)
+            .spawn()
+            .expect("start fake_llm.py");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let port = loop {
+            if let Ok(port) = std::fs::read_to_string(&port_file) {
+                break port;
+            }
+            assert!(Instant::now() < deadline, "fake_llm.py did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        FakeLlm {
+            child,
+            url: format!("http://127.0.0.1:{}", port.trim()),
+        }
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One agent turn through the daemon's LLM proxy (the Anthropic TypeScript SDK).
+fn agent_turn(daemon: &Daemon, mode: &str) -> Child {
+    Command::new("node")
+        .arg(workspace_root().join("tests/peers/llm_ask.mjs"))
+        .arg(daemon.proxy.as_deref().expect("the LLM proxy is on"))
+        .arg(mode)
+        .env("TOOLWALL_PEERS_DIR", peers_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node")
+}
+
+#[test]
+fn a_proposed_call_is_held_until_answered_and_once_approved_runs_without_a_second_question() {
+    let dir = tempfile::tempdir().expect("dir");
+    let llm = FakeLlm::start(dir.path());
+    // fake_llm proposes get-sum with a = 1: ask about small sums here.
+    let yaml = config(
+        60,
+        &format!(
+            "proxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: {}",
+            llm.url
+        ),
+    )
+    .replace("range: { min: 100 }", "range: { max: 10 }")
+    // Declared, so the model's `mcp__everything__get-sum` is known as that server's tool.
+    .replace(
+        "  mcp:\n",
+        "  mcp:\n    servers:\n      - id: everything\n        type: stdio\n        command: npx\n        args: [server-everything]\n",
+    );
+    let daemon = Daemon::start(&yaml);
+
+    for (mode, approve) in [("stream", true), ("whole", false)] {
+        let turn = agent_turn(&daemon, mode);
+        let q = next_question(&daemon);
+        assert_eq!(
+            (&q["layer"], &q["arguments"]),
+            (&json!("llm"), &json!({"a": 1, "b": 2}))
+        );
+        let id = q["id"].to_string();
+        let verdict = if approve { "approve" } else { "deny" };
+        assert!(daemon.toolwall(&[verdict, &id]).status.success());
+        let out = turn.wait_with_output().expect("node ends");
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seen: Value = serde_json::from_slice(&out.stdout).expect("a JSON line");
+        let names: Vec<&str> = seen["tool_calls"]
+            .as_array()
+            .expect("tool calls")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        if approve {
+            assert_eq!(
+                names,
+                ["mcp__everything__echo", "mcp__everything__get-sum"],
+                "{mode}: {seen}"
+            );
+            assert_eq!(seen["tool_calls"][1]["input"], json!({"a": 1, "b": 2}));
+        } else {
+            assert_eq!(names, ["mcp__everything__echo"], "{mode}: {seen}");
+            assert!(
+                seen["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("denied by uid 0 (cli)"),
+                "the model reads why: {seen}"
+            );
+        }
+    }
+    let intercepted = daemon.json_lines(&[
+        "mcp",
+        "events",
+        "--json",
+        "--type",
+        "mcp_tool_call_intercepted",
+    ]);
+    let actions: Vec<&str> = intercepted
+        .iter()
+        .filter(|e| e["tool_name"] == "mcp__everything__get-sum")
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(actions, ["allow", "block"], "{intercepted:?}");
+
+    // The approved call runs at the MCP layer without a second question — once.
+    let client = shim_client(&daemon, &json!([["get-sum", {"a": 1, "b": 2}]]));
+    let report = finished(client);
+    assert_eq!(
+        report["calls"][0]["result"]["content"][0]["text"], "The sum of 1 and 2 is 3.",
+        "{report}"
+    );
+    let reasons = called_reasons(&daemon);
+    assert!(
+        reasons[0]
+            .1
+            .contains("approved by uid 0 (cli) when the model proposed it (approval 1;"),
+        "{reasons:?}"
+    );
+    let client = shim_client(&daemon, &json!([["get-sum", {"a": 1, "b": 2}]]));
+    let q = next_question(&daemon);
+    assert_eq!(q["layer"], "shim", "a second run is asked anew: {q}");
+    assert!(
+        daemon
+            .toolwall(&["deny", &q["id"].to_string()])
+            .status
+            .success()
+    );
+    let report = finished(client);
+    assert!(
+        report["calls"][0]["error"]["message"].is_string(),
+        "{report}"
+    );
+}
+
+#[test]
+#[ignore = "privileged: needs Debian's chromium, which `cargo xtask peers` installs as root"]
+fn privileged_the_web_view_approves_and_denies_a_waiting_call() {
+    assert!(
+        Path::new("/usr/bin/chromium").exists(),
+        "install chromium: `cargo xtask peers` as root"
+    );
+    let daemon = Daemon::start(&config(120, ""));
+    let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
+    let client = shim_client(
+        &daemon,
+        &json!([["get-sum", {"a": 500, "b": 1}], ["get-sum", {"a": 700, "b": 1}]]),
+    );
+    for (verdict, a) in [("approve", "500"), ("deny", "700")] {
+        let screenshot = workspace_root().join(format!("target/web-view-{verdict}.png"));
+        let out = Command::new("node")
+            .arg(workspace_root().join("tests/web/approve_view.cjs"))
+            .args([&daemon.api, token.trim(), verdict])
+            .arg(&screenshot)
+            .env("PEERS_NODE", peers_dir().join("node"))
+            .output()
+            .expect("run node");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "browser: {said}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut lines = said.lines();
+        let row: Value = serde_json::from_str(lines.next().unwrap_or_default()).expect("row");
+        let cells: Vec<&str> = row["row"]
+            .as_array()
+            .expect("cells")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(row["visible"], true);
+        assert_eq!(cells[2..4], ["everything", "get-sum"], "{row}");
+        assert!(cells[4].contains(&format!("\"a\":{a}")), "{row}");
+        assert_eq!(lines.next(), Some("answered"));
+    }
+    let report = finished(client);
+    assert_eq!(
+        report["calls"][0]["result"]["content"][0]["text"], "The sum of 500 and 1 is 501.",
+        "{report}"
+    );
+    assert!(
+        report["calls"][1]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("denied by the web view: not from the web"),
+        "{report}"
+    );
+    let reasons = called_reasons(&daemon);
+    assert!(
+        reasons[0].1.starts_with("approved by the web view"),
+        "{reasons:?}"
+    );
+}

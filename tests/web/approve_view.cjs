@@ -1,0 +1,30 @@
+// Answers a waiting call in the daemon's web view, in headless Chromium (playwright-core):
+// waits until the "Waiting for you" list shows the call, prints what the row says as JSON, and
+// clicks its approve button (or deny, answering the page's prompt with a reason). Prints
+// "answered" once the row is gone. Args: API address, web token, approve|deny, screenshot path.
+const path = require("path");
+const { chromium } = require(path.join(process.env.PEERS_NODE, "node_modules", "playwright-core"));
+
+const [api, token, verdict, screenshot] = process.argv.slice(2);
+
+(async () => {
+  const browser = await chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  try {
+    const page = await browser.newPage();
+    page.on("dialog", (d) => d.accept("not from the web"));
+    await page.goto(`http://${api}/#token=${token}`);
+    await page.waitForSelector("#ask-rows tr", { timeout: 60000 });
+    const row = await page.$$eval("#ask-rows tr td", (tds) => tds.map((td) => td.textContent));
+    console.log(JSON.stringify({ row, visible: await page.isVisible("#asks") }));
+    await page.screenshot({ path: screenshot, fullPage: true });
+    await page.click(`#ask-rows tr button.${verdict}`);
+    await page.waitForFunction(() => document.querySelectorAll("#ask-rows tr").length === 0, null, { timeout: 10000 });
+    console.log("answered");
+  } finally {
+    await browser.close();
+  }
+})().catch((e) => { console.error(e); process.exit(1); });

@@ -53,6 +53,7 @@ impl Gate for DenyGetSum {
                 tool_hash: String::new(),
             }),
             redact: Vec::new(),
+            ask: None,
         }
     }
 
@@ -288,6 +289,7 @@ impl Gate for GetSumArguments {
                 tool_hash: String::new(),
             }),
             redact: Vec::new(),
+            ask: None,
         }
     }
 

@@ -75,8 +75,12 @@ pub(crate) enum Answer {
     TimedOut(Duration),
     /// Too many calls wait already.
     Busy(usize),
+    /// Too many calls of this session wait already.
+    SessionBusy(usize),
     /// No one can be asked from here (no daemon answers); why.
     Unavailable(String),
+    /// The client that made the call left before anyone answered.
+    Withdrawn,
 }
 
 impl Answer {
@@ -110,9 +114,20 @@ impl Answer {
                     "{n} calls already wait for a person (approval.max_pending): denied at once ({rule})"
                 );
             }
+            Answer::SessionBusy(n) => {
+                decision.action = Action::Block;
+                decision.reason = format!(
+                    "{n} calls of this session already wait for a person (half of approval.max_pending): denied at once ({rule})"
+                );
+            }
             Answer::Unavailable(why) => {
                 decision.action = Action::Block;
                 decision.reason = format!("{rule}; no one can be asked ({why}): refused");
+            }
+            Answer::Withdrawn => {
+                decision.action = Action::Block;
+                decision.reason =
+                    format!("the client left before anyone answered: not run ({rule})");
             }
         }
         decision
@@ -231,6 +246,42 @@ impl Approvals {
         if inner.pending.len() >= self.max_pending {
             return Asked::Now(None, Answer::Busy(inner.pending.len()));
         }
+        // One session holds at most half the places: an agent that asks and never lets go
+        // (helper-34) leaves the others theirs.
+        let share = (self.max_pending / 2).max(1);
+        let own = inner
+            .pending
+            .values()
+            .filter(|p| p.question.session_id == call.session_id)
+            .count();
+        if own >= share {
+            return Asked::Now(None, Answer::SessionBusy(own));
+        }
+        // A person must see what they approve: arguments the record would keep only as a
+        // marker (too large or too deep) are not put to anyone (helper-34: padding hid the
+        // value the rule asked about).
+        let arguments = match call.arguments {
+            None => None,
+            Some(a) => match crate::events::bound::bounded(a) {
+                Some(marker) => {
+                    let why = marker
+                        .get("toolwall_truncated")
+                        .and_then(Value::as_str)
+                        .unwrap_or("too large")
+                        .to_owned();
+                    return Asked::Now(
+                        None,
+                        Answer::Unavailable(format!(
+                            "its arguments cannot be shown to a person whole: {why}"
+                        )),
+                    );
+                }
+                None => Some(match call.decision.redact.as_slice() {
+                    [] => a.clone(),
+                    pointers => crate::policy::redacted(a, pointers),
+                }),
+            },
+        };
         inner.next += 1;
         let id = inner.next;
         let asked_at = Utc::now();
@@ -240,12 +291,7 @@ impl Approvals {
             session_id: call.session_id.to_owned(),
             server_id,
             tool,
-            arguments: call
-                .arguments
-                .map(|a| match call.decision.redact.as_slice() {
-                    [] => crate::events::bound::bounded(a).unwrap_or_else(|| a.clone()),
-                    pointers => crate::policy::redacted(a, pointers),
-                }),
+            arguments,
             reason: call.decision.ask.clone().unwrap_or_default(),
             asked_at,
             expires_at: asked_at + chrono::Duration::from_std(self.timeout).unwrap_or_default(),
@@ -585,7 +631,7 @@ mod tests {
         let (id, busy) = a
             .ask(Call {
                 layer: "shim",
-                session_id: "",
+                session_id: "another",
                 stage: CallStage::Executing,
                 decision: &decision,
                 arguments: None,
@@ -598,6 +644,34 @@ mod tests {
         let settled = answer.settle(id, decision);
         assert!(settled.is_blocked() && settled.reason.contains("no one answered within 5 s"));
         assert!(a.pending().is_empty(), "a timed-out question is gone");
+    }
+
+    #[tokio::test]
+    async fn one_session_holds_half_the_places_and_unshowable_arguments_are_not_asked() {
+        let a = approvals(60, 4);
+        let decision = asked();
+        let call = |session: &'static str, args: &'static Value| Call {
+            layer: "shim",
+            session_id: session,
+            stage: CallStage::Executing,
+            decision: Box::leak(Box::new(decision.clone())),
+            arguments: Some(args),
+        };
+        let empty: &'static Value = Box::leak(Box::new(json!({})));
+        let held = [a.put(call("s1", empty)), a.put(call("s1", empty))];
+        assert!(held.iter().all(|h| matches!(h, Asked::Waiting(_))));
+        assert!(matches!(
+            a.put(call("s1", empty)),
+            Asked::Now(None, Answer::SessionBusy(2))
+        ));
+        assert!(matches!(a.put(call("s2", empty)), Asked::Waiting(_)));
+        let deep: &'static Value = Box::leak(Box::new((0..40).fold(json!(1), |v, _| json!([v]))));
+        assert!(matches!(
+            a.put(call("s3", deep)),
+            Asked::Now(None, Answer::Unavailable(why)) if why.contains("cannot be shown to a person whole")
+        ));
+        drop(held);
+        assert_eq!(a.pending().len(), 0, "dropped questions are withdrawn");
     }
 
     #[tokio::test]

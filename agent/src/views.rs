@@ -538,7 +538,7 @@ impl Output {
 /// `cell` with what a terminal would act on or hide escaped: control characters (escapes,
 /// bells, line ends: a tool name a server chose must not forge a row or drive the terminal)
 /// and bidirectional or zero-width characters, as `\u{..}`.
-fn printable(cell: String) -> String {
+pub(crate) fn printable(cell: String) -> String {
     let acts = |c: char| {
         c.is_control()
             || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')

@@ -110,16 +110,23 @@ pub(crate) fn answer(args: AnswerArgs, approve: bool) -> anyhow::Result<ExitCode
         let answered: Value =
             serde_json::from_slice(&answered).context("parse the daemon's answer")?;
         let q = &answered["answered"];
+        // Names a server chose: escaped, as every view does (helper-34 forged this line).
+        let field = |key: &str, none: &str| {
+            crate::views::printable(
+                q[key]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or(none)
+                    .to_owned(),
+            )
+        };
         println!(
             "{} approval {}: {} on {} (session {})",
             if approve { "approved" } else { "denied" },
             args.id,
-            q["tool"].as_str().unwrap_or("?"),
-            q["server_id"].as_str().unwrap_or("?"),
-            q["session_id"]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .unwrap_or("-"),
+            field("tool", "?"),
+            field("server_id", "?"),
+            field("session_id", "-"),
         );
         Ok(ExitCode::SUCCESS)
     })

@@ -200,7 +200,12 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let proxy_addr = proxy_task.as_ref().map(|(addr, _)| *addr);
 
     // 6. kernel monitor
-    let netmon = match start_netmon(&config, &policy, &sink, args.kernel_log).await {
+    // The API's loopback listener first: the kernel layer denies sessions its address (with
+    // the web token, a root agent could otherwise read every session's records and answer its
+    // own calls that wait for a person).
+    let api_tcp = api::bind_http(config.api.listen).await?;
+    let api_addr = api_tcp.local_addr()?;
+    let netmon = match start_netmon(&config, &policy, &sink, api_addr, args.kernel_log).await {
         Ok(service) => {
             layers.push(LayerStatus::on(
                 "kernel",
@@ -280,7 +285,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         })
     };
-    let api = api::start(state.clone()).await?;
+    let api = api::start(state.clone(), api_tcp).await?;
 
     for layer in &state.layers {
         if layer.on {
@@ -487,6 +492,7 @@ async fn start_netmon(
     config: &Config,
     policy: &Policy,
     sink: &EventSink,
+    api: std::net::SocketAddr,
     kernel_log: bool,
 ) -> Result<NetmonService, String> {
     if !config.netmon.enabled {
@@ -494,7 +500,8 @@ async fn start_netmon(
     }
     let monitor =
         KernelMonitor::load(kernel_log, &config.netmon.pin_dir).map_err(|e| e.to_string())?;
-    let endpoints = watched_endpoints(config, policy);
+    let mut endpoints = watched_endpoints(config, policy);
+    endpoints.extend(api_endpoints(api));
     let every = Duration::from_secs(config.netmon.resolve_interval_secs.max(1));
     let watch = Duration::from_millis(config.netmon.watch_interval_ms.max(10));
     NetmonService::start(monitor, endpoints, sink.clone(), every, watch)
@@ -505,6 +512,28 @@ async fn start_netmon(
 /// Which addresses the kernel watches: every network MCP server (DENY when the server is
 /// denied by policy or must be reached through `toolwall mcp-proxy`, else FLAG), and with
 /// `netmon.pin_llm_egress` the LLM providers' API hosts (DENY: the session must use the proxy).
+/// The daemon's own loopback API, denied to sessions: a process inside one talks to the daemon
+/// through the socket, which knows where it runs; on TCP it could present the web token (a root
+/// agent can read it) and read every session's records or answer its own calls that wait for a
+/// person.
+fn api_endpoints(api: std::net::SocketAddr) -> Vec<WatchedEndpoint> {
+    let hosts = match api.ip() {
+        ip if ip.is_unspecified() => vec!["0.0.0.0/0".to_owned(), "::/0".to_owned()],
+        ip => vec![ip.to_string()],
+    };
+    hosts
+        .into_iter()
+        .map(|host| WatchedEndpoint {
+            id: "toolwall:api".into(),
+            kind: "api".into(),
+            host,
+            port: api.port(),
+            action: RuleAction::Deny,
+            except: Vec::new(),
+        })
+        .collect()
+}
+
 pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoint> {
     let mut out = Vec::new();
     for server in &config.sandbox.mcp.servers {

@@ -6,7 +6,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::framing::LineFramer;
 
 use super::filter::{Filter, Held, Outcome};
 use crate::approval::{Answer, Call};
@@ -20,11 +22,14 @@ pub(crate) type NoProgress = tokio::sync::Mutex<tokio::io::Sink>;
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// Waits for the answer to `held` and settles it: what to forward and answer, recorded.
-/// `client` is where progress notifications go (`None`: the transport cannot send them).
-pub(crate) async fn settle<W: AsyncWrite + Unpin>(
+/// `client` is where progress notifications go (`None`: the transport cannot send them);
+/// `hangup` resolves when the client is gone (its stream ended): the question is withdrawn and
+/// the call, refused, reaches no one.
+pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
     filter: &Mutex<Filter>,
     held: Held,
     client: Option<&tokio::sync::Mutex<W>>,
+    hangup: impl Future<Output = ()>,
 ) -> Outcome<'static> {
     let (asker, layer, session) = {
         let filter = filter.lock().unwrap_or_else(|e| e.into_inner());
@@ -45,38 +50,78 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin>(
                 &waiting,
             );
             tokio::pin!(asking);
-            // Told as soon as its question has a number, then every PROGRESS_EVERY.
+            tokio::pin!(hangup);
+            // Told as soon as its question has a number, then every PROGRESS_EVERY. A client
+            // that does not read holds a notification's write, never the wait: the time-out
+            // and the answer go on while it is pending (helper-34: a full pipe held the
+            // question past its time-out, and its `max_pending` slot with it).
             let start = tokio::time::Instant::now() + PROGRESS_EVERY;
             let mut tick = tokio::time::interval_at(start, PROGRESS_EVERY);
             let mut progress = 0u64;
-            let mut tell = client.filter(|_| held.progress_token.is_some());
+            let tell = client.filter(|_| held.progress_token.is_some());
+            let mut sending: Option<
+                std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send + '_>>,
+            > = None;
+            let mut dead = tell.is_none();
             let mut first = true;
-            loop {
-                tokio::select! {
+            let answered = loop {
+                let due = tokio::select! {
                     answered = &mut asking => break answered,
-                    changed = numbered.changed(), if first && tell.is_some() => {
-                        first = false;
-                        if changed.is_err() {
-                            continue;
-                        }
+                    () = &mut hangup => break (None, Answer::Withdrawn),
+                    sent = async { sending.as_mut().expect("guarded").await }, if sending.is_some() => {
+                        sending = None;
+                        dead |= sent.is_err();
+                        false
                     }
-                    _ = tick.tick(), if tell.is_some() => {}
-                }
-                progress += 1;
-                let id = *numbered.borrow();
-                if let Some(out) = tell
-                    && notify(out, &held, progress, id).await.is_err()
+                    changed = numbered.changed(), if first && !dead => {
+                        first = false;
+                        changed.is_ok()
+                    }
+                    _ = tick.tick(), if !dead => true,
+                };
+                if due
+                    && sending.is_none()
+                    && let Some(out) = tell
                 {
-                    // The client is gone: its call waits on, unanswered, to its time-out.
-                    tell = None;
+                    progress += 1;
+                    let id = *numbered.borrow();
+                    sending = Some(Box::pin(notify(out, &held, progress, id)));
                 }
+            };
+            // A notification half written is finished first: the client's stream stays whole.
+            if let Some(sending) = sending {
+                let _ = sending.await;
             }
+            answered
         }
         // The filter holds a call only when someone can be asked.
         None => (None, Answer::Unavailable("no one to ask".into())),
     };
     let mut filter = filter.lock().unwrap_or_else(|e| e.into_inner());
     filter.settle(held, approval, &answer).record(filter.sink())
+}
+
+/// A stdio client's hang-up while a call of its waits: reads on (what it sends is kept in
+/// `framer`, in order, for after the answer; at most `max` bytes, then it is read no more) and
+/// resolves once its stream ended, setting `ended`.
+pub(crate) async fn until_hangup<R: AsyncRead + Unpin>(
+    client: &mut R,
+    framer: &mut LineFramer,
+    max: usize,
+    ended: &mut bool,
+) {
+    loop {
+        if framer.buffer_mut().len() >= max {
+            return std::future::pending().await;
+        }
+        match client.read_buf(framer.buffer_mut()).await {
+            Ok(0) | Err(_) => {
+                *ended = true;
+                return;
+            }
+            Ok(_) => {}
+        }
+    }
 }
 
 async fn notify<W: AsyncWrite + Unpin>(

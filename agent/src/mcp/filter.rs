@@ -310,7 +310,9 @@ impl Filter {
             arguments: arguments.as_deref(),
         };
         self.record_call(&params, Some(&held.id), &decision, held.arguments.as_ref());
-        if decision.is_blocked() {
+        if *answer == crate::approval::Answer::Withdrawn {
+            // No one is left to tell.
+        } else if decision.is_blocked() {
             tracing::info!(tool = %held.name, reason = %decision.reason, "refused tools/call");
             out.replies.push(error_response(
                 &held.id,

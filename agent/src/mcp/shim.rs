@@ -20,6 +20,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::decision::Gate;
 use crate::events::EventSink;
 
+use super::asking::until_hangup;
 use super::filter::{Filter, FilterContext, Held};
 use super::filter::{INVALID_REQUEST, error_response};
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, TooLong, strip_newline};
@@ -398,7 +399,7 @@ async fn client_to_server<R, W>(
 ) -> anyhow::Result<()>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    W: AsyncWrite + Unpin + Send,
 {
     let mut framer = LineFramer::with_limit(max_message);
     let sink = filter
@@ -416,7 +417,7 @@ where
             .read_buf(framer.buffer_mut())
             .await
             .context("reading the client")?;
-        let eof = n == 0;
+        let mut eof = n == 0;
         loop {
             let line = match next_message(&mut framer, eof) {
                 Ok(Some(line)) => line,
@@ -442,7 +443,14 @@ where
             // A call that waits for a person holds the client's later messages behind it:
             // the server gets them in the order the client sent them.
             for held in held {
-                let out = super::asking::settle(&filter, held, Some(&*client_out)).await;
+                let mut ended = eof;
+                let hangup = async {
+                    if !eof {
+                        until_hangup(&mut client_in, &mut framer, max_message, &mut ended).await
+                    }
+                };
+                let out = super::asking::settle(&filter, held, Some(&*client_out), hangup).await;
+                eof = ended;
                 let forward = match out.forward {
                     Some(message) => Forward::Changed(message.into_owned()),
                     None => Forward::Nothing,

@@ -93,12 +93,16 @@ fn remove_socket(path: &std::path::Path) {
     }
 }
 
-/// Binds both listeners and serves until [`ApiHandle::stop`].
-pub(crate) async fn start(state: Arc<DaemonState>) -> anyhow::Result<ApiHandle> {
-    let listen = state.config.api.listen;
-    let tcp = TcpListener::bind(listen).await.with_context(|| {
+/// Binds the loopback HTTP listener (before the kernel layer starts: sessions are denied its
+/// address, `daemon/mod.rs`).
+pub(crate) async fn bind_http(listen: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(listen).await.with_context(|| {
         format!("bind the API on {listen} (api.listen); is another toolwall running?")
-    })?;
+    })
+}
+
+/// Binds the socket and serves both listeners until [`ApiHandle::stop`].
+pub(crate) async fn start(state: Arc<DaemonState>, tcp: TcpListener) -> anyhow::Result<ApiHandle> {
     let http_addr = tcp.local_addr()?;
     let configured = state.config.api.socket.as_deref();
     let socket = crate::config::prepare_socket_dir(configured, true)?;

@@ -172,7 +172,14 @@ impl BridgedSession {
         // A call that waits for a person (`approval.rs`): this POST waits with it.
         let (forward, replies) = match held.into_iter().next() {
             Some(held) => {
-                let out = crate::mcp::asking::settle(&self.filter, held, None::<&NoProgress>).await;
+                let out = crate::mcp::asking::settle(
+                    &self.filter,
+                    held,
+                    None::<&NoProgress>,
+                    // The client leaving drops this request, and the question with it.
+                    std::future::pending(),
+                )
+                .await;
                 (
                     out.forward.map(|c| Bytes::from(c.into_owned())),
                     out.replies,

@@ -43,7 +43,14 @@ pub(super) async fn passthrough(
         // A call that waits for a person (`approval.rs`): this POST waits with it.
         if let Some(held) = out.held.pop() {
             let waiting = std::sync::Mutex::new(filter);
-            out = crate::mcp::asking::settle(&waiting, held, None::<&NoProgress>).await;
+            out = crate::mcp::asking::settle(
+                &waiting,
+                held,
+                None::<&NoProgress>,
+                // The client leaving drops this request, and the question with it.
+                std::future::pending(),
+            )
+            .await;
             filter = waiting.into_inner().unwrap_or_else(|e| e.into_inner());
         }
         replies = out.replies;

@@ -57,7 +57,7 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                 .read_buf(framer.buffer_mut())
                 .await
                 .context("reading stdin")?;
-            let eof = n == 0;
+            let mut eof = n == 0;
             loop {
                 let next = match framer.next_line() {
                     Ok(None) if eof => framer.finish(),
@@ -95,7 +95,21 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                 // messages behind it; the client hears it waits when it asked for progress.
                 let (forward, replies) = match held.into_iter().next() {
                     Some(held) => {
-                        let out = crate::mcp::asking::settle(&filter, held, Some(&*stdout)).await;
+                        let mut ended = eof;
+                        let hangup = async {
+                            if !eof {
+                                crate::mcp::asking::until_hangup(
+                                    &mut stdin,
+                                    &mut framer,
+                                    max_message,
+                                    &mut ended,
+                                )
+                                .await
+                            }
+                        };
+                        let out =
+                            crate::mcp::asking::settle(&filter, held, Some(&*stdout), hangup).await;
+                        eof = ended;
                         (
                             out.forward.map(|c| Bytes::from(c.into_owned())),
                             out.replies,

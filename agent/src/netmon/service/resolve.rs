@@ -9,7 +9,7 @@ use crate::netmon::{Rule, RuleAction};
 pub(crate) struct WatchedEndpoint {
     /// Server id (or `llm:anthropic` / `llm:openai` for provider hosts).
     pub id: String,
-    /// `http`, `sse`, `llm` or `dns`.
+    /// `http`, `sse`, `llm`, `dns` or `api` (the daemon's own loopback API).
     pub kind: String,
     /// Host name or IP literal from the URL, or a range (`ADDR/PREFIX`).
     pub host: String,

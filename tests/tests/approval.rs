@@ -609,3 +609,126 @@ fn privileged_the_web_view_approves_and_denies_a_waiting_call() {
         "{reasons:?}"
     );
 }
+
+/// The Python SDK client through the stand-alone shim, killed once its call waits.
+#[test]
+fn a_client_that_hangs_up_takes_its_question_with_it_and_padded_arguments_are_not_asked() {
+    let daemon = Daemon::start(&config(60, ""));
+    let mut client = shim_client(&daemon, &json!([["get-sum", {"a": 500, "b": 1}]]));
+    next_question(&daemon);
+    client.kill().expect("kill the client");
+    let _ = client.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.json_lines(&["approvals", "--json"]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the question outlived its client"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reasons = loop {
+        let reasons = called_reasons(&daemon);
+        if !reasons.is_empty() || Instant::now() > deadline {
+            break reasons;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        reasons.len() == 1
+            && reasons[0].0 == "block"
+            && reasons[0]
+                .1
+                .starts_with("the client left before anyone answered: not run"),
+        "{reasons:?}"
+    );
+
+    // A value the rule asks about, padded past what a person can be shown (nested deeper
+    // than the record keeps): denied at once.
+    let pad = (0..40).fold(json!("x"), |v, _| json!([v]));
+    let report = finished(shim_client(
+        &daemon,
+        &json!([["get-sum", {"a": 500, "b": 1, "pad": pad}]]),
+    ));
+    let refusal = report["calls"][0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        refusal.contains("cannot be shown to a person whole"),
+        "{refusal}"
+    );
+}
+
+/// A root agent inside a session: the loopback API (where the web token it can read would
+/// let it answer its own calls) is out of its reach, and a client that never reads its
+/// progress notifications still has its question end at the time-out.
+#[test]
+#[ignore = "privileged: needs root (session cgroups); `cargo xtask test` runs it as root"]
+fn privileged_a_root_agent_cannot_answer_its_own_call_nor_hold_its_question_past_the_time_out() {
+    assert!(toolwall_tests::is_root());
+    let daemon = Daemon::start(&config(2, ""));
+    let dir = tempfile::tempdir().expect("dir");
+    let agent = dir.path().join("agent.py");
+    // Reaches for the API with the token; then asks through the session's shim, never reading
+    // what comes back (60 lists fill the pipe first), and stays.
+    std::fs::write(
+        &agent,
+        format!(
+            r#"import json, socket, subprocess, sys, time
+token = open({token:?}).read().strip()
+host, port = {api:?}.split(":")
+try:
+    socket.create_connection((host, int(port)), timeout=3).close()
+    print("API: reached")
+except OSError as e:
+    print("API: refused", e.errno)
+sys.stdout.flush()
+shim = subprocess.Popen([{bin:?}, "shim", "--server-id", "everything", "--", {everything:?}, "stdio"],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def send(m):
+    shim.stdin.write((json.dumps(m) + "\n").encode()); shim.stdin.flush()
+send({{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {{"protocolVersion": "2025-06-18", "capabilities": {{}}, "clientInfo": {{"name": "a", "version": "1"}}}}}})
+send({{"jsonrpc": "2.0", "method": "notifications/initialized"}})
+for i in range(60):
+    send({{"jsonrpc": "2.0", "id": 100 + i, "method": "tools/list"}})
+send({{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {{"name": "get-sum", "arguments": {{"a": 500, "b": 1}}, "_meta": {{"progressToken": "p"}}}}}})
+time.sleep(12)
+"#,
+            token = daemon.socket.with_file_name("web-token").display().to_string(),
+            api = daemon.api,
+            bin = toolwall_tests::toolwall_bin().display().to_string(),
+            everything = toolwall_tests::server_everything().display().to_string(),
+        ),
+    )
+    .expect("agent script");
+    let mut exec = Command::new(toolwall_tests::toolwall_bin())
+        .args(["exec", "--as-root", "--session", "own-answer", "--config"])
+        .arg(&daemon.config)
+        .args(["--", "python3"])
+        .arg(&agent)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolwall exec");
+    let mut said = String::new();
+    BufReader::new(exec.stdout.take().expect("stdout"))
+        .read_line(&mut said)
+        .expect("the agent says");
+    assert!(said.starts_with("API: refused"), "{said}");
+    let q = next_question(&daemon);
+    assert_eq!(q["session_id"], "own-answer");
+    let asked = Instant::now();
+    while !daemon.json_lines(&["approvals", "--json"]).is_empty() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(8),
+            "the question outlived its 2 s time-out"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        matches!(exec.try_wait(), Ok(None)),
+        "the agent still holds its pipe"
+    );
+    let _ = exec.kill();
+    let _ = exec.wait();
+}

@@ -117,7 +117,7 @@ impl Answer {
             Answer::SessionBusy(n) => {
                 decision.action = Action::Block;
                 decision.reason = format!(
-                    "{n} calls of this session already wait for a person (half of approval.max_pending): denied at once ({rule})"
+                    "{n} calls of this session already wait for a person (a quarter of approval.max_pending): denied at once ({rule})"
                 );
             }
             Answer::Unavailable(why) => {
@@ -246,13 +246,16 @@ impl Approvals {
         if inner.pending.len() >= self.max_pending {
             return Asked::Now(None, Answer::Busy(inner.pending.len()));
         }
-        // One session holds at most half the places: an agent that asks and never lets go
-        // (helper-34) leaves the others theirs.
-        let share = (self.max_pending / 2).max(1);
+        // One holder — a session, or the LLM proxy's requests without a session key, which
+        // any agent can send — holds at most a quarter of the places: an agent that asks and
+        // never lets go (helper-34), through its session and without its key (helper-35),
+        // leaves the others at least half.
+        let share = (self.max_pending / 4).max(1);
+        let holder = Holder::of(call.layer, call.session_id);
         let own = inner
             .pending
             .values()
-            .filter(|p| p.question.session_id == call.session_id)
+            .filter(|p| Holder::of(&p.question.layer, &p.question.session_id) == holder)
             .count();
         if own >= share {
             return Asked::Now(None, Answer::SessionBusy(own));
@@ -360,6 +363,33 @@ impl Approvals {
     /// Changes whenever a question comes or goes.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+}
+
+/// Whose share of the places a question takes.
+#[derive(Debug, PartialEq, Eq)]
+enum Holder<'a> {
+    Session(&'a str),
+    /// The LLM proxy's requests without a `/s/<key>`: anyone on the host, sessions included,
+    /// can send them, so they are not the host's.
+    Unkeyed,
+}
+
+impl<'a> Holder<'a> {
+    fn of(layer: &str, session: &'a str) -> Self {
+        match (layer, session) {
+            ("llm", "") => Holder::Unkeyed,
+            _ => Holder::Session(session),
+        }
+    }
+}
+
+/// How a question's session is shown: a proxy request without a session key is no one's.
+pub(crate) fn session_label(question: &Question) -> &str {
+    match Holder::of(&question.layer, &question.session_id) {
+        Holder::Unkeyed => "(no /s/ key)",
+        Holder::Session("") => "-",
+        Holder::Session(session) => session,
     }
 }
 
@@ -647,7 +677,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn one_session_holds_half_the_places_and_unshowable_arguments_are_not_asked() {
+    async fn one_session_holds_a_quarter_of_the_places_and_unshowable_arguments_are_not_asked() {
         let a = approvals(60, 4);
         let decision = asked();
         let call = |session: &'static str, args: &'static Value| Call {
@@ -659,11 +689,24 @@ mod tests {
         };
         let empty: &'static Value = Box::leak(Box::new(json!({})));
         let held = [a.put(call("s1", empty)), a.put(call("s1", empty))];
-        assert!(held.iter().all(|h| matches!(h, Asked::Waiting(_))));
+        assert!(matches!(held[0], Asked::Waiting(_)));
+        assert!(matches!(held[1], Asked::Now(None, Answer::SessionBusy(1))));
+        // The proxy's requests without a session key are nobody's session, the host's neither.
+        let unkeyed = a.put(Call {
+            layer: "llm",
+            ..call("", empty)
+        });
+        assert!(matches!(unkeyed, Asked::Waiting(_)));
         assert!(matches!(
-            a.put(call("s1", empty)),
-            Asked::Now(None, Answer::SessionBusy(2))
+            a.put(Call {
+                layer: "llm",
+                ..call("", empty)
+            }),
+            Asked::Now(None, Answer::SessionBusy(1))
         ));
+        let host = a.put(call("", empty));
+        assert!(matches!(host, Asked::Waiting(_)));
+        drop((unkeyed, host));
         assert!(matches!(a.put(call("s2", empty)), Asked::Waiting(_)));
         let deep: &'static Value = Box::leak(Box::new((0..40).fold(json!(1), |v, _| json!([v]))));
         assert!(matches!(

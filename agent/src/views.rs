@@ -464,6 +464,8 @@ fn event_cells(e: &StoredEvent) -> Vec<String> {
 /// be sized; in `--follow` mode each later row is printed as it comes, in the same widths).
 pub(crate) struct Output {
     json: bool,
+    /// Columns never cut on a terminal.
+    whole: Vec<usize>,
     header: Vec<String>,
     pending: Vec<Vec<String>>,
     widths: Option<Vec<usize>>,
@@ -477,6 +479,7 @@ impl Output {
     pub(crate) fn new(json: bool, header: &[&str]) -> Self {
         Output {
             json,
+            whole: Vec::new(),
             header: header.iter().map(|h| h.to_string()).collect(),
             pending: Vec::new(),
             widths: None,
@@ -495,7 +498,14 @@ impl Output {
             writeln!(stdout)?;
             return Ok(stdout.flush()?);
         }
-        let cells = cells.into_iter().map(|c| self.cut(printable(c))).collect();
+        let cells = cells
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| match self.whole.contains(&i) {
+                true => printable(c),
+                false => self.cut(printable(c)),
+            })
+            .collect();
         match &self.widths {
             None => self.pending.push(cells),
             Some(widths) => {
@@ -504,6 +514,12 @@ impl Output {
             }
         }
         Ok(())
+    }
+
+    /// Column `i` is never cut (what a person must read whole).
+    pub(crate) fn whole(mut self, i: usize) -> Self {
+        self.whole.push(i);
+        self
     }
 
     fn cut(&self, cell: String) -> String {
@@ -588,6 +604,17 @@ mod tests {
                 .contains("unit is s, m, h or d")
         );
         assert!(parse_since("yesterday").is_err());
+    }
+
+    #[test]
+    fn a_whole_column_is_never_cut_on_a_terminal() {
+        let mut out = Output::new(false, &["A", "B"]).whole(1);
+        out.terminal = true;
+        let long = "y".repeat(MAX_CELL * 2);
+        assert_eq!(out.cut(long.clone()).chars().count(), MAX_CELL);
+        out.row(&(), vec![long.clone(), long.clone()]).unwrap();
+        assert_eq!(out.pending[0][0].chars().count(), MAX_CELL);
+        assert_eq!(out.pending[0][1], long, "the whole column is kept");
     }
 
     #[test]

@@ -257,7 +257,9 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
 
     let out = daemon.toolwall(&["approve", "1"]);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("approved approval 1: get-sum on everything"),
+        String::from_utf8_lossy(&out.stdout).contains(
+            r#"approved approval 1: get-sum on everything (session -) with {"a":500,"b":1}"#
+        ),
         "{out:?}"
     );
     let second = next_question(&daemon);
@@ -642,6 +644,41 @@ fn a_client_that_hangs_up_takes_its_question_with_it_and_padded_arguments_are_no
                 .starts_with("the client left before anyone answered: not run"),
         "{reasons:?}"
     );
+
+    // A client that, while its call waits, sends more than its message limit and leaves:
+    // unread, its leaving could not be seen; it is taken as gone at once (helper-35).
+    let flood = format!(
+        r#"import json, subprocess, sys, time
+shim = subprocess.Popen([{bin:?}, "shim", "--config", {cfg:?}, "--server-id", "everything", "--max-message-bytes", "100000", "--", {everything:?}, "stdio"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+def send(m):
+    shim.stdin.write((json.dumps(m) + "\n").encode()); shim.stdin.flush()
+send({{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {{"protocolVersion": "2025-06-18", "capabilities": {{}}, "clientInfo": {{"name": "a", "version": "1"}}}}}})
+send({{"jsonrpc": "2.0", "method": "notifications/initialized"}})
+send({{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}})
+send({{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {{"name": "get-sum", "arguments": {{"a": 900, "b": 1}}}}}})
+time.sleep(float(sys.argv[1]))
+shim.stdin.write(b"x" * 200010); shim.stdin.flush()
+time.sleep(30)
+"#,
+        bin = toolwall_tests::toolwall_bin().display().to_string(),
+        cfg = daemon.config.display().to_string(),
+        everything = toolwall_tests::server_everything().display().to_string(),
+    );
+    let mut flooder = Command::new("python3")
+        .args(["-c", &flood, "2"])
+        .spawn()
+        .expect("python3");
+    assert_eq!(next_question(&daemon)["arguments"]["a"], 900);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !daemon.json_lines(&["approvals", "--json"]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "a client past its limit kept its question"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = flooder.kill();
+    let _ = flooder.wait();
 
     // A value the rule asks about, padded past what a person can be shown (nested deeper
     // than the record keeps): denied at once.

@@ -622,3 +622,102 @@ fn privileged_claude_code_and_codex_wait_for_a_person_and_run_what_was_approved(
     );
     assert!(daemon.stop().success());
 }
+
+/// The Codex twin of the Claude Code test above: server-everything runs unwrapped, the proxy
+/// takes the denied get-sum out of the tools Codex offers its model (Codex's namespace form),
+/// and the echo's answer — a secret the fake model asked for — is redacted in Codex's next
+/// request (a Responses `function_call_output`) before the model reads it.
+#[test]
+#[ignore = "privileged: needs root (session cgroups); `cargo xtask test` runs it as root"]
+fn privileged_codex_is_offered_no_denied_tool_and_handed_no_secret_a_tool_returned() {
+    const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
+    assert!(is_root());
+    let home = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start_with(home.path(), &[("FAKE_LLM_ECHO", &format!("hi {AWS}"))]);
+    let mut daemon = daemon(&llm.url);
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let args: Vec<String> = vec![
+        "exec".into(),
+        "--skip-git-repo-check".into(),
+        "--dangerously-bypass-approvals-and-sandbox".into(),
+        "--disable".into(),
+        "plugins".into(),
+        "-c".into(),
+        "analytics.enabled=false".into(),
+        "-c".into(),
+        "check_for_update_on_startup=false".into(),
+        "-m".into(),
+        "fake-model".into(),
+        "-c".into(),
+        format!(
+            "mcp_servers.everything.command={:?}",
+            server_everything().display().to_string()
+        ),
+        "-c".into(),
+        "mcp_servers.everything.args=[\"stdio\"]".into(),
+        "Call the echo tool.".into(),
+    ];
+    let env = [
+        ("CODEX_HOME", codex_home.to_str().unwrap()),
+        ("CODEX_API_KEY", "sk-test"),
+        ("OPENAI_API_KEY", "sk-test"),
+    ];
+    let out = exec(
+        &daemon,
+        "codex-secret",
+        home.path(),
+        &env,
+        &agent_bin("codex"),
+        &args,
+    );
+    assert!(out.status.success());
+    let requests = llm.requests();
+    let turns: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == "/v1/responses")
+        .collect();
+    let last = turns.last().expect("Codex asked the model");
+    let outputs: Vec<String> = last["json"]["input"]
+        .as_array()
+        .expect("input items")
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].to_string())
+        .collect();
+    assert!(
+        outputs
+            .iter()
+            .any(|o| o.contains("Echo: hi [toolwall:redacted:aws-access-token]")),
+        "the echo's answer came back, redacted: {outputs:?}"
+    );
+    for turn in &turns {
+        let tools = turn["json"]["tools"].to_string();
+        assert!(
+            !tools.contains("get_sum") && !tools.contains("get-sum"),
+            "the proxy took the denied tool out: {tools}"
+        );
+        for item in turn["json"]["input"].as_array().into_iter().flatten() {
+            if item["type"] == "function_call_output" {
+                assert!(
+                    !item.to_string().contains(AWS),
+                    "the model got the secret: {item}"
+                );
+            }
+        }
+    }
+    assert!(
+        turns
+            .iter()
+            .any(|t| t["json"]["tools"].to_string().contains("echo")),
+        "echo stays offered"
+    );
+    let found = daemon.json_lines(&["mcp", "events", "--json", "--type", "mcp_result_inspected"]);
+    assert!(
+        found
+            .iter()
+            .any(|e| e["layer"] == "llm" && e["server_id"] == "everything"),
+        "{found:#?}"
+    );
+    assert!(daemon.stop().success());
+}

@@ -55,6 +55,8 @@ pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let api = daemon(args.config.as_deref()).await?;
         let waiting: Vec<Question> = api.get_json("/api/approvals").await?;
+        // The arguments are what a person decides on: never cut (helper-35 hid a value past
+        // a cut cell).
         let mut out = Output::new(
             args.json,
             &[
@@ -66,7 +68,8 @@ pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
                 "ARGUMENTS",
                 "WHY",
             ],
-        );
+        )
+        .whole(5);
         let now = chrono::Utc::now();
         for q in &waiting {
             let cells = vec![
@@ -76,7 +79,7 @@ pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
                     (now - q.asked_at).num_seconds().max(0),
                     (q.expires_at - q.asked_at).num_seconds()
                 ),
-                q.session_id.clone(),
+                crate::approval::session_label(q).to_owned(),
                 q.server_id.clone(),
                 q.tool.clone(),
                 q.arguments
@@ -121,12 +124,13 @@ pub(crate) fn answer(args: AnswerArgs, approve: bool) -> anyhow::Result<ExitCode
             )
         };
         println!(
-            "{} approval {}: {} on {} (session {})",
+            "{} approval {}: {} on {} (session {}) with {}",
             if approve { "approved" } else { "denied" },
             args.id,
             field("tool", "?"),
             field("server_id", "?"),
             field("session_id", "-"),
+            crate::views::printable(q["arguments"].to_string()),
         );
         Ok(ExitCode::SUCCESS)
     })

@@ -102,8 +102,9 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
 }
 
 /// A stdio client's hang-up while a call of its waits: reads on (what it sends is kept in
-/// `framer`, in order, for after the answer; at most `max` bytes, then it is read no more) and
-/// resolves once its stream ended, setting `ended`.
+/// `framer`, in order, for after the answer) and resolves once its stream ended, setting
+/// `ended`. A client that sends more than `max` bytes meanwhile is treated as gone too: unread,
+/// its hang-up could not be seen, and its call would run for no one (helper-35).
 pub(crate) async fn until_hangup<R: AsyncRead + Unpin>(
     client: &mut R,
     framer: &mut LineFramer,
@@ -112,7 +113,12 @@ pub(crate) async fn until_hangup<R: AsyncRead + Unpin>(
 ) {
     loop {
         if framer.buffer_mut().len() >= max {
-            return std::future::pending().await;
+            tracing::warn!(
+                max,
+                "the client sent more than its message limit while its call waited for a person: its session ends"
+            );
+            *ended = true;
+            return;
         }
         match client.read_buf(framer.buffer_mut()).await {
             Ok(0) | Err(_) => {

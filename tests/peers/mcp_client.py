@@ -26,7 +26,9 @@ def dump(model):
 async def exercise(read, write, calls):
     out = {"tools": [], "calls": []}
     async with ClientSession(read, write) as session:
-        await session.initialize()
+        init = await session.initialize()
+        if getattr(init, "instructions", None) is not None:
+            out["instructions"] = init.instructions
         cursor = None
         while True:
             params = {"cursor": cursor} if cursor else None
@@ -58,6 +60,7 @@ async def exercise(read, write, calls):
             out["resource"] = dump(await session.read_resource(first.uri))
         prompts = await session.list_prompts()
         out["prompts"] = [p.name for p in prompts.prompts]
+        out["prompt_descriptions"] = {p.name: p.description for p in prompts.prompts}
         simple = [p for p in prompts.prompts if not p.arguments]
         if simple:
             out["prompt"] = dump(await session.get_prompt(simple[0].name))

@@ -212,6 +212,21 @@ impl DefinitionChecks {
         self.poisoning == DefinitionAction::Off && self.shadowing == DefinitionAction::Off
     }
 
+    /// What the poisoning checks find in one text the model reads besides tool definitions
+    /// (a server's `instructions`, a prompt's or resource's description).
+    pub(crate) fn check_text(&self, text: &str, others: &Others) -> Vec<DefinitionFinding> {
+        let mut found = Vec::new();
+        if self.poisoning != DefinitionAction::Off {
+            self.poisoned(text, "", others, &mut found);
+        }
+        found
+    }
+
+    /// Whether the poisoning checks are on.
+    pub(crate) fn poisoning_on(&self) -> bool {
+        self.poisoning != DefinitionAction::Off
+    }
+
     /// What `tool` (a definition one server lists) holds, against the other servers' tools.
     pub(crate) fn check(&self, tool: &Value, others: &Others) -> Vec<DefinitionFinding> {
         let mut found = Vec::new();

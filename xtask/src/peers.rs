@@ -7,8 +7,9 @@ use anyhow::Context;
 
 use crate::step::{self, timed};
 
-/// Debian packages the end-to-end tests use: a browser for the web view test.
-const DEBIAN_PACKAGES: &[&str] = &["chromium"];
+/// Debian packages the end-to-end tests use: a browser for the web view test, Prometheus
+/// to scrape the daemon's `/metrics`.
+const DEBIAN_PACKAGES: &[&str] = &["chromium", "prometheus"];
 
 /// Installs (or confirms) the Python virtualenv, the npm packages and the Debian packages.
 pub fn install() -> anyhow::Result<()> {

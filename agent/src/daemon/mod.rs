@@ -7,6 +7,7 @@
 
 pub(crate) mod api;
 mod audit_gate;
+mod metrics;
 mod peer;
 mod state;
 mod stdio;
@@ -268,6 +269,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         session_keys,
         approvals,
     }));
+    // Metrics count what the store committed, as every view reads it.
+    tokio::spawn(state.metrics.clone().follow(state.live_events.subscribe()));
     let adopted = state.adopt_pinned_sessions();
     if adopted > 0 {
         tracing::warn!(

@@ -106,6 +106,8 @@ pub(crate) struct DaemonState {
     pub session_keys: Arc<crate::llm::proxy::SessionKeys>,
     /// Calls waiting for a person (`approval.rs`): the layers put them, the API answers.
     pub approvals: Arc<crate::approval::Approvals>,
+    /// What `GET /metrics` reports (`daemon/metrics.rs`).
+    pub metrics: Arc<super::metrics::Metrics>,
     /// Open sessions by name.
     sessions: Mutex<HashMap<String, SessionCgroup>>,
     /// Sessions taken over from a daemon before this one: no `toolwall exec` will close them,
@@ -144,6 +146,7 @@ impl DaemonState {
             session_keys,
             approvals,
         } = parts;
+        let metrics = super::metrics::Metrics::new();
         let gate = super::audit_gate::AuditGate::shared(
             policy.clone(),
             committer.health(),
@@ -163,6 +166,7 @@ impl DaemonState {
             layers,
             session_keys,
             approvals,
+            metrics,
             sessions: Mutex::new(HashMap::new()),
             adopted: Mutex::new(std::collections::HashSet::new()),
             servers: Mutex::new(HashMap::new()),

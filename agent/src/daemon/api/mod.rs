@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `GET /` | the web view of correlated calls |
 //! | `GET /health` | layers on/off, kernel counters |
+//! | `GET /metrics` | Prometheus/OpenMetrics text: decisions, events stored, queue, store, sessions, approvals, kernel counters (`daemon/metrics.rs`) |
 //! | `GET /api/events?type=&session=&server=&tool=&action=&since=&after=&limit=` | stored events |
 //! | `GET /api/calls?session=&server=&tool=&action=&since=` | correlated call records |
 //! | `GET /api/tools`, `GET /api/servers` | the registry |
@@ -451,6 +452,17 @@ async fn route(
                 "stdio servers are run only for processes on the Unix socket whose credentials are known",
             )),
         },
+        (&Method::GET, "/metrics") => Ok(match state.metrics.render(state) {
+            Ok(text) => full(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                text,
+            ),
+            Err(_) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "metrics could not be written",
+            ),
+        }),
         (&Method::GET, "/api/approvals") => Ok(approvals::list(state)),
         (&Method::POST, "/api/approvals") => approvals::ask(state, req).await,
         (&Method::GET, "/api/stream/approvals") => Ok(approvals::stream(state)),

@@ -1,0 +1,271 @@
+//! `GET /metrics` (issue 17): the daemon's counters in the Prometheus/OpenMetrics text format,
+//! through the maintained `prometheus-client` crate. Decisions are counted from the events the
+//! store committed (the live feed every view follows: `daemon/mod.rs`), so a metric and the
+//! record agree and no layer does more work per call; gauges are read when scraped.
+//!
+//! Label values come from servers and agents (tool names): at most [`MAX_LABEL_SETS`]
+//! decision series are kept, the rest are counted under `tool="(other)"`, `server="(other)"` —
+//! a server listing a million names must not grow the daemon.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::broadcast;
+
+use super::DaemonState;
+use crate::events::{Event, StoredEvent};
+
+/// Distinct (layer, server, tool, decision) series kept; more share one `(other)` series.
+const MAX_LABEL_SETS: usize = 4096;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    layer: String,
+    server: String,
+    tool: String,
+    decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabels {
+    r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CounterLabels {
+    counter: String,
+}
+
+/// The daemon's metrics.
+pub(crate) struct Metrics {
+    registry: Registry,
+    decisions: Family<DecisionLabels, Counter>,
+    seen: Mutex<HashSet<DecisionLabels>>,
+    events: Family<TypeLabels, Counter>,
+    missed: Counter,
+    queued_bytes: Gauge,
+    store_writing: Gauge,
+    sessions: Gauge,
+    approvals_waiting: Gauge,
+    kernel: Family<CounterLabels, Gauge>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("toolwall");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Tool calls and connections decided, by layer (llm, shim, mcp-proxy, kernel), server, tool and decision (allow, block)",
+            decisions.clone(),
+        );
+        let events = Family::<TypeLabels, Counter>::default();
+        registry.register(
+            "events_stored",
+            "Events the store committed, by type",
+            events.clone(),
+        );
+        let missed = Counter::default();
+        registry.register(
+            "metrics_events_missed",
+            "Committed events these metrics did not count (the live feed ran ahead of them)",
+            missed.clone(),
+        );
+        let queued_bytes = Gauge::default();
+        registry.register(
+            "event_queue_bytes",
+            "Bytes of events waiting for the store's writer (past its bound, layers wait)",
+            queued_bytes.clone(),
+        );
+        let store_writing = Gauge::default();
+        registry.register(
+            "store_writing",
+            "1 while the event store commits, 0 while it fails (full or read-only disk)",
+            store_writing.clone(),
+        );
+        let sessions = Gauge::default();
+        registry.register("sessions_open", "Agent sessions open", sessions.clone());
+        let approvals_waiting = Gauge::default();
+        registry.register(
+            "approvals_waiting",
+            "Calls waiting for a person (argument rules with action: ask)",
+            approvals_waiting.clone(),
+        );
+        let kernel = Family::<CounterLabels, Gauge>::default();
+        registry.register(
+            "kernel",
+            "The kernel layer's counters since the daemon started (connects, unmatched, flagged, denied, ring_drops, summarised, egress_drops)",
+            kernel.clone(),
+        );
+        Arc::new(Metrics {
+            registry,
+            decisions,
+            seen: Mutex::default(),
+            events,
+            missed,
+            queued_bytes,
+            store_writing,
+            sessions,
+            approvals_waiting,
+            kernel,
+        })
+    }
+
+    /// Counts one committed event.
+    fn count(&self, event: &Event) {
+        self.events
+            .get_or_create(&TypeLabels {
+                r#type: event.kind().to_owned(),
+            })
+            .inc();
+        let (layer, tool, n) = match event {
+            Event::McpToolCallIntercepted(e) => (
+                "llm",
+                match e.server_tool.as_str() {
+                    "" => e.tool_name.as_str(),
+                    tool => tool,
+                },
+                1,
+            ),
+            Event::McpToolCalled(e) => (e.layer.as_str(), e.tool_name.as_str(), 1),
+            // A summary row stands for `count` connections.
+            Event::McpNetworkConnection(e) => ("kernel", "", e.count.max(1)),
+            _ => return,
+        };
+        let keys = event.keys();
+        let mut labels = DecisionLabels {
+            layer: layer.to_owned(),
+            server: keys.server.to_owned(),
+            tool: tool.to_owned(),
+            decision: keys.action.as_str().to_owned(),
+        };
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if !seen.contains(&labels) {
+                if seen.len() >= MAX_LABEL_SETS {
+                    labels.server = "(other)".into();
+                    labels.tool = "(other)".into();
+                } else {
+                    seen.insert(labels.clone());
+                }
+            }
+        }
+        self.decisions.get_or_create(&labels).inc_by(n);
+    }
+
+    /// Follows the committed events until the feed closes.
+    pub(crate) async fn follow(self: Arc<Self>, mut live: broadcast::Receiver<StoredEvent>) {
+        loop {
+            match live.recv().await {
+                Ok(stored) => self.count(&stored.event),
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    self.missed.inc_by(n);
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// The text a scrape gets (OpenMetrics), gauges read now.
+    pub(crate) fn render(&self, state: &DaemonState) -> Result<String, std::fmt::Error> {
+        self.queued_bytes
+            .set(i64::try_from(state.sink.queued()).unwrap_or(i64::MAX));
+        self.store_writing
+            .set(i64::from(state.committer.health().failing().is_none()));
+        self.sessions
+            .set(i64::try_from(state.session_names().len()).unwrap_or(i64::MAX));
+        self.approvals_waiting
+            .set(i64::try_from(state.approvals.pending().len()).unwrap_or(i64::MAX));
+        if let Some(c) = state.netmon.as_ref().and_then(|n| n.counters().ok()) {
+            for (name, value) in [
+                ("connects", c.connects),
+                ("unmatched", c.unmatched),
+                ("flagged", c.flagged),
+                ("denied", c.denied),
+                ("ring_drops", c.ring_drops),
+                ("summarised", c.summarised),
+                ("egress_drops", c.egress_drops),
+            ] {
+                self.kernel
+                    .get_or_create(&CounterLabels {
+                        counter: name.to_owned(),
+                    })
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Action;
+    use crate::events::ToolCalled;
+
+    fn called(tool: String, action: Action) -> Event {
+        Event::McpToolCalled(ToolCalled {
+            timestamp: chrono::Utc::now(),
+            session_id: "s".into(),
+            server_id: "srv".into(),
+            server_type: "stdio".into(),
+            tool_name: tool,
+            jsonrpc_id: serde_json::Value::Null,
+            input: None,
+            action,
+            reason: String::new(),
+            layer: "shim".into(),
+        })
+    }
+
+    fn text(m: &Metrics) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &m.registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn decisions_are_counted_and_their_series_bounded() {
+        let m = Metrics::new();
+        m.count(&called("echo".into(), Action::Allow));
+        m.count(&called("echo".into(), Action::Allow));
+        m.count(&called("rm".into(), Action::Block));
+        let out = text(&m);
+        assert!(
+            out.contains(r#"toolwall_decisions_total{layer="shim",server="srv",tool="echo",decision="allow"} 2"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"toolwall_events_stored_total{type="mcp_tool_called"} 3"#),
+            "{out}"
+        );
+        // A server naming a tool per call cannot grow the series past the bound.
+        for i in 0..MAX_LABEL_SETS + 100 {
+            m.count(&called(format!("t{i}"), Action::Allow));
+        }
+        let out = text(&m);
+        let series = out
+            .lines()
+            .filter(|l| l.starts_with("toolwall_decisions_total{"))
+            .count();
+        assert_eq!(series, MAX_LABEL_SETS + 1, "the bound plus (other)");
+        assert!(
+            out.contains(r#"toolwall_decisions_total{layer="shim",server="(other)",tool="(other)",decision="allow"} 102"#),
+            "{}",
+            out.lines().filter(|l| l.contains("(other)")).collect::<Vec<_>>().join("\n")
+        );
+    }
+}

@@ -11,6 +11,7 @@
 //! - `fuzz`       run the `cargo fuzz` targets of `agent/fuzz` (nightly), each for a fixed time
 
 mod fuzz;
+mod package;
 mod peers;
 mod setup;
 mod step;
@@ -42,6 +43,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build the release `.deb` (binary, systemd unit, default config) under target/package.
+    Package,
     /// Set up and run every check (what CI runs).
     Test,
     /// Build the release binary, install the peers, and run the benchmarks.
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Task::Peers => peers::install(),
         Task::BuildEbpf => setup::build_ebpf(),
         Task::Run { args } => run(&args),
+        Task::Package => package::package().map(drop),
         Task::Test => test::test(),
         Task::Bench { groups } => test::bench(&groups),
         Task::Fuzz { seconds, target } => fuzz::fuzz(seconds, target.as_deref()),

@@ -67,20 +67,26 @@ fn privileged() -> anyhow::Result<()> {
         ])))?;
         return Ok(());
     }
+    // The package test installs and runs what `cargo xtask package` built.
+    let deb = crate::package::package()?;
     timed("privileged tests (root: real cgroups, real eBPF)", || {
-        step::run(e2e_env(Command::new(step::cargo_bin()).args([
-            "nextest",
-            "run",
-            "--workspace",
-            "--all-features",
-            "--run-ignored",
-            "only",
-            "--no-fail-fast",
-            "--success-output",
-            "immediate",
-            "--test-threads",
-            "1",
-        ])))
+        step::run(e2e_env(
+            Command::new(step::cargo_bin())
+                .env("TOOLWALL_DEB", &deb)
+                .args([
+                    "nextest",
+                    "run",
+                    "--workspace",
+                    "--all-features",
+                    "--run-ignored",
+                    "only",
+                    "--no-fail-fast",
+                    "--success-output",
+                    "immediate",
+                    "--test-threads",
+                    "1",
+                ]),
+        ))
     })
 }
 

@@ -58,6 +58,14 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// a slow one must not hold a descriptor for ever.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Tells systemd (when it started the daemon) how the daemon is; a failure is logged, never
+/// fatal: the daemon works the same without a supervisor listening.
+fn notify(states: &[sd_notify::NotifyState<'_>]) {
+    if let Err(error) = sd_notify::notify(false, states) {
+        tracing::warn!(%error, "could not notify systemd (NOTIFY_SOCKET)");
+    }
+}
+
 /// Every declared stdio server's `user:` must exist here (found at start, not at the first
 /// call); one without runs as the agent that asks, which can reach into it: said once, here.
 fn check_server_users(config: &Config) -> anyhow::Result<()> {
@@ -297,6 +305,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             tracing::warn!("layer {}: OFF — {}", layer.name, layer.detail);
         }
     }
+    let shutdown = shutdown_signals()?;
     println!("toolwall running");
     match proxy_addr {
         Some(addr) => println!(
@@ -313,8 +322,20 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     println!("  API socket        {}", api.socket.display());
     println!("  event database    {}", db_path.display());
     println!("  stop with Ctrl-C or SIGTERM");
+    // Under systemd (`Type=notify`, the package's unit): ready once every layer is up and the
+    // API answers. Without NOTIFY_SOCKET this does nothing.
+    let layers_on = state.layers.iter().filter(|l| l.on).count();
+    notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&format!(
+            "{layers_on} of {} layers on; API http://{}/",
+            state.layers.len(),
+            api.http_addr
+        )),
+    ]);
 
-    wait_for_shutdown().await?;
+    shutdown.await;
+    notify(&[sd_notify::NotifyState::Stopping]);
 
     // Stop taking work, then flush: the API goes first so nothing new arrives, sessions are
     // closed (programs detached), and the writer drains every queued event before it returns.
@@ -645,13 +666,16 @@ async fn correlate_live(
 }
 
 /// Resolves on the first SIGINT or SIGTERM.
-async fn wait_for_shutdown() -> anyhow::Result<()> {
+/// SIGTERM and SIGINT, caught from the moment this is called (before the daemon says it is
+/// ready: a supervisor may stop it at once, and must find it stopping cleanly).
+fn shutdown_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
 }

@@ -1,0 +1,127 @@
+//! The `.deb` (issue 17): `cargo xtask package` builds it (`cargo xtask test` passes its path in
+//! `TOOLWALL_DEB`); here it is installed with `dpkg -i`, its unit passes `systemd-analyze
+//! verify`, its conffile passes `toolwall config check`, and the installed daemon runs under the
+//! unit's capability bounding set and `NoNewPrivileges` (`setpriv`: this host has no systemd as
+//! PID 1 to start the unit) with every layer on, telling `NOTIFY_SOCKET` it is ready and, at
+//! SIGTERM, that it stops. Purged afterwards.
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use toolwall_tests::http_unix;
+
+const UNIT: &str = "/lib/systemd/system/toolwall.service";
+
+/// Removes the package however the test ends.
+struct Installed;
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = Command::new("dpkg")
+            .args(["--purge", "toolwall"])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+fn run(command: &mut Command) -> String {
+    let out = command.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{command:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The unit's `CapabilityBoundingSet` as `setpriv --bounding-set` takes it.
+fn bounding_set(unit: &str) -> String {
+    let caps = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit bounds the capabilities");
+    let mut set = vec!["-all".to_owned()];
+    set.extend(
+        caps.split_whitespace()
+            .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_ascii_lowercase())),
+    );
+    set.join(",")
+}
+
+#[test]
+#[ignore = "privileged: installs the package (dpkg -i) and runs its daemon as root"]
+fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
+    let deb = std::env::var("TOOLWALL_DEB").expect(
+        "TOOLWALL_DEB: the .deb to test (`cargo xtask test` builds it; or `cargo xtask package`)",
+    );
+    let _installed = Installed;
+    run(Command::new("dpkg").args(["-i", &deb]));
+    let conffiles = run(Command::new("dpkg-query").args(["-W", "-f=${Conffiles}", "toolwall"]));
+    assert!(
+        conffiles.contains("/etc/toolwall/toolwall.yaml"),
+        "{conffiles}"
+    );
+    run(Command::new("systemd-analyze").args(["verify", UNIT]));
+    run(Command::new("/usr/bin/toolwall").args(["config", "check", "/etc/toolwall/toolwall.yaml"]));
+    let unit = std::fs::read_to_string(UNIT).expect("the unit");
+    assert!(unit.contains("Type=notify") && unit.contains("StateDirectory=toolwall"));
+    assert!(unit.contains("ExecStart=/usr/bin/toolwall run --config /etc/toolwall/toolwall.yaml"));
+
+    // The installed daemon, as the unit starts it, on private paths.
+    let dir = tempfile::tempdir().expect("dir");
+    let socket = dir.path().join("api.sock");
+    let pin_dir = format!("/sys/fs/bpf/toolwall-package-{}", std::process::id());
+    let config = dir.path().join("toolwall.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  pin_dir: {pin_dir}\n",
+            socket.display(),
+            dir.path().join("events.db").display()
+        ),
+    )
+    .expect("config");
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).expect("bind NOTIFY_SOCKET");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mut daemon = Command::new("setpriv")
+        .arg(format!("--bounding-set={}", bounding_set(&unit)))
+        .args([
+            "--inh-caps=-all",
+            "--no-new-privs",
+            "/usr/bin/toolwall",
+            "run",
+            "--config",
+        ])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("setpriv toolwall run");
+    let mut buf = [0u8; 4096];
+    let n = notify.recv(&mut buf).expect("the daemon says it is ready");
+    let said = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(said.contains("READY=1"), "{said}");
+    assert!(said.contains("STATUS="), "{said}");
+    let (status, health) = http_unix(&socket, "GET", "/health", "").expect("health");
+    assert_eq!(status, 200, "{health}");
+    let health: Value = serde_json::from_str(&health).expect("json");
+    for layer in health["layers"].as_array().expect("layers") {
+        assert_eq!(
+            layer["on"], true,
+            "every layer runs with the unit's capabilities: {layer}"
+        );
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
+    let n = notify.recv(&mut buf).expect("the daemon says it stops");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    assert!(daemon.wait().expect("wait").success());
+    let _ = std::fs::remove_dir_all(&pin_dir);
+}

@@ -116,6 +116,13 @@ fn privileged_prometheus_scrapes_the_daemons_decisions() {
             json!({"server_type": "stdio", "tool_name": "echo", "jsonrpc_id": 1,
                 "action": "allow", "reason": "", "layer": "shim"}),
         ),
+        // A name a server chose, written to break the exposition or forge a series: the
+        // scrape must stay whole (`up` 1) and the echo count one.
+        event(
+            "mcp_tool_called",
+            json!({"server_type": "stdio", "tool_name": "x\",layer=\"shim\",tool=\"echo\"} 9\n\u{1b}", "jsonrpc_id": 2,
+                "action": "block", "reason": "", "layer": "shim"}),
+        ),
     ]
     .join("\n");
     let (status, answer) = http_unix(&daemon.socket, "POST", "/api/events", &body).unwrap();

@@ -41,6 +41,31 @@ struct CounterLabels {
     counter: String,
 }
 
+/// Longest label value kept (characters); a longer one is cut and marked with `…`.
+const MAX_LABEL: usize = 128;
+
+/// A name a server or agent chose, as an OpenMetrics label value: `prometheus-client` writes
+/// label values as they are, so a tool named `x"} 1\n…` would forge series or break the
+/// scrape — `\`, `"` and line ends are escaped here, and the value is bounded.
+fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len().min(MAX_LABEL) + 8);
+    for (i, c) in value.chars().enumerate() {
+        if i == MAX_LABEL {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            // Other escapes are not OpenMetrics: a control character is shown as U+FFFD.
+            c if c.is_control() => out.push(char::REPLACEMENT_CHARACTER),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The daemon's metrics.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -145,9 +170,9 @@ impl Metrics {
         };
         let keys = event.keys();
         let mut labels = DecisionLabels {
-            layer: layer.to_owned(),
-            server: keys.server.to_owned(),
-            tool: tool.to_owned(),
+            layer: label(layer),
+            server: label(keys.server),
+            tool: label(tool),
             decision: keys.action.as_str().to_owned(),
         };
         {
@@ -235,6 +260,27 @@ mod tests {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &m.registry).unwrap();
         out
+    }
+
+    #[test]
+    fn a_tool_name_cannot_forge_a_series_or_break_the_scrape() {
+        let m = Metrics::new();
+        m.count(&called(
+            "x\",decision=\"allow\"} 1\ntoolwall_decisions_total{tool=\"y\\".into(),
+            Action::Block,
+        ));
+        let out = text(&m);
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("toolwall_decisions_total"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{out}");
+        assert!(
+            lines[0].ends_with(r#"tool="x\",decision=\"allow\"} 1\ntoolwall_decisions_total{tool=\"y\\",decision="block"} 1"#),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(label(&"a".repeat(500)).chars().count(), MAX_LABEL + 1);
     }
 
     #[test]

@@ -161,7 +161,7 @@ pub(crate) fn describe(config: &Config) -> String {
         let approval = &mcp.approval;
         let _ = writeln!(
             out,
-            "  asked calls wait {} s for `toolwall approve|deny ID` or the web view (at most {} at once){}; only the daemon's layers can ask: elsewhere they are refused",
+            "  asked calls wait {} s for `toolwall approve|deny ID` or the web view (at most {} at once){}; stand-alone shims and filter proxies ask the running daemon, and with no daemon to ask such calls are refused",
             approval.timeout_secs,
             approval.max_pending,
             approval

@@ -14,8 +14,10 @@ use toolwall_tests::http_unix;
 
 const UNIT: &str = "/lib/systemd/system/toolwall.service";
 
-/// Removes the package however the test ends.
-struct Installed;
+/// Removes the package, and the daemon's pins, however the test ends.
+struct Installed {
+    pin_dir: String,
+}
 
 impl Drop for Installed {
     fn drop(&mut self) {
@@ -23,6 +25,7 @@ impl Drop for Installed {
             .args(["--purge", "toolwall"])
             .stdout(Stdio::null())
             .status();
+        let _ = std::fs::remove_dir_all(&self.pin_dir);
     }
 }
 
@@ -57,7 +60,10 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
     let deb = std::env::var("TOOLWALL_DEB").expect(
         "TOOLWALL_DEB: the .deb to test (`cargo xtask test` builds it; or `cargo xtask package`)",
     );
-    let _installed = Installed;
+    let pin_dir = format!("/sys/fs/bpf/toolwall-package-{}", std::process::id());
+    let _installed = Installed {
+        pin_dir: pin_dir.clone(),
+    };
     run(Command::new("dpkg").args(["-i", &deb]));
     let conffiles = run(Command::new("dpkg-query").args(["-W", "-f=${Conffiles}", "toolwall"]));
     assert!(
@@ -73,7 +79,6 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
     // The installed daemon, as the unit starts it, on private paths.
     let dir = tempfile::tempdir().expect("dir");
     let socket = dir.path().join("api.sock");
-    let pin_dir = format!("/sys/fs/bpf/toolwall-package-{}", std::process::id());
     let config = dir.path().join("toolwall.yaml");
     std::fs::write(
         &config,
@@ -123,5 +128,4 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
     let n = notify.recv(&mut buf).expect("the daemon says it stops");
     assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
     assert!(daemon.wait().expect("wait").success());
-    let _ = std::fs::remove_dir_all(&pin_dir);
 }

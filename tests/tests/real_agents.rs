@@ -621,6 +621,17 @@ fn privileged_claude_code_and_codex_wait_for_a_person_and_run_what_was_approved(
         "the approved call ran: {outputs:?}"
     );
     assert!(daemon.stop().success());
+    // The servers' cgroups went with the daemon (they used to stay, empty and pinned).
+    let root = toolwall::cgroup2_mount().expect("cgroup2").join("toolwall");
+    let left: Vec<String> = std::fs::read_dir(&root)
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("claude-ask") || n.starts_with("codex-ask"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 /// The Codex twin of the Claude Code test above: server-everything runs unwrapped, the proxy

@@ -357,6 +357,14 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+    // The servers were killed: their cgroups close once their last process is reaped, a
+    // moment later — waited for (2 s at most), or they stay pinned for a next daemon that may
+    // never come (empty `…-mcp-…` cgroups were left behind).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while state.has_adopted_sessions() && tokio::time::Instant::now() < deadline {
+        state.reap_adopted_sessions();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let pending_sessions = state.close_all_sessions();
     if let Some(netmon) = &state.netmon {
         netmon.shutdown().await;

@@ -194,6 +194,15 @@ impl DaemonState {
     }
 
     /// Closes adopted sessions whose processes are all gone.
+    /// Whether sessions wait to close once empty ([`Self::close_when_empty`]).
+    pub(crate) fn has_adopted_sessions(&self) -> bool {
+        !self
+            .adopted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     pub(crate) fn reap_adopted_sessions(&self) {
         let names: Vec<String> = self
             .adopted

@@ -123,6 +123,29 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
             "every layer runs with the unit's capabilities: {layer}"
         );
     }
+    // A root agent's stdio server, started by this daemon under the unit's capabilities
+    // (helper-36: without CAP_SETPCAP it could not confine a root server, and none started).
+    let agent = format!(
+        r#"import subprocess
+shim = subprocess.Popen(["/usr/bin/toolwall", "shim", "--server-id", "everything", "--", {everything:?}, "stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+shim.stdin.write(b'{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"a","version":"1"}}}}}}\n'); shim.stdin.flush()
+print(shim.stdout.readline().decode(), flush=True)
+shim.stdin.close(); shim.wait()
+"#,
+        everything = toolwall_tests::server_everything().display().to_string()
+    );
+    let out = Command::new("/usr/bin/toolwall")
+        .args(["exec", "--as-root", "--session", "package", "--config"])
+        .arg(&config)
+        .args(["--", "python3", "-c", &agent])
+        .output()
+        .expect("toolwall exec");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("\"protocolVersion\""),
+        "a root server ran under the unit's capabilities: {said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
     let n = notify.recv(&mut buf).expect("the daemon says it stops");

@@ -168,9 +168,15 @@ impl Metrics {
             Event::McpNetworkConnection(e) => ("kernel", "", e.count.max(1)),
             _ => return,
         };
+        // The layer of a posted event is the poster's word: only the layers there are count.
+        let layer = match layer {
+            "llm" | "shim" | "mcp-proxy" | "kernel" => layer,
+            _ => "(other)",
+        };
+        let n = n.min(u64::from(u32::MAX));
         let keys = event.keys();
         let mut labels = DecisionLabels {
-            layer: label(layer),
+            layer: layer.to_owned(),
             server: label(keys.server),
             tool: label(tool),
             decision: keys.action.as_str().to_owned(),

@@ -58,11 +58,19 @@ pub(super) async fn ask(
 ) -> anyhow::Result<Response<Body>> {
     use crate::approval::{Asked, Call, Posted, Progress};
     let body = writes::body(req, MAX_QUESTION).await?;
-    let posted: Posted = serde_json::from_slice(&body).context("not a held call")?;
+    let mut posted: Posted = serde_json::from_slice(&body).context("not a held call")?;
     anyhow::ensure!(
         posted.decision.ask.is_some(),
         "the decision asks no one (no `ask`)"
     );
+    anyhow::ensure!(
+        matches!(posted.layer.as_str(), "shim" | "mcp-proxy"),
+        "only a stand-alone shim or filter proxy posts its held calls here, not {:?}",
+        posted.layer
+    );
+    // Only processes on the host post here (`route`): their calls are the host's, whatever
+    // the body says (helper-36: a claimed session spent that session's share).
+    posted.session_id.clear();
     let line = |progress: &Progress| {
         let mut line = serde_json::to_vec(progress).unwrap_or_default();
         line.push(b'\n');

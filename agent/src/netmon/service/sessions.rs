@@ -183,7 +183,19 @@ impl NetmonService {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
-        Ok(cgroup.remove_if_empty()?)
+        // A process killed a moment ago may still count against its cgroup after it left
+        // `cgroup.procs` (rmdir: EBUSY): a short while is given before the directory is left
+        // behind (empty `…-mcp-…` cgroups stayed after every daemon-run server).
+        for _ in 0..10 {
+            if cgroup.remove_if_empty()? {
+                return Ok(true);
+            }
+            if !cgroup.all_processes()?.is_empty() {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(false)
     }
 
     /// Removes the maps' pins when no session is left pinned (a clean stop).

@@ -22,6 +22,9 @@ LOCK = threading.Lock()
 LOG = None
 # FAKE_LLM_ECHO: what the model asks `echo` to say (a test of what comes back puts a secret in it).
 CALLS = [("echo", {"message": os.environ.get("FAKE_LLM_ECHO", "hi")}), ("get-sum", {"a": 1, "b": 2})]
+# FAKE_LLM_CALLS: the calls its model asks for instead, as JSON [[tool, arguments], ...].
+if os.environ.get("FAKE_LLM_CALLS"):
+    CALLS = [tuple(c) for c in json.loads(os.environ["FAKE_LLM_CALLS"])]
 
 
 def uid(prefix):

@@ -937,7 +937,12 @@ fn privileged_a_request_handed_to_another_session_starts_nothing() {
     let said = String::from_utf8_lossy(&taker.stdout);
     println!("{said}\n{}", daemon.stderr());
     assert!(said.contains("answer HTTP/1.1 4"), "refused: {said}");
-    assert!(said.contains("gone or has moved"), "{said}");
+    // Which refusal depends on when the daemon looks: the giver gone already (its place cannot
+    // be told) or the request moved (CI saw both).
+    assert!(
+        said.contains("gone or has moved") || said.contains("cannot tell where the process"),
+        "{said}"
+    );
     let log = daemon.stderr();
     assert!(!log.contains("started stdio MCP server"), "{log}");
 }

@@ -1,7 +1,7 @@
 // Answers a waiting call in the daemon's web view, in headless Chromium (playwright-core):
 // waits until the "Waiting for you" list shows the call, prints what the row says as JSON, and
 // clicks its approve button (or deny, answering the page's prompt with a reason). Prints
-// "answered" once the row is gone. Args: API address, web token, approve|deny, screenshot path.
+// "answered" once that row is gone. Args: API address, web token, approve|deny, screenshot path.
 const path = require("path");
 const { chromium } = require(path.join(process.env.PEERS_NODE, "node_modules", "playwright-core"));
 
@@ -21,8 +21,10 @@ const [api, token, verdict, screenshot] = process.argv.slice(2);
     const row = await page.$$eval("#ask-rows tr td", (tds) => tds.map((td) => td.textContent));
     console.log(JSON.stringify({ row, visible: await page.isVisible("#asks") }));
     await page.screenshot({ path: screenshot, fullPage: true });
-    await page.click(`#ask-rows tr button.${verdict}`);
-    await page.waitForFunction(() => document.querySelectorAll("#ask-rows tr").length === 0, null, { timeout: 10000 });
+    const id = row[0];
+    await page.click(`#ask-rows tr[data-id="${id}"] button.${verdict}`);
+    // That row goes (the next call's question may already have taken its place).
+    await page.waitForFunction((id) => !document.querySelector(`#ask-rows tr[data-id="${id}"]`), id, { timeout: 10000 });
     console.log("answered");
   } finally {
     await browser.close();

@@ -425,6 +425,24 @@ impl StdioSession {
     }
 }
 
+/// The marker's lines once a case ran. The server may answer the control before its handler
+/// of the call ahead of it wrote the marker (the Python SDK runs requests concurrently): a
+/// direct attack the case expects gets a moment to show (CI under load once read the marker
+/// too early).
+fn marker_after_case(stream: &Stream, case: &Case, seen: usize) -> Vec<String> {
+    let mut lines = marker_lines(&stream.marker());
+    let expected = !stream.toolwall && case.attacks.contains(&stream.server());
+    let late = Instant::now() + Duration::from_secs(3);
+    while expected
+        && !lines[seen.min(lines.len())..].iter().any(|l| l == "secret")
+        && Instant::now() < late
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        lines = marker_lines(&stream.marker());
+    }
+    lines
+}
+
 fn run_stdio(stream: &Stream, cases: &[(usize, &Case)]) -> (Vec<Outcome>, Vec<String>) {
     let mut outcomes = Vec::new();
     let mut problems = Vec::new();
@@ -452,19 +470,7 @@ fn run_stdio(stream: &Stream, cases: &[(usize, &Case)]) -> (Vec<Outcome>, Vec<St
         if control.is_some() {
             session = None;
         }
-        let mut lines = marker_lines(&stream.marker());
-        // The server may answer the control before its handler of the call ahead of it wrote
-        // the marker (the Python SDK runs requests concurrently): a direct attack the case
-        // expects gets a moment to show (CI under load once read the marker too early).
-        let expected = !stream.toolwall && case.attacks.contains(&stream.server());
-        let late = Instant::now() + Duration::from_secs(3);
-        while expected
-            && !lines[seen.min(lines.len())..].iter().any(|l| l == "secret")
-            && Instant::now() < late
-        {
-            std::thread::sleep(Duration::from_millis(50));
-            lines = marker_lines(&stream.marker());
-        }
+        let lines = marker_after_case(stream, case, seen);
         let new = &lines[seen.min(lines.len())..];
         seen = lines.len();
         let control = control.or_else(|| {
@@ -811,19 +817,7 @@ fn run_http(stream: &Stream, cases: &[(usize, &Case)]) -> (Vec<Outcome>, Vec<Str
     for &(i, case) in cases {
         trace(stream, case);
         let control = http_case(port, &mut session, case, i).err();
-        let mut lines = marker_lines(&stream.marker());
-        // The server may answer the control before its handler of the call ahead of it wrote
-        // the marker (the Python SDK runs requests concurrently): a direct attack the case
-        // expects gets a moment to show (CI under load once read the marker too early).
-        let expected = !stream.toolwall && case.attacks.contains(&stream.server());
-        let late = Instant::now() + Duration::from_secs(3);
-        while expected
-            && !lines[seen.min(lines.len())..].iter().any(|l| l == "secret")
-            && Instant::now() < late
-        {
-            std::thread::sleep(Duration::from_millis(50));
-            lines = marker_lines(&stream.marker());
-        }
+        let lines = marker_after_case(stream, case, seen);
         let new = &lines[seen.min(lines.len())..];
         seen = lines.len();
         let control = control.or_else(|| {

@@ -167,6 +167,21 @@ fn exec(
     out
 }
 
+/// `claude -p PROMPT` with only the MCP servers of `mcp_path` and `allowed` tools allowed.
+fn claude_args(mcp_path: &Path, prompt: &str, allowed: &str) -> Vec<String> {
+    [
+        "-p",
+        prompt,
+        "--mcp-config",
+        &mcp_path.display().to_string(),
+        "--strict-mcp-config",
+        "--allowedTools",
+        allowed,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// `codex exec` non-interactive, its MCP server `everything` started as `command args`, with
 /// `prompt`.
 fn codex_args(command: &str, args: &[String], prompt: &str) -> Vec<String> {
@@ -267,17 +282,11 @@ fn privileged_claude_code_under_exec_runs_allowed_tools_and_never_sees_denied_on
         "command": toolwall_bin(), "args": shim_args(&daemon)}}});
     let mcp_path = home.path().join("mcp.json");
     std::fs::write(&mcp_path, mcp.to_string()).unwrap();
-    let args: Vec<String> = [
-        "-p",
+    let args = claude_args(
+        &mcp_path,
         "Call the echo tool with message hi, and get-sum of 1 and 2.",
-        "--mcp-config",
-        &mcp_path.display().to_string(),
-        "--strict-mcp-config",
-        "--allowedTools",
         "mcp__everything__echo,mcp__everything__get-sum",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    );
     let out = exec(
         &daemon,
         "claude",
@@ -347,17 +356,11 @@ fn privileged_claude_code_is_offered_no_denied_tool_and_handed_no_secret_a_tool_
         "command": server_everything(), "args": ["stdio"]}}});
     let mcp_path = home.path().join("mcp.json");
     std::fs::write(&mcp_path, mcp.to_string()).unwrap();
-    let args: Vec<String> = [
-        "-p",
+    let args = claude_args(
+        &mcp_path,
         "Call the echo tool.",
-        "--mcp-config",
-        &mcp_path.display().to_string(),
-        "--strict-mcp-config",
-        "--allowedTools",
         "mcp__everything__echo,mcp__everything__get-sum",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    );
     let out = exec(
         &daemon,
         "secret",
@@ -510,17 +513,11 @@ fn privileged_claude_code_and_codex_wait_for_a_person_and_run_what_was_approved(
         "command": toolwall_bin(), "args": shim_args(&daemon)}}});
     let mcp_path = home.path().join("mcp.json");
     std::fs::write(&mcp_path, mcp.to_string()).unwrap();
-    let args: Vec<String> = [
-        "-p",
+    let args = claude_args(
+        &mcp_path,
         "Call the echo tool with message hi, and get-sum of 1 and 2.",
-        "--mcp-config",
-        &mcp_path.display().to_string(),
-        "--strict-mcp-config",
-        "--allowedTools",
         "mcp__everything__echo,mcp__everything__get-sum",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    );
     // Claude Code's call is approved in the web view, in a real browser.
     let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).unwrap();
     let (out, browser) = std::thread::scope(|scope| {
@@ -781,17 +778,11 @@ app.run("stdio")
         "command": toolwall_bin(), "args": shim}}});
     let mcp_path = home.path().join("mcp.json");
     std::fs::write(&mcp_path, mcp.to_string()).unwrap();
-    let args: Vec<String> = [
-        "-p",
+    let args = claude_args(
+        &mcp_path,
         "Call the echo tool with message hi, and get-sum of 1 and 2.",
-        "--mcp-config",
-        &mcp_path.display().to_string(),
-        "--strict-mcp-config",
-        "--allowedTools",
         "mcp__everything__echo,mcp__everything__get-sum",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    );
     let out = exec(
         &daemon,
         "poison",
@@ -879,17 +870,11 @@ fn privileged_claude_code_and_codex_run_one_call_of_a_tool_and_not_another() {
         "command": toolwall_bin(), "args": shim_args(&daemon)}}});
     let mcp_path = home.path().join("mcp.json");
     std::fs::write(&mcp_path, mcp.to_string()).unwrap();
-    let args: Vec<String> = [
-        "-p",
+    let args = claude_args(
+        &mcp_path,
         "Add 1 and 2, then 500 and 1.",
-        "--mcp-config",
-        &mcp_path.display().to_string(),
-        "--strict-mcp-config",
-        "--allowedTools",
         "mcp__everything__get-sum",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    );
     let out = exec(
         &daemon,
         "claude-args",

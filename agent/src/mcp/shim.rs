@@ -428,18 +428,7 @@ where
                 }
             };
             let (forward, replies, held) = decide(&filter, &line, true);
-            write_replies(&client_out, replies)
-                .await
-                .context("answering the client")?;
-            if !matches!(forward, Forward::Nothing) {
-                write_line(&mut child_in, &line, forward)
-                    .await
-                    .context("writing to the MCP server")?;
-                child_in
-                    .flush()
-                    .await
-                    .context("writing to the MCP server")?;
-            }
+            deliver(&client_out, replies, &mut child_in, &line, forward).await?;
             // A call that waits for a person holds the client's later messages behind it:
             // the server gets them in the order the client sent them.
             for held in held {
@@ -455,18 +444,7 @@ where
                     Some(message) => Forward::Changed(message.into_owned()),
                     None => Forward::Nothing,
                 };
-                write_replies(&client_out, out.replies)
-                    .await
-                    .context("answering the client")?;
-                if !matches!(forward, Forward::Nothing) {
-                    write_line(&mut child_in, &line, forward)
-                        .await
-                        .context("writing to the MCP server")?;
-                    child_in
-                        .flush()
-                        .await
-                        .context("writing to the MCP server")?;
-                }
+                deliver(&client_out, out.replies, &mut child_in, &line, forward).await?;
             }
         }
         if eof {
@@ -474,6 +452,30 @@ where
             return Ok(());
         }
     }
+}
+
+/// What one client message came to: the answers toolwall gives the client, then what the
+/// server gets.
+async fn deliver<W: AsyncWrite + Unpin>(
+    client_out: &tokio::sync::Mutex<W>,
+    replies: Vec<Vec<u8>>,
+    child_in: &mut tokio::process::ChildStdin,
+    line: &Bytes,
+    forward: Forward,
+) -> anyhow::Result<()> {
+    write_replies(client_out, replies)
+        .await
+        .context("answering the client")?;
+    if !matches!(forward, Forward::Nothing) {
+        write_line(child_in, line, forward)
+            .await
+            .context("writing to the MCP server")?;
+        child_in
+            .flush()
+            .await
+            .context("writing to the MCP server")?;
+    }
+    Ok(())
 }
 
 /// The next message of a pump: a complete line, or at end of stream the unterminated rest.

@@ -48,7 +48,7 @@ pub fn install() -> anyhow::Result<()> {
         eprintln!("xtask: Python peers up to date ({})", venv.display());
     } else {
         timed(
-            "Python peers (anthropic, openai, mcp) into target/peers/venv",
+            "Python peers (anthropic, openai, mcp, the OTLP collector stand-in's opentelemetry-proto and grpcio) into target/peers/venv",
             || {
                 step::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
                 step::run(

@@ -287,6 +287,28 @@ pub(crate) fn describe(config: &Config) -> String {
         config.correlator.window_ms
     );
     let _ = writeln!(out, "store: {}", config.store_path().display());
+    match &config.telemetry.otlp {
+        Some(otlp) => {
+            let _ = writeln!(
+                out,
+                "OTLP export: {} to {} ({} header(s)); log records of {}, {}; from the store behind a saved cursor, at least once",
+                otlp.protocol.as_str(),
+                otlp.endpoint,
+                otlp.headers.len(),
+                match otlp.events.is_empty() {
+                    true => "every event".to_owned(),
+                    false => otlp.events.join(", "),
+                },
+                match otlp.spans {
+                    true => "a span per correlated call",
+                    false => "no spans",
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(out, "OTLP export: off (telemetry.otlp not set)");
+        }
+    }
     out
 }
 

@@ -457,3 +457,61 @@ fn a_bad_argument_rule_is_refused_with_its_file_line_and_what_to_do() {
     )))
     .expect("the real directory is fine");
 }
+
+#[test]
+fn otlp_settings_are_checked_with_their_line() {
+    let ok = parse(
+        "telemetry:\n  otlp:\n    endpoint: http://127.0.0.1:4318\n    protocol: http/protobuf\n    headers:\n      x-api-key: k\n    events: [mcp_tool_called]\n",
+    )
+    .expect("a good export section");
+    let otlp = ok.telemetry.otlp.expect("otlp");
+    assert_eq!(otlp.protocol, OtlpProtocol::HttpProtobuf);
+    assert_eq!(
+        (otlp.batch_size, otlp.interval_ms, otlp.spans),
+        (512, 1000, true)
+    );
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "telemetry:\n  otlp:\n    endpoint: collector:4317\n",
+            "policy.yaml:3:",
+            "not an http:// or https:// URL",
+        ),
+        (
+            "telemetry:\n  otlp:\n    endpoint: http://c:4317\n    protocol: otlp\n",
+            "policy.yaml:4",
+            "http/protobuf",
+        ),
+        (
+            "telemetry:\n  otlp:\n    endpoint: http://c:4317\n    events: [mcp_tool_callled]\n",
+            "policy.yaml:4:",
+            "\"mcp_tool_callled\" is not an event type",
+        ),
+        (
+            "telemetry:\n  otlp:\n    endpoint: http://c:4317\n    headers:\n      \"bad key\": v\n",
+            "policy.yaml:",
+            "cannot be sent",
+        ),
+        (
+            "telemetry:\n  otlp:\n    endpoint: http://c:4317\n    tls:\n      ca_file: /etc/ca.pem\n",
+            "policy.yaml:4:",
+            "not https://",
+        ),
+        (
+            "telemetry:\n  otlp:\n    endpoint: https://c:4317\n    tls:\n      ca_file: /nonexistent/ca.pem\n",
+            "policy.yaml:5:",
+            "cannot read /nonexistent/ca.pem",
+        ),
+        (
+            "telemetry:\n  otlp:\n    endpoint: http://c:4317\n    batch_size: 0\n",
+            "policy.yaml:4:",
+            "between 1 and 10000",
+        ),
+    ];
+    for (yaml, at, message) in cases {
+        let text = error_text(yaml);
+        assert!(
+            text.starts_with(at) && text.contains(message),
+            "{yaml}\n→ {text}"
+        );
+    }
+}

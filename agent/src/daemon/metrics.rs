@@ -78,6 +78,9 @@ pub(crate) struct Metrics {
     sessions: Gauge,
     approvals_waiting: Gauge,
     kernel: Family<CounterLabels, Gauge>,
+    export: Family<CounterLabels, Gauge>,
+    /// The last committed row id (the export lag is measured from it).
+    last_id: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -133,6 +136,12 @@ impl Metrics {
             "The kernel layer's counters since the daemon started (connects, unmatched, flagged, denied, ring_drops, summarised, egress_drops)",
             kernel.clone(),
         );
+        let export = Family::<CounterLabels, Gauge>::default();
+        registry.register(
+            "otlp_export",
+            "The OTLP exporter (telemetry.otlp): logs and spans the collector took, failed attempts, lag_events (events stored but not yet taken)",
+            export.clone(),
+        );
         Arc::new(Metrics {
             registry,
             decisions,
@@ -144,6 +153,8 @@ impl Metrics {
             sessions,
             approvals_waiting,
             kernel,
+            export,
+            last_id: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -199,7 +210,11 @@ impl Metrics {
     pub(crate) async fn follow(self: Arc<Self>, mut live: broadcast::Receiver<StoredEvent>) {
         loop {
             match live.recv().await {
-                Ok(stored) => self.count(&stored.event),
+                Ok(stored) => {
+                    self.last_id
+                        .fetch_max(stored.id, std::sync::atomic::Ordering::Relaxed);
+                    self.count(&stored.event);
+                }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     self.missed.inc_by(n);
                 }
@@ -233,6 +248,32 @@ impl Metrics {
                         counter: name.to_owned(),
                     })
                     .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        }
+        if let Some(export) = &state.export {
+            use std::sync::atomic::Ordering::Relaxed;
+            let cursor = export.cursor.load(Relaxed);
+            let lag = self.last_id.load(Relaxed).saturating_sub(cursor).max(0);
+            for (name, value) in [
+                (
+                    "logs",
+                    i64::try_from(export.logs.load(Relaxed)).unwrap_or(i64::MAX),
+                ),
+                (
+                    "spans",
+                    i64::try_from(export.spans.load(Relaxed)).unwrap_or(i64::MAX),
+                ),
+                (
+                    "failures",
+                    i64::try_from(export.failures.load(Relaxed)).unwrap_or(i64::MAX),
+                ),
+                ("lag_events", lag),
+            ] {
+                self.export
+                    .get_or_create(&CounterLabels {
+                        counter: name.to_owned(),
+                    })
+                    .set(value);
             }
         }
         let mut out = String::new();

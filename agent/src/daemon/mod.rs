@@ -8,6 +8,7 @@
 pub(crate) mod api;
 mod audit_gate;
 mod metrics;
+mod otlp;
 mod peer;
 mod state;
 mod stdio;
@@ -262,6 +263,24 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         &format!("window {} ms", config.correlator.window_ms),
     ));
 
+    // 7b. OTLP export: the store's events to a collector, behind a persisted cursor
+    let (stop_export, export_stopped) = tokio::sync::watch::channel(false);
+    let export = match config.telemetry.otlp.clone() {
+        Some(otlp) => {
+            let endpoint = format!("{} ({})", otlp.endpoint, otlp.protocol.as_str());
+            let (stats, task) = otlp::start(otlp, db_path.clone(), window, export_stopped).await?;
+            layers.push(LayerStatus::on(
+                "otlp-export",
+                &format!(
+                    "events as log records and calls as spans to {endpoint}, resuming after event {}",
+                    stats.cursor.load(std::sync::atomic::Ordering::Relaxed)
+                ),
+            ));
+            Some((stats, task))
+        }
+        None => None,
+    };
+
     // 8. local API (HTTP on loopback + Unix socket) and web view
     let state = Arc::new(DaemonState::new(state::DaemonParts {
         config,
@@ -276,6 +295,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         layers,
         session_keys,
         approvals,
+        export: export.as_ref().map(|(stats, _)| stats.clone()),
     }));
     // Metrics count what the store committed, as every view reads it.
     tokio::spawn(state.metrics.clone().follow(state.live_events.subscribe()));
@@ -396,6 +416,18 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         })?
         .context("join the event writer")?
         .map_err(|_| anyhow::anyhow!("the event writer panicked; some events may not be stored"))?;
+    // The exporter stops where it is: what the collector has not taken stays behind the
+    // cursor, and the next start sends it.
+    let _ = stop_export.send(true);
+    if let Some((_, task)) = export
+        && tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .is_err()
+    {
+        tracing::warn!(
+            "the OTLP exporter did not stop within 5 s; the next start sends what it had not"
+        );
+    }
     let unstored = store_health.unstored();
     if unstored > 0 {
         anyhow::bail!(

@@ -75,6 +75,8 @@ pub(crate) struct DaemonParts {
     pub session_keys: Arc<crate::llm::proxy::SessionKeys>,
     /// Calls waiting for a person.
     pub approvals: Arc<crate::approval::Approvals>,
+    /// The OTLP exporter's counts, when `telemetry.otlp` is set.
+    pub export: Option<Arc<super::otlp::ExportStats>>,
 }
 
 /// The daemon's shared state.
@@ -108,6 +110,8 @@ pub(crate) struct DaemonState {
     pub approvals: Arc<crate::approval::Approvals>,
     /// What `GET /metrics` reports (`daemon/metrics.rs`).
     pub metrics: Arc<super::metrics::Metrics>,
+    /// The OTLP exporter's counts, when `telemetry.otlp` is set.
+    pub export: Option<Arc<super::otlp::ExportStats>>,
     /// Open sessions by name.
     sessions: Mutex<HashMap<String, SessionCgroup>>,
     /// Sessions taken over from a daemon before this one: no `toolwall exec` will close them,
@@ -145,6 +149,7 @@ impl DaemonState {
             layers,
             session_keys,
             approvals,
+            export,
         } = parts;
         let metrics = super::metrics::Metrics::new();
         let gate = super::audit_gate::AuditGate::shared(
@@ -167,6 +172,7 @@ impl DaemonState {
             session_keys,
             approvals,
             metrics,
+            export,
             sessions: Mutex::new(HashMap::new()),
             adopted: Mutex::new(std::collections::HashSet::new()),
             servers: Mutex::new(HashMap::new()),

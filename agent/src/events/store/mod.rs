@@ -115,7 +115,8 @@ impl EventQuery {
 }
 
 /// Migrations, in order; `PRAGMA user_version` says how many have run.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE events (
         id             INTEGER PRIMARY KEY AUTOINCREMENT,
         ts_ns          INTEGER NOT NULL,
@@ -131,7 +132,16 @@ const MIGRATIONS: &[&str] = &["
     CREATE INDEX events_type_ts ON events (type, ts_ns);
     CREATE INDEX events_session_ts ON events (session_id, ts_ns);
     CREATE INDEX events_server_tool_ts ON events (server_id, tool_name, ts_ns);
-"];
+",
+    "
+    CREATE TABLE export_cursors (
+        name         TEXT    PRIMARY KEY,
+        resume_after INTEGER NOT NULL,
+        instance     BLOB    NOT NULL,
+        updated_ns   INTEGER NOT NULL
+    );
+",
+];
 
 /// A connection to the event database.
 pub struct Store {
@@ -360,6 +370,70 @@ impl Store {
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .map_err(self.sql_err())?;
         Ok(n as u64)
+    }
+
+    /// Where the exporter `name` goes on after a restart — it has sent everything up to this
+    /// row id (0 when it never ran: it starts with the oldest event) — and this store's
+    /// export identity (16 random bytes made on the first run: span ids and
+    /// `service.instance.id` derive from it, so two hosts' never meet).
+    pub(crate) fn export_instance(&self, name: &str) -> Result<(i64, [u8; 16]), StoreError> {
+        let found: Option<(i64, Vec<u8>)> = self
+            .conn
+            .query_row(
+                "SELECT resume_after, instance FROM export_cursors WHERE name = ?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(self.sql_err())?;
+        if let Some((resume_after, instance)) = found
+            && let Ok(instance) = <[u8; 16]>::try_from(instance.as_slice())
+        {
+            return Ok((resume_after, instance));
+        }
+        let mut instance = [0u8; 16];
+        // SAFETY: getrandom writes at most the length given into the buffer we own.
+        let got = unsafe { libc::getrandom(instance.as_mut_ptr().cast(), instance.len(), 0) };
+        if got != instance.len() as isize {
+            // Without randomness, the time and the process still tell hosts apart.
+            let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+            instance
+                .copy_from_slice(&<sha2::Sha256 as sha2::Digest>::digest(seed.as_bytes())[..16]);
+        }
+        let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+        self.conn
+            .execute(
+                "INSERT INTO export_cursors (name, resume_after, instance, updated_ns)
+                 VALUES (?1, 0, ?2, ?3)
+                 ON CONFLICT (name) DO UPDATE SET instance = ?2, updated_ns = ?3",
+                params![name, instance.as_slice(), now],
+            )
+            .map_err(self.sql_err())?;
+        let (resume_after,) = self
+            .conn
+            .query_row(
+                "SELECT resume_after FROM export_cursors WHERE name = ?1",
+                [name],
+                |r| Ok((r.get(0)?,)),
+            )
+            .map_err(self.sql_err())?;
+        Ok((resume_after, instance))
+    }
+
+    /// Records how far the exporter `name` got (after the collector took the events).
+    pub(crate) fn set_export_cursor(
+        &self,
+        name: &str,
+        resume_after: i64,
+    ) -> Result<(), StoreError> {
+        let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+        self.conn
+            .execute(
+                "UPDATE export_cursors SET resume_after = ?2, updated_ns = ?3 WHERE name = ?1",
+                params![name, resume_after, now],
+            )
+            .map(drop)
+            .map_err(self.sql_err())
     }
 
     /// The highest row id, if any.

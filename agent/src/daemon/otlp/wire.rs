@@ -1,0 +1,400 @@
+//! The outbox's items as the OpenTelemetry SDK's log records and spans, and the project's own
+//! OTLP exporters (`opentelemetry-otlp`, gRPC or HTTP/protobuf) that send them.
+//!
+//! The exporters are called directly, one batch at a time, instead of through the SDK's batch
+//! processors: those drop a batch the collector refused, and the store's cursor must move
+//! only once a collector took the events (`mod.rs`).
+
+use std::{borrow::Cow, collections::HashMap, time::Duration, time::SystemTime};
+
+use anyhow::Context as _;
+use opentelemetry::{
+    InstrumentationScope, KeyValue,
+    logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity},
+    trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState},
+};
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _};
+use opentelemetry_sdk::{
+    Resource,
+    error::OTelSdkResult,
+    logs::{LogBatch, LogExporter as _, SdkLogRecord, SdkLogger, SdkLoggerProvider},
+    trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks},
+};
+
+use super::outbox::{self, LogItem, SpanItem};
+use crate::{
+    config::{OtlpConfig, OtlpProtocol},
+    decision::Action,
+    events::Event,
+};
+
+/// Both signals' exporters, and what every record carries.
+pub(crate) struct Exporters {
+    logs: opentelemetry_otlp::LogExporter,
+    spans: opentelemetry_otlp::SpanExporter,
+    scope: InstrumentationScope,
+    /// Makes log records (the SDK makes them only through a logger; this one has no
+    /// processors and sends nothing itself).
+    logger: SdkLogger,
+    _provider: SdkLoggerProvider,
+}
+
+impl std::fmt::Debug for Exporters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exporters").finish_non_exhaustive()
+    }
+}
+
+impl Exporters {
+    /// Builds the exporters for `config`; `instance` names this store in the resource.
+    pub(crate) fn new(config: &OtlpConfig, instance: &str) -> anyhow::Result<Self> {
+        let timeout = Duration::from_secs(config.timeout_secs);
+        let (mut logs, mut spans) = match config.protocol {
+            OtlpProtocol::Grpc => grpc(config, timeout)?,
+            OtlpProtocol::HttpProtobuf => http(config, timeout)?,
+        };
+        let resource = Resource::builder_empty()
+            .with_service_name("toolwall")
+            .with_attributes([
+                KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+                KeyValue::new("service.instance.id", instance.to_owned()),
+                KeyValue::new("host.name", host_name()),
+            ])
+            .build();
+        logs.set_resource(&resource);
+        spans.set_resource(&resource);
+        let provider = SdkLoggerProvider::builder().build();
+        Ok(Exporters {
+            logs,
+            spans,
+            scope: InstrumentationScope::builder("toolwall")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+            logger: provider.logger("toolwall"),
+            _provider: provider,
+        })
+    }
+
+    /// Sends log records; `Ok` once the collector took them.
+    pub(crate) async fn send_logs(&self, items: &[LogItem]) -> OTelSdkResult {
+        let records: Vec<SdkLogRecord> = items.iter().map(|i| self.log_record(i)).collect();
+        let pairs: Vec<(&SdkLogRecord, &InstrumentationScope)> =
+            records.iter().map(|r| (r, &self.scope)).collect();
+        self.logs.export(LogBatch::new(&pairs)).await
+    }
+
+    /// Sends spans; `Ok` once the collector took them.
+    pub(crate) async fn send_spans(&self, items: &[SpanItem]) -> OTelSdkResult {
+        let spans = items.iter().map(|i| self.span(i)).collect();
+        self.spans.export(spans).await
+    }
+
+    fn log_record(&self, item: &LogItem) -> SdkLogRecord {
+        let event = &item.event.event;
+        let keys = event.keys();
+        let mut record = self.logger.create_log_record();
+        record.set_event_name(event.kind());
+        record.set_timestamp(SystemTime::from(keys.timestamp));
+        record.set_observed_timestamp(SystemTime::now());
+        let (severity, text) = match keys.action {
+            Action::Block => (Severity::Warn, "WARN"),
+            Action::Allow => (Severity::Info, "INFO"),
+        };
+        record.set_severity_number(severity);
+        record.set_severity_text(text);
+        // The record as the store keeps it: every field, for a pipeline that wants them all.
+        record.set_body(AnyValue::String(
+            serde_json::to_string(event).unwrap_or_default().into(),
+        ));
+        record.add_attribute("toolwall.event.id", item.event.id);
+        record.add_attribute("toolwall.event.type", event.kind());
+        record.add_attribute("toolwall.decision", keys.action.as_str());
+        record.add_attribute("toolwall.session.id", keys.session.to_owned());
+        if !keys.server.is_empty() {
+            record.add_attribute("toolwall.server.id", keys.server.to_owned());
+        }
+        let (layer, reason) = layer_and_reason(event);
+        if !layer.is_empty() {
+            record.add_attribute("toolwall.layer", layer);
+        }
+        if !reason.is_empty() {
+            record.add_attribute("toolwall.reason", reason.to_owned());
+        }
+        match event {
+            Event::McpNetworkConnection(e) => {
+                if let Some((host, port)) = split_addr(&e.remote_addr) {
+                    record.add_attribute("server.address", host);
+                    record.add_attribute("server.port", i64::from(port));
+                }
+            }
+            Event::KernelAlert(e) => record.add_attribute("toolwall.alert", e.alert.clone()),
+            // The tool's own name on its server, as the other layers name it; the model's
+            // name beside it.
+            Event::McpToolCallIntercepted(e) if !e.server_tool.is_empty() => {
+                record.add_attribute("gen_ai.tool.name", e.server_tool.clone());
+                record.add_attribute("toolwall.model_tool_name", e.tool_name.clone());
+            }
+            _ => record.add_attribute("gen_ai.tool.name", keys.tool.to_owned()),
+        }
+        if let Some(ids) = item.span {
+            record.set_trace_context(
+                TraceId::from_bytes(ids.trace),
+                SpanId::from_bytes(ids.span),
+                Some(TraceFlags::SAMPLED),
+            );
+        }
+        record
+    }
+
+    fn span(&self, item: &SpanItem) -> SpanData {
+        let r = &item.record;
+        let sightings: Vec<_> = [&r.intercept, &r.execution, &r.connection]
+            .into_iter()
+            .flatten()
+            .collect();
+        let start = sightings.iter().map(|s| s.at).min().unwrap_or_default();
+        let end = sightings.iter().map(|s| s.at).max().unwrap_or(start);
+        let mut attributes = vec![
+            KeyValue::new("toolwall.session.id", r.session_id.clone()),
+            KeyValue::new("toolwall.server.id", r.server_id.clone()),
+            KeyValue::new("toolwall.layer", outbox::layers(r)),
+            KeyValue::new("toolwall.decision", r.action.as_str()),
+            KeyValue::new("toolwall.record.kind", record_kind(r.kind)),
+        ];
+        if !r.reason.is_empty() {
+            attributes.push(KeyValue::new("toolwall.reason", r.reason.clone()));
+        }
+        if let Some(hash) = &r.args_hash {
+            attributes.push(KeyValue::new("toolwall.arguments.hash", hash.clone()));
+        }
+        match r.kind {
+            crate::correlate::RecordKind::Joined
+            | crate::correlate::RecordKind::InterceptOnly
+            | crate::correlate::RecordKind::ExecutionOnly => {
+                attributes.push(KeyValue::new("mcp.method.name", "tools/call"));
+                attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+                attributes.push(KeyValue::new("gen_ai.tool.name", r.tool.clone()));
+            }
+            crate::correlate::RecordKind::ConnectionOnly | crate::correlate::RecordKind::Alert => {}
+        }
+        if let Some(id) = &item.jsonrpc_id {
+            let id = match id {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            attributes.push(KeyValue::new("jsonrpc.request.id", id));
+        }
+        if let Some(call) = item.tool_call_id.as_ref().filter(|c| !c.is_empty()) {
+            attributes.push(KeyValue::new("gen_ai.tool.call.id", call.clone()));
+        }
+        if let Some((host, port)) = item.remote_addr.as_deref().and_then(split_addr) {
+            attributes.push(KeyValue::new("server.address", host));
+            attributes.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        let events = sightings
+            .iter()
+            .map(|s| {
+                opentelemetry::trace::Event::new(
+                    format!("toolwall.{}", s.layer),
+                    SystemTime::from(s.at),
+                    vec![
+                        KeyValue::new("toolwall.event.id", s.event_id),
+                        KeyValue::new("toolwall.decision", s.action.as_str()),
+                        KeyValue::new("toolwall.reason", s.reason.clone()),
+                    ],
+                    0,
+                )
+            })
+            .collect();
+        let mut span_events = SpanEvents::default();
+        span_events.events = events;
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from_bytes(item.ids.trace),
+                SpanId::from_bytes(item.ids.span),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::NONE,
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: Cow::Owned(outbox::span_name(item)),
+            start_time: SystemTime::from(start),
+            end_time: SystemTime::from(end),
+            attributes,
+            dropped_attributes_count: 0,
+            events: span_events,
+            links: SpanLinks::default(),
+            status: if outbox::blocked(r) {
+                Status::error(r.reason.clone())
+            } else {
+                Status::Unset
+            },
+            instrumentation_scope: self.scope.clone(),
+        }
+    }
+}
+
+fn record_kind(kind: crate::correlate::RecordKind) -> &'static str {
+    use crate::correlate::RecordKind;
+    match kind {
+        RecordKind::Joined => "joined",
+        RecordKind::InterceptOnly => "intercept_only",
+        RecordKind::ExecutionOnly => "execution_only",
+        RecordKind::ConnectionOnly => "connection_only",
+        RecordKind::Alert => "alert",
+    }
+}
+
+/// The layer that recorded an event, and its reason.
+fn layer_and_reason(event: &Event) -> (String, &str) {
+    match event {
+        Event::McpToolCallIntercepted(e) => (format!("llm/{}", e.dialect), &e.reason),
+        Event::McpToolCalled(e) => (e.layer.clone(), &e.reason),
+        Event::McpResultInspected(e) => (e.layer.clone(), &e.reason),
+        Event::McpToolSeen(e) => (String::new(), &e.reason),
+        Event::McpNetworkConnection(_) => ("kernel".into(), ""),
+        Event::KernelAlert(e) => ("kernel".into(), &e.detail),
+        Event::McpToolChanged(_) => (String::new(), ""),
+    }
+}
+
+/// `ip:port` or `[ipv6]:port`.
+fn split_addr(addr: &str) -> Option<(String, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+type Pair = (
+    opentelemetry_otlp::LogExporter,
+    opentelemetry_otlp::SpanExporter,
+);
+
+fn grpc(config: &OtlpConfig, timeout: Duration) -> anyhow::Result<Pair> {
+    use opentelemetry_otlp::tonic_types::{
+        metadata::MetadataMap,
+        transport::{Certificate, ClientTlsConfig},
+    };
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in &config.headers {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .with_context(|| format!("telemetry.otlp.headers: {name:?} is not a header name"))?;
+        let value = http::HeaderValue::from_str(value)
+            .with_context(|| format!("telemetry.otlp.headers.{name}: not a header value"))?;
+        headers.insert(name, value);
+    }
+    let metadata = MetadataMap::from_headers(headers);
+    let tls = if config.endpoint.starts_with("https://") {
+        let tls = ClientTlsConfig::new();
+        Some(match &config.tls {
+            Some(tls_config) => {
+                let pem = std::fs::read(&tls_config.ca_file).with_context(|| {
+                    format!(
+                        "telemetry.otlp.tls.ca_file: read {}",
+                        tls_config.ca_file.display()
+                    )
+                })?;
+                tls.ca_certificate(Certificate::from_pem(pem))
+            }
+            None => tls.with_native_roots(),
+        })
+    } else {
+        None
+    };
+    let mut logs = opentelemetry_otlp::LogExporter::builder()
+        .with_tonic()
+        .with_endpoint(config.endpoint.clone())
+        .with_timeout(timeout)
+        .with_metadata(metadata.clone())
+        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled());
+    let mut spans = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(config.endpoint.clone())
+        .with_timeout(timeout)
+        .with_metadata(metadata)
+        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled());
+    if let Some(tls) = tls {
+        logs = logs.with_tls_config(tls.clone());
+        spans = spans.with_tls_config(tls);
+    }
+    Ok((
+        logs.build().context("the OTLP/gRPC log exporter")?,
+        spans.build().context("the OTLP/gRPC span exporter")?,
+    ))
+}
+
+fn http(config: &OtlpConfig, timeout: Duration) -> anyhow::Result<Pair> {
+    let tls = match &config.tls {
+        Some(tls) => ca_client_config(&tls.ca_file)?,
+        None => crate::edge::tls_client_config()?,
+    };
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_connect_timeout(Some(timeout));
+    connector.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
+    let client = opentelemetry_http::hyper::HyperClient::new(connector, timeout, None);
+    let headers: HashMap<String, String> = config.headers.clone().into_iter().collect();
+    let base = config.endpoint.trim_end_matches('/');
+    let logs = opentelemetry_otlp::LogExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(format!("{base}/v1/logs"))
+        .with_timeout(timeout)
+        .with_headers(headers.clone())
+        .with_http_client(client.clone())
+        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
+        .build()
+        .context("the OTLP/HTTP log exporter")?;
+    let spans = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(format!("{base}/v1/traces"))
+        .with_timeout(timeout)
+        .with_headers(headers)
+        .with_http_client(client)
+        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
+        .build()
+        .context("the OTLP/HTTP span exporter")?;
+    Ok((logs, spans))
+}
+
+/// A TLS client that trusts the CAs of one PEM file only.
+fn ca_client_config(path: &std::path::Path) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("telemetry.otlp.tls.ca_file: read {}", path.display()))?
+    {
+        let cert = cert
+            .with_context(|| format!("telemetry.otlp.tls.ca_file: {}: not PEM", path.display()))?;
+        roots.add(cert).with_context(|| {
+            format!(
+                "telemetry.otlp.tls.ca_file: {}: a bad certificate",
+                path.display()
+            )
+        })?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!(
+            "telemetry.otlp.tls.ca_file: {} holds no certificate",
+            path.display()
+        );
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}

@@ -1,0 +1,333 @@
+//! OTLP export (issue 17) checked by a collector that decodes the wire with the official
+//! `opentelemetry-proto` package (`tests/peers/otlp_collector.py`): events leave as log
+//! records and correlated calls as spans, over OTLP/HTTP and OTLP/gRPC; a collector that is
+//! down and then refuses loses nothing and gets nothing twice; a restart resumes at the
+//! cursor.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toolwall_tests::{Daemon, http_unix, python, workspace_root};
+
+struct Collector {
+    child: Child,
+    out: PathBuf,
+    port: u16,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Collector {
+    /// Starts the collector stand-in on `port` (0: any), once it says it listens.
+    fn start(protocol: &str, port: u16, out: &Path, args: &[&str]) -> Collector {
+        let mut child = Command::new(python())
+            .arg(workspace_root().join("tests/peers/otlp_collector.py"))
+            .args(["--protocol", protocol, "--port", &port.to_string(), "--out"])
+            .arg(out)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start otlp_collector.py");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("collector's first line");
+        let port = line
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the collector said {line:?}"));
+        Collector {
+            child,
+            out: out.to_owned(),
+            port,
+        }
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn now() -> String {
+    let out = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.%6NZ"])
+        .output()
+        .expect("date");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// One call seen by the LLM layer and run by the shim (one span), and a listing (a log only).
+fn call_events(session: &str, tool: &str, n: u64) -> Vec<String> {
+    let at = now();
+    let base = json!({"timestamp": at, "session_id": session, "server_id": "everything"});
+    let with = |kind: &str, fields: Value| {
+        let mut e = base.clone();
+        e["type"] = kind.into();
+        e.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        e.to_string()
+    };
+    vec![
+        with(
+            "mcp_tool_call_intercepted",
+            json!({"request_id": "r", "dialect": "anthropic", "tool_name": format!("mcp__everything__{tool}"),
+                "server_tool": tool, "tool_call_id": format!("toolu_{n}"), "input": {"n": n},
+                "server_type": "stdio", "server_addr": "", "tool_hash": "", "action": "allow", "reason": ""}),
+        ),
+        with(
+            "mcp_tool_called",
+            json!({"server_type": "stdio", "tool_name": tool, "jsonrpc_id": n, "input": {"n": n},
+                "action": "allow", "reason": "", "layer": "shim"}),
+        ),
+        with(
+            "mcp_tool_seen",
+            json!({"server_type": "stdio", "tool_name": tool, "tool_hash": "h", "action": "allow", "reason": ""}),
+        ),
+    ]
+}
+
+fn post(daemon: &Daemon, events: &[String]) {
+    let (status, answer) =
+        http_unix(&daemon.socket, "POST", "/api/events", &events.join("\n")).expect("post");
+    assert_eq!(status, 202, "{answer}");
+}
+
+/// Waits until `done` holds for the collector's lines.
+fn wait_for(collector: &Collector, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let lines = collector.lines();
+        if done(&lines) {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the collector got {lines:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn of(lines: &[Value], signal: &str) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|l| l["signal"] == signal)
+        .cloned()
+        .collect()
+}
+
+fn config(endpoint: &str, protocol: &str, extra: &str) -> String {
+    format!(
+        "correlator:\n  window_ms: 300\ntelemetry:\n  otlp:\n    endpoint: {endpoint}\n    protocol: {protocol}\n    interval_ms: 100\n{extra}"
+    )
+}
+
+#[test]
+fn otlp_http_exports_events_as_logs_and_calls_as_spans() {
+    let dir = tempfile::tempdir().expect("dir");
+    let collector = Collector::start(
+        "http",
+        0,
+        &dir.path().join("got.jsonl"),
+        &["--header", "x-api-key=s3cret"],
+    );
+    let daemon = Daemon::start(&config(
+        &format!("http://127.0.0.1:{}", collector.port),
+        "http/protobuf",
+        "    headers:\n      x-api-key: s3cret\n",
+    ));
+    post(&daemon, &call_events("sess-1", "echo", 7));
+    let lines = wait_for(&collector, "3 logs and 1 span", |l| {
+        of(l, "log").len() >= 3 && !of(l, "span").is_empty()
+    });
+    assert!(
+        lines.iter().all(|l| l.get("refused").is_none()),
+        "every export carried the header: {lines:#?}"
+    );
+    let logs = of(&lines, "log");
+    let spans = of(&lines, "span");
+    assert_eq!((logs.len(), spans.len()), (3, 1), "{lines:#?}");
+
+    let span = &spans[0];
+    assert_eq!(span["name"], "tools/call echo");
+    assert_eq!(span["resource"]["service.name"], "toolwall");
+    assert_eq!(span["scope"], "toolwall");
+    let attrs = &span["attributes"];
+    assert_eq!(attrs["mcp.method.name"], "tools/call");
+    assert_eq!(attrs["gen_ai.tool.name"], "echo");
+    assert_eq!(attrs["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(attrs["gen_ai.tool.call.id"], "toolu_7");
+    assert_eq!(attrs["jsonrpc.request.id"], "7");
+    assert_eq!(attrs["toolwall.session.id"], "sess-1");
+    assert_eq!(attrs["toolwall.server.id"], "everything");
+    assert_eq!(attrs["toolwall.layer"], "llm/anthropic,shim");
+    assert_eq!(attrs["toolwall.decision"], "allow");
+    assert_eq!(attrs["toolwall.record.kind"], "joined");
+    assert_eq!(span["events"].as_array().map(Vec::len), Some(2));
+    assert_eq!(span["trace_id"].as_str().map(str::len), Some(32));
+
+    // The call's two events carry its span; the listing none.
+    let by_type: BTreeMap<String, &Value> = logs
+        .iter()
+        .map(|l| (l["event_name"].as_str().unwrap_or("").to_owned(), l))
+        .collect();
+    for kind in ["mcp_tool_call_intercepted", "mcp_tool_called"] {
+        let log = by_type[kind];
+        assert_eq!(
+            (&log["trace_id"], &log["span_id"]),
+            (&span["trace_id"], &span["span_id"]),
+            "{kind} shares the call's span"
+        );
+        assert_eq!(log["attributes"]["gen_ai.tool.name"], "echo");
+        assert!(log["attributes"]["toolwall.event.id"].is_i64(), "{log}");
+        let body: Value =
+            serde_json::from_str(log["body"].as_str().expect("body")).expect("JSON body");
+        assert_eq!(body["type"], kind);
+    }
+    assert_eq!(by_type["mcp_tool_seen"]["trace_id"], "");
+    assert_eq!(
+        by_type["mcp_tool_called"]["attributes"]["toolwall.layer"],
+        "shim"
+    );
+}
+
+/// The event ids the collector got as log records, with how often each came.
+fn log_ids(lines: &[Value]) -> BTreeMap<i64, usize> {
+    let mut ids = BTreeMap::new();
+    for log in of(lines, "log") {
+        let id = log["attributes"]["toolwall.event.id"]
+            .as_i64()
+            .expect("toolwall.event.id");
+        *ids.entry(id).or_default() += 1;
+    }
+    ids
+}
+
+#[test]
+fn otlp_grpc_collector_down_then_back_loses_nothing_and_sends_nothing_twice() {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = free_port();
+    let mut daemon = Daemon::start(&config(&format!("http://127.0.0.1:{port}"), "grpc", ""));
+    // 20 calls while no collector listens.
+    for n in 0..20 {
+        post(
+            &daemon,
+            &call_events("down", if n % 2 == 0 { "echo" } else { "add" }, n),
+        );
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // It comes back, and refuses its first two exports.
+    let out = dir.path().join("got.jsonl");
+    let collector = Collector::start("grpc", port, &out, &["--refuse", "2"]);
+    let lines = wait_for(&collector, "60 logs and 20 spans", |l| {
+        of(l, "log").len() >= 60 && of(l, "span").len() >= 20
+    });
+    let ids = log_ids(&lines);
+    assert_eq!(ids.len(), 60, "every event once: {ids:?}");
+    assert!(ids.values().all(|n| *n == 1), "nothing twice: {ids:?}");
+    let spans = of(&lines, "span");
+    assert_eq!(spans.len(), 20);
+    let span_ids: BTreeSet<&str> = spans.iter().filter_map(|s| s["span_id"].as_str()).collect();
+    assert_eq!(span_ids.len(), 20, "one span a call");
+    assert!(
+        lines.iter().filter(|l| l["refused"] == "forced").count() >= 2,
+        "the collector refused first: {lines:#?}"
+    );
+    assert!(
+        daemon.stderr().contains("OTLP export failed"),
+        "the failure is reported: {}",
+        daemon.stderr()
+    );
+
+    // Stopped once the collector took everything, started again: it resumes at the cursor.
+    let before = wait_cursor_saved(&daemon);
+    assert!(before >= 60, "cursor at {before}");
+    assert!(daemon.stop().success());
+    daemon.relaunch("stderr-2");
+    post(&daemon, &call_events("after", "echo", 99));
+    let lines = wait_for(&collector, "3 more logs and 1 more span", |l| {
+        of(l, "log").len() >= 63 && of(l, "span").len() >= 21
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let lines_now = collector.lines();
+    assert_eq!(lines.len(), lines_now.len(), "nothing more came");
+    let ids = log_ids(&lines_now);
+    assert_eq!(ids.len(), 63);
+    assert!(
+        ids.values().all(|n| *n == 1),
+        "nothing twice after the restart: {ids:?}"
+    );
+}
+
+/// The cursor as `/metrics` shows it, once the exporter has no lag.
+fn wait_cursor_saved(daemon: &Daemon) -> i64 {
+    let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, text) = get_metrics(&daemon.api, token.trim());
+        let value = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("toolwall_otlp_export{{counter=\"{name}\"}}")))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<i64>().ok())
+        };
+        if value("lag_events") == Some(0) {
+            return value("logs").unwrap_or(0);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the export lag never reached 0:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn get_metrics(addr: &str, token: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = stream.write_all(
+        format!(
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default(),
+    )
+}

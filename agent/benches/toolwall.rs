@@ -41,6 +41,9 @@ fn main() {
     if wanted("correlate") {
         bench_correlate();
     }
+    if wanted("export") {
+        bench_export();
+    }
     if wanted("policy") {
         bench_policy();
     }
@@ -223,6 +226,7 @@ fn bench_connect() {
 
 fn event(i: usize) -> Event {
     Event::McpToolCalled(ToolCalled {
+        policy_revision: None,
         timestamp: chrono::Utc::now(),
         session_id: "bench".into(),
         server_id: "everything".into(),
@@ -273,6 +277,113 @@ fn bench_store() {
     );
 }
 
+/// OTLP export (issue 17): events per second from the store to a collector over OTLP/HTTP —
+/// read, correlated, converted, encoded and sent by the real exporter — next to the batched
+/// writer's rate into the same store in the same run (the ratio says whether the export keeps
+/// up with the fastest the layers can record). The collector is a loopback HTTP server that
+/// reads each request and answers 200 without decoding, so the time is the exporter's.
+fn bench_export() {
+    println!(
+        "== OTLP export: events per second from the store to a collector (OTLP/HTTP, loopback)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("export.db");
+    // A kernel flood's mix (as the correlator's bench): mostly connections, in every 100
+    // events one intercepted call and its execution.
+    let n = 60_000;
+    let (sink, rx) = toolwall::EventSink::channel();
+    let (live, _) = tokio::sync::broadcast::channel(1);
+    let writer = toolwall::bench::spawn_writer(Store::open(&db).unwrap(), rx, live);
+    let start = Instant::now();
+    for e in correlate_events(n) {
+        sink.emit(e.event);
+    }
+    drop(sink);
+    assert_eq!(writer.join().unwrap(), n as u64);
+    let write_rate = n as f64 / start.elapsed().as_secs_f64();
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let bytes_in = received.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let bytes_in = bytes_in.clone();
+            std::thread::spawn(move || collector_connection(stream, &bytes_in));
+        }
+    });
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let cpu_before = process_cpu();
+    let start = Instant::now();
+    let (logs, spans) = runtime
+        .block_on(toolwall::bench::bench_export(
+            &db,
+            &format!("http://{addr}"),
+        ))
+        .unwrap();
+    let took = start.elapsed();
+    let cpu = process_cpu() - cpu_before;
+    assert_eq!(logs, n as u64, "every event left as a log record");
+    let rate = n as f64 / took.as_secs_f64();
+    println!("   batched writer into the store {write_rate:>10.0} events/s  1.00x");
+    println!(
+        "   export to the collector       {rate:>10.0} events/s  {:.2}x  ({spans} spans; {:.1} MB sent; {:.1} µs CPU per event, the collector's reading included)",
+        rate / write_rate,
+        received.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6,
+        cpu.as_secs_f64() * 1e6 / n as f64
+    );
+}
+
+/// One keep-alive HTTP/1.1 connection of the bench's collector: reads each request whole
+/// (headers, then `Content-Length` bytes) and answers 200 with an empty protobuf body.
+fn collector_connection(stream: TcpStream, received: &std::sync::atomic::AtomicU64) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut length = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        received.fetch_add(length as u64, std::sync::atomic::Ordering::Relaxed);
+        if writer
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n")
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// This process's user + system CPU time.
+fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes the struct we own.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
 /// `n` stored events as a kernel flood leaves them: every 0.5 ms a connection, and in every 100
 /// events one intercepted call and its execution; four (session, server) pairs take turns.
 fn correlate_events(n: usize) -> Vec<StoredEvent> {
@@ -285,6 +396,7 @@ fn correlate_events(n: usize) -> Vec<StoredEvent> {
             let input = Some(serde_json::json!({"n": i / 100}));
             let event = match i % 100 {
                 0 => Event::McpToolCallIntercepted(ToolCallIntercepted {
+                    policy_revision: None,
                     timestamp,
                     session_id,
                     request_id: format!("r{i}"),
@@ -301,6 +413,7 @@ fn correlate_events(n: usize) -> Vec<StoredEvent> {
                     reason: String::new(),
                 }),
                 3 => Event::McpToolCalled(ToolCalled {
+                    policy_revision: None,
                     timestamp,
                     session_id,
                     server_id,
@@ -313,6 +426,7 @@ fn correlate_events(n: usize) -> Vec<StoredEvent> {
                     layer: "mcp-proxy".into(),
                 }),
                 _ => Event::McpNetworkConnection(NetworkConnection {
+                    policy_revision: None,
                     timestamp,
                     session_id,
                     remote_addr: "127.0.0.1:3001".into(),

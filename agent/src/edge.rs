@@ -208,6 +208,32 @@ pub(crate) fn tls_client_config() -> anyhow::Result<rustls::ClientConfig> {
     Ok(builder.with_no_client_auth())
 }
 
+/// [`tls_client_config`] trusting the CAs of one PEM file instead of the system's (a
+/// collector's or a bundle server's own CA: `telemetry.otlp.tls.ca_file`,
+/// `policy.bundle.ca_file`).
+pub(crate) fn tls_client_config_with_ca(
+    path: &std::path::Path,
+) -> anyhow::Result<rustls::ClientConfig> {
+    use anyhow::Context as _;
+    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in
+        CertificateDer::pem_file_iter(path).with_context(|| format!("read {}", path.display()))?
+    {
+        let cert = cert.with_context(|| format!("{}: not PEM", path.display()))?;
+        roots
+            .add(cert)
+            .with_context(|| format!("{}: a bad certificate", path.display()))?;
+    }
+    anyhow::ensure!(!roots.is_empty(), "{} holds no certificate", path.display());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,6 +45,8 @@ pub use netmon::{
 /// harnesses are built with the `bench` feature only, never into the shipped binary.
 pub mod bench {
     pub use crate::correlate::Correlator;
+    #[cfg(feature = "bench")]
+    pub use crate::daemon::otlp::bench_export;
     pub use crate::events::{
         NetworkConnection, Store, StoredEvent, ToolCallIntercepted, ToolCalled, spawn_writer,
     };

@@ -49,7 +49,7 @@ enum Task {
     Test,
     /// Build the release binary, install the peers, and run the benchmarks.
     Bench {
-        /// Only these groups: connect, store, policy (policy-results: its result inspection
+        /// Only these groups: connect, store, correlate, export, policy (policy-results: its result inspection
         /// alone), interceptor, llm-throughput, llm-latency, mcp-latency.
         groups: Vec<String>,
     },

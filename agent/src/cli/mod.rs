@@ -5,6 +5,7 @@
 
 mod approve;
 mod config;
+mod policy;
 
 use std::process::ExitCode;
 
@@ -45,6 +46,8 @@ pub enum Command {
     Approve(approve::AnswerArgs),
     /// Refuse a waiting call: `toolwall deny ID [--reason TEXT]`.
     Deny(approve::AnswerArgs),
+    /// Publish one policy to many hosts: `toolwall policy keygen|sign|verify` (signed bundles).
+    Policy(policy::PolicyArgs),
 }
 
 /// Runs the parsed command line and turns its outcome into the process exit code.
@@ -60,6 +63,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Approvals(args) => approve::list(args),
         Command::Approve(args) => approve::answer(args, true),
         Command::Deny(args) => approve::answer(args, false),
+        Command::Policy(args) => policy::run(args),
     };
     match result {
         Ok(code) => code,

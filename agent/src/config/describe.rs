@@ -287,6 +287,13 @@ pub(crate) fn describe(config: &Config) -> String {
         config.correlator.window_ms
     );
     let _ = writeln!(out, "store: {}", config.store_path().display());
+    if let Some(bundle) = &config.policy.bundle {
+        let _ = writeln!(
+            out,
+            "policy bundles: pulled from {} every {} s, signed by {}; a verified bundle's `sandbox:` replaces this file's for every layer of the daemon (stand-alone shims and filter proxies keep this file's)",
+            bundle.url, bundle.poll_secs, bundle.public_key
+        );
+    }
     match &config.telemetry.otlp {
         Some(otlp) => {
             let _ = writeln!(

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 mod arguments;
+pub(crate) mod bundle;
 mod deny_regex;
 mod describe;
 mod error;

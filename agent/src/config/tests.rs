@@ -515,3 +515,44 @@ fn otlp_settings_are_checked_with_their_line() {
         );
     }
 }
+
+#[test]
+fn bundle_settings_are_checked_with_their_line() {
+    let (_, public) = bundle::generate().expect("randomness");
+    let ok = parse(&format!(
+        "policy:\n  bundle:\n    url: https://p.example/b.json\n    public_key: \"{}\"\n",
+        public.trim()
+    ))
+    .expect("a good bundle section");
+    assert_eq!(ok.policy.bundle.expect("bundle").poll_secs, 60);
+    let cases: &[(String, &str, &str)] = &[
+        (
+            format!(
+                "policy:\n  bundle:\n    url: p.example/b.json\n    public_key: \"{}\"\n",
+                public.trim()
+            ),
+            "policy.yaml:3:",
+            "not an http:// or https:// URL",
+        ),
+        (
+            "policy:\n  bundle:\n    url: https://p/b\n    public_key: ed25519:AAAA\n".into(),
+            "policy.yaml:4:",
+            "an ed25519 public key has 32",
+        ),
+        (
+            format!(
+                "policy:\n  bundle:\n    url: https://p/b\n    public_key: \"{}\"\n    poll_secs: 1\n",
+                public.trim()
+            ),
+            "policy.yaml:5:",
+            "between 5 and 86400",
+        ),
+    ];
+    for (yaml, at, message) in cases {
+        let text = error_text(yaml);
+        assert!(
+            text.starts_with(at) && text.contains(message),
+            "{yaml}\n→ {text}"
+        );
+    }
+}

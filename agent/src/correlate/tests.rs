@@ -17,6 +17,7 @@ fn intercept(id: i64, ms: i64, tool: &str, args: Value, action: Action) -> Store
     StoredEvent {
         id,
         event: Event::McpToolCallIntercepted(ToolCallIntercepted {
+            policy_revision: None,
             timestamp: t(ms),
             session_id: "s".into(),
             request_id: format!("r{id}"),
@@ -43,6 +44,7 @@ fn called(id: i64, ms: i64, tool: &str, args: Value) -> StoredEvent {
     StoredEvent {
         id,
         event: Event::McpToolCalled(ToolCalled {
+            policy_revision: None,
             timestamp: t(ms),
             session_id: "s".into(),
             server_id: "srv".into(),
@@ -61,6 +63,7 @@ fn connection(id: i64, ms: i64) -> StoredEvent {
     StoredEvent {
         id,
         event: Event::McpNetworkConnection(NetworkConnection {
+            policy_revision: None,
             timestamp: t(ms),
             session_id: "s".into(),
             remote_addr: "127.0.0.1:3001".into(),

@@ -8,17 +8,17 @@ use std::sync::Arc;
 use crate::config::OnStoreFailure;
 use crate::decision::{CallQuery, Decision, Gate};
 use crate::events::StoreHealth;
-use crate::policy::Policy;
+use crate::policy::LivePolicy;
 
 pub(crate) struct AuditGate {
-    policy: Arc<Policy>,
+    policy: Arc<LivePolicy>,
     health: Arc<StoreHealth>,
     on_failure: OnStoreFailure,
 }
 
 impl AuditGate {
     pub(crate) fn shared(
-        policy: Arc<Policy>,
+        policy: Arc<LivePolicy>,
         health: Arc<StoreHealth>,
         on_failure: OnStoreFailure,
     ) -> Arc<dyn Gate> {
@@ -89,8 +89,14 @@ mod tests {
 
     fn gate(on_failure: OnStoreFailure, health: Arc<StoreHealth>) -> Arc<dyn Gate> {
         let registry = Arc::new(Registry::in_memory().expect("registry"));
-        let policy = Policy::new(&Config::default(), registry, &[]).expect("policy");
-        AuditGate::shared(Arc::new(policy), health, on_failure)
+        let config = Config::default();
+        let policy = crate::policy::Policy::new(&config, registry, &[]).expect("policy");
+        let live = LivePolicy::new(crate::policy::InForce {
+            policy: Arc::new(policy),
+            mcp: Arc::new(config.sandbox.mcp),
+            revision: None,
+        });
+        AuditGate::shared(live, health, on_failure)
     }
 
     fn call(server: Option<&str>) -> CallQuery<'_> {

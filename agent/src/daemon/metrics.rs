@@ -79,6 +79,7 @@ pub(crate) struct Metrics {
     approvals_waiting: Gauge,
     kernel: Family<CounterLabels, Gauge>,
     export: Family<CounterLabels, Gauge>,
+    bundle: Family<CounterLabels, Gauge>,
     /// The last committed row id (the export lag is measured from it).
     last_id: std::sync::atomic::AtomicI64,
 }
@@ -139,8 +140,14 @@ impl Metrics {
         let export = Family::<CounterLabels, Gauge>::default();
         registry.register(
             "otlp_export",
-            "The OTLP exporter (telemetry.otlp): logs and spans the collector took, failed attempts, lag_events (events stored but not yet taken)",
+            "The OTLP exporter (telemetry.otlp): logs and spans the collector took, failed attempts, unlinked (call events sent without their span ids: too many waited), lag_events (events stored but not yet taken)",
             export.clone(),
+        );
+        let bundle = Family::<CounterLabels, Gauge>::default();
+        registry.register(
+            "policy_bundle",
+            "Signed policy bundles (policy.bundle): revision in force (0: the local file's policy), applied and refused since start",
+            bundle.clone(),
         );
         Arc::new(Metrics {
             registry,
@@ -154,6 +161,7 @@ impl Metrics {
             approvals_waiting,
             kernel,
             export,
+            bundle,
             last_id: std::sync::atomic::AtomicI64::new(0),
         })
     }
@@ -254,19 +262,14 @@ impl Metrics {
             use std::sync::atomic::Ordering::Relaxed;
             let cursor = export.cursor.load(Relaxed);
             let lag = self.last_id.load(Relaxed).saturating_sub(cursor).max(0);
+            let count = |n: &std::sync::atomic::AtomicU64| {
+                i64::try_from(n.load(Relaxed)).unwrap_or(i64::MAX)
+            };
             for (name, value) in [
-                (
-                    "logs",
-                    i64::try_from(export.logs.load(Relaxed)).unwrap_or(i64::MAX),
-                ),
-                (
-                    "spans",
-                    i64::try_from(export.spans.load(Relaxed)).unwrap_or(i64::MAX),
-                ),
-                (
-                    "failures",
-                    i64::try_from(export.failures.load(Relaxed)).unwrap_or(i64::MAX),
-                ),
+                ("logs", count(&export.logs)),
+                ("spans", count(&export.spans)),
+                ("failures", count(&export.failures)),
+                ("unlinked", count(&export.unlinked)),
                 ("lag_events", lag),
             ] {
                 self.export
@@ -274,6 +277,20 @@ impl Metrics {
                         counter: name.to_owned(),
                     })
                     .set(value);
+            }
+        }
+        if let Some(bundle) = &state.bundle {
+            let status = bundle.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            for (name, value) in [
+                ("revision", status.revision.unwrap_or(0)),
+                ("applied", status.applied),
+                ("refused", status.refused),
+            ] {
+                self.bundle
+                    .get_or_create(&CounterLabels {
+                        counter: name.to_owned(),
+                    })
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
             }
         }
         let mut out = String::new();
@@ -290,6 +307,7 @@ mod tests {
 
     fn called(tool: String, action: Action) -> Event {
         Event::McpToolCalled(ToolCalled {
+            policy_revision: None,
             timestamp: chrono::Utc::now(),
             session_id: "s".into(),
             server_id: "srv".into(),

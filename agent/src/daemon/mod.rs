@@ -7,8 +7,9 @@
 
 pub(crate) mod api;
 mod audit_gate;
+mod bundle;
 mod metrics;
-mod otlp;
+pub(crate) mod otlp;
 mod peer;
 mod state;
 mod stdio;
@@ -33,7 +34,7 @@ use crate::{
         KernelMonitor, RuleAction,
         service::{NetmonService, WatchedEndpoint},
     },
-    policy::Policy,
+    policy::{InForce, LivePolicy, Policy},
     registry::{Registry, value_hash},
 };
 
@@ -136,12 +137,40 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("open the tool registry in {}", db_path.display()))?,
     );
 
-    // 3. policy
-    let policy = Arc::new(Policy::new(&config, registry.clone(), &[])?);
+    // 3. policy: the file's, or the last good signed bundle's when one is kept (a host that
+    //    starts offline runs the fleet's policy; `daemon/bundle.rs`)
+    let kept_bundle = config.policy.bundle.as_ref().and_then(|settings| {
+        let verified = bundle::kept(settings, &bundle::kept_path(&db_path))?;
+        match check_server_users(&bundle::effective(&config, &verified)) {
+            Ok(()) => Some(verified),
+            Err(error) => {
+                tracing::error!("the kept policy bundle is refused: {error:#}");
+                None
+            }
+        }
+    });
+    let effective = match &kept_bundle {
+        Some(verified) => {
+            tracing::info!(
+                revision = verified.revision,
+                "starting with the kept policy bundle"
+            );
+            bundle::effective(&config, verified)
+        }
+        None => config.clone(),
+    };
+    let policy = LivePolicy::new(InForce {
+        policy: Arc::new(Policy::new(&effective, registry.clone(), &[])?),
+        mcp: Arc::new(effective.sandbox.mcp.clone()),
+        revision: kept_bundle.as_ref().map(|v| v.revision),
+    });
 
     // 4. event store: one writer thread, a live broadcast for followers
     let store = Store::open(&db_path)?;
     let (sink, rx) = EventSink::channel();
+    if let Some(verified) = &kept_bundle {
+        sink.set_policy_revision(verified.revision);
+    }
     let (live_events, _) = broadcast::channel(4096);
     let (writer, committer) = spawn_committing_writer(store, rx, live_events.clone());
     let store_health = committer.health();
@@ -156,11 +185,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // Discovery: each declared network server's tools, registered (hashes, pinning) and
     // recorded. A server that cannot be reached is reported and does not hold up the others.
-    let discovered = discover_servers(&config, &policy, &sink).await;
+    let discovered = discover_servers(&effective, &policy.now().policy, &sink).await;
     layers.push(LayerStatus::on("registry", &discovered));
 
     // Calls an argument rule asks about wait here for a person (`approval.rs`).
-    let webhook = config.sandbox.mcp.approval.webhook.clone().map(|hook| {
+    let webhook = effective.sandbox.mcp.approval.webhook.clone().map(|hook| {
         let (tx, rx) = tokio::sync::mpsc::channel(webhook::QUEUE);
         tokio::spawn(async move {
             if let Err(error) = webhook::run(hook, rx).await {
@@ -170,7 +199,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         tx
     });
     let approvals = Arc::new(crate::approval::Approvals::new(
-        &config.sandbox.mcp.approval,
+        &effective.sandbox.mcp.approval,
         webhook,
     ));
 
@@ -215,7 +244,15 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // own calls that wait for a person).
     let api_tcp = api::bind_http(config.api.listen).await?;
     let api_addr = api_tcp.local_addr()?;
-    let netmon = match start_netmon(&config, &policy, &sink, api_addr, args.kernel_log).await {
+    let netmon = match start_netmon(
+        &effective,
+        &policy.now().policy,
+        &sink,
+        api_addr,
+        args.kernel_log,
+    )
+    .await
+    {
         Ok(service) => {
             layers.push(LayerStatus::on(
                 "kernel",
@@ -231,6 +268,41 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             None
         }
     };
+
+    // Signed policy bundles: polled, verified, put in force for every layer at once.
+    let (stop_bundles, bundles_stopped) = tokio::sync::watch::channel(false);
+    let bundle_status = match &config.policy.bundle {
+        Some(settings) => {
+            let applier = bundle::Applier::new(
+                &config,
+                settings,
+                policy.clone(),
+                registry.clone(),
+                sink.clone(),
+                netmon.clone(),
+                api_addr,
+                bundle::kept_path(&db_path),
+            )?;
+            let status = applier.status();
+            layers.push(LayerStatus::on(
+                "policy-bundle",
+                &format!(
+                    "{} every {} s, signed by {}; in force: {}",
+                    settings.url,
+                    settings.poll_secs,
+                    settings.public_key,
+                    match &kept_bundle {
+                        Some(v) => format!("kept revision {}", v.revision),
+                        None => "this file's policy until the first bundle".to_owned(),
+                    }
+                ),
+            ));
+            tokio::spawn(bundle::poll(applier, settings.clone(), bundles_stopped));
+            Some(status)
+        }
+        None => None,
+    };
+    drop(effective);
 
     // Shims in other processes register the tools of stdio servers in the shared database;
     // reload so the LLM layer and the API see them.
@@ -296,6 +368,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         session_keys,
         approvals,
         export: export.as_ref().map(|(stats, _)| stats.clone()),
+        bundle: bundle_status,
     }));
     // Metrics count what the store committed, as every view reads it.
     tokio::spawn(state.metrics.clone().follow(state.live_events.subscribe()));
@@ -360,6 +433,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Stop taking work, then flush: the API goes first so nothing new arrives, sessions are
     // closed (programs detached), and the writer drains every queued event before it returns.
     api.stop().await;
+    let _ = stop_bundles.send(true);
     reaper.abort();
     let _ = reaper.await;
     let _ = stop_proxy.send(true);
@@ -449,7 +523,7 @@ const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lists the tools of every declared network server (all at once), registers them through the
 /// policy (hashes, version pinning) and records `mcp_tool_seen` / `mcp_tool_changed`. Returns a
 /// one-line summary for the start-up report.
-async fn discover_servers(config: &Config, policy: &Arc<Policy>, sink: &EventSink) -> String {
+async fn discover_servers(config: &Config, policy: &Policy, sink: &EventSink) -> String {
     use crate::mcp::client::{Transport, discover};
     let servers: Vec<_> = config
         .sandbox

@@ -15,7 +15,7 @@ use crate::{
     correlate::CallRecord,
     events::{Committer, EventSink, StoredEvent},
     netmon::service::NetmonService,
-    policy::Policy,
+    policy::LivePolicy,
 };
 
 /// One layer's state as reported at start-up and by `/health`.
@@ -56,7 +56,7 @@ pub(crate) struct DaemonParts {
     /// The event database (also the registry's).
     pub db_path: PathBuf,
     /// The policy engine (registry inside).
-    pub policy: Arc<Policy>,
+    pub policy: Arc<LivePolicy>,
     /// Where events go.
     pub sink: EventSink,
     /// Where the API's posted events go.
@@ -77,6 +77,8 @@ pub(crate) struct DaemonParts {
     pub approvals: Arc<crate::approval::Approvals>,
     /// The OTLP exporter's counts, when `telemetry.otlp` is set.
     pub export: Option<Arc<super::otlp::ExportStats>>,
+    /// Signed policy bundles, when `policy.bundle` is set.
+    pub bundle: Option<Arc<Mutex<super::bundle::BundleStatus>>>,
 }
 
 /// The daemon's shared state.
@@ -86,7 +88,7 @@ pub(crate) struct DaemonState {
     /// The event database (also the registry's).
     pub db_path: PathBuf,
     /// The policy engine (registry inside).
-    pub policy: Arc<Policy>,
+    pub policy: Arc<LivePolicy>,
     /// What `/api/check` asks: the policy, refusing calls the store cannot record
     /// (`daemon/audit_gate.rs`).
     pub gate: Arc<dyn crate::decision::Gate>,
@@ -112,6 +114,8 @@ pub(crate) struct DaemonState {
     pub metrics: Arc<super::metrics::Metrics>,
     /// The OTLP exporter's counts, when `telemetry.otlp` is set.
     pub export: Option<Arc<super::otlp::ExportStats>>,
+    /// Signed policy bundles, when `policy.bundle` is set.
+    pub bundle: Option<Arc<Mutex<super::bundle::BundleStatus>>>,
     /// Open sessions by name.
     sessions: Mutex<HashMap<String, SessionCgroup>>,
     /// Sessions taken over from a daemon before this one: no `toolwall exec` will close them,
@@ -150,6 +154,7 @@ impl DaemonState {
             session_keys,
             approvals,
             export,
+            bundle,
         } = parts;
         let metrics = super::metrics::Metrics::new();
         let gate = super::audit_gate::AuditGate::shared(
@@ -173,6 +178,7 @@ impl DaemonState {
             approvals,
             metrics,
             export,
+            bundle,
             sessions: Mutex::new(HashMap::new()),
             adopted: Mutex::new(std::collections::HashSet::new()),
             servers: Mutex::new(HashMap::new()),

@@ -445,7 +445,9 @@ const DECLARED_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 /// `fail_closed`, else runs the shim's command as the agent would run it: with the shim's
 /// environment and directory, as the agent's user.
 fn what_to_run(state: &DaemonState, request: &RunRequest, asker: Asker) -> anyhow::Result<Launch> {
-    let mcp = &state.config.sandbox.mcp;
+    // The declarations in force: a bundle may have declared, changed or removed servers.
+    let in_force = state.policy.now();
+    let mcp = &*in_force.mcp;
     let declared = mcp.servers.iter().find(|s| s.id == request.server_id);
     let Some(server) = declared else {
         anyhow::ensure!(

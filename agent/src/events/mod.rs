@@ -56,6 +56,10 @@ pub struct EventSink {
     /// Each event with its weight, so the writer releases what was taken.
     tx: mpsc::UnboundedSender<(Event, usize)>,
     budget: Arc<Budget>,
+    /// The signed policy bundle's revision in force (0: none), stamped on every decision
+    /// event this sink records; shared by every clone, set by the daemon when it applies a
+    /// bundle (`daemon/bundle.rs`).
+    revision: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl EventSink {
@@ -76,6 +80,7 @@ impl EventSink {
             Self {
                 tx,
                 budget: budget.clone(),
+                revision: Arc::default(),
             },
             EventQueue { rx, budget },
         )
@@ -83,7 +88,13 @@ impl EventSink {
 
     /// Records an event. Never waits: a layer that can hold its input back asks
     /// [`EventSink::room`] first; what it records then is never dropped.
-    pub fn emit(&self, event: Event) {
+    pub fn emit(&self, mut event: Event) {
+        let revision = self.revision.load(Ordering::Acquire);
+        if revision != 0
+            && let Some(field) = event.policy_revision_mut()
+        {
+            *field = Some(revision);
+        }
         let weight = event.weight();
         self.budget.take(weight);
         if self.tx.send((event, weight)).is_err() {
@@ -119,6 +130,13 @@ impl EventSink {
     /// event reader) counts instead of queueing when it is not.
     pub(crate) fn has_room(&self) -> bool {
         self.budget.has_room()
+    }
+
+    /// Stamps `revision` on the decision events recorded from now on (every clone of this
+    /// sink). The policy swap comes first, so an event stamped with the new revision was
+    /// decided by it — but for a decision made just before the swap and recorded just after.
+    pub(crate) fn set_policy_revision(&self, revision: u64) {
+        self.revision.store(revision, Ordering::Release);
     }
 
     /// Bytes queued and not yet taken by the writer.
@@ -183,6 +201,7 @@ mod tests {
 
     fn call(text: &str) -> Event {
         Event::McpToolCalled(ToolCalled {
+            policy_revision: None,
             timestamp: chrono::Utc::now(),
             session_id: "s".into(),
             server_id: "srv".into(),

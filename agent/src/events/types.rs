@@ -142,6 +142,33 @@ impl Event {
         }
     }
 
+    /// The signed policy bundle's revision this decision event was recorded under.
+    pub(crate) fn policy_revision(&self) -> Option<u64> {
+        match self {
+            Event::McpToolCallIntercepted(e) => e.policy_revision,
+            Event::McpToolCalled(e) => e.policy_revision,
+            Event::McpNetworkConnection(e) => e.policy_revision,
+            Event::McpToolSeen(e) => e.policy_revision,
+            Event::McpToolChanged(e) => e.policy_revision,
+            Event::McpResultInspected(e) => e.policy_revision,
+            Event::KernelAlert(_) => None,
+        }
+    }
+
+    /// The policy revision field of a decision event (`None` for kernel alerts, which no
+    /// policy decides).
+    pub(crate) fn policy_revision_mut(&mut self) -> Option<&mut Option<u64>> {
+        match self {
+            Event::McpToolCallIntercepted(e) => Some(&mut e.policy_revision),
+            Event::McpToolCalled(e) => Some(&mut e.policy_revision),
+            Event::McpNetworkConnection(e) => Some(&mut e.policy_revision),
+            Event::McpToolSeen(e) => Some(&mut e.policy_revision),
+            Event::McpToolChanged(e) => Some(&mut e.policy_revision),
+            Event::McpResultInspected(e) => Some(&mut e.policy_revision),
+            Event::KernelAlert(_) => None,
+        }
+    }
+
     /// Every event kind, for `--type` validation.
     pub const KINDS: [&'static str; 7] = [
         "mcp_tool_call_intercepted",
@@ -203,6 +230,10 @@ pub struct ToolCallIntercepted {
     pub action: Action,
     /// Why.
     pub reason: String,
+    /// The revision of the signed policy bundle in force when the layer recorded it
+    /// (`policy.bundle`, `daemon/bundle.rs`); absent when the policy is the local file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<u64>,
 }
 
 /// Seed 001's `mcp_tool_called`, recorded by the shim and the filter proxy.
@@ -228,6 +259,10 @@ pub struct ToolCalled {
     pub reason: String,
     /// `shim` or `mcp-proxy`.
     pub layer: String,
+    /// The revision of the signed policy bundle in force when the layer recorded it
+    /// (`policy.bundle`, `daemon/bundle.rs`); absent when the policy is the local file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<u64>,
 }
 
 /// What the result rules found in one message a server sent toward the client: the rules and
@@ -258,6 +293,10 @@ pub struct ResultInspected {
     pub reason: String,
     /// `shim` or `mcp-proxy`.
     pub layer: String,
+    /// The revision of the signed policy bundle in force when the layer recorded it
+    /// (`policy.bundle`, `daemon/bundle.rs`); absent when the policy is the local file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<u64>,
 }
 
 /// Seed 001's `mcp_network_connection`, from the kernel's connect hooks.
@@ -305,6 +344,10 @@ pub struct NetworkConnection {
     /// For a summary: when the first connection it counts happened (`timestamp`: the last).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<DateTime<Utc>>,
+    /// The revision of the signed policy bundle in force when the layer recorded it
+    /// (`policy.bundle`, `daemon/bundle.rs`); absent when the policy is the local file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<u64>,
 }
 
 fn one() -> u64 {
@@ -352,6 +395,10 @@ pub struct ToolSeen {
     pub action: Action,
     /// Why.
     pub reason: String,
+    /// The revision of the signed policy bundle in force when the layer recorded it
+    /// (`policy.bundle`, `daemon/bundle.rs`); absent when the policy is the local file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<u64>,
 }
 
 /// A definition that changed after it was pinned, or a tool that appeared after pinning.
@@ -371,4 +418,8 @@ pub struct ToolChanged {
     pub new_hash: String,
     /// `block` or `allow` (alert only), per `version_pinning.on_change`.
     pub action: Action,
+    /// The revision of the signed policy bundle in force when the layer recorded it
+    /// (`policy.bundle`, `daemon/bundle.rs`); absent when the policy is the local file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<u64>,
 }

@@ -134,6 +134,7 @@ impl Record {
                 tool_hash: String::new(),
             });
         Event::McpToolCallIntercepted(ToolCallIntercepted {
+            policy_revision: None,
             timestamp: now,
             session_id: session_id.to_owned(),
             request_id: request_id.to_owned(),

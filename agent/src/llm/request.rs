@@ -257,6 +257,7 @@ fn judge(
         tracing::warn!(server, tool, call = %site.call_id, action = verdict.action.as_str(), "tool result in a request to the model: {}", verdict.reason);
         if recorded.first(&format!("{}:{}", site.call_id, verdict.action.as_str())) {
             out.records.push(Event::McpResultInspected(ResultInspected {
+                policy_revision: None,
                 timestamp: chrono::Utc::now(),
                 session_id: session.to_owned(),
                 server_id: server.to_owned(),

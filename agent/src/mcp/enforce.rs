@@ -296,6 +296,7 @@ mod tests {
             .check_listed("s", "stdio", &serde_json::json!({"name": "echo"}));
         let sink = e.events.clone().unwrap();
         sink.emit(crate::events::Event::McpToolSeen(crate::events::ToolSeen {
+            policy_revision: None,
             timestamp: chrono::Utc::now(),
             session_id: String::new(),
             server_id: "s".into(),

@@ -588,6 +588,7 @@ impl Filter {
             return;
         }
         self.records.push(Event::McpToolCalled(ToolCalled {
+            policy_revision: None,
             timestamp: chrono::Utc::now(),
             session_id: self.ctx.session_id.clone(),
             server_id: self.ctx.server_id.clone(),

@@ -23,6 +23,7 @@ impl Policy {
                 continue;
             };
             events.push(Event::McpToolSeen(ToolSeen {
+                policy_revision: None,
                 timestamp: now,
                 session_id: session_id.to_string(),
                 server_id: tool.server_id.clone(),
@@ -47,6 +48,7 @@ impl Policy {
                     PinState::Match | PinState::Unpinned { .. } => continue,
                 };
             events.push(Event::McpToolChanged(ToolChanged {
+                policy_revision: None,
                 timestamp: now,
                 session_id: session_id.to_string(),
                 server_id: tool.server_id.clone(),

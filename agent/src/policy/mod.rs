@@ -24,6 +24,7 @@ mod definitions;
 mod deny;
 mod glob;
 mod listing_events;
+mod live;
 mod rate;
 mod results;
 mod rules;
@@ -43,6 +44,7 @@ pub use bench::{
     bench_rule_evaluation, result_message,
 };
 pub(crate) use deny::DenyList;
+pub(crate) use live::{InForce, LivePolicy};
 
 /// A name glob as the rules compile it (`toolwall config check` selects tools with it).
 pub(crate) fn glob(source: &str) -> glob::Glob {

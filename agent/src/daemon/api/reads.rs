@@ -43,6 +43,10 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
             "layers": state.layers,
             "database": state.db_path,
             "sessions": state.session_names(),
+            "policy": {
+                "revision": state.policy.now().revision,
+                "bundle": state.bundle.as_ref().map(|b| b.lock().unwrap_or_else(|e| e.into_inner()).clone()),
+            },
             "kernel_counters": counters.map(|c| json!({
                 "connects": c.connects, "unmatched": c.unmatched, "flagged": c.flagged,
                 "denied": c.denied, "ring_drops": c.ring_drops, "summarised": c.summarised,

@@ -45,6 +45,9 @@ pub(crate) struct SpanItem {
     pub tool_call_id: Option<String>,
     /// Where a connection went (`ip:port`), for connection records.
     pub remote_addr: Option<String>,
+    /// The policy bundle's revision its events were recorded under (the latest, if they
+    /// straddle a swap).
+    pub policy_revision: Option<u64>,
 }
 
 /// What one export sends.
@@ -72,6 +75,13 @@ fn joins(event: &Event) -> bool {
 /// (a record closes two windows after its last sighting; this only bounds the unforeseen).
 const MAX_WAIT_WINDOWS: i32 = 10;
 
+/// Most events waiting for their record: past it the oldest leave at once without a span's
+/// ids (a flood of calls must not grow the exporter; the span still leaves when its record
+/// closes, the loss is only the link, and it is counted). The correlator searches one
+/// session and server's open calls in full, so this also bounds its work per event: 8,192
+/// waiting is ~2,000 call events a second across two correlation windows.
+const MAX_WAITING: usize = 8_192;
+
 /// The machine.
 pub(crate) struct Outbox {
     correlator: Correlator,
@@ -85,6 +95,10 @@ pub(crate) struct Outbox {
     ready: Batch,
     /// The last row id pushed.
     read_through: i64,
+    /// Events that left without their span's ids because too many waited.
+    unlinked: u64,
+    /// [`MAX_WAITING`] (smaller in tests).
+    max_waiting: usize,
 }
 
 impl Outbox {
@@ -115,7 +129,14 @@ impl Outbox {
                 ..Batch::default()
             },
             read_through: resume_after,
+            unlinked: 0,
+            max_waiting: MAX_WAITING,
         }
+    }
+
+    /// Events that left without their span's ids because too many waited ([`MAX_WAITING`]).
+    pub(crate) fn unlinked(&self) -> u64 {
+        self.unlinked
     }
 
     /// The row id to read after.
@@ -134,6 +155,13 @@ impl Outbox {
         self.waiting.insert(stored.id, stored);
         for record in records {
             self.close(record);
+        }
+        while self.waiting.len() > self.max_waiting {
+            let Some((_, oldest)) = self.waiting.pop_first() else {
+                break;
+            };
+            self.unlinked += 1;
+            self.log(oldest, None);
         }
     }
 
@@ -202,12 +230,14 @@ impl Outbox {
             jsonrpc_id: None,
             tool_call_id: None,
             remote_addr: None,
+            policy_revision: None,
             record: record.clone(),
         };
         for id in sightings.iter().map(|s| s.event_id) {
             let Some(event) = self.waiting.remove(&id) else {
                 continue;
             };
+            item.policy_revision = item.policy_revision.max(event.event.policy_revision());
             match &event.event {
                 Event::McpToolCalled(e) => item.jsonrpc_id = Some(e.jsonrpc_id.clone()),
                 Event::McpToolCallIntercepted(e) => {
@@ -285,6 +315,7 @@ mod tests {
         StoredEvent {
             id,
             event: Event::McpToolCallIntercepted(ToolCallIntercepted {
+                policy_revision: None,
                 timestamp: at(ms),
                 session_id: "s".into(),
                 request_id: "r".into(),
@@ -307,6 +338,7 @@ mod tests {
         StoredEvent {
             id,
             event: Event::McpToolCalled(ToolCalled {
+                policy_revision: None,
                 timestamp: at(ms),
                 session_id: "s".into(),
                 server_id: "srv".into(),
@@ -329,6 +361,7 @@ mod tests {
         StoredEvent {
             id,
             event: Event::McpToolSeen(crate::events::ToolSeen {
+                policy_revision: None,
                 timestamp: at(ms),
                 session_id: "s".into(),
                 server_id: "srv".into(),
@@ -356,7 +389,11 @@ mod tests {
         let mut out = outbox(0);
         out.push(seen(1, 0));
         out.push(intercepted(2, 10, "get-sum"));
-        out.push(called(3, 20, "get-sum", Action::Allow));
+        let mut call = called(3, 20, "get-sum", Action::Allow);
+        if let Event::McpToolCalled(e) = &mut call.event {
+            e.policy_revision = Some(9);
+        }
+        out.push(call);
         let batch = out.take();
         // The listing left at once; the call's events wait, and the cursor with them.
         assert_eq!(batch.logs.len(), 1);
@@ -372,6 +409,7 @@ mod tests {
         assert_eq!(layers(&span.record), "llm/anthropic,shim");
         assert_eq!(span.jsonrpc_id, Some(json!(3)));
         assert_eq!(span.tool_call_id.as_deref(), Some("toolu_2"));
+        assert_eq!(span.policy_revision, Some(9));
         let ids: Vec<_> = batch.logs.iter().map(|l| (l.event.id, l.span)).collect();
         assert_eq!(ids, vec![(2, Some(span.ids)), (3, Some(span.ids))]);
     }
@@ -405,6 +443,22 @@ mod tests {
         assert_eq!(replay.spans[0].ids, span_b.ids);
         assert!(blocked(&replay.spans[0].record));
         assert_eq!(replay.resume_after, 4);
+    }
+
+    #[test]
+    fn a_flood_of_open_calls_is_bounded_and_the_unlinked_counted() {
+        let mut out = outbox(0);
+        out.max_waiting = 500;
+        for id in 1..=600 {
+            out.push(intercepted(id, 0, &format!("t{id}")));
+        }
+        assert_eq!(out.waiting.len(), 500);
+        assert_eq!(out.unlinked(), 100);
+        let batch = out.take();
+        assert_eq!(batch.logs.len(), 100);
+        assert!(batch.logs.iter().all(|l| l.span.is_none()));
+        // The cursor stays before the oldest still waiting.
+        assert_eq!(batch.resume_after, 100);
     }
 
     #[test]

@@ -113,6 +113,12 @@ impl Exporters {
         if !keys.server.is_empty() {
             record.add_attribute("toolwall.server.id", keys.server.to_owned());
         }
+        if let Some(revision) = event.policy_revision() {
+            match i64::try_from(revision) {
+                Ok(n) => record.add_attribute("toolwall.policy.revision", n),
+                Err(_) => record.add_attribute("toolwall.policy.revision", revision.to_string()),
+            }
+        }
         let (layer, reason) = layer_and_reason(event);
         if !layer.is_empty() {
             record.add_attribute("toolwall.layer", layer);
@@ -163,6 +169,12 @@ impl Exporters {
         ];
         if !r.reason.is_empty() {
             attributes.push(KeyValue::new("toolwall.reason", r.reason.clone()));
+        }
+        if let Some(revision) = item.policy_revision {
+            attributes.push(KeyValue::new(
+                "toolwall.policy.revision",
+                revision_value(revision),
+            ));
         }
         if let Some(hash) = &r.args_hash {
             attributes.push(KeyValue::new("toolwall.arguments.hash", hash.clone()));
@@ -233,6 +245,14 @@ impl Exporters {
             },
             instrumentation_scope: self.scope.clone(),
         }
+    }
+}
+
+/// OTLP integers are signed 64-bit; a revision past that is sent as text.
+fn revision_value(revision: u64) -> opentelemetry::Value {
+    match i64::try_from(revision) {
+        Ok(n) => opentelemetry::Value::I64(n),
+        Err(_) => opentelemetry::Value::String(revision.to_string().into()),
     }
 }
 
@@ -332,7 +352,8 @@ fn grpc(config: &OtlpConfig, timeout: Duration) -> anyhow::Result<Pair> {
 
 fn http(config: &OtlpConfig, timeout: Duration) -> anyhow::Result<Pair> {
     let tls = match &config.tls {
-        Some(tls) => ca_client_config(&tls.ca_file)?,
+        Some(tls) => crate::edge::tls_client_config_with_ca(&tls.ca_file)
+            .context("telemetry.otlp.tls.ca_file")?,
         None => crate::edge::tls_client_config()?,
     };
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -367,34 +388,4 @@ fn http(config: &OtlpConfig, timeout: Duration) -> anyhow::Result<Pair> {
         .build()
         .context("the OTLP/HTTP span exporter")?;
     Ok((logs, spans))
-}
-
-/// A TLS client that trusts the CAs of one PEM file only.
-fn ca_client_config(path: &std::path::Path) -> anyhow::Result<rustls::ClientConfig> {
-    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(path)
-        .with_context(|| format!("telemetry.otlp.tls.ca_file: read {}", path.display()))?
-    {
-        let cert = cert
-            .with_context(|| format!("telemetry.otlp.tls.ca_file: {}: not PEM", path.display()))?;
-        roots.add(cert).with_context(|| {
-            format!(
-                "telemetry.otlp.tls.ca_file: {}: a bad certificate",
-                path.display()
-            )
-        })?;
-    }
-    if roots.is_empty() {
-        anyhow::bail!(
-            "telemetry.otlp.tls.ca_file: {} holds no certificate",
-            path.display()
-        );
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
 }

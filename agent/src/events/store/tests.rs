@@ -8,6 +8,7 @@ use crate::{decision::Action, events::ToolCalled};
 
 fn called(session: &str, tool: &str, action: Action) -> Event {
     Event::McpToolCalled(ToolCalled {
+        policy_revision: None,
         timestamp: chrono::Utc::now(),
         session_id: session.into(),
         server_id: "everything".into(),

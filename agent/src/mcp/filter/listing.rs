@@ -100,6 +100,7 @@ impl Filter {
         if self.ctx.events.is_some() {
             self.records
                 .push(Event::McpResultInspected(ResultInspected {
+                    policy_revision: None,
                     timestamp: chrono::Utc::now(),
                     session_id: self.ctx.session_id.clone(),
                     server_id: self.ctx.server_id.clone(),
@@ -274,6 +275,7 @@ fn seen(ctx: &FilterContext, tool: &Value, decision: &Decision) -> Event {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| tool_hash(tool));
     Event::McpToolSeen(ToolSeen {
+        policy_revision: None,
         timestamp: chrono::Utc::now(),
         session_id: ctx.session_id.clone(),
         server_id: ctx.server_id.clone(),

@@ -84,6 +84,7 @@ mod tests {
 
     fn connection(dest: &str, action: Action, second: i64) -> NetworkConnection {
         NetworkConnection {
+            policy_revision: None,
             timestamp: chrono::DateTime::from_timestamp(1_800_000_000 + second, 0).expect("time"),
             session_id: "s".into(),
             remote_addr: dest.into(),

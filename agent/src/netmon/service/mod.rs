@@ -194,6 +194,27 @@ impl NetmonService {
         }
     }
 
+    /// Watches `endpoints` from now on (a new policy's servers: `daemon/bundle.rs`), the
+    /// kernel's rules synced before this returns. On failure the previous endpoints are put
+    /// back and synced again, and the error returned: the kernel keeps the rules in force.
+    pub(crate) async fn set_endpoints(
+        &self,
+        endpoints: Vec<WatchedEndpoint>,
+    ) -> Result<(), NetmonError> {
+        let previous = std::mem::replace(
+            &mut *self.endpoints.write().unwrap_or_else(|e| e.into_inner()),
+            endpoints,
+        );
+        let Err(error) = self.resync().await else {
+            return Ok(());
+        };
+        *self.endpoints.write().unwrap_or_else(|e| e.into_inner()) = previous;
+        if let Err(again) = self.resync().await {
+            tracing::error!(error = %again, "restoring the kernel's previous rules failed too; the next resync retries");
+        }
+        Err(error)
+    }
+
     async fn resync(&self) -> Result<(), NetmonError> {
         let endpoints = self
             .endpoints

@@ -115,6 +115,7 @@ impl NetmonService {
             .map(str::to_owned);
         let process = ProcessInfo::of(c.raw.pid);
         NetworkConnection {
+            policy_revision: None,
             timestamp: Utc::now(),
             session_id: session.unwrap_or_default(),
             remote_addr: c.dest.to_string(),
@@ -178,6 +179,7 @@ impl NetmonService {
                 )
                 .into_owned();
                 let event = NetworkConnection {
+                    policy_revision: None,
                     timestamp: clock.wall(last.last_ns),
                     session_id: session.clone().unwrap_or_default(),
                     remote_addr: dest.to_string(),

@@ -1,0 +1,359 @@
+//! Signed policy bundles, the host's side (issue 17): the daemon pulls `policy.bundle.url`
+//! every `poll_secs` (with `If-None-Match`), verifies the bundle (`config/bundle.rs`), and puts
+//! its `sandbox:` in force for every layer at once — the LLM proxy's and the daemon-run
+//! shims' decisions through [`LivePolicy`], the kernel's rules through
+//! [`NetmonService::set_endpoints`], the declared servers the daemon runs — without a
+//! restart. The last good bundle is kept beside the store, so a host that starts offline
+//! runs the fleet's policy, not only its own file's.
+//!
+//! A bundle is refused, reported (log, `/health`, `/metrics`) and the running policy kept when
+//! its signature does not hold, its policy fails `config check`, its revision is not newer
+//! than the one in force (a replayed old bundle), a stdio server it declares names a user this
+//! host lacks, or it changes `approval:` (the questions waiting now were asked under the
+//! running settings; that takes a restart).
+//!
+//! Stand-alone `toolwall shim` and `toolwall mcp-proxy` processes judge by their own
+//! `--config`; the agents `toolwall exec` runs are governed by the daemon's policy.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use ed25519_dalek::VerifyingKey;
+use http_body_util::{BodyExt as _, Empty, Limited};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::{api_endpoints, check_server_users, discover_servers, watched_endpoints};
+use crate::{
+    config::{
+        BundleConfig, Config,
+        bundle::{self, MAX_BUNDLE_BYTES, Verified},
+    },
+    events::EventSink,
+    netmon::service::NetmonService,
+    policy::{InForce, LivePolicy, Policy},
+    registry::Registry,
+};
+
+/// How long one fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What `/health` and `/metrics` say about bundles.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct BundleStatus {
+    /// Where bundles come from.
+    pub url: String,
+    /// The revision in force (`None`: the local file's policy, no bundle yet).
+    pub revision: Option<u64>,
+    /// When it was put in force.
+    pub applied_at: Option<DateTime<Utc>>,
+    /// Bundles applied since the daemon started (the kept one at start included).
+    pub applied: u64,
+    /// Bundles refused since the daemon started.
+    pub refused: u64,
+    /// The last poll.
+    pub checked_at: Option<DateTime<Utc>>,
+    /// Why the last poll failed or the last bundle was refused; cleared by the next success.
+    pub last_error: Option<String>,
+}
+
+/// Where the last good bundle is kept: beside the store (the package's `StateDirectory`).
+pub(crate) fn kept_path(db: &Path) -> PathBuf {
+    db.with_file_name("policy-bundle.json")
+}
+
+/// Puts bundles in force.
+pub(crate) struct Applier {
+    /// This host's file: everything but `sandbox:` comes from it.
+    local: Config,
+    key: VerifyingKey,
+    policy: Arc<LivePolicy>,
+    registry: Arc<Registry>,
+    sink: EventSink,
+    netmon: Option<NetmonService>,
+    api: SocketAddr,
+    kept: PathBuf,
+    status: Arc<Mutex<BundleStatus>>,
+}
+
+impl Applier {
+    /// An applier for `local`'s `policy.bundle`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        local: &Config,
+        settings: &BundleConfig,
+        policy: Arc<LivePolicy>,
+        registry: Arc<Registry>,
+        sink: EventSink,
+        netmon: Option<NetmonService>,
+        api: SocketAddr,
+        kept: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let key = bundle::public_key(&settings.public_key)
+            .map_err(|why| anyhow::anyhow!("policy.bundle.public_key: {why}"))?;
+        let revision = policy.now().revision;
+        Ok(Applier {
+            local: local.clone(),
+            key,
+            policy,
+            registry,
+            sink,
+            netmon,
+            api,
+            kept,
+            status: Arc::new(Mutex::new(BundleStatus {
+                url: settings.url.clone(),
+                revision,
+                applied: u64::from(revision.is_some()),
+                ..BundleStatus::default()
+            })),
+        })
+    }
+
+    /// What `/health` shows.
+    pub(crate) fn status(&self) -> Arc<Mutex<BundleStatus>> {
+        self.status.clone()
+    }
+
+    /// Verifies `bytes` and, if it is good and newer, puts it in force and keeps it.
+    async fn take(&self, bytes: &[u8]) -> Result<Option<u64>, String> {
+        let verified = bundle::open(bytes, &self.key).map_err(|e| e.to_string())?;
+        let running = self.policy.now();
+        if let Some(current) = running.revision {
+            if verified.revision == current {
+                return Ok(None);
+            }
+            if verified.revision < current {
+                return Err(format!(
+                    "revision {} is older than revision {current} in force (a replayed bundle?)",
+                    verified.revision
+                ));
+            }
+        }
+        let effective = effective(&self.local, &verified);
+        if effective.sandbox.mcp.approval != running.mcp.approval {
+            return Err(format!(
+                "revision {} changes sandbox.mcp.approval; the calls waiting now were asked under the running settings — restart the daemon to change them",
+                verified.revision
+            ));
+        }
+        check_server_users(&effective).map_err(|e| format!("{e:#}"))?;
+        let policy = Policy::new(&effective, self.registry.clone(), &[])
+            .map_err(|e| format!("revision {}: {e}", verified.revision))?;
+        // The kernel's rules first, then every other layer at once.
+        if let Some(netmon) = &self.netmon {
+            let mut endpoints = watched_endpoints(&effective, &policy);
+            endpoints.extend(api_endpoints(self.api));
+            netmon
+                .set_endpoints(endpoints)
+                .await
+                .map_err(|e| format!("revision {}: the kernel's rules: {e}", verified.revision))?;
+        }
+        let policy = Arc::new(policy);
+        self.policy.replace(InForce {
+            policy: policy.clone(),
+            mcp: Arc::new(effective.sandbox.mcp.clone()),
+            revision: Some(verified.revision),
+        });
+        self.sink.set_policy_revision(verified.revision);
+        // The network servers it declares are listed (registered, pinned) as at start — after
+        // the swap, in the background: an unreachable one must not hold the new revision up
+        // (until listed, its tools are unknown ones, blocked under fail_closed).
+        let sink = self.sink.clone();
+        tokio::spawn(async move {
+            discover_servers(&effective, &policy, &sink).await;
+        });
+        if let Err(error) = keep(&self.kept, &verified.bytes) {
+            tracing::error!(
+                path = %self.kept.display(),
+                "keeping the bundle for offline starts failed: {error:#}"
+            );
+        }
+        Ok(Some(verified.revision))
+    }
+}
+
+/// The configuration a bundle makes on this host: its file, with the bundle's `sandbox:`.
+pub(crate) fn effective(local: &Config, verified: &Verified) -> Config {
+    let mut config = local.clone();
+    config.sandbox = verified.config.sandbox.clone();
+    config.origin = format!(
+        "{} with policy bundle revision {}",
+        local.origin, verified.revision
+    );
+    config
+}
+
+/// The bundle kept by an earlier run, if it still verifies with the configured key.
+pub(crate) fn kept(settings: &BundleConfig, path: &Path) -> Option<Verified> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => {
+            tracing::error!(path = %path.display(), %error, "cannot read the kept policy bundle");
+            return None;
+        }
+    };
+    let key = bundle::public_key(&settings.public_key).ok()?;
+    match bundle::open(&bytes, &key) {
+        Ok(verified) => Some(verified),
+        Err(error) => {
+            tracing::error!(path = %path.display(), %error, "the kept policy bundle is refused; starting with this file's policy until the server sends a good one");
+            None
+        }
+    }
+}
+
+/// Writes the bundle beside the store: to a temporary file, then renamed (a crash leaves the
+/// old one or the new one, never half of one), owner-only.
+fn keep(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = path.with_extension("json.tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("create {}", tmp.display()))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))
+}
+
+/// Polls until `stop`.
+pub(crate) async fn poll(
+    applier: Applier,
+    settings: BundleConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    let client = match client(&settings) {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!("policy.bundle: {error:#}; no bundle will be fetched");
+            applier
+                .status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .last_error = Some(format!("{error:#}"));
+            return;
+        }
+    };
+    let mut etag: Option<http::HeaderValue> = None;
+    let every = Duration::from_secs(settings.poll_secs);
+    loop {
+        let outcome = match fetch(&client, &settings.url, etag.as_ref()).await {
+            Ok(Fetched::Unchanged) => Ok(None),
+            Ok(Fetched::Body(bytes, tag)) => match applier.take(&bytes).await {
+                Ok(applied) => {
+                    etag = tag;
+                    Ok(applied)
+                }
+                Err(why) => Err(format!("bundle refused: {why}")),
+            },
+            Err(error) => Err(format!("fetching {}: {error:#}", settings.url)),
+        };
+        {
+            let mut status = applier.status.lock().unwrap_or_else(|e| e.into_inner());
+            status.checked_at = Some(Utc::now());
+            match &outcome {
+                Ok(Some(revision)) => {
+                    status.revision = Some(*revision);
+                    status.applied_at = Some(Utc::now());
+                    status.applied += 1;
+                    status.last_error = None;
+                }
+                Ok(None) => status.last_error = None,
+                Err(why) => {
+                    if why.starts_with("bundle refused") {
+                        status.refused += 1;
+                    }
+                    status.last_error = Some(why.clone());
+                }
+            }
+        }
+        match outcome {
+            Ok(Some(revision)) => tracing::info!(
+                revision,
+                url = %settings.url,
+                "policy bundle revision {revision} in force for every layer"
+            ),
+            Ok(None) => {}
+            Err(why) => tracing::error!("policy.bundle: {why}; the running policy stays"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+type Client = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Empty<bytes::Bytes>,
+>;
+
+fn client(settings: &BundleConfig) -> anyhow::Result<Client> {
+    let tls = match &settings.ca_file {
+        Some(ca) => crate::edge::tls_client_config_with_ca(ca).context("policy.bundle.ca_file")?,
+        None => crate::edge::tls_client_config()?,
+    };
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_connect_timeout(Some(Duration::from_secs(10)));
+    connector.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
+    Ok(
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(connector),
+    )
+}
+
+enum Fetched {
+    Unchanged,
+    Body(Vec<u8>, Option<http::HeaderValue>),
+}
+
+/// One GET, bounded in time and size.
+async fn fetch(
+    client: &Client,
+    url: &str,
+    etag: Option<&http::HeaderValue>,
+) -> anyhow::Result<Fetched> {
+    let mut request = http::Request::get(url).header(http::header::USER_AGENT, "toolwall");
+    if let Some(tag) = etag {
+        request = request.header(http::header::IF_NONE_MATCH, tag);
+    }
+    let request = request.body(Empty::new()).context("the bundle URL")?;
+    let response = tokio::time::timeout(FETCH_TIMEOUT, async {
+        let response = client.request(request).await?;
+        let status = response.status();
+        let tag = response.headers().get(http::header::ETAG).cloned();
+        if status == http::StatusCode::NOT_MODIFIED {
+            return anyhow::Ok(Fetched::Unchanged);
+        }
+        anyhow::ensure!(status.is_success(), "the server answered {status}");
+        let body = Limited::new(response.into_body(), MAX_BUNDLE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("reading the bundle (at most {MAX_BUNDLE_BYTES} bytes): {e}")
+            })?
+            .to_bytes();
+        Ok(Fetched::Body(body.to_vec(), tag))
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("no answer within {} s", FETCH_TIMEOUT.as_secs()))??;
+    Ok(response)
+}

@@ -319,3 +319,56 @@ pub fn http_unix(
         .unwrap_or_default();
     Ok((status, body))
 }
+
+/// The OTLP collector stand-in (`tests/peers/otlp_collector.py`: decodes the wire with the
+/// official `opentelemetry-proto` package), writing what arrived as JSON lines; killed on drop.
+pub struct OtlpCollector {
+    child: std::process::Child,
+    out: PathBuf,
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
+}
+
+impl Drop for OtlpCollector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl OtlpCollector {
+    /// Starts the collector stand-in on `port` (0: any), once it says it listens.
+    pub fn start(protocol: &str, port: u16, out: &Path, args: &[&str]) -> OtlpCollector {
+        let mut child = std::process::Command::new(python())
+            .arg(workspace_root().join("tests/peers/otlp_collector.py"))
+            .args(["--protocol", protocol, "--port", &port.to_string(), "--out"])
+            .arg(out)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start otlp_collector.py");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("collector's first line");
+        let port = line
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the collector said {line:?}"));
+        OtlpCollector {
+            child,
+            out: out.to_owned(),
+            port,
+        }
+    }
+
+    /// What arrived so far, one JSON value a line.
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+}

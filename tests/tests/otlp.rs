@@ -5,63 +5,11 @@
 //! cursor.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolwall_tests::{Daemon, http_unix, python, workspace_root};
-
-struct Collector {
-    child: Child,
-    out: PathBuf,
-    port: u16,
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Collector {
-    /// Starts the collector stand-in on `port` (0: any), once it says it listens.
-    fn start(protocol: &str, port: u16, out: &Path, args: &[&str]) -> Collector {
-        let mut child = Command::new(python())
-            .arg(workspace_root().join("tests/peers/otlp_collector.py"))
-            .args(["--protocol", protocol, "--port", &port.to_string(), "--out"])
-            .arg(out)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start otlp_collector.py");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("collector's first line");
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the collector said {line:?}"));
-        Collector {
-            child,
-            out: out.to_owned(),
-            port,
-        }
-    }
-
-    fn lines(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect()
-    }
-}
+use toolwall_tests::{Daemon, OtlpCollector as Collector, http_unix};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -3,14 +3,15 @@
 //! verify`, its conffile passes `toolwall config check`, and the installed daemon runs under the
 //! unit's capability bounding set and `NoNewPrivileges` (`setpriv`: this host has no systemd as
 //! PID 1 to start the unit) with every layer on, telling `NOTIFY_SOCKET` it is ready and, at
-//! SIGTERM, that it stops. Purged afterwards.
+//! SIGTERM, that it stops; what it records reaches an OTLP collector and `/metrics`. Purged
+//! afterwards.
 
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use toolwall_tests::http_unix;
+use toolwall_tests::{OtlpCollector, http_unix};
 
 const UNIT: &str = "/lib/systemd/system/toolwall.service";
 
@@ -80,12 +81,15 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
     let dir = tempfile::tempdir().expect("dir");
     let socket = dir.path().join("api.sock");
     let config = dir.path().join("toolwall.yaml");
+    // The fleet's collector: what the installed daemon records reaches it (OTLP/HTTP).
+    let collector = OtlpCollector::start("http", 0, &dir.path().join("otlp.jsonl"), &[]);
     std::fs::write(
         &config,
         format!(
-            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  pin_dir: {pin_dir}\n",
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  pin_dir: {pin_dir}\ntelemetry:\n  otlp:\n    endpoint: http://127.0.0.1:{}\n    protocol: http/protobuf\n    interval_ms: 200\n",
             socket.display(),
-            dir.path().join("events.db").display()
+            dir.path().join("events.db").display(),
+            collector.port
         ),
     )
     .expect("config");
@@ -130,6 +134,8 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
 shim = subprocess.Popen(["/usr/bin/toolwall", "shim", "--server-id", "everything", "--", {everything:?}, "stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 shim.stdin.write(b'{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"a","version":"1"}}}}}}\n'); shim.stdin.flush()
 print(shim.stdout.readline().decode(), flush=True)
+shim.stdin.write(b'{{"jsonrpc":"2.0","method":"notifications/initialized"}}\n{{"jsonrpc":"2.0","id":1,"method":"tools/list"}}\n'); shim.stdin.flush()
+print(shim.stdout.readline().decode()[:80], flush=True)
 shim.stdin.close(); shim.wait()
 "#,
         everything = toolwall_tests::server_everything().display().to_string()
@@ -146,6 +152,30 @@ shim.stdin.close(); shim.wait()
         "a root server ran under the unit's capabilities: {said}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // What the server listed reached the collector as log records, and `/metrics` (what
+    // Prometheus scrapes: tests/tests/metrics.rs) counts what the collector took.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !collector
+        .lines()
+        .iter()
+        .any(|l| l["event_name"] == "mcp_tool_seen" && l["resource"]["service.name"] == "toolwall")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the collector got no listing: {:#?}",
+            collector.lines()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (status, metrics) = http_unix(&socket, "GET", "/metrics", "").expect("metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let taken: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("toolwall_otlp_export{counter=\"logs\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(taken > 0, "{metrics}");
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
     let n = notify.recv(&mut buf).expect("the daemon says it stops");

@@ -3,7 +3,7 @@ official `opentelemetry-proto` package, and writes what arrived as JSON lines, s
 end-to-end tests (tests/tests/otlp.rs) can check what toolwall exports.
 
 usage: otlp_collector.py --protocol grpc|http --port PORT --out FILE
-                         [--header NAME=VALUE ...] [--refuse N]
+                         [--header NAME=VALUE ...] [--refuse N] [--tls CERT KEY]
 
   --protocol  http: OTLP/HTTP with protobuf bodies, `POST /v1/logs` and `POST /v1/traces`
                     (`Content-Type: application/x-protobuf`, optionally `Content-Encoding:
@@ -19,6 +19,10 @@ usage: otlp_collector.py --protocol grpc|http --port PORT --out FILE
               gRPC metadata; the name is case-insensitive, the value must match exactly) is
               refused, HTTP 401 / gRPC UNAUTHENTICATED, and recorded as
               {"refused": "missing header NAME"}.
+  --tls       CERT KEY (PEM files): serve HTTPS / gRPC over TLS with that certificate.
+  --max-bytes N: refuse requests larger than N bytes, HTTP 413 / gRPC RESOURCE_EXHAUSTED (as
+              real collectors do: the OpenTelemetry Collector's gRPC default is 4 MiB); HTTP
+              refusals are recorded as {"refused": "too large: N bytes"}.
   --refuse    N: the first N export requests that pass the header check are refused, HTTP
               503 / gRPC UNAVAILABLE (a collector in trouble), each recorded as
               {"refused": "forced"}.
@@ -47,6 +51,7 @@ import json
 import math
 import os
 import signal
+import ssl
 import sys
 import threading
 from concurrent import futures
@@ -241,6 +246,9 @@ class HttpHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.read_body()
+        if self.collector.max_bytes and len(body) > self.collector.max_bytes:
+            self.collector.write([{"refused": f"too large: {len(body)} bytes"}])
+            return self.answer(413, grpc_code=8, message="request too large (--max-bytes)")
         signal_name = {"/v1/logs": "logs", "/v1/traces": "traces"}.get(self.path.split("?")[0])
         if signal_name is None:
             return self.answer(404, grpc_code=5, message=f"no such path {self.path}")
@@ -278,10 +286,14 @@ class HttpHandler(BaseHTTPRequestHandler):
         self.end_headers()
 
 
-def serve_http(collector, port):
+def serve_http(collector, port, tls):
     HttpHandler.collector = collector
     server = ThreadingHTTPServer(("127.0.0.1", port), HttpHandler)
     server.daemon_threads = True
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
 
@@ -328,15 +340,20 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         return grpc_export(self.collector, "traces", request, context)
 
 
-def serve_grpc(collector, port):
+def serve_grpc(collector, port, tls):
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=8),
-        options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        options=[("grpc.max_receive_message_length", collector.max_bytes or 64 * 1024 * 1024),
                  ("grpc.so_reuseport", 0)],
     )
     logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(collector), server)
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(collector), server)
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    if tls:
+        with open(tls[0], "rb") as cert, open(tls[1], "rb") as key:
+            credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+        bound = server.add_secure_port(f"127.0.0.1:{port}", credentials)
+    else:
+        bound = server.add_insecure_port(f"127.0.0.1:{port}")
     if not bound:
         raise OSError(f"cannot bind 127.0.0.1:{port}")
     server.start()
@@ -357,6 +374,8 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--header", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--refuse", type=int, default=0, metavar="N")
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), default=None)
+    parser.add_argument("--max-bytes", type=int, default=0, metavar="N")
     args = parser.parse_args()
     headers = []
     for h in args.header:
@@ -369,8 +388,9 @@ def main():
     # reach only the sigwait below.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     collector = Collector(args.out, headers, args.refuse)
+    collector.max_bytes = args.max_bytes
     serve = serve_grpc if args.protocol == "grpc" else serve_http
-    port, stop = serve(collector, args.port)
+    port, stop = serve(collector, args.port, args.tls)
     print(f"listening {port}", flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     stop()

@@ -403,3 +403,53 @@ fn privileged_a_host_follows_signed_revisions_in_every_layer_and_refuses_bad_one
     assert_eq!(kept.as_bytes(), r2.as_slice());
     drop((a, b));
 }
+
+/// helper-38: a host with no bundle kept took any validly signed revision, a replayed old one
+/// included; `min_revision` is the floor for a new host (and the kept one's revision after).
+#[test]
+fn a_new_host_refuses_a_revision_below_its_floor() {
+    let dir = tempfile::tempdir().expect("dir");
+    let name = dir.path().join("fleet");
+    assert!(
+        toolwall(&["policy", "keygen", name.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let key = dir.path().join("fleet.key");
+    let public = std::fs::read_to_string(dir.path().join("fleet.pub")).expect("pub");
+    let old = sign(dir.path(), &key, 1, "sandbox:\n  mcp:\n    deny: []\n");
+    let current = sign(
+        dir.path(),
+        &key,
+        2,
+        "sandbox:\n  mcp:\n    deny: ['^echo$']\n",
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/b.json",
+        listener.local_addr().unwrap().port()
+    );
+    let served = Arc::new(Mutex::new(Served::default()));
+    publish(&served, old, "r1");
+    serve(listener, served.clone());
+    let daemon = Daemon::start(&format!(
+        "policy:\n  bundle:\n    url: {url}\n    public_key: \"{}\"\n    poll_secs: 5\n    min_revision: 2\n",
+        public.trim()
+    ));
+    let h = wait_health(&daemon, "revision 1 refused", |h| {
+        h["policy"]["bundle"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("oldest this host takes"))
+    });
+    assert_eq!(h["policy"]["revision"], Value::Null);
+    assert_eq!(
+        decide(&daemon, "s", "echo"),
+        "allow",
+        "the file's policy runs"
+    );
+    publish(&served, current, "r2");
+    wait_health(&daemon, "revision 2 in force", |h| {
+        h["policy"]["revision"] == 2
+    });
+    assert_eq!(decide(&daemon, "s", "echo"), "block");
+}

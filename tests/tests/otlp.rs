@@ -28,6 +28,11 @@ fn now() -> String {
 
 /// One call seen by the LLM layer and run by the shim (one span), and a listing (a log only).
 fn call_events(session: &str, tool: &str, n: u64) -> Vec<String> {
+    call_events_with(session, tool, n, json!({"n": n}))
+}
+
+/// [`call_events`] with these arguments.
+fn call_events_with(session: &str, tool: &str, n: u64, input: Value) -> Vec<String> {
     let at = now();
     let base = json!({"timestamp": at, "session_id": session, "server_id": "everything"});
     let with = |kind: &str, fields: Value| {
@@ -42,12 +47,12 @@ fn call_events(session: &str, tool: &str, n: u64) -> Vec<String> {
         with(
             "mcp_tool_call_intercepted",
             json!({"request_id": "r", "dialect": "anthropic", "tool_name": format!("mcp__everything__{tool}"),
-                "server_tool": tool, "tool_call_id": format!("toolu_{n}"), "input": {"n": n},
+                "server_tool": tool, "tool_call_id": format!("toolu_{n}"), "input": input,
                 "server_type": "stdio", "server_addr": "", "tool_hash": "", "action": "allow", "reason": ""}),
         ),
         with(
             "mcp_tool_called",
-            json!({"server_type": "stdio", "tool_name": tool, "jsonrpc_id": n, "input": {"n": n},
+            json!({"server_type": "stdio", "tool_name": tool, "jsonrpc_id": n, "input": input,
                 "action": "allow", "reason": "", "layer": "shim"}),
         ),
         with(
@@ -278,4 +283,179 @@ fn get_metrics(addr: &str, token: &str) -> (u16, String) {
             .map(|(_, b)| b.to_owned())
             .unwrap_or_default(),
     )
+}
+
+/// A CA and a certificate it signed for 127.0.0.1 (openssl), in `dir`: (ca.pem, cert, key).
+fn certificates(dir: &std::path::Path) -> (String, String, String) {
+    let path = |name: &str| dir.join(name).display().to_string();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=toolwall test CA",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("san.ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+    (path("ca.pem"), path("server.pem"), path("server.key"))
+}
+
+#[test]
+fn otlp_over_tls_trusts_the_configured_ca_and_not_an_unknown_one() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (ca, cert, key) = certificates(dir.path());
+    for (protocol, config_protocol) in [("http", "http/protobuf"), ("grpc", "grpc")] {
+        let out = dir.path().join(format!("{protocol}.jsonl"));
+        let collector = Collector::start(protocol, 0, &out, &["--tls", &cert, &key]);
+        let endpoint = format!("https://127.0.0.1:{}", collector.port);
+        let daemon = Daemon::start(&config(
+            &endpoint,
+            config_protocol,
+            &format!("    tls:\n      ca_file: {ca}\n"),
+        ));
+        post(&daemon, &call_events("tls", "echo", 1));
+        wait_for(&collector, &format!("{protocol}: 3 logs over TLS"), |l| {
+            of(l, "log").len() >= 3
+        });
+        drop(daemon);
+
+        // The system's CAs do not know this one: nothing is sent, and the failure is said.
+        let mut untrusting = Daemon::start(&config(&endpoint, config_protocol, ""));
+        post(&untrusting, &call_events("untrusted", "echo", 2));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !untrusting.stderr().contains("OTLP export failed") {
+            assert!(
+                Instant::now() < deadline,
+                "{protocol}: {}",
+                untrusting.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(untrusting.stop().success());
+        assert!(
+            collector
+                .lines()
+                .iter()
+                .all(|l| l["attributes"]["toolwall.session.id"] != "untrusted"),
+            "{protocol}: sent to a collector whose certificate no trusted CA signed"
+        );
+    }
+}
+
+/// helper-38: a collector that refuses requests over 4 MiB (the OpenTelemetry Collector's gRPC
+/// default) was sent one batch of large arguments again and again, and the export stopped for
+/// good behind it. Requests are now bounded in bytes and a record's arguments past 64 KiB are
+/// sent as their size and hash.
+#[test]
+fn otlp_large_arguments_never_stop_the_export() {
+    let dir = tempfile::tempdir().expect("dir");
+    for (protocol, config_protocol) in [("http", "http/protobuf"), ("grpc", "grpc")] {
+        let out = dir.path().join(format!("{protocol}.jsonl"));
+        let collector = Collector::start(protocol, 0, &out, &["--max-bytes", "4194304"]);
+        let daemon = Daemon::start(&config(
+            &format!("http://127.0.0.1:{}", collector.port),
+            config_protocol,
+            "",
+        ));
+        // 200 calls with 20 KB of arguments each: 12 MB of log bodies in all.
+        let padding = "x".repeat(20_000);
+        for chunk in 0..10 {
+            let events: Vec<String> = (0..20)
+                .flat_map(|i| {
+                    let n = chunk * 20 + i;
+                    call_events_with("big", "echo", n, json!({"n": n, "pad": padding}))
+                })
+                .collect();
+            post(&daemon, &events);
+        }
+        // One call with 200 KB of arguments (the store keeps up to 256 KiB), then an ordinary
+        // one.
+        post(
+            &daemon,
+            &call_events_with("huge", "echo", 1000, json!({"pad": "y".repeat(200_000)})),
+        );
+        post(&daemon, &call_events("after", "echo", 1001));
+        let lines = wait_for(&collector, &format!("{protocol}: every log record"), |l| {
+            of(l, "log").len() >= 606 && of(l, "span").len() >= 202
+        });
+        let ids = log_ids(&lines);
+        assert_eq!(ids.len(), 606, "{protocol}: every event once");
+        assert!(ids.values().all(|n| *n == 1), "{protocol}: nothing twice");
+        let huge: Vec<&Value> = lines
+            .iter()
+            .filter(|l| l["signal"] == "log" && l["attributes"]["toolwall.session.id"] == "huge")
+            .collect();
+        assert_eq!(huge.len(), 3);
+        for log in huge.iter().filter(|l| l["event_name"] != "mcp_tool_seen") {
+            assert_eq!(log["attributes"]["toolwall.body.truncated"], true, "{log}");
+            let body: Value = serde_json::from_str(log["body"].as_str().unwrap()).unwrap();
+            assert!(
+                body["input"]["toolwall_omitted"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("arguments of")),
+                "{body}"
+            );
+            assert_eq!(body["input"]["sha256"].as_str().map(str::len), Some(64));
+        }
+    }
 }

@@ -121,6 +121,11 @@ pub(crate) fn open(bytes: &[u8], key: &VerifyingKey) -> Result<Verified, BundleE
     if bundle.format != FORMAT {
         return Err(BundleError::Format(bundle.format));
     }
+    if bundle.revision == 0 {
+        return Err(BundleError::NotABundle(
+            "revision 0: revisions start at 1".into(),
+        ));
+    }
     let signature = base64::engine::general_purpose::STANDARD
         .decode(bundle.signature.trim())
         .ok()
@@ -282,6 +287,20 @@ mod tests {
         assert!(err.to_string().contains("revision 1"), "{err}");
         let err = sign(&secret, 1, "api:\n  listen: 0.0.0.0:1\n").unwrap_err();
         assert!(err.to_string().contains("`api:`"), "{err}");
+    }
+
+    #[test]
+    fn revision_zero_is_not_a_revision() {
+        let (secret, public) = keys();
+        let mut bundle = sign(&secret, 1, POLICY).expect("sign");
+        bundle.revision = 0;
+        bundle.signature = base64::engine::general_purpose::STANDARD
+            .encode(secret.sign(&signed_message(0, POLICY)).to_bytes());
+        let bytes = serde_json::to_vec(&bundle).unwrap();
+        assert!(matches!(
+            open(&bytes, &public),
+            Err(BundleError::NotABundle(_))
+        ));
     }
 
     #[test]

@@ -76,6 +76,10 @@ pub(crate) struct BundleConfig {
     /// PEM file of the CAs to trust for the bundle server instead of the system's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
+    /// The oldest revision this host accepts, for a host with no bundle kept yet (a new
+    /// install): a replayed older bundle, validly signed, must not be its first.
+    #[serde(default)]
+    pub min_revision: u64,
 }
 
 fn default_poll_secs() -> u64 {

@@ -80,6 +80,9 @@ pub(crate) struct Applier {
     api: SocketAddr,
     kept: PathBuf,
     status: Arc<Mutex<BundleStatus>>,
+    /// No revision below this is taken: `min_revision`, or the kept bundle's even when it
+    /// could not be applied here (a replay must not undercut what this host already had).
+    floor: u64,
 }
 
 impl Applier {
@@ -94,6 +97,7 @@ impl Applier {
         netmon: Option<NetmonService>,
         api: SocketAddr,
         kept: PathBuf,
+        kept_revision: Option<u64>,
     ) -> anyhow::Result<Self> {
         let key = bundle::public_key(&settings.public_key)
             .map_err(|why| anyhow::anyhow!("policy.bundle.public_key: {why}"))?;
@@ -107,6 +111,7 @@ impl Applier {
             netmon,
             api,
             kept,
+            floor: settings.min_revision.max(kept_revision.unwrap_or(0)),
             status: Arc::new(Mutex::new(BundleStatus {
                 url: settings.url.clone(),
                 revision,
@@ -125,16 +130,22 @@ impl Applier {
     async fn take(&self, bytes: &[u8]) -> Result<Option<u64>, String> {
         let verified = bundle::open(bytes, &self.key).map_err(|e| e.to_string())?;
         let running = self.policy.now();
-        if let Some(current) = running.revision {
-            if verified.revision == current {
-                return Ok(None);
-            }
-            if verified.revision < current {
-                return Err(format!(
-                    "revision {} is older than revision {current} in force (a replayed bundle?)",
-                    verified.revision
-                ));
-            }
+        if running.revision == Some(verified.revision) {
+            return Ok(None);
+        }
+        if let Some(current) = running.revision
+            && verified.revision < current
+        {
+            return Err(format!(
+                "revision {} is older than revision {current} in force (a replayed bundle?)",
+                verified.revision
+            ));
+        }
+        if verified.revision < self.floor {
+            return Err(format!(
+                "revision {} is older than revision {}, the oldest this host takes (policy.bundle.min_revision, or the bundle it kept; a replayed bundle?)",
+                verified.revision, self.floor
+            ));
         }
         let effective = effective(&self.local, &verified);
         if effective.sandbox.mcp.approval != running.mcp.approval {
@@ -216,10 +227,17 @@ fn keep(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let tmp = path.with_extension("json.tmp");
+    // A fresh file, never one a link points at (the daemon writes as root).
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("remove {}", tmp.display()));
+        }
+        _ => {}
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .mode(0o600)
         .open(&tmp)
         .with_context(|| format!("create {}", tmp.display()))?;
@@ -341,6 +359,12 @@ async fn fetch(
         let status = response.status();
         let tag = response.headers().get(http::header::ETAG).cloned();
         if status == http::StatusCode::NOT_MODIFIED {
+            // "Unchanged" answers a question only when one was asked: a 304 to a plain GET
+            // would freeze the host on what it runs without a word.
+            anyhow::ensure!(
+                etag.is_some(),
+                "the server answered 304 Not Modified to a request that named no ETag"
+            );
             return anyhow::Ok(Fetched::Unchanged);
         }
         anyhow::ensure!(status.is_success(), "the server answered {status}");

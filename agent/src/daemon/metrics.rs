@@ -140,7 +140,7 @@ impl Metrics {
         let export = Family::<CounterLabels, Gauge>::default();
         registry.register(
             "otlp_export",
-            "The OTLP exporter (telemetry.otlp): logs and spans the collector took, failed attempts, unlinked (call events sent without their span ids: too many waited), lag_events (events stored but not yet taken)",
+            "The OTLP exporter (telemetry.otlp): logs and spans the collector took, failed attempts, unlinked (call events sent without their span ids: too many waited), dropped (records the collector refused every time as malformed or too large), lag_events (events stored but not yet taken)",
             export.clone(),
         );
         let bundle = Family::<CounterLabels, Gauge>::default();
@@ -270,6 +270,7 @@ impl Metrics {
                 ("spans", count(&export.spans)),
                 ("failures", count(&export.failures)),
                 ("unlinked", count(&export.unlinked)),
+                ("dropped", count(&export.dropped)),
                 ("lag_events", lag),
             ] {
                 self.export

@@ -139,13 +139,19 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // 3. policy: the file's, or the last good signed bundle's when one is kept (a host that
     //    starts offline runs the fleet's policy; `daemon/bundle.rs`)
-    let kept_bundle = config.policy.bundle.as_ref().and_then(|settings| {
-        let verified = bundle::kept(settings, &bundle::kept_path(&db_path))?;
-        match check_server_users(&bundle::effective(&config, &verified)) {
-            Ok(()) => Some(verified),
+    let kept_verified = config
+        .policy
+        .bundle
+        .as_ref()
+        .and_then(|settings| bundle::kept(settings, &bundle::kept_path(&db_path)));
+    // Its revision stays the floor even when it cannot run here.
+    let kept_revision = kept_verified.as_ref().map(|v| v.revision);
+    let kept_bundle = kept_verified.filter(|verified| {
+        match check_server_users(&bundle::effective(&config, verified)) {
+            Ok(()) => true,
             Err(error) => {
                 tracing::error!("the kept policy bundle is refused: {error:#}");
-                None
+                false
             }
         }
     });
@@ -282,6 +288,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
                 netmon.clone(),
                 api_addr,
                 bundle::kept_path(&db_path),
+                kept_revision,
             )?;
             let status = applier.status();
             layers.push(LayerStatus::on(

@@ -48,6 +48,8 @@ pub(crate) struct ExportStats {
     pub cursor: AtomicI64,
     /// Call events sent without their span's ids (too many waited for their records).
     pub unlinked: AtomicU64,
+    /// Records the collector refused every time as sent (malformed or too large): dropped.
+    pub dropped: AtomicU64,
 }
 
 /// Starts the exporter; returns what `/metrics` reads and a description for the layer list.
@@ -165,61 +167,156 @@ async fn run(
     }
 }
 
-/// Sends a batch until the collector takes it (logs, then spans; a part taken is not sent
-/// again). False when the daemon stops first: the cursor stays, and the next start sends it.
+/// Most bytes in one export request (estimated from the bodies): under what collectors take
+/// (the OpenTelemetry Collector's gRPC default is 4 MiB).
+const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
+/// Times the collector may refuse one record as malformed or too large before it is dropped
+/// (counted, logged with its event id): a record no collector will take must not stop every
+/// record after it.
+const MAX_REFUSALS: u32 = 3;
+
+/// One export request's worth of a batch.
+#[derive(Clone, Copy)]
+enum Part<'a> {
+    Logs(&'a [outbox::LogItem]),
+    Spans(&'a [outbox::SpanItem]),
+}
+
+impl<'a> Part<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Part::Logs(items) => items.len(),
+            Part::Spans(items) => items.len(),
+        }
+    }
+
+    fn halves(&self) -> (Part<'a>, Part<'a>) {
+        let mid = self.len() / 2;
+        match self {
+            Part::Logs(items) => (Part::Logs(&items[..mid]), Part::Logs(&items[mid..])),
+            Part::Spans(items) => (Part::Spans(&items[..mid]), Part::Spans(&items[mid..])),
+        }
+    }
+}
+
+/// `items` cut into requests of at most [`MAX_REQUEST_BYTES`] by `size`.
+fn requests<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let n = size(item);
+        if i > start && bytes + n > MAX_REQUEST_BYTES {
+            out.push(&items[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += n;
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
+}
+
+/// Whether the collector refused the request itself (too large, malformed) rather than being
+/// unreachable or busy: sending it again as it is will not help. The exporters say so only in
+/// their error text (`opentelemetry-otlp`'s HTTP status and gRPC code).
+fn refused_as_sent(error: &str) -> bool {
+    [
+        "status code: 400",
+        "status code: 413",
+        "gRPC code: InvalidArgument",
+        "gRPC code: ResourceExhausted",
+        "gRPC code: OutOfRange",
+    ]
+    .iter()
+    .any(|needle| error.contains(needle))
+}
+
+/// Sends a batch until the collector takes it: logs, then spans, in requests bounded in bytes;
+/// a part taken is not sent again. A request the collector refuses as too large or malformed
+/// is halved; a single record it refuses [`MAX_REFUSALS`] times is dropped, counted and
+/// logged. Anything else (down, busy, a time-out) is sent again with back-off. False when the
+/// daemon stops first: the cursor stays, and the next start sends the batch.
 async fn deliver(
     exporters: &wire::Exporters,
     batch: &Batch,
     stats: &ExportStats,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
-    let mut logs_done = batch.logs.is_empty();
-    let mut spans_done = batch.spans.is_empty();
+    let log_size = |l: &outbox::LogItem| wire::body(&l.event.event).0.len() + 512;
+    let span_size = |s: &outbox::SpanItem| 1024 + s.record.reason.len() * 4;
+    let mut parts: Vec<Part<'_>> = requests(&batch.logs, log_size)
+        .into_iter()
+        .map(Part::Logs)
+        .chain(
+            requests(&batch.spans, span_size)
+                .into_iter()
+                .map(Part::Spans),
+        )
+        .collect();
+    parts.reverse();
     let mut backoff = Duration::from_secs(1);
     let mut failed = 0u32;
-    while !(logs_done && spans_done) {
-        let result = if logs_done {
-            exporters.send_spans(&batch.spans).await.map(|()| {
-                spans_done = true;
-                stats
-                    .spans
-                    .fetch_add(batch.spans.len() as u64, Ordering::Relaxed);
-            })
-        } else {
-            exporters.send_logs(&batch.logs).await.map(|()| {
-                logs_done = true;
-                stats
-                    .logs
-                    .fetch_add(batch.logs.len() as u64, Ordering::Relaxed);
-            })
+    let mut refusals = 0u32;
+    while let Some(part) = parts.pop() {
+        let result = match part {
+            Part::Logs(items) => exporters.send_logs(items).await,
+            Part::Spans(items) => exporters.send_spans(items).await,
         };
-        match result {
+        let error = match result {
             Ok(()) => {
+                let counter = match part {
+                    Part::Logs(_) => &stats.logs,
+                    Part::Spans(_) => &stats.spans,
+                };
+                counter.fetch_add(part.len() as u64, Ordering::Relaxed);
                 if failed > 0 {
                     tracing::info!(
                         attempts = failed + 1,
-                        "OTLP export: the collector took the batch it had refused"
+                        "OTLP export: the collector took what it had refused"
                     );
-                    failed = 0;
                 }
+                (failed, refusals, backoff) = (0, 0, Duration::from_secs(1));
+                continue;
             }
-            Err(error) => {
-                stats.failures.fetch_add(1, Ordering::Relaxed);
-                if failed == 0 {
-                    tracing::warn!(
-                        %error,
-                        events = batch.logs.len(),
-                        spans = batch.spans.len(),
-                        "OTLP export failed; the events stay in the store and are sent again"
-                    );
-                }
-                failed += 1;
-                if sleep_or_stop(stop, backoff).await {
-                    return false;
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+            Err(error) => error.to_string(),
+        };
+        stats.failures.fetch_add(1, Ordering::Relaxed);
+        if failed == 0 {
+            tracing::warn!(
+                %error,
+                records = part.len(),
+                "OTLP export failed; the events stay in the store and are sent again"
+            );
+        }
+        failed += 1;
+        if refused_as_sent(&error) {
+            if part.len() > 1 {
+                let (first, second) = part.halves();
+                parts.push(second);
+                parts.push(first);
+                continue;
+            }
+            refusals += 1;
+            if refusals >= MAX_REFUSALS {
+                let what = match part {
+                    Part::Logs(items) => format!("the log record of event {}", items[0].event.id),
+                    Part::Spans(items) => {
+                        format!("the span of the call of event {}", items[0].ids_event)
+                    }
+                };
+                tracing::error!(%error, "OTLP export: the collector refuses {what} every time; dropped");
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
+                (failed, refusals) = (0, 0);
+                continue;
             }
         }
+        parts.push(part);
+        if sleep_or_stop(stop, backoff).await {
+            return false;
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
     true
 }
@@ -278,4 +375,32 @@ pub async fn bench_export(db: &std::path::Path, endpoint: &str) -> anyhow::Resul
         stats.logs.load(Ordering::Relaxed),
         stats.spans.load(Ordering::Relaxed),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_bounded_in_bytes_and_never_empty() {
+        let sizes = [600_000, 600_000, 10, 2_000_000, 5];
+        let cut = requests(&sizes, |n| *n);
+        assert_eq!(
+            cut,
+            vec![&sizes[..1], &sizes[1..3], &sizes[3..4], &sizes[4..]]
+        );
+        assert!(requests(&[] as &[usize], |n| *n).is_empty());
+    }
+
+    #[test]
+    fn only_a_refusal_of_the_request_itself_splits_or_drops() {
+        assert!(refused_as_sent("HTTP export failed with status code: 413"));
+        assert!(refused_as_sent(
+            "TonicLogsClient export failed with gRPC code: ResourceExhausted"
+        ));
+        assert!(!refused_as_sent("HTTP export failed with status code: 503"));
+        assert!(!refused_as_sent(
+            "TonicLogsClient export failed with gRPC code: Unavailable: connection refused"
+        ));
+    }
 }

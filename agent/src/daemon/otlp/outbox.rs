@@ -38,6 +38,8 @@ pub(crate) struct LogItem {
 #[derive(Clone, Debug)]
 pub(crate) struct SpanItem {
     pub ids: SpanIds,
+    /// The record's first event id (the one its ids derive from).
+    pub ids_event: i64,
     pub record: CallRecord,
     /// The JSON-RPC id of the execution, when one ran.
     pub jsonrpc_id: Option<serde_json::Value>,
@@ -179,10 +181,18 @@ impl Outbox {
         let Some(stale) = now.checked_sub_signed(self.window * MAX_WAIT_WINDOWS) else {
             return;
         };
+        // An event stamped ahead of the clock (a clock stepped back) would wait until then and
+        // hold the cursor behind it: it waits no longer than one stamped in the past.
+        let ahead = now
+            .checked_add_signed(self.window * (MAX_WAIT_WINDOWS + 1))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
         let old: Vec<i64> = self
             .waiting
             .iter()
-            .filter(|(_, e)| e.event.keys().timestamp < stale)
+            .filter(|(_, e)| {
+                let at = e.event.keys().timestamp;
+                at < stale || at > ahead
+            })
             .map(|(id, _)| *id)
             .collect();
         for id in old {
@@ -227,6 +237,7 @@ impl Outbox {
         let ids = self.ids(first);
         let mut item = SpanItem {
             ids,
+            ids_event: first,
             jsonrpc_id: None,
             tool_call_id: None,
             remote_addr: None,
@@ -459,6 +470,17 @@ mod tests {
         assert!(batch.logs.iter().all(|l| l.span.is_none()));
         // The cursor stays before the oldest still waiting.
         assert_eq!(batch.resume_after, 100);
+    }
+
+    #[test]
+    fn an_event_stamped_ahead_of_the_clock_does_not_hold_the_cursor() {
+        let mut out = outbox(0);
+        out.push(intercepted(1, 3_600_000, "later"));
+        out.push(seen(2, 0));
+        out.expire(at(1_000));
+        let batch = out.take();
+        assert_eq!(batch.resume_after, 2, "{batch:?}");
+        assert_eq!(batch.logs.len(), 2);
     }
 
     #[test]

@@ -102,10 +102,13 @@ impl Exporters {
         };
         record.set_severity_number(severity);
         record.set_severity_text(text);
-        // The record as the store keeps it: every field, for a pipeline that wants them all.
-        record.set_body(AnyValue::String(
-            serde_json::to_string(event).unwrap_or_default().into(),
-        ));
+        // The record as the store keeps it: every field, for a pipeline that wants them all —
+        // but for arguments too large for one record (`body`).
+        let (body, cut) = body(event);
+        record.set_body(AnyValue::String(body.into()));
+        if cut {
+            record.add_attribute("toolwall.body.truncated", true);
+        }
         record.add_attribute("toolwall.event.id", item.event.id);
         record.add_attribute("toolwall.event.type", event.kind());
         record.add_attribute("toolwall.decision", keys.action.as_str());
@@ -248,6 +251,47 @@ impl Exporters {
     }
 }
 
+/// Largest log record body: collectors refuse requests past a few MiB (the OpenTelemetry
+/// Collector's gRPC default is 4 MiB), and one call with large arguments must not make a batch
+/// no collector takes (helper-38: the export stopped for good behind it).
+pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The event's JSON for a log record, and whether it was cut: past [`MAX_BODY_BYTES`] its
+/// arguments are replaced by their size and SHA-256 (the store keeps them whole), and if that
+/// is not enough, the body keeps only the type, the time and the decision.
+pub(crate) fn body(event: &Event) -> (String, bool) {
+    let whole = serde_json::to_string(event).unwrap_or_default();
+    if whole.len() <= MAX_BODY_BYTES {
+        return (whole, false);
+    }
+    let mut value = serde_json::to_value(event).unwrap_or_default();
+    if let Some(fields) = value.as_object_mut()
+        && let Some(input) = fields.get("input").filter(|v| !v.is_null())
+    {
+        let text = serde_json::to_string(input).unwrap_or_default();
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(text.as_bytes());
+        fields.insert(
+            "input".into(),
+            serde_json::json!({
+                "toolwall_omitted": format!("arguments of {} bytes, over the export's {MAX_BODY_BYTES} (the store keeps them)", text.len()),
+                "sha256": hex::encode(digest),
+            }),
+        );
+        let cut = serde_json::to_string(&value).unwrap_or_default();
+        if cut.len() <= MAX_BODY_BYTES {
+            return (cut, true);
+        }
+    }
+    let keys = event.keys();
+    let short = serde_json::json!({
+        "type": event.kind(),
+        "timestamp": keys.timestamp,
+        "action": keys.action.as_str(),
+        "toolwall_omitted": format!("an event of {} bytes, over the export's {MAX_BODY_BYTES} (the store keeps it)", whole.len()),
+    });
+    (short.to_string(), true)
+}
+
 /// OTLP integers are signed 64-bit; a revision past that is sent as text.
 fn revision_value(revision: u64) -> opentelemetry::Value {
     match i64::try_from(revision) {
@@ -388,4 +432,50 @@ fn http(config: &OtlpConfig, timeout: Duration) -> anyhow::Result<Pair> {
         .build()
         .context("the OTLP/HTTP span exporter")?;
     Ok((logs, spans))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::ToolCalled;
+
+    fn called(input: serde_json::Value, reason: String) -> Event {
+        Event::McpToolCalled(ToolCalled {
+            policy_revision: None,
+            timestamp: chrono::Utc::now(),
+            session_id: "s".into(),
+            server_id: "srv".into(),
+            server_type: "stdio".into(),
+            tool_name: "t".into(),
+            jsonrpc_id: serde_json::json!(1),
+            input: Some(input),
+            action: Action::Allow,
+            reason,
+            layer: "shim".into(),
+        })
+    }
+
+    #[test]
+    fn a_body_is_whole_or_cut_under_its_bound() {
+        let small = called(serde_json::json!({"a": 1}), String::new());
+        let (text, cut) = body(&small);
+        assert!(!cut);
+        assert_eq!(text, serde_json::to_string(&small).unwrap());
+
+        let large = called(
+            serde_json::json!({"pad": "x".repeat(100_000)}),
+            String::new(),
+        );
+        let (text, cut) = body(&large);
+        assert!(cut && text.len() <= MAX_BODY_BYTES);
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["tool_name"], "t");
+        assert_eq!(value["input"]["sha256"].as_str().map(str::len), Some(64));
+
+        let wordy = called(serde_json::json!({}), "r".repeat(100_000));
+        let (text, cut) = body(&wordy);
+        assert!(cut && text.len() < 1000, "{text}");
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["type"], "mcp_tool_called");
+    }
 }

@@ -164,12 +164,21 @@ fn prepare_private(path: &Path) -> Result<(), (PathBuf, std::io::Error)> {
             .create(dir)
             .map_err(|e| (dir.to_path_buf(), e))?;
     }
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
+    // Made only when missing, never opened when it exists: closing any descriptor of a file
+    // drops every POSIX lock this process holds on it, SQLite's included — the next connection
+    // the daemon opened (the exporter's, a view's) released the writer's shared lock, and
+    // another process's client, finding no lock, took itself for the last and deleted the
+    // live `-wal` file: events acknowledged after that were lost (helper-38).
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| (path.to_path_buf(), e))?;
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err((path.to_path_buf(), e)),
+    }
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     for suffix in ["", "-wal", "-shm"] {

@@ -285,3 +285,38 @@ fn several_processes_write_one_database_and_lose_nothing() {
         .unwrap();
     assert_eq!(sessions, 4);
 }
+
+/// helper-38: a second connection in the daemon's process used to open and close the database
+/// file with `std::fs`, which dropped SQLite's locks; another process's ordinary client then
+/// took itself for the last one, deleted the live `-wal`, and later commits were lost.
+#[test]
+fn another_process_closing_the_database_loses_nothing_of_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    let mut writer = Store::open(&path).unwrap();
+    writer
+        .insert(&[called("s", "before", Action::Allow)])
+        .unwrap();
+    // The daemon opens more connections as it runs (the exporter, a view).
+    let reader = Store::open(&path).unwrap();
+    assert_eq!(reader.count().unwrap(), 1);
+    // A backup script or an admin's Python opens the file read-write and closes it.
+    let script = format!(
+        "import sqlite3\nc = sqlite3.connect({:?})\nc.execute('select count(*) from events').fetchall()\nc.close()\n",
+        path.display().to_string()
+    );
+    let status = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .status()
+        .expect("python3");
+    assert!(status.success());
+    assert!(
+        dir.path().join("events.db-wal").exists(),
+        "the live write-ahead log was deleted under the writer"
+    );
+    writer
+        .insert(&[called("s", "after", Action::Allow)])
+        .unwrap();
+    drop((writer, reader));
+    assert_eq!(Store::open(&path).unwrap().count().unwrap(), 2);
+}

@@ -122,7 +122,7 @@ pub(crate) fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
             let bytes = std::fs::read(&file).with_context(|| format!("read {}", file.display()))?;
             match bundle::open(&bytes, &key) {
                 Ok(verified) => {
-                    print!("{}", crate::config::describe(&verified.config));
+                    print!("{}", crate::config::describe_policy(&verified.config));
                     println!(
                         "\n{}: revision {}, signature valid, policy valid",
                         file.display(),

@@ -7,7 +7,9 @@ use super::{Config, ListPolicy, OnChange};
 
 /// The effective policy in words: what `config check` prints, and what the daemon logs at
 /// start-up, so a person can see what a file actually means (defaults included).
-pub(crate) fn describe(config: &Config) -> String {
+/// The policy (`sandbox:`) as toolwall will apply it: what `toolwall policy verify` prints of a
+/// bundle, which carries nothing else.
+pub(crate) fn describe_policy(config: &Config) -> String {
     let mcp = &config.sandbox.mcp;
     let mut out = String::new();
     // Writing to a String cannot fail; `let _` keeps that visible without unwraps.
@@ -247,6 +249,13 @@ pub(crate) fn describe(config: &Config) -> String {
         let _ = writeln!(out, "\nrate limits: off");
     }
 
+    out
+}
+
+/// [`describe_policy`] followed by this host's own settings (proxy, kernel, API, store,
+/// bundles, export): what `toolwall config check` prints.
+pub(crate) fn describe(config: &Config) -> String {
+    let mut out = describe_policy(config);
     let proxy = &config.proxy;
     let _ = writeln!(
         out,

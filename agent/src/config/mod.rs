@@ -22,9 +22,9 @@ use std::path::Path;
 
 pub(crate) use arguments::{ArgumentTest, compile_condition, normalized_path};
 pub(crate) use deny_regex::{DENY_REGEX_DFA_SIZE_LIMIT, DENY_REGEX_SIZE_LIMIT, compile_deny_regex};
-pub(crate) use describe::describe;
+pub(crate) use describe::{describe, describe_policy};
 pub(crate) use error::{ConfigError, Location};
-pub(crate) use paths::{default_store_path, prepare_socket_dir};
+pub(crate) use paths::{default_store_path, prepare_socket_dir, socket_path};
 pub(crate) use servers::*;
 pub(crate) use types::*;
 

@@ -125,10 +125,20 @@ pub(crate) fn session_daemon(config: &Config) -> anyhow::Result<Option<PathBuf>>
         return socket().map(Some);
     }
     if crate::cgroup::cgroup_path_of("self").as_deref() == Some("/") {
-        let Ok(socket) = socket() else {
-            return Ok(None);
-        };
-        return Ok(daemon_sees_a_session(&socket).then_some(socket));
+        let found = socket().ok().filter(|socket| daemon_sees_a_session(socket));
+        static SAID: std::sync::Once = std::sync::Once::new();
+        if found.is_none() {
+            SAID.call_once(|| {
+            // A session's agent sees its cgroup as `/` (its own cgroup namespace), and an MCP
+            // client that passes servers only a few variables (the Python SDK's stdio client)
+            // drops TOOLWALL_API_SOCKET: said, not silent.
+            tracing::warn!(
+                "no toolwall daemon answers on {} for this process; if it runs in a `toolwall exec` session whose daemon has another api.socket, pass `--config` with that daemon's file (or keep TOOLWALL_API_SOCKET in the server's environment) — until then this runs on its own, with this process's configuration",
+                crate::config::socket_path(config.api.socket.as_deref()).display()
+            );
+            });
+        }
+        return Ok(found);
     }
     Ok(None)
 }

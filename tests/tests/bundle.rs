@@ -452,4 +452,45 @@ fn a_new_host_refuses_a_revision_below_its_floor() {
         h["policy"]["revision"] == 2
     });
     assert_eq!(decide(&daemon, "s", "echo"), "block");
+
+    // helper-39: a revision that changes `approval:` was refused for ever (a restart did not
+    // help: nothing was kept). Its rules apply at once; its approval settings at the restart.
+    let approval = sign(
+        dir.path(),
+        &key,
+        3,
+        "sandbox:\n  mcp:\n    deny: ['^get-sum$']\n    approval:\n      timeout_secs: 30\n",
+    );
+    publish(&served, approval, "r3");
+    let h = wait_health(&daemon, "revision 3 in force", |h| {
+        h["policy"]["revision"] == 3
+    });
+    assert_eq!(
+        h["policy"]["bundle"]["restart_needed_for"], "sandbox.mcp.approval",
+        "{h:#}"
+    );
+    assert_eq!(decide(&daemon, "s", "get-sum"), "block");
+    assert_eq!(decide(&daemon, "s", "echo"), "allow");
+
+    // helper-39: a floor raised past the kept revision retires it, at start and when served.
+    let mut daemon = daemon;
+    assert!(daemon.stop().success());
+    let text = std::fs::read_to_string(&daemon.config).unwrap();
+    std::fs::write(
+        &daemon.config,
+        text.replace("min_revision: 2", "min_revision: 4"),
+    )
+    .unwrap();
+    daemon.relaunch("stderr-floor");
+    let h = wait_health(&daemon, "revision 3 refused under the new floor", |h| {
+        h["policy"]["bundle"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("oldest this host takes"))
+    });
+    assert_eq!(h["policy"]["revision"], Value::Null, "{h:#}");
+    let said = std::fs::read_to_string(daemon.dir.path().join("stderr-floor")).unwrap_or_default();
+    assert!(
+        said.contains("older than policy.bundle.min_revision"),
+        "{said}"
+    );
 }

@@ -434,12 +434,25 @@ fn otlp_large_arguments_never_stop_the_export() {
             &daemon,
             &call_events_with("huge", "echo", 1000, json!({"pad": "y".repeat(200_000)})),
         );
+        // helper-39: a tool named with 1 MB (a name is the agent's or server's to choose)
+        // made a span no collector took; attributes are cut at 4 KiB.
+        post(&daemon, &call_events("named", &"n".repeat(1_000_000), 1002));
         post(&daemon, &call_events("after", "echo", 1001));
         let lines = wait_for(&collector, &format!("{protocol}: every log record"), |l| {
-            of(l, "log").len() >= 606 && of(l, "span").len() >= 202
+            of(l, "log").len() >= 609 && of(l, "span").len() >= 203
         });
         let ids = log_ids(&lines);
-        assert_eq!(ids.len(), 606, "{protocol}: every event once");
+        assert_eq!(ids.len(), 609, "{protocol}: every event once");
+        let named = lines
+            .iter()
+            .find(|l| l["signal"] == "span" && l["attributes"]["toolwall.session.id"] == "named")
+            .expect("the long-named call's span");
+        let name = named["attributes"]["gen_ai.tool.name"].as_str().unwrap();
+        assert!(
+            name.len() < 4200 && name.ends_with("(1000000 bytes)"),
+            "{}",
+            name.len()
+        );
         assert!(ids.values().all(|n| *n == 1), "{protocol}: nothing twice");
         let huge: Vec<&Value> = lines
             .iter()

@@ -8,9 +8,9 @@
 //!
 //! A bundle is refused, reported (log, `/health`, `/metrics`) and the running policy kept when
 //! its signature does not hold, its policy fails `config check`, its revision is not newer
-//! than the one in force (a replayed old bundle), a stdio server it declares names a user this
-//! host lacks, or it changes `approval:` (the questions waiting now were asked under the
-//! running settings; that takes a restart).
+//! than the one in force or below the host's floor (a replayed old bundle), or a stdio server
+//! it declares names a user this host lacks. A change of `approval:` applies at the next start
+//! (the questions waiting now were asked under the running settings); the rest at once.
 //!
 //! Stand-alone `toolwall shim` and `toolwall mcp-proxy` processes judge by their own
 //! `--config`; the agents `toolwall exec` runs are governed by the daemon's policy.
@@ -61,6 +61,8 @@ pub(crate) struct BundleStatus {
     pub checked_at: Option<DateTime<Utc>>,
     /// Why the last poll failed or the last bundle was refused; cleared by the next success.
     pub last_error: Option<String>,
+    /// What of the revision in force waits for a restart (its `approval:` settings).
+    pub restart_needed_for: Option<String>,
 }
 
 /// Where the last good bundle is kept: beside the store (the package's `StateDirectory`).
@@ -130,6 +132,12 @@ impl Applier {
     async fn take(&self, bytes: &[u8]) -> Result<Option<u64>, String> {
         let verified = bundle::open(bytes, &self.key).map_err(|e| e.to_string())?;
         let running = self.policy.now();
+        if verified.revision < self.floor {
+            return Err(format!(
+                "revision {} is older than revision {}, the oldest this host takes (policy.bundle.min_revision, or the bundle it kept; a replayed bundle?)",
+                verified.revision, self.floor
+            ));
+        }
         if running.revision == Some(verified.revision) {
             return Ok(None);
         }
@@ -141,19 +149,18 @@ impl Applier {
                 verified.revision
             ));
         }
-        if verified.revision < self.floor {
-            return Err(format!(
-                "revision {} is older than revision {}, the oldest this host takes (policy.bundle.min_revision, or the bundle it kept; a replayed bundle?)",
-                verified.revision, self.floor
-            ));
-        }
         let effective = effective(&self.local, &verified);
-        if effective.sandbox.mcp.approval != running.mcp.approval {
-            return Err(format!(
-                "revision {} changes sandbox.mcp.approval; the calls waiting now were asked under the running settings — restart the daemon to change them",
-                verified.revision
-            ));
-        }
+        // The questions waiting now were asked under the running approval settings: a new
+        // revision's rules apply at once, its `approval:` at the next start (which runs the
+        // kept bundle whole) — said, not refused (helper-39: refusing it left every host on its
+        // own file's policy for ever).
+        let restart_for = (effective.sandbox.mcp.approval != running.mcp.approval).then(|| {
+            tracing::warn!(
+                revision = verified.revision,
+                "the bundle changes sandbox.mcp.approval: its rules apply now, its approval settings when the daemon restarts"
+            );
+            "sandbox.mcp.approval".to_owned()
+        });
         check_server_users(&effective).map_err(|e| format!("{e:#}"))?;
         let policy = Policy::new(&effective, self.registry.clone(), &[])
             .map_err(|e| format!("revision {}: {e}", verified.revision))?;
@@ -186,6 +193,10 @@ impl Applier {
                 "keeping the bundle for offline starts failed: {error:#}"
             );
         }
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .restart_needed_for = restart_for;
         Ok(Some(verified.revision))
     }
 }

@@ -91,8 +91,34 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Arc<Self> {
+    /// The daemon's metrics, with the LLM proxy's (when it runs) and the store's registered.
+    pub(crate) fn new(
+        llm: Option<&crate::llm::RelayStats>,
+        store: &crate::events::StoreHealth,
+    ) -> Arc<Self> {
         let mut registry = Registry::with_prefix("toolwall");
+        registry.register(
+            "store_commit_seconds",
+            "Seconds each batch of events took to commit to the store",
+            store.commit_seconds.clone(),
+        );
+        if let Some(llm) = llm {
+            registry.register(
+                "llm_streams_open",
+                "LLM proxy response bodies open now",
+                llm.open.clone(),
+            );
+            registry.register(
+                "llm_bytes",
+                "Bytes of response bodies the LLM proxy wrote to agents",
+                llm.bytes.clone(),
+            );
+            registry.register(
+                "llm_frame_seconds",
+                "Seconds the LLM proxy spent on each frame it wrote (reading what upstream had ready, inspecting, rewriting): what it adds to a stream",
+                llm.frame_seconds.clone(),
+            );
+        }
         let decisions = Family::<DecisionLabels, Counter>::default();
         registry.register(
             "decisions",
@@ -140,7 +166,7 @@ impl Metrics {
         let export = Family::<CounterLabels, Gauge>::default();
         registry.register(
             "otlp_export",
-            "The OTLP exporter (telemetry.otlp): logs and spans the collector took, failed attempts, unlinked (call events sent without their span ids: too many waited), dropped (records the collector refused every time as malformed or too large), lag_events (events stored but not yet taken)",
+            "The OTLP exporter (telemetry.otlp): logs and spans the collector took, failed attempts, unlinked (call events sent without their span ids: too many waited), lag_events (events stored but not yet taken)",
             export.clone(),
         );
         let bundle = Family::<CounterLabels, Gauge>::default();
@@ -270,7 +296,6 @@ impl Metrics {
                 ("spans", count(&export.spans)),
                 ("failures", count(&export.failures)),
                 ("unlinked", count(&export.unlinked)),
-                ("dropped", count(&export.dropped)),
                 ("lag_events", lag),
             ] {
                 self.export
@@ -330,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_tool_name_cannot_forge_a_series_or_break_the_scrape() {
-        let m = Metrics::new();
+        let m = Metrics::new(None, &crate::events::StoreHealth::default());
         m.count(&called(
             "x\",decision=\"allow\"} 1\ntoolwall_decisions_total{tool=\"y\\".into(),
             Action::Block,
@@ -350,8 +375,29 @@ mod tests {
     }
 
     #[test]
+    fn the_proxys_bodies_and_the_stores_commits_are_shown() {
+        let llm = crate::llm::RelayStats::default();
+        let store = crate::events::StoreHealth::default();
+        let m = Metrics::new(Some(&llm), &store);
+        llm.open.inc();
+        llm.bytes.inc_by(300);
+        llm.frame_seconds.observe(3e-6);
+        store.commit_seconds.observe(2e-3);
+        let out = text(&m);
+        for line in [
+            "toolwall_llm_streams_open 1",
+            "toolwall_llm_bytes_total 300",
+            "toolwall_llm_frame_seconds_count 1",
+            r#"toolwall_llm_frame_seconds_bucket{le="0.000004"} 1"#,
+            "toolwall_store_commit_seconds_count 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+    }
+
+    #[test]
     fn decisions_are_counted_and_their_series_bounded() {
-        let m = Metrics::new();
+        let m = Metrics::new(None, &crate::events::StoreHealth::default());
         m.count(&called("echo".into(), Action::Allow));
         m.count(&called("echo".into(), Action::Allow));
         m.count(&called("rm".into(), Action::Block));

@@ -146,7 +146,16 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         .and_then(|settings| bundle::kept(settings, &bundle::kept_path(&db_path)));
     // Its revision stays the floor even when it cannot run here.
     let kept_revision = kept_verified.as_ref().map(|v| v.revision);
+    let min_revision = config.policy.bundle.as_ref().map_or(0, |b| b.min_revision);
     let kept_bundle = kept_verified.filter(|verified| {
+        if verified.revision < min_revision {
+            tracing::error!(
+                revision = verified.revision,
+                min_revision,
+                "the kept policy bundle is older than policy.bundle.min_revision: not used"
+            );
+            return false;
+        }
         match check_server_users(&bundle::effective(&config, verified)) {
             Ok(()) => true,
             Err(error) => {
@@ -212,6 +221,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // 5. LLM proxy
     let (stop_proxy, proxy_stopped) = tokio::sync::watch::channel(false);
     let session_keys = Arc::new(crate::llm::proxy::SessionKeys::default());
+    let mut llm_stats = None;
     let proxy_task = match start_proxy(
         &config,
         &gate,
@@ -222,7 +232,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     )
     .await?
     {
-        Some((addr, task)) => {
+        Some((addr, task, stats)) => {
             layers.push(LayerStatus::on(
                 "llm-proxy",
                 &format!(
@@ -232,6 +242,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
                     config.proxy.mode.as_str()
                 ),
             ));
+            llm_stats = Some(stats);
             Some((addr, task))
         }
         None => {
@@ -376,6 +387,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         approvals,
         export: export.as_ref().map(|(stats, _)| stats.clone()),
         bundle: bundle_status,
+        llm_stats,
     }));
     // Metrics count what the store committed, as every view reads it.
     tokio::spawn(state.metrics.clone().follow(state.live_events.subscribe()));
@@ -600,6 +612,7 @@ async fn start_proxy(
     Option<(
         std::net::SocketAddr,
         tokio::task::JoinHandle<anyhow::Result<()>>,
+        Arc<crate::llm::RelayStats>,
     )>,
 > {
     if config.proxy.mode == ProxyMode::Disabled {
@@ -626,10 +639,11 @@ async fn start_proxy(
         })?
         .with_approvals(approvals.clone())?;
     let addr = proxy.local_addr()?;
+    let stats = proxy.stats();
     let task = tokio::spawn(proxy.run(async move {
         let _ = stopped.wait_for(|s| *s).await;
     }));
-    Ok(Some((addr, task)))
+    Ok(Some((addr, task, stats)))
 }
 
 /// Loads and starts the kernel layer, or says why it is off.

@@ -79,6 +79,8 @@ pub(crate) struct DaemonParts {
     pub export: Option<Arc<super::otlp::ExportStats>>,
     /// Signed policy bundles, when `policy.bundle` is set.
     pub bundle: Option<Arc<Mutex<super::bundle::BundleStatus>>>,
+    /// The LLM proxy's response bodies, when it runs.
+    pub llm_stats: Option<Arc<crate::llm::RelayStats>>,
 }
 
 /// The daemon's shared state.
@@ -155,8 +157,9 @@ impl DaemonState {
             approvals,
             export,
             bundle,
+            llm_stats,
         } = parts;
-        let metrics = super::metrics::Metrics::new();
+        let metrics = super::metrics::Metrics::new(llm_stats.as_deref(), &committer.health());
         let gate = super::audit_gate::AuditGate::shared(
             policy.clone(),
             committer.health(),

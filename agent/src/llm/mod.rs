@@ -33,6 +33,7 @@ pub(crate) mod json;
 pub(crate) mod keys;
 pub(crate) mod proxy;
 mod relay;
+pub(crate) use relay::RelayStats;
 mod request;
 mod responses;
 mod upstream;

@@ -179,6 +179,8 @@ struct Inner {
     reading: tokio::sync::Semaphore,
     /// Who is asked about calls an argument rule asks about; without, they are refused.
     approvals: Option<Arc<crate::approval::Approvals>>,
+    /// The response bodies, for `/metrics`.
+    stats: Arc<super::RelayStats>,
 }
 
 /// A bound, not yet running proxy.
@@ -215,6 +217,7 @@ impl LlmProxy {
                 recorded: request::Recorded::default(),
                 reading: tokio::sync::Semaphore::new(request::MAX_READING),
                 approvals: None,
+                stats: Arc::default(),
             }),
         })
     }
@@ -228,6 +231,11 @@ impl LlmProxy {
             .context("the proxy is already serving")?
             .approvals = Some(approvals);
         Ok(self)
+    }
+
+    /// What its response bodies did, for `/metrics` (`daemon/metrics.rs`).
+    pub(crate) fn stats(&self) -> Arc<super::RelayStats> {
+        self.inner.stats.clone()
     }
 
     /// The address actually bound (the port, when 0 was asked for).
@@ -420,7 +428,7 @@ async fn handle(
     if method == hyper::Method::HEAD {
         return Ok(Response::from_parts(
             parts,
-            Relay::new(Plain(body)).boxed_unsync(),
+            Relay::new(Plain(body)).counted(&inner.stats).boxed_unsync(),
         ));
     }
     let encoding = match encoding {

@@ -76,6 +76,29 @@ pub(crate) trait Pump: Unpin {
     }
 }
 
+/// What `/metrics` shows of the proxy's response bodies (`daemon/metrics.rs` registers them):
+/// bodies open, bytes written, and the time the proxy spent on each frame it wrote — reading
+/// what upstream had ready, inspecting it, rewriting — which is what it adds to the stream.
+#[derive(Debug)]
+pub(crate) struct RelayStats {
+    pub open: prometheus_client::metrics::gauge::Gauge,
+    pub bytes: prometheus_client::metrics::counter::Counter,
+    pub frame_seconds: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for RelayStats {
+    fn default() -> Self {
+        RelayStats {
+            open: Default::default(),
+            bytes: Default::default(),
+            // 1 µs to ~4 ms, then +Inf: a plain relay's frame to a large inspected one.
+            frame_seconds: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(1e-6, 4.0, 7),
+            ),
+        }
+    }
+}
+
 /// A response body over a [`Pump`] that writes whatever is ready as one frame.
 pub(crate) struct Relay<P> {
     pump: P,
@@ -84,6 +107,8 @@ pub(crate) struct Relay<P> {
     flushed: bool,
     /// The pump ended (`Ok`) or broke (`Err`, given to the client after the data before it).
     ended: Option<Result<(), BoxError>>,
+    /// Counted in these, when the proxy keeps stats.
+    stats: Option<std::sync::Arc<RelayStats>>,
 }
 
 impl<P: Pump> Relay<P> {
@@ -93,6 +118,22 @@ impl<P: Pump> Relay<P> {
             out: Pieces::default(),
             flushed: false,
             ended: None,
+            stats: None,
+        }
+    }
+
+    /// Counted in `stats` (open now, until dropped).
+    pub(crate) fn counted(mut self, stats: &std::sync::Arc<RelayStats>) -> Self {
+        stats.open.inc();
+        self.stats = Some(stats.clone());
+        self
+    }
+}
+
+impl<P> Drop for Relay<P> {
+    fn drop(&mut self) {
+        if let Some(stats) = &self.stats {
+            stats.open.dec();
         }
     }
 }
@@ -106,6 +147,7 @@ impl<P: Pump> Body for Relay<P> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        let started = this.stats.as_ref().map(|_| std::time::Instant::now());
         while this.ended.is_none() && this.out.len < COALESCE_MAX {
             match this.pump.poll_step(cx, &mut this.out) {
                 Poll::Ready(Some(Ok(()))) => {}
@@ -116,7 +158,12 @@ impl<P: Pump> Body for Relay<P> {
             }
         }
         if !this.out.is_empty() {
-            return Poll::Ready(Some(Ok(Frame::data(this.out.take()))));
+            let frame = this.out.take();
+            if let (Some(stats), Some(started)) = (&this.stats, started) {
+                stats.bytes.inc_by(frame.len() as u64);
+                stats.frame_seconds.observe(started.elapsed().as_secs_f64());
+            }
+            return Poll::Ready(Some(Ok(Frame::data(frame))));
         }
         if matches!(this.ended, Some(Err(_))) && !this.flushed {
             // hyper drops what it has not written when a body fails: let it write the data

@@ -48,8 +48,6 @@ pub(crate) struct ExportStats {
     pub cursor: AtomicI64,
     /// Call events sent without their span's ids (too many waited for their records).
     pub unlinked: AtomicU64,
-    /// Records the collector refused every time as sent (malformed or too large): dropped.
-    pub dropped: AtomicU64,
 }
 
 /// Starts the exporter; returns what `/metrics` reads and a description for the layer list.
@@ -171,11 +169,6 @@ async fn run(
 /// (the OpenTelemetry Collector's gRPC default is 4 MiB).
 const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
-/// Times the collector may refuse one record as malformed or too large before it is dropped
-/// (counted, logged with its event id): a record no collector will take must not stop every
-/// record after it.
-const MAX_REFUSALS: u32 = 3;
-
 /// One export request's worth of a batch.
 #[derive(Clone, Copy)]
 enum Part<'a> {
@@ -218,39 +211,32 @@ fn requests<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
     out
 }
 
-/// Whether the collector refused the request itself (too large, malformed) rather than being
-/// unreachable or busy: sending it again as it is will not help. The exporters say so only in
-/// their error text (`opentelemetry-otlp`'s HTTP status and gRPC code).
-fn refused_as_sent(error: &str) -> bool {
-    [
-        "status code: 400",
-        "status code: 413",
-        "gRPC code: InvalidArgument",
-        "gRPC code: ResourceExhausted",
-        "gRPC code: OutOfRange",
-    ]
-    .iter()
-    .any(|needle| error.contains(needle))
+/// Whether the collector refused the request as too large (or as more than it takes now):
+/// halves of it may pass. The exporters say so only in their error text (`opentelemetry-otlp`'s
+/// HTTP status and gRPC code).
+fn too_large(error: &str) -> bool {
+    ["status code: 413", "gRPC code: ResourceExhausted"]
+        .iter()
+        .any(|needle| error.contains(needle))
 }
 
 /// Sends a batch until the collector takes it: logs, then spans, in requests bounded in bytes;
-/// a part taken is not sent again. A request the collector refuses as too large or malformed
-/// is halved; a single record it refuses [`MAX_REFUSALS`] times is dropped, counted and
-/// logged. Anything else (down, busy, a time-out) is sent again with back-off. False when the
-/// daemon stops first: the cursor stays, and the next start sends the batch.
+/// a part taken is not sent again. A request the collector refuses as too large is halved
+/// (a record is bounded — `wire.rs` — so one alone passes any collector that takes ~100 KiB).
+/// Nothing is dropped: a collector that keeps refusing holds the export, which `/metrics`
+/// shows (failures, lag), and the events wait in the store. False when the daemon stops first:
+/// the cursor stays, and the next start sends the batch.
 async fn deliver(
     exporters: &wire::Exporters,
     batch: &Batch,
     stats: &ExportStats,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
-    let log_size = |l: &outbox::LogItem| wire::body(&l.event.event).0.len() + 512;
-    let span_size = |s: &outbox::SpanItem| 1024 + s.record.reason.len() * 4;
-    let mut parts: Vec<Part<'_>> = requests(&batch.logs, log_size)
+    let mut parts: Vec<Part<'_>> = requests(&batch.logs, wire::log_size)
         .into_iter()
         .map(Part::Logs)
         .chain(
-            requests(&batch.spans, span_size)
+            requests(&batch.spans, wire::span_size)
                 .into_iter()
                 .map(Part::Spans),
         )
@@ -258,7 +244,6 @@ async fn deliver(
     parts.reverse();
     let mut backoff = Duration::from_secs(1);
     let mut failed = 0u32;
-    let mut refusals = 0u32;
     while let Some(part) = parts.pop() {
         let result = match part {
             Part::Logs(items) => exporters.send_logs(items).await,
@@ -277,7 +262,7 @@ async fn deliver(
                         "OTLP export: the collector took what it had refused"
                     );
                 }
-                (failed, refusals, backoff) = (0, 0, Duration::from_secs(1));
+                (failed, backoff) = (0, Duration::from_secs(1));
                 continue;
             }
             Err(error) => error.to_string(),
@@ -291,28 +276,13 @@ async fn deliver(
             );
         }
         failed += 1;
-        if refused_as_sent(&error) {
-            if part.len() > 1 {
-                let (first, second) = part.halves();
-                parts.push(second);
-                parts.push(first);
-                continue;
-            }
-            refusals += 1;
-            if refusals >= MAX_REFUSALS {
-                let what = match part {
-                    Part::Logs(items) => format!("the log record of event {}", items[0].event.id),
-                    Part::Spans(items) => {
-                        format!("the span of the call of event {}", items[0].ids_event)
-                    }
-                };
-                tracing::error!(%error, "OTLP export: the collector refuses {what} every time; dropped");
-                stats.dropped.fetch_add(1, Ordering::Relaxed);
-                (failed, refusals) = (0, 0);
-                continue;
-            }
+        if too_large(&error) && part.len() > 1 {
+            let (first, second) = part.halves();
+            parts.push(second);
+            parts.push(first);
+        } else {
+            parts.push(part);
         }
-        parts.push(part);
         if sleep_or_stop(stop, backoff).await {
             return false;
         }
@@ -393,13 +363,14 @@ mod tests {
     }
 
     #[test]
-    fn only_a_refusal_of_the_request_itself_splits_or_drops() {
-        assert!(refused_as_sent("HTTP export failed with status code: 413"));
-        assert!(refused_as_sent(
+    fn only_a_refusal_for_size_splits_a_request() {
+        assert!(too_large("HTTP export failed with status code: 413"));
+        assert!(too_large(
             "TonicLogsClient export failed with gRPC code: ResourceExhausted"
         ));
-        assert!(!refused_as_sent("HTTP export failed with status code: 503"));
-        assert!(!refused_as_sent(
+        assert!(!too_large("HTTP export failed with status code: 400"));
+        assert!(!too_large("HTTP export failed with status code: 503"));
+        assert!(!too_large(
             "TonicLogsClient export failed with gRPC code: Unavailable: connection refused"
         ));
     }

@@ -38,8 +38,6 @@ pub(crate) struct LogItem {
 #[derive(Clone, Debug)]
 pub(crate) struct SpanItem {
     pub ids: SpanIds,
-    /// The record's first event id (the one its ids derive from).
-    pub ids_event: i64,
     pub record: CallRecord,
     /// The JSON-RPC id of the execution, when one ran.
     pub jsonrpc_id: Option<serde_json::Value>,
@@ -237,7 +235,6 @@ impl Outbox {
         let ids = self.ids(first);
         let mut item = SpanItem {
             ids,
-            ids_event: first,
             jsonrpc_id: None,
             tool_call_id: None,
             remote_addr: None,

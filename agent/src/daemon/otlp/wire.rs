@@ -112,9 +112,9 @@ impl Exporters {
         record.add_attribute("toolwall.event.id", item.event.id);
         record.add_attribute("toolwall.event.type", event.kind());
         record.add_attribute("toolwall.decision", keys.action.as_str());
-        record.add_attribute("toolwall.session.id", keys.session.to_owned());
+        record.add_attribute("toolwall.session.id", cap(keys.session));
         if !keys.server.is_empty() {
-            record.add_attribute("toolwall.server.id", keys.server.to_owned());
+            record.add_attribute("toolwall.server.id", cap(keys.server));
         }
         if let Some(revision) = event.policy_revision() {
             match i64::try_from(revision) {
@@ -124,26 +124,26 @@ impl Exporters {
         }
         let (layer, reason) = layer_and_reason(event);
         if !layer.is_empty() {
-            record.add_attribute("toolwall.layer", layer);
+            record.add_attribute("toolwall.layer", cap(&layer));
         }
         if !reason.is_empty() {
-            record.add_attribute("toolwall.reason", reason.to_owned());
+            record.add_attribute("toolwall.reason", cap(reason));
         }
         match event {
             Event::McpNetworkConnection(e) => {
                 if let Some((host, port)) = split_addr(&e.remote_addr) {
-                    record.add_attribute("server.address", host);
+                    record.add_attribute("server.address", cap(&host));
                     record.add_attribute("server.port", i64::from(port));
                 }
             }
-            Event::KernelAlert(e) => record.add_attribute("toolwall.alert", e.alert.clone()),
+            Event::KernelAlert(e) => record.add_attribute("toolwall.alert", cap(&e.alert)),
             // The tool's own name on its server, as the other layers name it; the model's
             // name beside it.
             Event::McpToolCallIntercepted(e) if !e.server_tool.is_empty() => {
-                record.add_attribute("gen_ai.tool.name", e.server_tool.clone());
-                record.add_attribute("toolwall.model_tool_name", e.tool_name.clone());
+                record.add_attribute("gen_ai.tool.name", cap(&e.server_tool));
+                record.add_attribute("toolwall.model_tool_name", cap(&e.tool_name));
             }
-            _ => record.add_attribute("gen_ai.tool.name", keys.tool.to_owned()),
+            _ => record.add_attribute("gen_ai.tool.name", cap(keys.tool)),
         }
         if let Some(ids) = item.span {
             record.set_trace_context(
@@ -164,14 +164,14 @@ impl Exporters {
         let start = sightings.iter().map(|s| s.at).min().unwrap_or_default();
         let end = sightings.iter().map(|s| s.at).max().unwrap_or(start);
         let mut attributes = vec![
-            KeyValue::new("toolwall.session.id", r.session_id.clone()),
-            KeyValue::new("toolwall.server.id", r.server_id.clone()),
-            KeyValue::new("toolwall.layer", outbox::layers(r)),
+            KeyValue::new("toolwall.session.id", cap(&r.session_id)),
+            KeyValue::new("toolwall.server.id", cap(&r.server_id)),
+            KeyValue::new("toolwall.layer", cap(&outbox::layers(r))),
             KeyValue::new("toolwall.decision", r.action.as_str()),
             KeyValue::new("toolwall.record.kind", record_kind(r.kind)),
         ];
         if !r.reason.is_empty() {
-            attributes.push(KeyValue::new("toolwall.reason", r.reason.clone()));
+            attributes.push(KeyValue::new("toolwall.reason", cap(&r.reason)));
         }
         if let Some(revision) = item.policy_revision {
             attributes.push(KeyValue::new(
@@ -180,7 +180,7 @@ impl Exporters {
             ));
         }
         if let Some(hash) = &r.args_hash {
-            attributes.push(KeyValue::new("toolwall.arguments.hash", hash.clone()));
+            attributes.push(KeyValue::new("toolwall.arguments.hash", cap(hash)));
         }
         match r.kind {
             crate::correlate::RecordKind::Joined
@@ -188,7 +188,7 @@ impl Exporters {
             | crate::correlate::RecordKind::ExecutionOnly => {
                 attributes.push(KeyValue::new("mcp.method.name", "tools/call"));
                 attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
-                attributes.push(KeyValue::new("gen_ai.tool.name", r.tool.clone()));
+                attributes.push(KeyValue::new("gen_ai.tool.name", cap(&r.tool)));
             }
             crate::correlate::RecordKind::ConnectionOnly | crate::correlate::RecordKind::Alert => {}
         }
@@ -197,25 +197,25 @@ impl Exporters {
                 serde_json::Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            attributes.push(KeyValue::new("jsonrpc.request.id", id));
+            attributes.push(KeyValue::new("jsonrpc.request.id", cap(&id)));
         }
         if let Some(call) = item.tool_call_id.as_ref().filter(|c| !c.is_empty()) {
-            attributes.push(KeyValue::new("gen_ai.tool.call.id", call.clone()));
+            attributes.push(KeyValue::new("gen_ai.tool.call.id", cap(call)));
         }
         if let Some((host, port)) = item.remote_addr.as_deref().and_then(split_addr) {
-            attributes.push(KeyValue::new("server.address", host));
+            attributes.push(KeyValue::new("server.address", cap(&host)));
             attributes.push(KeyValue::new("server.port", i64::from(port)));
         }
         let events = sightings
             .iter()
             .map(|s| {
                 opentelemetry::trace::Event::new(
-                    format!("toolwall.{}", s.layer),
+                    format!("toolwall.{}", cap(&s.layer)),
                     SystemTime::from(s.at),
                     vec![
                         KeyValue::new("toolwall.event.id", s.event_id),
                         KeyValue::new("toolwall.decision", s.action.as_str()),
-                        KeyValue::new("toolwall.reason", s.reason.clone()),
+                        KeyValue::new("toolwall.reason", cap(&s.reason)),
                     ],
                     0,
                 )
@@ -234,7 +234,7 @@ impl Exporters {
             parent_span_id: SpanId::INVALID,
             parent_span_is_remote: false,
             span_kind: SpanKind::Internal,
-            name: Cow::Owned(outbox::span_name(item)),
+            name: Cow::Owned(cap(&outbox::span_name(item))),
             start_time: SystemTime::from(start),
             end_time: SystemTime::from(end),
             attributes,
@@ -242,7 +242,7 @@ impl Exporters {
             events: span_events,
             links: SpanLinks::default(),
             status: if outbox::blocked(r) {
-                Status::error(r.reason.clone())
+                Status::error(cap(&r.reason))
             } else {
                 Status::Unset
             },
@@ -290,6 +290,57 @@ pub(crate) fn body(event: &Event) -> (String, bool) {
         "toolwall_omitted": format!("an event of {} bytes, over the export's {MAX_BODY_BYTES} (the store keeps it)", whole.len()),
     });
     (short.to_string(), true)
+}
+
+/// Longest attribute value (and span name) sent: names and reasons come from servers and
+/// agents, and one record must stay far under what a collector takes (helper-39: a 5 MiB tool
+/// name made a span no collector took).
+pub(crate) const MAX_ATTRIBUTE: usize = 4096;
+
+/// `text` as an attribute value: whole, or cut at [`MAX_ATTRIBUTE`] bytes (on a character
+/// boundary) and marked with how long it was.
+fn cap(text: &str) -> String {
+    if text.len() <= MAX_ATTRIBUTE {
+        return text.to_owned();
+    }
+    let mut end = MAX_ATTRIBUTE;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
+/// A log record's size in a request, at most (its body, then the attributes that come from
+/// names and reasons, each bounded).
+pub(crate) fn log_size(item: &LogItem) -> usize {
+    let event = &item.event.event;
+    let keys = event.keys();
+    let (layer, reason) = layer_and_reason(event);
+    1024 + body(event).0.len()
+        + [keys.session, keys.server, keys.tool, reason, &layer]
+            .iter()
+            .map(|t| t.len().min(MAX_ATTRIBUTE))
+            .sum::<usize>()
+        // An intercepted call's name as the model wrote it, besides the tool's.
+        + MAX_ATTRIBUTE
+}
+
+/// A span's size in a request, at most: what [`Exporters::span`] writes is bounded by it.
+pub(crate) fn span_size(item: &SpanItem) -> usize {
+    let r = &item.record;
+    let text = [&r.session_id, &r.server_id, &r.tool, &r.reason]
+        .iter()
+        .map(|t| t.len().min(MAX_ATTRIBUTE))
+        .sum::<usize>();
+    // The name repeats the tool; each of three sightings carries the reason again.
+    2048 + text
+        + r.tool.len().min(MAX_ATTRIBUTE)
+        + 3 * r.reason.len().min(MAX_ATTRIBUTE)
+        + item.jsonrpc_id.as_ref().map_or(0, |_| MAX_ATTRIBUTE)
+        + item
+            .tool_call_id
+            .as_ref()
+            .map_or(0, |c| c.len().min(MAX_ATTRIBUTE))
 }
 
 /// OTLP integers are signed 64-bit; a revision past that is sent as text.
@@ -453,6 +504,15 @@ mod tests {
             reason,
             layer: "shim".into(),
         })
+    }
+
+    #[test]
+    fn attributes_are_cut_on_a_character_boundary() {
+        assert_eq!(cap("short"), "short");
+        let long = "é".repeat(MAX_ATTRIBUTE);
+        let cut = cap(&long);
+        assert!(cut.len() < MAX_ATTRIBUTE + 32, "{}", cut.len());
+        assert!(cut.ends_with(&format!("… ({} bytes)", long.len())));
     }
 
     #[test]

@@ -154,12 +154,14 @@ impl Exchange {
     /// The body of a route no dialect machine reads, relayed behind the backstop's line guard.
     pub(super) fn guarded(self, reads: Reads) -> ProxyBody {
         let guard = backstop::LineGuard::new(self.inner.settings.max_stream_buffer);
+        let stats = self.inner.stats.clone();
         Relay::new(Guard {
             exchange: self,
             reads,
             guard,
             done: false,
         })
+        .counted(&stats)
         .boxed_unsync()
     }
 
@@ -194,6 +196,7 @@ impl Exchange {
             settings.on_malformed,
             settings.max_stream_buffer,
         );
+        let stats = self.inner.stats.clone();
         Relay::new(Inspect {
             room: self.inner.sink.room_poller(),
             exchange: self,
@@ -202,6 +205,7 @@ impl Exchange {
             output: Output::default(),
             done: false,
         })
+        .counted(&stats)
         .boxed_unsync()
     }
 

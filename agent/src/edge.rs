@@ -208,6 +208,24 @@ pub(crate) fn tls_client_config() -> anyhow::Result<rustls::ClientConfig> {
     Ok(builder.with_no_client_auth())
 }
 
+/// What opens every outgoing HTTP(S) connection but the LLM providers': TCP with a connect
+/// time-out and `TCP_NODELAY`, TLS (`tls`) for `https://`, HTTP/1.1 (network MCP servers in
+/// `mcp/client/transport.rs`, the OTLP/HTTP exporter, the policy bundle poller).
+pub(crate) fn https_connector(
+    tls: rustls::ClientConfig,
+    connect_timeout: std::time::Duration,
+) -> hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector> {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    connector.enforce_http(false);
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector)
+}
+
 /// [`tls_client_config`] trusting the CAs of one PEM file instead of the system's (a
 /// collector's or a bundle server's own CA: `telemetry.otlp.tls.ca_file`,
 /// `policy.bundle.ca_file`).

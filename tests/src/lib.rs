@@ -372,3 +372,31 @@ impl OtlpCollector {
             .collect()
     }
 }
+
+/// One GET over plain HTTP/1.1 to `addr` (the daemon's loopback API, Prometheus), with the web
+/// token as a bearer when given: (status, body); (0, "") when nothing answers.
+pub fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let _ = stream.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}

@@ -22,6 +22,19 @@ fn toolwall(args: &[&str]) -> std::process::Output {
         .expect("run toolwall")
 }
 
+/// `toolwall policy keygen` in `dir`: the secret key file and the public key's text.
+fn keypair(dir: &Path) -> (std::path::PathBuf, String) {
+    let name = dir.join("fleet");
+    let made = toolwall(&["policy", "keygen", name.to_str().unwrap()]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let public = std::fs::read_to_string(dir.join("fleet.pub")).expect("pub");
+    (dir.join("fleet.key"), public)
+}
+
 /// `toolwall policy sign` of `policy` at `revision`; the bundle's bytes.
 fn sign(dir: &Path, key: &Path, revision: u64, policy: &str) -> Vec<u8> {
     let source = dir.join(format!("policy-{revision}.yaml"));
@@ -226,14 +239,7 @@ fn publisher_commands_sign_verify_and_refuse() {
 fn privileged_a_host_follows_signed_revisions_in_every_layer_and_refuses_bad_ones() {
     assert!(is_root());
     let dir = tempfile::tempdir().expect("dir");
-    let name = dir.path().join("fleet");
-    assert!(
-        toolwall(&["policy", "keygen", name.to_str().unwrap()])
-            .status
-            .success()
-    );
-    let key = dir.path().join("fleet.key");
-    let public = std::fs::read_to_string(dir.path().join("fleet.pub")).expect("pub");
+    let (key, public) = keypair(dir.path());
 
     // Two network servers; each revision denies one of them (the kernel and the policy) and
     // one tool by name (the policy).
@@ -409,14 +415,7 @@ fn privileged_a_host_follows_signed_revisions_in_every_layer_and_refuses_bad_one
 #[test]
 fn a_new_host_refuses_a_revision_below_its_floor() {
     let dir = tempfile::tempdir().expect("dir");
-    let name = dir.path().join("fleet");
-    assert!(
-        toolwall(&["policy", "keygen", name.to_str().unwrap()])
-            .status
-            .success()
-    );
-    let key = dir.path().join("fleet.key");
-    let public = std::fs::read_to_string(dir.path().join("fleet.pub")).expect("pub");
+    let (key, public) = keypair(dir.path());
     let old = sign(dir.path(), &key, 1, "sandbox:\n  mcp:\n    deny: []\n");
     let current = sign(
         dir.path(),

@@ -2,39 +2,11 @@
 //! decisions, recorded through its socket, are answered by a PromQL query; the scrape carries
 //! the web token (`authorization.credentials_file`), as the loopback API asks of every reader.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolwall_tests::{Daemon, http_unix};
-
-/// One GET over plain HTTP/1.1; returns status and body.
-fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let Ok(mut stream) = TcpStream::connect(addr) else {
-        return (0, String::new());
-    };
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let _ = stream.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
-    );
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
+use toolwall_tests::{Daemon, http_get, http_unix};
 
 struct Prometheus(Child);
 
@@ -56,7 +28,7 @@ fn query(addr: &str, promql: &str) -> Option<String> {
             _ => format!("%{b:02X}"),
         })
         .collect();
-    let (status, body) = get(addr, &format!("/api/v1/query?query={q}"), None);
+    let (status, body) = http_get(addr, &format!("/api/v1/query?query={q}"), None);
     if status != 200 {
         return None;
     }
@@ -78,8 +50,8 @@ fn privileged_prometheus_scrapes_the_daemons_decisions() {
     let token = std::fs::read_to_string(&token_file).expect("web token");
 
     // Without the token, nothing; with it, the exposition.
-    assert_eq!(get(&daemon.api, "/metrics", None).0, 401);
-    let (status, text) = get(&daemon.api, "/metrics", Some(token.trim()));
+    assert_eq!(http_get(&daemon.api, "/metrics", None).0, 401);
+    let (status, text) = http_get(&daemon.api, "/metrics", Some(token.trim()));
     assert_eq!(status, 200, "{text}");
     assert!(
         text.contains("# TYPE toolwall_store_writing gauge"),

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolwall_tests::{Daemon, OtlpCollector as Collector, http_unix};
+use toolwall_tests::{Daemon, OtlpCollector as Collector, http_get, http_unix};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -240,7 +240,7 @@ fn wait_cursor_saved(daemon: &Daemon) -> i64 {
     let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, text) = get_metrics(&daemon.api, token.trim());
+        let (_, text) = http_get(&daemon.api, "/metrics", Some(token.trim()));
         let value = |name: &str| {
             text.lines()
                 .find(|l| l.starts_with(&format!("toolwall_otlp_export{{counter=\"{name}\"}}")))
@@ -256,33 +256,6 @@ fn wait_cursor_saved(daemon: &Daemon) -> i64 {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn get_metrics(addr: &str, token: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
-        return (0, String::new());
-    };
-    let _ = stream.write_all(
-        format!(
-            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        answer
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default(),
-    )
 }
 
 /// A CA and a certificate it signed for 127.0.0.1 (openssl), in `dir`: (ca.pem, cert, key).

@@ -335,14 +335,7 @@ fn client(settings: &BundleConfig) -> anyhow::Result<Client> {
         Some(ca) => crate::edge::tls_client_config_with_ca(ca).context("policy.bundle.ca_file")?,
         None => crate::edge::tls_client_config()?,
     };
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_connect_timeout(Some(Duration::from_secs(10)));
-    connector.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(connector);
+    let connector = crate::edge::https_connector(tls, Duration::from_secs(10));
     Ok(
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build(connector),

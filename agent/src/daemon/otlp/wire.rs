@@ -451,14 +451,7 @@ fn http(config: &OtlpConfig, timeout: Duration) -> anyhow::Result<Pair> {
             .context("telemetry.otlp.tls.ca_file")?,
         None => crate::edge::tls_client_config()?,
     };
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_connect_timeout(Some(timeout));
-    connector.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(connector);
+    let connector = crate::edge::https_connector(tls, timeout);
     let client = opentelemetry_http::hyper::HyperClient::new(connector, timeout, None);
     let headers: HashMap<String, String> = config.headers.clone().into_iter().collect();
     let base = config.endpoint.trim_end_matches('/');

@@ -36,17 +36,9 @@ pub(crate) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// A new [`Connector`].
 pub(crate) fn connector() -> Result<Connector, McpClientError> {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    connector.set_nodelay(true);
-    connector.enforce_http(false);
     let tls =
         crate::edge::tls_client_config().map_err(|e| McpClientError::Tls(format!("{e:#}")))?;
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(connector))
+    Ok(crate::edge::https_connector(tls, CONNECT_TIMEOUT))
 }
 
 /// A new HTTP(S) client with [`CONNECT_TIMEOUT`].

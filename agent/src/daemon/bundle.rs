@@ -174,12 +174,21 @@ impl Applier {
                 .map_err(|e| format!("revision {}: the kernel's rules: {e}", verified.revision))?;
         }
         let policy = Arc::new(policy);
-        self.policy.replace(InForce {
-            policy: policy.clone(),
-            mcp: Arc::new(effective.sandbox.mcp.clone()),
-            revision: Some(verified.revision),
-        });
-        self.sink.set_policy_revision(verified.revision);
+        {
+            // One view for `/health`, which reads the revision in force under this lock: the
+            // status changes with it (CI saw revision 3 in force beside revision 2's status).
+            let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            self.policy.replace(InForce {
+                policy: policy.clone(),
+                mcp: Arc::new(effective.sandbox.mcp.clone()),
+                revision: Some(verified.revision),
+            });
+            self.sink.set_policy_revision(verified.revision);
+            status.revision = Some(verified.revision);
+            status.applied_at = Some(Utc::now());
+            status.applied += 1;
+            status.restart_needed_for = restart_for;
+        }
         // The network servers it declares are listed (registered, pinned) as at start — after
         // the swap, in the background: an unreachable one must not hold the new revision up
         // (until listed, its tools are unknown ones, blocked under fail_closed).
@@ -193,10 +202,6 @@ impl Applier {
                 "keeping the bundle for offline starts failed: {error:#}"
             );
         }
-        self.status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .restart_needed_for = restart_for;
         Ok(Some(verified.revision))
     }
 }
@@ -294,13 +299,7 @@ pub(crate) async fn poll(
             let mut status = applier.status.lock().unwrap_or_else(|e| e.into_inner());
             status.checked_at = Some(Utc::now());
             match &outcome {
-                Ok(Some(revision)) => {
-                    status.revision = Some(*revision);
-                    status.applied_at = Some(Utc::now());
-                    status.applied += 1;
-                    status.last_error = None;
-                }
-                Ok(None) => status.last_error = None,
+                Ok(_) => status.last_error = None,
                 Err(why) => {
                     if why.starts_with("bundle refused") {
                         status.refused += 1;

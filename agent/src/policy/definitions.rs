@@ -212,6 +212,13 @@ impl DefinitionChecks {
         self.poisoning == DefinitionAction::Off && self.shadowing == DefinitionAction::Off
     }
 
+    /// Whether a finding can block a whole server (what a policy taking over from another
+    /// keeps of the servers it blocked: `policy/live.rs`).
+    pub(crate) fn blocks_servers(&self) -> bool {
+        self.poisoning == DefinitionAction::BlockServer
+            || self.shadowing == DefinitionAction::BlockServer
+    }
+
     /// What the poisoning checks find in one text the model reads besides tool definitions
     /// (a server's `instructions`, a prompt's or resource's description).
     pub(crate) fn check_text(&self, text: &str, others: &Others) -> Vec<DefinitionFinding> {

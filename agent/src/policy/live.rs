@@ -42,9 +42,13 @@ impl LivePolicy {
             .clone()
     }
 
-    /// Puts `next` in force for every question asked from now on.
+    /// Puts `next` in force for every question asked from now on, with what the running
+    /// policy learnt from listings (`Policy::take_over`: a tool a definition check hid stays
+    /// hidden, and a listing the old policy is still judging is judged by `next` too).
     pub(crate) fn replace(&self, next: InForce) {
-        *self.now.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        let mut now = self.now.write().unwrap_or_else(PoisonError::into_inner);
+        next.policy.take_over(&now.policy);
+        *now = Arc::new(next);
     }
 
     /// The registry (one for every revision: definitions and pins outlive policies).

@@ -102,7 +102,12 @@ pub(crate) struct Policy {
     definitions: definitions::DefinitionChecks,
     /// Servers (tool `None`) and tools whose definitions a check refused: why. A tool's entry
     /// goes when a later listing shows it clean; a server's stays until the daemon restarts.
+    /// Made at construction from the registry's stored definitions, and kept across a
+    /// replacement (`Policy::take_over`).
     flagged: RwLock<HashMap<(String, Option<String>), String>>,
+    /// The policy that replaced this one: a listing this one judges after the swap (it began
+    /// before) is judged by that one too, so no refusal is lost between the two.
+    successor: std::sync::OnceLock<std::sync::Weak<Policy>>,
     /// Per server, the other servers' tools its listings were last compared with, and when.
     others: std::sync::Mutex<HashMap<String, (std::time::Instant, Arc<definitions::Others>)>>,
     registry: Arc<Registry>,
@@ -150,7 +155,7 @@ impl Policy {
                 message: why,
                 hint: "write the form with placeholders, e.g. \"{server}.{tool}\"",
             })?;
-        Ok(Policy {
+        let policy = Policy {
             enforce: mcp.enforce_policy,
             fail_closed: mcp.fail_closed,
             declared: mcp
@@ -201,10 +206,103 @@ impl Policy {
                 },
             )?,
             flagged: RwLock::new(HashMap::new()),
+            successor: std::sync::OnceLock::new(),
             others: std::sync::Mutex::new(HashMap::new()),
             registry,
             verdicts: RwLock::new(HashMap::new()),
-        })
+        };
+        policy.judge_known_definitions();
+        Ok(policy)
+    }
+
+    /// Judges every definition the registry holds as a listing of its server: what an earlier
+    /// listing hid stays hidden under a new process or revision until its server lists again
+    /// (session 21's review: a bundle's new revision forgot the tools `poisoning: hide` hid).
+    fn judge_known_definitions(&self) {
+        if self.definitions.is_off() {
+            return;
+        }
+        let servers = match self.registry.definitions() {
+            Ok(servers) => servers,
+            Err(error) => {
+                // A policy taking over keeps the flags of the one before (`take_over`).
+                tracing::error!(%error, "cannot read the registry's definitions to judge them");
+                return;
+            }
+        };
+        let known = self.registry.tools();
+        for (server_id, tools) in &servers {
+            let others = Arc::new(definitions::Others::new(
+                known
+                    .iter()
+                    .filter(|e| e.server_id != *server_id)
+                    .map(|e| (e.server_id.clone(), e.tool.clone()))
+                    .collect(),
+            ));
+            self.others
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(server_id.clone(), (std::time::Instant::now(), others));
+            self.definition_findings(server_id, tools, false);
+        }
+        let flagged = self.flagged.read().unwrap_or_else(PoisonError::into_inner);
+        if !flagged.is_empty() {
+            tracing::info!(
+                flagged = flagged.len(),
+                "the definition checks refuse tools or servers the registry holds"
+            );
+        }
+    }
+
+    /// What this policy keeps of `previous`'s listing verdicts when it replaces it
+    /// (`policy/live.rs`): a tool `previous` refused whose stored definition this policy does
+    /// not refuse is judged again (a listing in between may not be stored yet: kept refused
+    /// until its server lists again); a server `previous` blocked stays blocked while this
+    /// policy blocks servers at all — as under `previous`, until the daemon restarts.
+    pub(crate) fn take_over(self: &Arc<Self>, previous: &Policy) {
+        if self.definitions.is_off() {
+            return;
+        }
+        // First, so a listing `previous` flags after the copy below is forwarded here (its
+        // write lock orders the two).
+        let _ = previous.successor.set(Arc::downgrade(self));
+        let before = previous
+            .flagged
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for ((server_id, tool), why) in before {
+            if self
+                .flagged
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(&(server_id.clone(), tool.clone()))
+            {
+                continue;
+            }
+            let Some(tool) = tool else {
+                if self.definitions.blocks_servers() {
+                    self.flagged
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert((server_id, None), why);
+                }
+                continue;
+            };
+            match self.registry.definition(&server_id, &tool) {
+                Ok(Some(definition))
+                    if definition.get("name").and_then(Value::as_str) == Some(&tool) =>
+                {
+                    self.definition_findings(&server_id, &[definition], false);
+                }
+                _ => {
+                    self.flagged
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert((server_id, Some(tool)), why);
+                }
+            }
+        }
     }
 
     /// Why a definition check refused the whole of `server_id`, if it did.
@@ -235,8 +333,15 @@ impl Policy {
     /// Shadowing judges between servers: a tool of an undeclared server named like a declared
     /// server's is the shadow and meets the configured action; between two declared (or two
     /// undeclared) servers neither can be told from the other, and the finding alerts only.
-    fn definition_findings(&self, server_id: &str, tools: &[Value]) -> Vec<Option<String>> {
+    /// `report`: log each finding (a listing); judging stored definitions again does not.
+    fn definition_findings(
+        &self,
+        server_id: &str,
+        tools: &[Value],
+        report: bool,
+    ) -> Vec<Option<String>> {
         if self.definitions.is_off() {
+            self.forward_listing(server_id, tools);
             return vec![None; tools.len()];
         }
         let others = self.others(server_id);
@@ -274,12 +379,14 @@ impl Policy {
                 .map(|f| format!("{}: {}", f.check, f.evidence))
                 .collect::<Vec<_>>()
                 .join("; ");
-            tracing::warn!(
-                server_id,
-                tool = name,
-                action = action.as_str(),
-                "definition check: {evidence}"
-            );
+            if report {
+                tracing::warn!(
+                    server_id,
+                    tool = name,
+                    action = action.as_str(),
+                    "definition check: {evidence}"
+                );
+            }
             let why = format!("definition check ({}): {evidence}", action.as_str());
             match action {
                 DefinitionAction::Hide => {
@@ -301,7 +408,16 @@ impl Policy {
         if let Some(why) = block_server {
             flagged.insert((server_id.to_owned(), None), why);
         }
+        drop(flagged);
+        self.forward_listing(server_id, tools);
         notes
+    }
+
+    /// Has the policy that replaced this one judge a listing this one judged late.
+    fn forward_listing(&self, server_id: &str, tools: &[Value]) {
+        if let Some(next) = self.successor.get().and_then(std::sync::Weak::upgrade) {
+            next.definition_findings(server_id, tools, false);
+        }
     }
 
     /// The other servers' tools `server_id`'s listing is compared with. Other processes (shims
@@ -1042,7 +1158,7 @@ impl Gate for Policy {
     }
 
     fn check_listed(&self, server_id: &str, server_type: &str, tool: &Value) -> Decision {
-        let notes = self.definition_findings(server_id, std::slice::from_ref(tool));
+        let notes = self.definition_findings(server_id, std::slice::from_ref(tool), true);
         let entries = self.register_listed(server_id, server_type, std::slice::from_ref(tool));
         self.trust_first(server_id, &entries, false);
         let mut decisions: Vec<Decision> = entries
@@ -1059,7 +1175,7 @@ impl Gate for Policy {
         server_type: &str,
         tools: &[Value],
     ) -> Vec<Decision> {
-        let notes = self.definition_findings(server_id, tools);
+        let notes = self.definition_findings(server_id, tools, true);
         let entries = self.register_listed(server_id, server_type, tools);
         self.trust_first(server_id, &entries, true);
         let mut decisions: Vec<Decision> = entries

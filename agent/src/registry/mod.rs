@@ -559,6 +559,26 @@ impl Registry {
             .and_then(|text| serde_json::from_str(&text).ok()))
     }
 
+    /// Every server's stored definitions, as its listings last showed them (stored as this
+    /// process serialized them; a row edited by hand into something else is left out).
+    pub(crate) fn definitions(&self) -> Result<Vec<(String, Vec<Value>)>, RegistryError> {
+        let rows = {
+            let db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
+            store::definitions(&db)?
+        };
+        let mut servers: Vec<(String, Vec<Value>)> = Vec::new();
+        for (server_id, text) in rows {
+            let Ok(definition) = serde_json::from_str(&text) else {
+                continue;
+            };
+            match servers.last_mut() {
+                Some((last, tools)) if *last == server_id => tools.push(definition),
+                _ => servers.push((server_id, vec![definition])),
+            }
+        }
+        Ok(servers)
+    }
+
     fn read_index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
         // A panic while holding the lock cannot leave the index half-updated in a way that
         // matters more than stopping every layer: keep serving.

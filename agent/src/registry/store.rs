@@ -276,6 +276,14 @@ pub(super) fn definition(
         .optional()?)
 }
 
+/// Every stored definition, in server order (a new policy judges what earlier listings showed).
+pub(super) fn definitions(conn: &Connection) -> Result<Vec<(String, String)>, RegistryError> {
+    let mut stmt =
+        conn.prepare("SELECT server_id, definition FROM mcp_tools ORDER BY server_id, tool_name")?;
+    let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// Times are written as RFC 3339; a row someone edited by hand into nonsense reads as the
 /// epoch rather than failing the whole load.
 fn parse_time(text: &str) -> DateTime<Utc> {

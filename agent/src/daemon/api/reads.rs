@@ -43,10 +43,7 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
             "layers": state.layers,
             "database": state.db_path,
             "sessions": state.session_names(),
-            "policy": {
-                "revision": state.policy.now().revision,
-                "bundle": state.bundle.as_ref().map(|b| b.lock().unwrap_or_else(|e| e.into_inner()).clone()),
-            },
+            "policy": policy_report(state),
             "kernel_counters": counters.map(|c| json!({
                 "connects": c.connects, "unmatched": c.unmatched, "flagged": c.flagged,
                 "denied": c.denied, "ring_drops": c.ring_drops, "summarised": c.summarised,
@@ -64,6 +61,18 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
         fields.remove("queued_event_bytes");
     }
     json_response(StatusCode::OK, &report)
+}
+
+/// The revision in force and the bundle's status, read under the status's lock (the applier
+/// changes both under it: `daemon/bundle.rs`).
+fn policy_report(state: &DaemonState) -> serde_json::Value {
+    match &state.bundle {
+        Some(bundle) => {
+            let status = bundle.lock().unwrap_or_else(|e| e.into_inner());
+            json!({ "revision": state.policy.now().revision, "bundle": *status })
+        }
+        None => json!({ "revision": state.policy.now().revision, "bundle": null }),
+    }
 }
 
 /// Filters shared by `/api/events` and `/api/calls`.

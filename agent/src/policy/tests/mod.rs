@@ -3,6 +3,7 @@
 mod evaluation;
 mod names;
 mod pinning;
+mod succession;
 
 use std::{sync::Arc, time::Duration};
 

@@ -14,6 +14,8 @@
 //! the config's (`sandbox.mcp.definition_checks`): alert (recorded in the listing's
 //! `mcp_tool_seen` reason), hide the tool, or block the server.
 
+use std::collections::HashMap;
+
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::{Regex, RegexSet};
 use serde_json::Value;
@@ -68,19 +70,23 @@ pub(crate) struct DefinitionFinding {
     pub shadows: Option<String>,
 }
 
-/// The other servers' tools a listing is compared with: `(server, tool, skeleton)`, and an
-/// automaton of their distinctive names for finding them named in text (one pass per string,
-/// however many there are).
+/// The registered tools a listing is compared with: `(server, tool, skeleton)`, indexed by
+/// skeleton, and an automaton of their distinctive names for finding them named in text (one
+/// pass per string, however many there are). One set serves every server's listing: a
+/// server's own tools are skipped when its listing is judged (helper-40: a set per server made
+/// judging a large registry quadratic — 48 s and 1 GB for 1,000 servers of 5 tools).
 #[derive(Debug)]
 pub(crate) struct Others {
     tools: Vec<(String, String, String)>,
+    /// Skeleton → indices into `tools`.
+    by_skeleton: HashMap<String, Vec<usize>>,
     names: Option<AhoCorasick>,
     /// Pattern of `names` → index into `tools`.
     named: Vec<usize>,
 }
 
 impl Others {
-    /// From `(server, tool)` pairs of every other server.
+    /// From `(server, tool)` pairs of the registry.
     pub(crate) fn new(tools: Vec<(String, String)>) -> Self {
         let tools: Vec<(String, String, String)> = tools
             .into_iter()
@@ -89,6 +95,10 @@ impl Others {
                 (server, tool, key)
             })
             .collect();
+        let mut by_skeleton: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, (_, _, key)) in tools.iter().enumerate() {
+            by_skeleton.entry(key.clone()).or_default().push(i);
+        }
         // Names distinctive enough (a separator or an inner capital, at least 5 characters)
         // not to be common words.
         let named: Vec<usize> = (0..tools.len())
@@ -109,9 +119,19 @@ impl Others {
             .flatten();
         Others {
             tools,
+            by_skeleton,
             names,
             named,
         }
+    }
+
+    /// Whether `server_id`'s `tool` is in the set.
+    pub(crate) fn contains(&self, server_id: &str, tool: &str) -> bool {
+        self.by_skeleton
+            .get(&skeleton(tool))
+            .into_iter()
+            .flatten()
+            .any(|&i| self.tools[i].0 == server_id && self.tools[i].1 == tool)
     }
 }
 
@@ -212,19 +232,31 @@ impl DefinitionChecks {
         self.poisoning == DefinitionAction::Off && self.shadowing == DefinitionAction::Off
     }
 
-    /// Whether a finding can block a whole server (what a policy taking over from another
-    /// keeps of the servers it blocked: `policy/live.rs`).
-    pub(crate) fn blocks_servers(&self) -> bool {
-        self.poisoning == DefinitionAction::BlockServer
-            || self.shadowing == DefinitionAction::BlockServer
+    /// Whether a finding can refuse anything (hide a tool, block a server): only then are
+    /// stored definitions judged again.
+    pub(crate) fn refuses(&self) -> bool {
+        self.poisoning >= DefinitionAction::Hide || self.shadowing >= DefinitionAction::Hide
+    }
+
+    /// What this configuration does on a finding of `check` (a [`DefinitionFinding::check`]).
+    pub(crate) fn action_of(&self, check: &str) -> DefinitionAction {
+        match check {
+            "shadowing" => self.shadowing,
+            _ => self.poisoning,
+        }
     }
 
     /// What the poisoning checks find in one text the model reads besides tool definitions
     /// (a server's `instructions`, a prompt's or resource's description).
-    pub(crate) fn check_text(&self, text: &str, others: &Others) -> Vec<DefinitionFinding> {
+    pub(crate) fn check_text(
+        &self,
+        text: &str,
+        server_id: &str,
+        others: &Others,
+    ) -> Vec<DefinitionFinding> {
         let mut found = Vec::new();
         if self.poisoning != DefinitionAction::Off {
-            self.poisoned(text, "", others, &mut found);
+            self.poisoned(text, "", server_id, others, &mut found);
         }
         found
     }
@@ -234,20 +266,31 @@ impl DefinitionChecks {
         self.poisoning != DefinitionAction::Off
     }
 
-    /// What `tool` (a definition one server lists) holds, against the other servers' tools.
-    pub(crate) fn check(&self, tool: &Value, others: &Others) -> Vec<DefinitionFinding> {
+    /// What `tool` (a definition `server_id` lists) holds, against the other servers' tools.
+    pub(crate) fn check(
+        &self,
+        tool: &Value,
+        server_id: &str,
+        others: &Others,
+    ) -> Vec<DefinitionFinding> {
         let mut found = Vec::new();
         let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
         if self.poisoning != DefinitionAction::Off {
             let mut strings = Vec::new();
             collect_strings(tool, &mut strings);
             for text in strings {
-                self.poisoned(text, name, others, &mut found);
+                self.poisoned(text, name, server_id, others, &mut found);
             }
         }
         if self.shadowing != DefinitionAction::Off && !name.is_empty() {
-            let own = skeleton(name);
-            if let Some((server, other, _)) = others.tools.iter().find(|(_, _, s)| *s == own) {
+            let twin = others
+                .by_skeleton
+                .get(&skeleton(name))
+                .into_iter()
+                .flatten()
+                .map(|&i| &others.tools[i])
+                .find(|(server, _, _)| server != server_id);
+            if let Some((server, other, _)) = twin {
                 found.push(DefinitionFinding {
                     check: "shadowing",
                     evidence: format!("{} is named like {server}/{}", quote(name), quote(other)),
@@ -263,6 +306,7 @@ impl DefinitionChecks {
         &self,
         text: &str,
         name: &str,
+        server_id: &str,
         others: &Others,
         found: &mut Vec<DefinitionFinding>,
     ) {
@@ -312,7 +356,7 @@ impl DefinitionChecks {
             let (server, other, _) = &others.tools[others.named[m.pattern().as_usize()]];
             let alone = !text[..m.start()].chars().next_back().is_some_and(part)
                 && !text[m.end()..].chars().next().is_some_and(part);
-            if alone && !other.eq_ignore_ascii_case(name) {
+            if alone && server != server_id && !other.eq_ignore_ascii_case(name) {
                 push("tool-reference", format!("names {server}/{}", quote(other)));
                 break;
             }

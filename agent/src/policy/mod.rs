@@ -67,18 +67,23 @@ use crate::{
 /// of that many definitions, which is a deployment to size for, not to fail on).
 const MAX_CACHED_VERDICTS: usize = 100_000;
 
-/// How long the other servers' tools read for one server's listing are used again (a listing
+/// How long the registered tools read for the definition checks are used again (a listing
 /// judged tool by tool reads the registry once).
 const OTHERS_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Servers whose comparison sets are kept; past it the cache starts again.
-const MAX_CACHED_OTHERS: usize = 64;
 
 /// The outcome of the steps that depend only on the definition: `None` passes.
 #[derive(Clone, Debug)]
 struct CachedVerdict {
     tool_hash: String,
     block: Option<Arc<str>>,
+}
+
+/// A refusal by the definition checks: why, and which checks found it (a policy taking over
+/// keeps it while it refuses on one of them too).
+#[derive(Clone, Debug)]
+struct Flag {
+    why: String,
+    checks: Vec<&'static str>,
 }
 
 /// The configured policy, shared by every layer (`Arc<Policy>` or `&dyn Gate`).
@@ -100,16 +105,17 @@ pub(crate) struct Policy {
     results: results::ResultRules,
     /// What listed definitions may say to the model.
     definitions: definitions::DefinitionChecks,
-    /// Servers (tool `None`) and tools whose definitions a check refused: why. A tool's entry
-    /// goes when a later listing shows it clean; a server's stays until the daemon restarts.
-    /// Made at construction from the registry's stored definitions, and kept across a
-    /// replacement (`Policy::take_over`).
-    flagged: RwLock<HashMap<(String, Option<String>), String>>,
+    /// Servers (tool `None`) and tools whose definitions a check refused. A tool's entry goes
+    /// when a later listing shows it clean; a server's stays until the daemon restarts. Made
+    /// at construction from the registry's stored definitions, and kept across a replacement
+    /// (`Policy::take_over`).
+    flagged: RwLock<HashMap<(String, Option<String>), Flag>>,
     /// The policy that replaced this one: a listing this one judges after the swap (it began
-    /// before) is judged by that one too, so no refusal is lost between the two.
-    successor: std::sync::OnceLock<std::sync::Weak<Policy>>,
-    /// Per server, the other servers' tools its listings were last compared with, and when.
-    others: std::sync::Mutex<HashMap<String, (std::time::Instant, Arc<definitions::Others>)>>,
+    /// before) is judged by that one too, so no refusal is lost between the two (held, not
+    /// weak: two swaps during one listing still reach the last).
+    successor: std::sync::OnceLock<Arc<Policy>>,
+    /// The registered tools listings were last compared with, and when.
+    others: std::sync::Mutex<Option<(std::time::Instant, Arc<definitions::Others>)>>,
     registry: Arc<Registry>,
     /// server id → tool → verdict of steps 2–3.
     verdicts: RwLock<HashMap<String, HashMap<String, CachedVerdict>>>,
@@ -207,7 +213,7 @@ impl Policy {
             )?,
             flagged: RwLock::new(HashMap::new()),
             successor: std::sync::OnceLock::new(),
-            others: std::sync::Mutex::new(HashMap::new()),
+            others: std::sync::Mutex::new(None),
             registry,
             verdicts: RwLock::new(HashMap::new()),
         };
@@ -216,10 +222,11 @@ impl Policy {
     }
 
     /// Judges every definition the registry holds as a listing of its server: what an earlier
-    /// listing hid stays hidden under a new process or revision until its server lists again
-    /// (session 21's review: a bundle's new revision forgot the tools `poisoning: hide` hid).
+    /// listing hid stays hidden under a new process until its server lists again (session
+    /// 21's review: a new revision or a restart forgot the tools `poisoning: hide` hid). Only
+    /// when a finding can refuse: under `alert` there is nothing to remember.
     fn judge_known_definitions(&self) {
-        if self.definitions.is_off() {
+        if !self.definitions.refuses() {
             return;
         }
         let servers = match self.registry.definitions() {
@@ -230,20 +237,9 @@ impl Policy {
                 return;
             }
         };
-        let known = self.registry.tools();
+        let others = self.fresh_others();
         for (server_id, tools) in &servers {
-            let others = Arc::new(definitions::Others::new(
-                known
-                    .iter()
-                    .filter(|e| e.server_id != *server_id)
-                    .map(|e| (e.server_id.clone(), e.tool.clone()))
-                    .collect(),
-            ));
-            self.others
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(server_id.clone(), (std::time::Instant::now(), others));
-            self.definition_findings(server_id, tools, false);
+            self.findings_against(server_id, tools, &others, false);
         }
         let flagged = self.flagged.read().unwrap_or_else(PoisonError::into_inner);
         if !flagged.is_empty() {
@@ -255,52 +251,35 @@ impl Policy {
     }
 
     /// What this policy keeps of `previous`'s listing verdicts when it replaces it
-    /// (`policy/live.rs`): a tool `previous` refused whose stored definition this policy does
-    /// not refuse is judged again (a listing in between may not be stored yet: kept refused
-    /// until its server lists again); a server `previous` blocked stays blocked while this
-    /// policy blocks servers at all — as under `previous`, until the daemon restarts.
+    /// (`policy/live.rs`): each refusal whose checks this policy refuses on too (a tool: one
+    /// at `hide` or above; a server: one at `block_server`), until the server lists again —
+    /// not judged again from the stored definition, which a later listing may not have
+    /// replaced (helper-40: a poisoned `_meta` leaves the hash, and so the stored row, as it
+    /// was). A listing `previous` finishes after the swap is judged here too.
     pub(crate) fn take_over(self: &Arc<Self>, previous: &Policy) {
-        if self.definitions.is_off() {
+        if !self.definitions.refuses() {
             return;
         }
         // First, so a listing `previous` flags after the copy below is forwarded here (its
         // write lock orders the two).
-        let _ = previous.successor.set(Arc::downgrade(self));
+        let _ = previous.successor.set(self.clone());
         let before = previous
             .flagged
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        for ((server_id, tool), why) in before {
-            if self
-                .flagged
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains_key(&(server_id.clone(), tool.clone()))
-            {
-                continue;
-            }
-            let Some(tool) = tool else {
-                if self.definitions.blocks_servers() {
-                    self.flagged
-                        .write()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert((server_id, None), why);
-                }
-                continue;
+        let mut flagged = self.flagged.write().unwrap_or_else(PoisonError::into_inner);
+        for (key, flag) in before {
+            let floor = match key.1 {
+                None => DefinitionAction::BlockServer,
+                Some(_) => DefinitionAction::Hide,
             };
-            match self.registry.definition(&server_id, &tool) {
-                Ok(Some(definition))
-                    if definition.get("name").and_then(Value::as_str) == Some(&tool) =>
-                {
-                    self.definition_findings(&server_id, &[definition], false);
-                }
-                _ => {
-                    self.flagged
-                        .write()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert((server_id, Some(tool)), why);
-                }
+            if flag
+                .checks
+                .iter()
+                .any(|check| self.definitions.action_of(check) >= floor)
+            {
+                flagged.entry(key).or_insert(flag);
             }
         }
     }
@@ -311,7 +290,9 @@ impl Policy {
         if flagged.is_empty() {
             return None;
         }
-        flagged.get(&(server_id.to_owned(), None)).cloned()
+        flagged
+            .get(&(server_id.to_owned(), None))
+            .map(|f| f.why.clone())
     }
 
     /// Why a definition check refused `server_id` or its `tool`, if it did.
@@ -323,7 +304,7 @@ impl Policy {
         flagged
             .get(&(server_id.to_owned(), None))
             .or_else(|| flagged.get(&(server_id.to_owned(), Some(tool.to_owned()))))
-            .cloned()
+            .map(|f| f.why.clone())
     }
 
     /// The definition checks over one listing of `server_id`, before its tools are decided
@@ -344,12 +325,25 @@ impl Policy {
             self.forward_listing(server_id, tools);
             return vec![None; tools.len()];
         }
-        let others = self.others(server_id);
+        let others = self.others();
+        let notes = self.findings_against(server_id, tools, &others, report);
+        self.forward_listing(server_id, tools);
+        notes
+    }
+
+    /// [`Policy::definition_findings`] against `others`.
+    fn findings_against(
+        &self,
+        server_id: &str,
+        tools: &[Value],
+        others: &definitions::Others,
+        report: bool,
+    ) -> Vec<Option<String>> {
         let declared = self.declared.contains_key(server_id);
         // The checks first (regex work), the flags after, under the lock only for that.
         let found: Vec<_> = tools
             .iter()
-            .map(|tool| self.definitions.check(tool, &others))
+            .map(|tool| self.definitions.check(tool, server_id, others))
             .collect();
         let mut notes = Vec::with_capacity(tools.len());
         let mut block_server = None;
@@ -388,15 +382,24 @@ impl Policy {
                 );
             }
             let why = format!("definition check ({}): {evidence}", action.as_str());
+            let checks = |floor| -> Vec<&'static str> {
+                found
+                    .iter()
+                    .filter(|f| f.action >= floor)
+                    .map(|f| f.check)
+                    .collect()
+            };
             match action {
                 DefinitionAction::Hide => {
-                    flagged.insert(key, why);
+                    let checks = checks(DefinitionAction::Hide);
+                    flagged.insert(key, Flag { why, checks });
                     notes.push(None);
                 }
                 DefinitionAction::BlockServer => {
-                    block_server.get_or_insert(format!(
-                        "server {server_id:?} blocked: tool {name:?} failed a {why}"
-                    ));
+                    block_server.get_or_insert(Flag {
+                        why: format!("server {server_id:?} blocked: tool {name:?} failed a {why}"),
+                        checks: checks(DefinitionAction::BlockServer),
+                    });
                     notes.push(None);
                 }
                 _ => {
@@ -405,25 +408,19 @@ impl Policy {
                 }
             }
         }
-        if let Some(why) = block_server {
-            flagged.insert((server_id.to_owned(), None), why);
+        if let Some(flag) = block_server {
+            flagged.insert((server_id.to_owned(), None), flag);
         }
-        drop(flagged);
-        self.forward_listing(server_id, tools);
         notes
     }
 
     /// Has the policy that replaced this one judge a listing this one judged late.
     fn forward_listing(&self, server_id: &str, tools: &[Value]) {
-        if let Some(next) = self.successor.get().and_then(std::sync::Weak::upgrade) {
+        if let Some(next) = self.successor.get() {
             next.definition_findings(server_id, tools, false);
         }
     }
 
-    /// The other servers' tools `server_id`'s listing is compared with. Other processes (shims
-    /// started with this one) register too, so the registry is read again — once per
-    /// [`OTHERS_FRESH`] and server, or when this process registered another server's tools:
-    /// the filter judges a listing tool by tool, and a read per tool made it quadratic.
     /// The poisoning checks on what else a server says to the model (issue 16; session 19's
     /// attack found them missing): `instructions` in its `initialize` result (Claude Code puts
     /// them in its system prompt), prompts' and resources' descriptions in its lists. A finding
@@ -458,7 +455,7 @@ impl Policy {
             .and_then(|v| v.redacted.as_deref())
             .unwrap_or(message);
         let mut value: Value = serde_json::from_slice(source).ok()?;
-        let others = self.others(server_id);
+        let others = self.others();
         let mut findings = Vec::new();
         let mut strongest = ResultAction::Off;
         let mut texts: Vec<(String, &mut Value)> = Vec::new();
@@ -504,7 +501,7 @@ impl Policy {
         }
         for (pointer, text) in texts {
             let Some(s) = text.as_str() else { continue };
-            let found = self.definitions.check_text(s, &others);
+            let found = self.definitions.check_text(s, server_id, &others);
             let Some(action) = found.iter().map(|f| f.action).max() else {
                 continue;
             };
@@ -558,9 +555,12 @@ impl Policy {
         })
     }
 
-    fn others(&self, server_id: &str) -> Arc<definitions::Others> {
-        let mut cache = self.others.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((at, others)) = cache.get(server_id)
+    /// The registered tools listings are compared with. Other processes (shims started with
+    /// this one) register too, so the registry is read again — once per [`OTHERS_FRESH`], or
+    /// when this process registered a tool the set lacks: the filter judges a listing tool by
+    /// tool, and a read per tool made it quadratic.
+    fn others(&self) -> Arc<definitions::Others> {
+        if let Some((at, others)) = &*self.others.lock().unwrap_or_else(PoisonError::into_inner)
             && at.elapsed() < OTHERS_FRESH
         {
             return others.clone();
@@ -568,21 +568,21 @@ impl Policy {
         if let Err(error) = self.registry.reload() {
             tracing::warn!(%error, "cannot re-read the registry before the definition checks");
         }
+        self.fresh_others()
+    }
+
+    /// The comparison set from the registry as this process holds it, kept for the next
+    /// listings.
+    fn fresh_others(&self) -> Arc<definitions::Others> {
         let others = Arc::new(definitions::Others::new(
             self.registry
                 .tools()
                 .iter()
-                .filter(|e| e.server_id != server_id)
                 .map(|e| (e.server_id.clone(), e.tool.clone()))
                 .collect(),
         ));
-        if cache.len() >= MAX_CACHED_OTHERS {
-            cache.clear();
-        }
-        cache.insert(
-            server_id.to_owned(),
-            (std::time::Instant::now(), others.clone()),
-        );
+        *self.others.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((std::time::Instant::now(), others.clone()));
         others
     }
 
@@ -936,11 +936,17 @@ impl Policy {
         if let Err(error) = self.registry.register(server_id, server_type, &addr, tools) {
             tracing::error!(server_id, %error, "cannot persist listed tools; deciding on them anyway");
         }
-        // Every other server's comparison set now lacks these tools.
-        self.others
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|server, _| server == server_id);
+        // The comparison set may lack these tools now.
+        let mut others = self.others.lock().unwrap_or_else(PoisonError::into_inner);
+        if others.as_ref().is_some_and(|(_, set)| {
+            tools
+                .iter()
+                .filter_map(|t| t.get("name").and_then(Value::as_str))
+                .any(|name| !set.contains(server_id, name))
+        }) {
+            *others = None;
+        }
+        drop(others);
         tools
             .iter()
             .map(|tool| {

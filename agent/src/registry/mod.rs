@@ -279,7 +279,14 @@ impl Registry {
                 // Same definition but the server moved: store the new address.
                 let moved = previous
                     .is_some_and(|p| p.server_type != server_type || p.server_addr != server_addr);
-                if kind != ChangeKind::Unchanged || moved {
+                // Same hash, other text (a field the hash leaves out, `_meta` say): stored too,
+                // since the definition checks read every field and a new process judges the
+                // stored text (helper-40: a poison in `_meta` was forgotten at restart).
+                let text = tool.to_string();
+                let restated = kind == ChangeKind::Unchanged
+                    && !moved
+                    && store::definition(&db, server_id, name)?.as_deref() != Some(text.as_str());
+                if kind != ChangeKind::Unchanged || moved || restated {
                     let registered_at = match (&kind, previous) {
                         (ChangeKind::Unchanged, Some(p)) => p.registered_at,
                         _ => now,
@@ -293,7 +300,7 @@ impl Registry {
                             tool_hash: hash.clone(),
                             registered_at,
                         },
-                        tool.to_string(),
+                        text,
                     ));
                 }
                 changes.push(RegistrationChange {

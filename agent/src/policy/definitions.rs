@@ -81,8 +81,10 @@ pub(crate) struct Others {
     /// Skeleton → indices into `tools`.
     by_skeleton: HashMap<String, Vec<usize>>,
     names: Option<AhoCorasick>,
-    /// Pattern of `names` → index into `tools`.
-    named: Vec<usize>,
+    /// Pattern of `names` (one per name, any case) → indices into `tools` of the tools so
+    /// named (helper-41: a pattern per tool made a name 2,000 servers share cost 2,000² per
+    /// mention).
+    named: Vec<Vec<usize>>,
 }
 
 impl Others {
@@ -101,19 +103,29 @@ impl Others {
         }
         // Names distinctive enough (a separator or an inner capital, at least 5 characters)
         // not to be common words.
-        let named: Vec<usize> = (0..tools.len())
-            .filter(|&i| {
-                let t = &tools[i].1;
-                t.len() >= 5
-                    && (t.contains(['_', '-']) || t.chars().skip(1).any(|c| c.is_ascii_uppercase()))
-            })
-            .collect();
+        let mut patterns: HashMap<String, usize> = HashMap::new();
+        let mut named: Vec<Vec<usize>> = Vec::new();
+        for (i, (_, t, _)) in tools.iter().enumerate() {
+            if t.len() >= 5
+                && (t.contains(['_', '-']) || t.chars().skip(1).any(|c| c.is_ascii_uppercase()))
+            {
+                let pattern = *patterns.entry(t.to_ascii_lowercase()).or_insert_with(|| {
+                    named.push(Vec::new());
+                    named.len() - 1
+                });
+                named[pattern].push(i);
+            }
+        }
         let names = (!named.is_empty())
             .then(|| {
                 AhoCorasickBuilder::new()
                     .ascii_case_insensitive(true)
                     .match_kind(MatchKind::Standard)
-                    .build(named.iter().map(|&i| tools[i].1.as_str()))
+                    .build(
+                        named
+                            .iter()
+                            .map(|tools_named| tools[tools_named[0]].1.as_str()),
+                    )
                     .ok()
             })
             .flatten();
@@ -266,12 +278,15 @@ impl DefinitionChecks {
         self.poisoning != DefinitionAction::Off
     }
 
-    /// What `tool` (a definition `server_id` lists) holds, against the other servers' tools.
+    /// What `tool` (a definition `server_id` lists) holds, against the other servers' tools;
+    /// a shadowing finding names a `declared` server's twin when there is one (helper-41: the
+    /// first twin found, an undeclared decoy's, made the finding alert only).
     pub(crate) fn check(
         &self,
         tool: &Value,
         server_id: &str,
         others: &Others,
+        declared: &dyn Fn(&str) -> bool,
     ) -> Vec<DefinitionFinding> {
         let mut found = Vec::new();
         let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
@@ -283,13 +298,18 @@ impl DefinitionChecks {
             }
         }
         if self.shadowing != DefinitionAction::Off && !name.is_empty() {
-            let twin = others
-                .by_skeleton
-                .get(&skeleton(name))
-                .into_iter()
-                .flatten()
-                .map(|&i| &others.tools[i])
-                .find(|(server, _, _)| server != server_id);
+            let twins = || {
+                others
+                    .by_skeleton
+                    .get(&skeleton(name))
+                    .into_iter()
+                    .flatten()
+                    .map(|&i| &others.tools[i])
+                    .filter(|(server, _, _)| server != server_id)
+            };
+            let twin = twins()
+                .find(|(server, _, _)| declared(server))
+                .or_else(|| twins().next());
             if let Some((server, other, _)) = twin {
                 found.push(DefinitionFinding {
                     check: "shadowing",
@@ -353,10 +373,17 @@ impl DefinitionChecks {
             .iter()
             .flat_map(|names| names.find_overlapping_iter(text))
         {
-            let (server, other, _) = &others.tools[others.named[m.pattern().as_usize()]];
             let alone = !text[..m.start()].chars().next_back().is_some_and(part)
                 && !text[m.end()..].chars().next().is_some_and(part);
-            if alone && server != server_id && !other.eq_ignore_ascii_case(name) {
+            let named = &others.named[m.pattern().as_usize()];
+            if !alone || others.tools[named[0]].1.eq_ignore_ascii_case(name) {
+                continue;
+            }
+            if let Some((server, other, _)) = named
+                .iter()
+                .map(|&i| &others.tools[i])
+                .find(|(server, _, _)| server != server_id)
+            {
                 push("tool-reference", format!("names {server}/{}", quote(other)));
                 break;
             }

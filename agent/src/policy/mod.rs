@@ -84,6 +84,8 @@ struct CachedVerdict {
 struct Flag {
     why: String,
     checks: Vec<&'static str>,
+    /// For a shadowing finding: the server whose tool it is named like.
+    shadows: Option<String>,
 }
 
 /// The configured policy, shared by every layer (`Arc<Policy>` or `&dyn Gate`).
@@ -114,6 +116,10 @@ pub(crate) struct Policy {
     /// before) is judged by that one too, so no refusal is lost between the two (held, not
     /// weak: two swaps during one listing still reach the last).
     successor: std::sync::OnceLock<Arc<Policy>>,
+    /// Servers whose stored definitions were judged ([`Policy::judge_stored`]).
+    judged: RwLock<std::collections::HashSet<String>>,
+    /// Held while judging them.
+    judging: std::sync::Mutex<()>,
     /// The registered tools listings were last compared with, and when.
     others: std::sync::Mutex<Option<(std::time::Instant, Arc<definitions::Others>)>>,
     registry: Arc<Registry>,
@@ -213,41 +219,57 @@ impl Policy {
             )?,
             flagged: RwLock::new(HashMap::new()),
             successor: std::sync::OnceLock::new(),
+            judged: RwLock::new(std::collections::HashSet::new()),
+            judging: std::sync::Mutex::new(()),
             others: std::sync::Mutex::new(None),
             registry,
             verdicts: RwLock::new(HashMap::new()),
         };
-        policy.judge_known_definitions();
         Ok(policy)
     }
 
-    /// Judges every definition the registry holds as a listing of its server: what an earlier
-    /// listing hid stays hidden under a new process until its server lists again (session
-    /// 21's review: a new revision or a restart forgot the tools `poisoning: hide` hid). Only
-    /// when a finding can refuse: under `alert` there is nothing to remember.
-    fn judge_known_definitions(&self) {
-        if !self.definitions.refuses() {
+    /// Judges the definitions the registry holds for `server_id`, once per policy, before its
+    /// refusals are first read: what an earlier listing hid stays hidden under a new process
+    /// or revision until the server lists again (session 21's review: a new revision or a
+    /// restart forgot the tools `poisoning: hide` hid). Per server, when first asked about:
+    /// judging the whole registry at every start cost seconds with thousands of servers
+    /// (helper-41). Only when a finding can refuse: under `alert` there is nothing to remember.
+    fn judge_stored(&self, server_id: &str) {
+        if !self.definitions.refuses()
+            || self
+                .judged
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(server_id)
+        {
             return;
         }
-        let servers = match self.registry.definitions() {
-            Ok(servers) => servers,
-            Err(error) => {
-                // A policy taking over keeps the flags of the one before (`take_over`).
-                tracing::error!(%error, "cannot read the registry's definitions to judge them");
-                return;
+        // One judge at a time: a second question waits for the answer, not past it.
+        let _judging = self.judging.lock().unwrap_or_else(PoisonError::into_inner);
+        if self
+            .judged
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(server_id)
+        {
+            return;
+        }
+        match self.registry.definitions_of(server_id) {
+            Ok(tools) if !tools.is_empty() => {
+                let others = self.others();
+                self.findings_against(server_id, &tools, &others, false);
             }
-        };
-        let others = self.fresh_others();
-        for (server_id, tools) in &servers {
-            self.findings_against(server_id, tools, &others, false);
+            Ok(_) => {}
+            // Judged on its next listing; a policy taking over keeps the refusals of the one
+            // before (`take_over`).
+            Err(error) => {
+                tracing::error!(server_id, %error, "cannot read the registry's definitions to judge them")
+            }
         }
-        let flagged = self.flagged.read().unwrap_or_else(PoisonError::into_inner);
-        if !flagged.is_empty() {
-            tracing::info!(
-                flagged = flagged.len(),
-                "the definition checks refuse tools or servers the registry holds"
-            );
-        }
+        self.judged
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(server_id.to_owned());
     }
 
     /// What this policy keeps of `previous`'s listing verdicts when it replaces it
@@ -274,11 +296,19 @@ impl Policy {
                 None => DefinitionAction::BlockServer,
                 Some(_) => DefinitionAction::Hide,
             };
-            if flag
-                .checks
-                .iter()
-                .any(|check| self.definitions.action_of(check) >= floor)
-            {
+            // Shadowing refuses only an undeclared server's twin of a declared server's tool:
+            // judged with this policy's declarations (helper-41: a revision declaring the
+            // server kept it blocked until a restart, which judged it as allowed).
+            let refuses = |check: &&str| {
+                self.definitions.action_of(check) >= floor
+                    && (*check != "shadowing"
+                        || (!self.declared.contains_key(&key.0)
+                            && flag
+                                .shadows
+                                .as_deref()
+                                .is_some_and(|s| self.declared.contains_key(s))))
+            };
+            if flag.checks.iter().any(refuses) {
                 flagged.entry(key).or_insert(flag);
             }
         }
@@ -286,6 +316,7 @@ impl Policy {
 
     /// Why a definition check refused the whole of `server_id`, if it did.
     fn flagged_server(&self, server_id: &str) -> Option<String> {
+        self.judge_stored(server_id);
         let flagged = self.flagged.read().unwrap_or_else(PoisonError::into_inner);
         if flagged.is_empty() {
             return None;
@@ -297,6 +328,7 @@ impl Policy {
 
     /// Why a definition check refused `server_id` or its `tool`, if it did.
     fn flagged(&self, server_id: &str, tool: &str) -> Option<String> {
+        self.judge_stored(server_id);
         let flagged = self.flagged.read().unwrap_or_else(PoisonError::into_inner);
         if flagged.is_empty() {
             return None;
@@ -343,7 +375,10 @@ impl Policy {
         // The checks first (regex work), the flags after, under the lock only for that.
         let found: Vec<_> = tools
             .iter()
-            .map(|tool| self.definitions.check(tool, server_id, others))
+            .map(|tool| {
+                self.definitions
+                    .check(tool, server_id, others, &|s| self.declared.contains_key(s))
+            })
             .collect();
         let mut notes = Vec::with_capacity(tools.len());
         let mut block_server = None;
@@ -382,24 +417,25 @@ impl Policy {
                 );
             }
             let why = format!("definition check ({}): {evidence}", action.as_str());
-            let checks = |floor| -> Vec<&'static str> {
-                found
+            let flag = |floor, why| Flag {
+                why,
+                checks: found
                     .iter()
                     .filter(|f| f.action >= floor)
                     .map(|f| f.check)
-                    .collect()
+                    .collect(),
+                shadows: found.iter().find_map(|f| f.shadows.clone()),
             };
             match action {
                 DefinitionAction::Hide => {
-                    let checks = checks(DefinitionAction::Hide);
-                    flagged.insert(key, Flag { why, checks });
+                    flagged.insert(key, flag(DefinitionAction::Hide, why));
                     notes.push(None);
                 }
                 DefinitionAction::BlockServer => {
-                    block_server.get_or_insert(Flag {
-                        why: format!("server {server_id:?} blocked: tool {name:?} failed a {why}"),
-                        checks: checks(DefinitionAction::BlockServer),
-                    });
+                    block_server.get_or_insert(flag(
+                        DefinitionAction::BlockServer,
+                        format!("server {server_id:?} blocked: tool {name:?} failed a {why}"),
+                    ));
                     notes.push(None);
                 }
                 _ => {

@@ -566,24 +566,17 @@ impl Registry {
             .and_then(|text| serde_json::from_str(&text).ok()))
     }
 
-    /// Every server's stored definitions, as its listings last showed them (stored as this
+    /// A server's stored definitions, as its listings last showed them (stored as this
     /// process serialized them; a row edited by hand into something else is left out).
-    pub(crate) fn definitions(&self) -> Result<Vec<(String, Vec<Value>)>, RegistryError> {
+    pub(crate) fn definitions_of(&self, server_id: &str) -> Result<Vec<Value>, RegistryError> {
         let rows = {
             let db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
-            store::definitions(&db)?
+            store::definitions_of(&db, server_id)?
         };
-        let mut servers: Vec<(String, Vec<Value>)> = Vec::new();
-        for (server_id, text) in rows {
-            let Ok(definition) = serde_json::from_str(&text) else {
-                continue;
-            };
-            match servers.last_mut() {
-                Some((last, tools)) if *last == server_id => tools.push(definition),
-                _ => servers.push((server_id, vec![definition])),
-            }
-        }
-        Ok(servers)
+        Ok(rows
+            .iter()
+            .filter_map(|text| serde_json::from_str(text).ok())
+            .collect())
     }
 
     fn read_index(&self) -> std::sync::RwLockReadGuard<'_, Index> {

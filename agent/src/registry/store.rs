@@ -276,11 +276,13 @@ pub(super) fn definition(
         .optional()?)
 }
 
-/// Every stored definition, in server order (a new policy judges what earlier listings showed).
-pub(super) fn definitions(conn: &Connection) -> Result<Vec<(String, String)>, RegistryError> {
-    let mut stmt =
-        conn.prepare("SELECT server_id, definition FROM mcp_tools ORDER BY server_id, tool_name")?;
-    let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+/// A server's stored definitions (a new policy judges what earlier listings showed).
+pub(super) fn definitions_of(
+    conn: &Connection,
+    server_id: &str,
+) -> Result<Vec<String>, RegistryError> {
+    let mut stmt = conn.prepare_cached("SELECT definition FROM mcp_tools WHERE server_id = ?1")?;
+    let rows = stmt.query_map(params![server_id], |row| row.get(0))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 

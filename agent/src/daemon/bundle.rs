@@ -164,6 +164,9 @@ impl Applier {
         check_server_users(&effective).map_err(|e| format!("{e:#}"))?;
         let policy = Policy::new(&effective, self.registry.clone(), &[])
             .map_err(|e| format!("revision {}: {e}", verified.revision))?;
+        // The servers the running policy blocked on their listings stay blocked where this one
+        // would block them too: in the kernel's rules as well (helper-42).
+        policy.carry(&running.policy);
         // The kernel's rules first, then every other layer at once.
         if let Some(netmon) = &self.netmon {
             let mut endpoints = watched_endpoints(&effective, &policy);

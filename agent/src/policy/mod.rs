@@ -78,6 +78,19 @@ struct CachedVerdict {
     block: Option<Arc<str>>,
 }
 
+/// What definitions the checks judge.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    /// A server's listing, as it passes (findings logged).
+    Listing,
+    /// A listing the policy this one replaced judged after the swap.
+    Forwarded,
+    /// What the registry holds (`Policy::judge_stored`): rows of tools a server no longer
+    /// lists among them, so a finding hides its tool and blocks no server (helper-42: a tool
+    /// dropped from the listing kept its server blocked at every start).
+    Stored,
+}
+
 /// A refusal by the definition checks: why, and which checks found it (a policy taking over
 /// keeps it while it refuses on one of them too).
 #[derive(Clone, Debug)]
@@ -257,7 +270,7 @@ impl Policy {
         match self.registry.definitions_of(server_id) {
             Ok(tools) if !tools.is_empty() => {
                 let others = self.others();
-                self.findings_against(server_id, &tools, &others, false);
+                self.findings_against(server_id, &tools, &others, Judged::Stored);
             }
             Ok(_) => {}
             // Judged on its next listing; a policy taking over keeps the refusals of the one
@@ -285,6 +298,15 @@ impl Policy {
         // First, so a listing `previous` flags after the copy below is forwarded here (its
         // write lock orders the two).
         let _ = previous.successor.set(self.clone());
+        self.carry(previous);
+    }
+
+    /// The copy of [`Policy::take_over`], without the forwarding: what the kernel's rules of
+    /// a new revision are computed with before the swap (`daemon/bundle.rs`).
+    pub(crate) fn carry(&self, previous: &Policy) {
+        if !self.definitions.refuses() {
+            return;
+        }
         let before = previous
             .flagged
             .read()
@@ -346,19 +368,18 @@ impl Policy {
     /// Shadowing judges between servers: a tool of an undeclared server named like a declared
     /// server's is the shadow and meets the configured action; between two declared (or two
     /// undeclared) servers neither can be told from the other, and the finding alerts only.
-    /// `report`: log each finding (a listing); judging stored definitions again does not.
     fn definition_findings(
         &self,
         server_id: &str,
         tools: &[Value],
-        report: bool,
+        judged: Judged,
     ) -> Vec<Option<String>> {
         if self.definitions.is_off() {
             self.forward_listing(server_id, tools);
             return vec![None; tools.len()];
         }
         let others = self.others();
-        let notes = self.findings_against(server_id, tools, &others, report);
+        let notes = self.findings_against(server_id, tools, &others, judged);
         self.forward_listing(server_id, tools);
         notes
     }
@@ -369,7 +390,7 @@ impl Policy {
         server_id: &str,
         tools: &[Value],
         others: &definitions::Others,
-        report: bool,
+        judged: Judged,
     ) -> Vec<Option<String>> {
         let declared = self.declared.contains_key(server_id);
         // The checks first (regex work), the flags after, under the lock only for that.
@@ -408,7 +429,7 @@ impl Policy {
                 .map(|f| format!("{}: {}", f.check, f.evidence))
                 .collect::<Vec<_>>()
                 .join("; ");
-            if report {
+            if judged == Judged::Listing {
                 tracing::warn!(
                     server_id,
                     tool = name,
@@ -428,6 +449,10 @@ impl Policy {
             };
             match action {
                 DefinitionAction::Hide => {
+                    flagged.insert(key, flag(DefinitionAction::Hide, why));
+                    notes.push(None);
+                }
+                DefinitionAction::BlockServer if judged == Judged::Stored => {
                     flagged.insert(key, flag(DefinitionAction::Hide, why));
                     notes.push(None);
                 }
@@ -453,7 +478,7 @@ impl Policy {
     /// Has the policy that replaced this one judge a listing this one judged late.
     fn forward_listing(&self, server_id: &str, tools: &[Value]) {
         if let Some(next) = self.successor.get() {
-            next.definition_findings(server_id, tools, false);
+            next.definition_findings(server_id, tools, Judged::Forwarded);
         }
     }
 
@@ -1200,7 +1225,8 @@ impl Gate for Policy {
     }
 
     fn check_listed(&self, server_id: &str, server_type: &str, tool: &Value) -> Decision {
-        let notes = self.definition_findings(server_id, std::slice::from_ref(tool), true);
+        let notes =
+            self.definition_findings(server_id, std::slice::from_ref(tool), Judged::Listing);
         let entries = self.register_listed(server_id, server_type, std::slice::from_ref(tool));
         self.trust_first(server_id, &entries, false);
         let mut decisions: Vec<Decision> = entries
@@ -1217,7 +1243,7 @@ impl Gate for Policy {
         server_type: &str,
         tools: &[Value],
     ) -> Vec<Decision> {
-        let notes = self.definition_findings(server_id, tools, true);
+        let notes = self.definition_findings(server_id, tools, Judged::Listing);
         let entries = self.register_listed(server_id, server_type, tools);
         self.trust_first(server_id, &entries, true);
         let mut decisions: Vec<Decision> = entries

@@ -45,7 +45,7 @@ fn a_refusal_not_yet_stored_is_kept_and_a_late_listing_is_forwarded() {
     let first = build(HIDE, &registry);
     // The old policy flags a tool whose definition the registry does not hold (a listing
     // judged, not yet registered): the new one keeps the refusal.
-    first.definition_findings("fs", &[poisoned()], false);
+    first.definition_findings("fs", &[poisoned()], Judged::Listing);
     let next = build(HIDE, &registry);
     assert!(
         !next.check_call(&on("fs", "write")).is_blocked(),
@@ -166,4 +166,27 @@ fn a_shadowing_refusal_is_carried_only_while_the_new_declarations_make_it_one() 
     let both = build(&config(&format!("{mail}{evil}")), &registry);
     both.take_over(&same);
     assert!(!both.check_call(&on("evil", "send_email")).is_blocked());
+}
+
+/// helper-42: the registry keeps tools a server no longer lists (listings may be paginated), so
+/// a stored poisoned row under `block_server` blocked its server at every start for good. What
+/// is stored hides its tool; only a listing blocks a server.
+#[test]
+fn a_stored_finding_hides_its_tool_and_blocks_no_server() {
+    let registry = Arc::new(Registry::in_memory().expect("registry"));
+    let first = build(BLOCK, &registry);
+    first.check_listed_all("srv", "stdio", &[tool("add", "Adds"), poisoned()]);
+    assert!(first.check_call(&on("srv", "add")).is_blocked());
+    // The server drops the tool and the daemon restarts.
+    let restarted = build(BLOCK, &registry);
+    assert!(!restarted.check_call(&on("srv", "add")).is_blocked());
+    assert_eq!(restarted.server_block_reason("srv"), None);
+    assert_decision(
+        &restarted.check_call(&on("srv", "write")),
+        Action::Block,
+        "definition check (block_server)",
+    );
+    // Listed again with the poisoned tool, the server is blocked again.
+    restarted.check_listed_all("srv", "stdio", &[tool("add", "Adds"), poisoned()]);
+    assert!(restarted.check_call(&on("srv", "add")).is_blocked());
 }

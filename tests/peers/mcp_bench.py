@@ -3,8 +3,10 @@ with one through toolwall (the shim or the filter proxy) in the same run.
 
 usage: mcp_bench.py stdio N CMD ARGS...     (a stdio server, or `toolwall shim -- ...`)
        mcp_bench.py http N URL              (a Streamable HTTP endpoint)
+       mcp_bench.py pair N SPEC_A SPEC_B    (two sessions, calls interleaved; a SPEC is JSON:
+                                             ["stdio", CMD, ARGS...] or ["http", URL])
 
-Prints {"p50_us": ..., "p99_us": ..., "n": N}. Calls `get-sum`, which server-everything has.
+Prints {"p50_us": ..., "p99_us": ..., "n": N} (pair: one such object per session, "a" and "b"). Calls `get-sum`, which server-everything has.
 """
 
 import http.client
@@ -17,6 +19,8 @@ import urllib.parse
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+# Calls of each session before `pair` measures (node's JIT warms up on the first ones).
+WARM = 200
 
 
 def call(i):
@@ -24,7 +28,8 @@ def call(i):
             "params": {"name": "get-sum", "arguments": {"a": i, "b": 1}}}
 
 
-def stdio(n, argv):
+def stdio_session(argv):
+    """A stdio session: returns (one call, close)."""
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     def send(m):
@@ -40,14 +45,18 @@ def stdio(n, argv):
                 return
 
     send(INIT); until(0); send(INITIALIZED)
-    times = []
-    for i in range(1, n + 1):
-        t = time.perf_counter_ns(); send(call(i)); until(i); times.append(time.perf_counter_ns() - t)
-    p.stdin.close(); p.wait(timeout=10)
-    return times
+
+    def one(i):
+        send(call(i)); until(i)
+
+    def close():
+        p.stdin.close(); p.wait(timeout=10)
+
+    return one, close
 
 
-def http_(n, url):
+def http_session(url):
+    """A Streamable HTTP session on one keep-alive connection: returns (one call, close)."""
     u = urllib.parse.urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port)
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -63,17 +72,44 @@ def http_(n, url):
         return body
 
     post(INIT); headers["mcp-protocol-version"] = "2025-06-18"; post(INITIALIZED)
-    times = []
-    for i in range(1, n + 1):
-        t = time.perf_counter_ns(); post(call(i)); times.append(time.perf_counter_ns() - t)
-    return times
+    return (lambda i: post(call(i))), conn.close
+
+
+def session(spec):
+    return stdio_session(spec[1:]) if spec[0] == "stdio" else http_session(spec[1])
+
+
+def timed(one, i):
+    t = time.perf_counter_ns(); one(i); return time.perf_counter_ns() - t
+
+
+def p(times, q):
+    times = sorted(times)
+    return times[min(len(times) - 1, int(len(times) * q))] / 1000
 
 
 def main():
     kind, n = sys.argv[1], int(sys.argv[2])
-    times = stdio(n, sys.argv[3:]) if kind == "stdio" else http_(n, sys.argv[3])
-    times.sort()
-    print(json.dumps({"n": n, "p50_us": times[len(times) // 2] / 1000, "p99_us": times[int(len(times) * 0.99)] / 1000}))
+    if kind == "pair":
+        # Two sessions, their calls interleaved one by one: both see the same moments of the
+        # machine, so what it does meanwhile (other VMs, the server's JIT) falls on both.
+        (a, close_a), (b, close_b) = session(json.loads(sys.argv[3])), session(json.loads(sys.argv[4]))
+        for i in range(1, WARM + 1):
+            a(i); b(i)
+        ta, tb = [], []
+        for i in range(WARM + 1, WARM + n + 1):
+            if i % 2:
+                ta.append(timed(a, i)); tb.append(timed(b, i))
+            else:
+                tb.append(timed(b, i)); ta.append(timed(a, i))
+        close_a(); close_b()
+        print(json.dumps({"n": n, "a": {"p50_us": p(ta, 0.5), "p99_us": p(ta, 0.99)},
+                          "b": {"p50_us": p(tb, 0.5), "p99_us": p(tb, 0.99)}}))
+        return
+    one, close = stdio_session(sys.argv[3:]) if kind == "stdio" else http_session(sys.argv[3])
+    times = [timed(one, i) for i in range(1, n + 1)]
+    close()
+    print(json.dumps({"n": n, "p50_us": p(times, 0.5), "p99_us": p(times, 0.99)}))
 
 
 main()

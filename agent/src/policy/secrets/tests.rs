@@ -1,5 +1,13 @@
 use super::*;
 
+#[test]
+fn every_embedded_rule_compiles() {
+    builtin()
+        .expect("the embedded rule set parses")
+        .compile_all()
+        .expect("every rule compiles");
+}
+
 fn found(text: &str) -> Vec<(String, String)> {
     let scanner = builtin().expect("the embedded rule set compiles");
     let mut out = Vec::new();

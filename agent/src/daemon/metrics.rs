@@ -329,22 +329,9 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::decision::Action;
-    use crate::events::ToolCalled;
 
     fn called(tool: String, action: Action) -> Event {
-        Event::McpToolCalled(ToolCalled {
-            policy_revision: None,
-            timestamp: chrono::Utc::now(),
-            session_id: "s".into(),
-            server_id: "srv".into(),
-            server_type: "stdio".into(),
-            tool_name: tool,
-            jsonrpc_id: serde_json::Value::Null,
-            input: None,
-            action,
-            reason: String::new(),
-            layer: "shim".into(),
-        })
+        crate::events::test_call(&tool, None, action, String::new())
     }
 
     fn text(m: &Metrics) -> String {

@@ -195,24 +195,40 @@ impl EventQueue {
     }
 }
 
+/// A `tools/call` of `tool` at the shim, for the tests of what reads events.
+#[cfg(test)]
+pub(crate) fn test_call(
+    tool: &str,
+    input: Option<serde_json::Value>,
+    action: crate::decision::Action,
+    reason: String,
+) -> Event {
+    Event::McpToolCalled(ToolCalled {
+        policy_revision: None,
+        timestamp: chrono::Utc::now(),
+        session_id: "s".into(),
+        server_id: "srv".into(),
+        server_type: "stdio".into(),
+        tool_name: tool.into(),
+        jsonrpc_id: serde_json::json!(1),
+        input,
+        action,
+        reason,
+        layer: "shim".into(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn call(text: &str) -> Event {
-        Event::McpToolCalled(ToolCalled {
-            policy_revision: None,
-            timestamp: chrono::Utc::now(),
-            session_id: "s".into(),
-            server_id: "srv".into(),
-            server_type: "stdio".into(),
-            tool_name: "t".into(),
-            jsonrpc_id: serde_json::json!(1),
-            input: Some(serde_json::json!({ "text": text })),
-            action: crate::decision::Action::Allow,
-            reason: String::new(),
-            layer: "shim".into(),
-        })
+        test_call(
+            "t",
+            Some(serde_json::json!({ "text": text })),
+            crate::decision::Action::Allow,
+            String::new(),
+        )
     }
 
     #[tokio::test]

@@ -121,9 +121,9 @@ pub(crate) struct Policy {
     /// What listed definitions may say to the model.
     definitions: definitions::DefinitionChecks,
     /// Servers (tool `None`) and tools whose definitions a check refused. A tool's entry goes
-    /// when a later listing shows it clean; a server's stays until the daemon restarts. Made
-    /// at construction from the registry's stored definitions, and kept across a replacement
-    /// (`Policy::take_over`).
+    /// when a later listing shows it clean; a server's stays until the daemon restarts. Also
+    /// made from the registry's stored definitions ([`Policy::judge_stored`]), and kept
+    /// across a replacement (`Policy::take_over`).
     flagged: RwLock<HashMap<(String, Option<String>), Flag>>,
     /// The policy that replaced this one: a listing this one judges after the swap (it began
     /// before) is judged by that one too, so no refusal is lost between the two (held, not
@@ -180,7 +180,7 @@ impl Policy {
                 message: why,
                 hint: "write the form with placeholders, e.g. \"{server}.{tool}\"",
             })?;
-        let policy = Policy {
+        Ok(Policy {
             enforce: mcp.enforce_policy,
             fail_closed: mcp.fail_closed,
             declared: mcp
@@ -237,8 +237,7 @@ impl Policy {
             others: std::sync::Mutex::new(None),
             registry,
             verdicts: RwLock::new(HashMap::new()),
-        };
-        Ok(policy)
+        })
     }
 
     /// Judges the definitions the registry holds for `server_id`, once per policy, before its
@@ -629,12 +628,6 @@ impl Policy {
         if let Err(error) = self.registry.reload() {
             tracing::warn!(%error, "cannot re-read the registry before the definition checks");
         }
-        self.fresh_others()
-    }
-
-    /// The comparison set from the registry as this process holds it, kept for the next
-    /// listings.
-    fn fresh_others(&self) -> Arc<definitions::Others> {
         let others = Arc::new(definitions::Others::new(
             self.registry
                 .tools()

@@ -261,18 +261,16 @@ pub(super) fn trust_first(
     Ok((pins, sealed_at))
 }
 
-/// The stored definition of one tool (for the CLI's detail view).
+/// The stored definition of one tool (the CLI's detail view; a listing's restatements).
 pub(super) fn definition(
     conn: &Connection,
     server_id: &str,
     tool: &str,
 ) -> Result<Option<String>, RegistryError> {
+    // Cached: a listing asks it for every tool whose hash did not change.
     Ok(conn
-        .query_row(
-            "SELECT definition FROM mcp_tools WHERE server_id = ?1 AND tool_name = ?2",
-            params![server_id, tool],
-            |row| row.get(0),
-        )
+        .prepare_cached("SELECT definition FROM mcp_tools WHERE server_id = ?1 AND tool_name = ?2")?
+        .query_row(params![server_id, tool], |row| row.get(0))
         .optional()?)
 }
 

@@ -483,22 +483,9 @@ fn http(config: &OtlpConfig, timeout: Duration) -> anyhow::Result<Pair> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::ToolCalled;
 
     fn called(input: serde_json::Value, reason: String) -> Event {
-        Event::McpToolCalled(ToolCalled {
-            policy_revision: None,
-            timestamp: chrono::Utc::now(),
-            session_id: "s".into(),
-            server_id: "srv".into(),
-            server_type: "stdio".into(),
-            tool_name: "t".into(),
-            jsonrpc_id: serde_json::json!(1),
-            input: Some(input),
-            action: Action::Allow,
-            reason,
-            layer: "shim".into(),
-        })
+        crate::events::test_call("t", Some(input), Action::Allow, reason)
     }
 
     #[test]

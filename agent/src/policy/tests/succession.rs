@@ -58,10 +58,15 @@ fn a_refusal_not_yet_stored_is_kept_and_a_late_listing_is_forwarded() {
         "definition check (hide)",
     );
 
-    // A listing the old policy judges after the swap (it began before) reaches the new one.
+    // A listing the old policy judges after the swap (it began before, and registers after)
+    // reaches the new one: nothing stored says so.
     let later = build(HIDE, &registry);
     later.take_over(&next);
-    next.check_listed_all("db", "stdio", &[tool("drop", "<IMPORTANT>x</IMPORTANT>")]);
+    next.definition_findings(
+        "db",
+        &[tool("drop", "<IMPORTANT>x</IMPORTANT>")],
+        Judged::Listing,
+    );
     assert!(later.check_call(&on("db", "drop")).is_blocked());
     // And a listing that shows the tool clean clears it in the new one too.
     next.check_listed_all("fs", "stdio", &[tool("write", "Writes")]);

@@ -1004,6 +1004,37 @@ fn start_nginx_keepalive(dir: &Path, port: u16) -> Result<(Proc, u16), String> {
     Ok((proc, listen))
 }
 
+/// A relay with no protocol at all in front of `127.0.0.1:port`: per connection, two threads
+/// copying bytes between the client and the upstream. What one more process and loopback hop
+/// cost by themselves, the floor under any proxy's added latency on this machine. Its port.
+fn tcp_copy_relay(port: u16) -> std::io::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let relay_port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            let pairs = (|| {
+                client.set_nodelay(true)?;
+                server.set_nodelay(true)?;
+                Ok::<_, std::io::Error>([
+                    (client.try_clone()?, server.try_clone()?),
+                    (server, client),
+                ])
+            })();
+            for (mut from, mut to) in pairs.into_iter().flatten() {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    Ok(relay_port)
+}
+
 /// `toolwall run --config CONFIG`, once its socket answers.
 fn start_daemon(bin: &Path, config: &Path, socket: &Path) -> Result<Proc, String> {
     let mut proc = Proc(
@@ -1222,9 +1253,20 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     // no buffering: the closest thing to what the proxy does, minus the judging).
     let nginx_dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let nginx = start_nginx_keepalive(nginx_dir.path(), port);
+    // And the hop itself: bytes copied between two sockets by two threads, no HTTP at all.
+    let copy_port = tcp_copy_relay(port).map_err(|e| format!("the TCP copy relay: {e}"))?;
+    let copy_url = format!("http://127.0.0.1:{copy_port}/mcp");
     let mut nginx_rounds = Vec::new();
+    let mut copy_rounds = Vec::new();
     let mut http_rounds = Vec::new();
     for _ in 0..ROUNDS {
+        copy_rounds.push(mcp_pair(
+            python,
+            script,
+            PER,
+            &http(&upstream),
+            &http(&copy_url),
+        )?);
         if let Ok((_, p)) = &nginx {
             let url = format!("http://127.0.0.1:{p}/mcp");
             nginx_rounds.push(mcp_pair(
@@ -1276,6 +1318,21 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     match &nginx {
         Ok(_) => report("HTTP", "nginx", &nginx_rounds),
         Err(why) => println!("   HTTP nginx reference SKIPPED: {why}"),
+    }
+    report("TCP", "copy", &copy_rounds);
+    let added = |rounds: &[Round]| {
+        let mut v: Vec<f64> = rounds.iter().map(|r| r.1.0 - r.0.0).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let hop = added(&copy_rounds);
+    print!(
+        "   above the bare hop (TCP copy, {hop:+.0} µs): filter proxy {:+.0} µs",
+        added(&http_rounds) - hop
+    );
+    match nginx.is_ok() {
+        true => println!(", nginx {:+.0} µs", added(&nginx_rounds) - hop),
+        false => println!(),
     }
     println!(
         "   ({ROUNDS} rounds of {PER} calls per path, direct and through interleaved call by call; medians over rounds)"

@@ -115,7 +115,7 @@ impl FilteredSse {
                         }
                     }
                     if self.complete() {
-                        self.finish_upstream();
+                        self.finish_upstream(cx);
                         return Poll::Ready(());
                     }
                 }
@@ -131,13 +131,23 @@ impl FilteredSse {
     }
 
     /// The client has all it is owed: the upstream's rest (normally just its end chunk) is
-    /// read in the background, so the connection can serve the next request.
-    fn finish_upstream(&mut self) {
+    /// read in the background, so the connection can serve the next request. What already
+    /// arrived is read here: a server's end chunk usually comes in the same segment as its
+    /// last event, and a task spawned per call for it cost more than the read.
+    fn finish_upstream(&mut self, cx: &mut Context<'_>) {
         let Some(mut upstream) = self.upstream.take() else {
             return;
         };
-        if upstream.is_end_stream() {
-            return;
+        // A few frames at most: a server streaming on past its answers goes to the task.
+        for _ in 0..4 {
+            if upstream.is_end_stream() {
+                return;
+            }
+            match Pin::new(&mut upstream).poll_frame(cx) {
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(Some(Err(_)) | None) => return,
+                Poll::Pending => break,
+            }
         }
         let drain_for = self.drain_for;
         tokio::spawn(async move {

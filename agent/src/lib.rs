@@ -25,6 +25,7 @@ mod netmon;
 mod policy;
 mod registry;
 mod seccomp;
+mod sockdiag;
 mod sse;
 mod views;
 

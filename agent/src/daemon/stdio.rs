@@ -123,6 +123,13 @@ pub(super) async fn run(
                 .map(|e| (request.server_id.as_str(), e)),
         )
         .with_context(|| format!("a cgroup for MCP server {:?}", request.server_id))?;
+    // The server's connections to the LLM proxy are its session's.
+    if let (Some(dir), Some(session)) = (&cgroup, &session) {
+        state
+            .session_keys
+            .place(session, dir)
+            .with_context(|| format!("the cgroup of MCP server {:?}", request.server_id))?;
+    }
     let procs = match &cgroup {
         Some(dir) => Some(
             std::ffi::CString::new(

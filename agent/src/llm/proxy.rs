@@ -53,7 +53,7 @@ mod exchange;
 mod sessions;
 
 pub(crate) use sessions::SessionKeys;
-use sessions::{UnknownKey, split_session};
+use sessions::{Peer, split_session};
 
 use encoding::Encoding;
 use exchange::Exchange;
@@ -287,7 +287,16 @@ async fn serve_client(inner: Arc<Inner>, stream: tokio::net::TcpStream, peer: So
         tracing::debug!(%peer, "client sent nothing within {header_read_timeout:?}");
         return;
     }
-    let service = hyper::service::service_fn(move |req| handle(inner.clone(), req));
+    // Where the connection comes from, asked of the kernel once (`sessions.rs`).
+    let origin = match stream.local_addr() {
+        Ok(local) => inner.settings.session_keys.origin(local, peer),
+        Err(e) => Peer::Unknown(e.to_string()),
+    };
+    if let Peer::Unknown(why) = &origin {
+        tracing::warn!(%peer, "cannot tell which session a client connection comes from: {why}");
+    }
+    let origin = Arc::new(origin);
+    let service = hyper::service::service_fn(move |req| handle(inner.clone(), origin.clone(), req));
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     // A client that never finishes its request head must not hold a descriptor for ever
     // (issue 12: partial heads exhausted the proxy's descriptors).
@@ -328,6 +337,7 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
 
 async fn handle(
     inner: Arc<Inner>,
+    origin: Arc<Peer>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     // While the store is behind, the next request waits (its response's calls would queue).
@@ -337,14 +347,12 @@ async fn handle(
         req.uri().path_and_query().map_or("/", |p| p.as_str()),
         &inner.settings.session_keys,
         &inner.settings.session_id,
+        &origin,
     ) {
         Ok(found) => found,
-        Err(UnknownKey) => {
-            tracing::warn!(%request_id, "refused a request whose /s/ key names no open session");
-            return Ok(full(
-                StatusCode::FORBIDDEN,
-                "toolwall: this /s/ key names no open session (toolwall exec gives each session its base URL)",
-            ));
+        Err(refused) => {
+            tracing::warn!(%request_id, origin = ?origin, "refused a request: {refused}");
+            return Ok(full(StatusCode::FORBIDDEN, format!("toolwall: {refused}")));
         }
     };
     if is_upgrade(&req) {

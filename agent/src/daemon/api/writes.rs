@@ -147,6 +147,14 @@ pub(super) async fn open_session(
     let r: SessionRequest = serde_json::from_slice(&body(req, MAX_BODY).await?)
         .context("expected {\"name\": \"...\"}")?;
     let cgroup = state.open_session(&r.name)?;
+    // Its processes' connections to the LLM proxy are the session's, and only theirs may
+    // use its key (`llm/proxy/sessions.rs`): recorded before the key exists.
+    if let Some(dir) = &cgroup {
+        state
+            .session_keys
+            .place(&r.name, dir)
+            .with_context(|| format!("the cgroup of session {:?}", r.name))?;
+    }
     let kernel = state.layers.iter().find(|l| l.name == "kernel");
     // The session's base URL carries a secret of its own: a path naming the session let any
     // agent write into any session's record.

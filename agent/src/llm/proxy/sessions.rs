@@ -1,23 +1,59 @@
 //! Which session an LLM request belongs to. `toolwall exec` gives each session the base URL
 //! `http://PROXY/s/<key>`, where the key is a random secret the daemon issued when it opened
 //! the session: a path naming the session itself let any agent write intercepted-call events
-//! into any other session's record (an attack did). A request without the prefix belongs to
-//! the proxy's default session (host traffic); one with a key nobody issued is refused.
+//! into any other session's record (an attack did). A key only says what a client knows,
+//! though: it sits in the agent's environment, which every process of the agent's user can
+//! read, in the session or not (an attack wrote into a session from outside it with the key,
+//! and from inside a session with no key at all, as the host). So where the session has a
+//! cgroup, the kernel says where a connection comes from (`sockdiag.rs`): a key is honoured
+//! only from its session's processes, and a request of a session's process belongs to that
+//! session with or without a key. A request without the prefix from outside every session
+//! belongs to the proxy's default session (host traffic); a key nobody issued is refused.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
-/// The keys issued to open sessions.
+/// The keys and cgroups of open sessions.
 #[derive(Default)]
-pub struct SessionKeys(RwLock<HashMap<String, String>>);
+pub struct SessionKeys(RwLock<Sessions>);
+
+#[derive(Default)]
+struct Sessions {
+    /// Key -> session.
+    keys: HashMap<String, String>,
+    /// Cgroup id -> session: a session's own cgroup and those the daemon made for it (its
+    /// stdio servers').
+    places: HashMap<u64, String>,
+    /// Session -> its cgroup directories (the cgroups a session's processes made inside
+    /// them are its too).
+    dirs: HashMap<String, Vec<PathBuf>>,
+}
 
 impl std::fmt::Debug for SessionKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The keys are secrets: only how many.
-        let n = self.0.read().map(|m| m.len()).unwrap_or(0);
+        let n = self.0.read().map(|m| m.keys.len()).unwrap_or(0);
         write!(f, "SessionKeys({n} issued)")
     }
 }
+
+/// Where a client connection comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Peer {
+    /// A process of this open session.
+    Session(String),
+    /// A process of no open session that has a cgroup.
+    Outside,
+    /// The kernel did not say (why): no key of a session with a cgroup is honoured.
+    Unknown(String),
+}
+
+/// How deep and how wide the cgroups inside a session's are searched for a connection's.
+const MAX_DEPTH: usize = 8;
+const MAX_DIRS: usize = 1024;
 
 impl SessionKeys {
     /// A fresh key for `session` (any earlier one of it stops working).
@@ -29,45 +65,163 @@ impl SessionKeys {
             return Err(std::io::Error::last_os_error());
         }
         let key = hex::encode(bytes);
-        let mut keys = self.0.write().unwrap_or_else(|e| e.into_inner());
-        keys.retain(|_, s| s != session);
-        keys.insert(key.clone(), session.to_owned());
+        let mut sessions = self.write();
+        sessions.keys.retain(|_, s| s != session);
+        sessions.keys.insert(key.clone(), session.to_owned());
         Ok(key)
     }
 
-    /// Forgets the key of a session that closed.
-    pub fn forget(&self, session: &str) {
-        self.0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, s| s != session);
+    /// Records `dir`, a cgroup of `session` (its own, or one made for it): its processes'
+    /// connections are the session's, and only they may use the session's key.
+    pub fn place(&self, session: &str, dir: &Path) -> std::io::Result<()> {
+        let id = std::fs::metadata(dir)?.ino();
+        let mut sessions = self.write();
+        sessions.places.insert(id, session.to_owned());
+        sessions
+            .dirs
+            .entry(session.to_owned())
+            .or_default()
+            .push(dir.to_path_buf());
+        Ok(())
     }
 
-    fn session_of(&self, key: &str) -> Option<String> {
-        self.0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .cloned()
+    /// Forgets the key and cgroups of a session that closed.
+    pub fn forget(&self, session: &str) {
+        let mut sessions = self.write();
+        sessions.keys.retain(|_, s| s != session);
+        sessions.places.retain(|_, s| s != session);
+        sessions.dirs.remove(session);
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Sessions> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Sessions> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where the connection from `client` to `server` (this proxy's end) comes from. Asks
+    /// the kernel only while some session has a cgroup.
+    pub(super) fn origin(&self, server: SocketAddr, client: SocketAddr) -> Peer {
+        if self.read().places.is_empty() {
+            return Peer::Outside;
+        }
+        match crate::sockdiag::client_cgroup(server, client) {
+            Ok(id) => self.origin_of(id),
+            Err(e) => Peer::Unknown(e.to_string()),
+        }
+    }
+
+    fn origin_of(&self, id: u64) -> Peer {
+        let sessions = self.read();
+        if let Some(session) = sessions.places.get(&id) {
+            return Peer::Session(session.clone());
+        }
+        // A cgroup made inside a session's (a root agent may): searched for, bounded.
+        let mut budget = MAX_DIRS;
+        for (session, dirs) in &sessions.dirs {
+            if dirs
+                .iter()
+                .any(|dir| holds(dir, id, MAX_DEPTH, &mut budget))
+            {
+                return Peer::Session(session.clone());
+            }
+        }
+        Peer::Outside
+    }
+
+    fn session_of(&self, key: &str) -> Option<(String, bool)> {
+        let sessions = self.read();
+        let session = sessions.keys.get(key)?;
+        Some((session.clone(), sessions.dirs.contains_key(session)))
     }
 }
 
-/// A `/s/<key>` prefix that names no open session.
+/// Whether a cgroup below `dir` has the id `id`.
+fn holds(dir: &Path, id: u64, depth: usize, budget: &mut usize) -> bool {
+    if depth == 0 {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    for entry in entries.flatten() {
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if !kind.is_dir() {
+            continue;
+        }
+        let path = entry.path();
+        if std::fs::metadata(&path).is_ok_and(|m| m.ino() == id)
+            || holds(&path, id, depth - 1, budget)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Why a request's session is refused.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct UnknownKey;
+pub(super) enum Refused {
+    /// A `/s/<key>` prefix that names no open session.
+    UnknownKey,
+    /// A session's key from a process that is not of that session.
+    NotItsSession,
+    /// A session's key where the kernel did not say where the connection comes from.
+    Unverified(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::UnknownKey => write!(
+                f,
+                "this /s/ key names no open session (toolwall exec gives each session its base URL)"
+            ),
+            Refused::NotItsSession => write!(
+                f,
+                "this /s/ key is honoured only from its own session's processes"
+            ),
+            Refused::Unverified(why) => write!(
+                f,
+                "cannot tell which session this connection comes from ({why}); its /s/ key is not honoured"
+            ),
+        }
+    }
+}
 
 /// The session a request belongs to and the path to forward, its `/s/<key>` prefix removed.
 pub(super) fn split_session(
     path_and_query: &str,
     keys: &SessionKeys,
     default_session: &str,
-) -> Result<(String, String), UnknownKey> {
+    origin: &Peer,
+) -> Result<(String, String), Refused> {
     let Some(rest) = path_and_query.strip_prefix("/s/") else {
-        return Ok((default_session.to_owned(), path_and_query.to_owned()));
+        let session = match origin {
+            Peer::Session(session) => session.clone(),
+            Peer::Outside | Peer::Unknown(_) => default_session.to_owned(),
+        };
+        return Ok((session, path_and_query.to_owned()));
     };
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (key, tail) = rest.split_at(end);
-    let session = keys.session_of(key).ok_or(UnknownKey)?;
+    let (session, has_cgroup) = keys.session_of(key).ok_or(Refused::UnknownKey)?;
+    // A session without a cgroup (the kernel layer off) is known by its key alone.
+    if has_cgroup {
+        match origin {
+            Peer::Session(from) if *from == session => {}
+            Peer::Session(_) | Peer::Outside => return Err(Refused::NotItsSession),
+            Peer::Unknown(why) => return Err(Refused::Unverified(why.clone())),
+        }
+    }
     let tail = if tail.starts_with('/') {
         tail.to_owned()
     } else {
@@ -86,7 +240,7 @@ mod tests {
         let demo = keys.issue("demo").unwrap();
         let other = keys.issue("other").unwrap();
         assert_ne!(demo, other);
-        let split = |path: &str| split_session(path, &keys, "dflt");
+        let split = |path: &str| split_session(path, &keys, "dflt", &Peer::Outside);
         assert_eq!(
             split(&format!("/s/{demo}/v1/messages?beta=true")),
             Ok(("demo".into(), "/v1/messages?beta=true".into()))
@@ -105,13 +259,66 @@ mod tests {
             "/s//v1/messages",
             "/s/../v1/messages",
         ] {
-            assert_eq!(split(path), Err(UnknownKey), "{path}");
+            assert_eq!(split(path), Err(Refused::UnknownKey), "{path}");
         }
         // A closed session's key, or an earlier key of a reopened one, stops working.
         let again = keys.issue("demo").unwrap();
-        assert_eq!(split(&format!("/s/{demo}/v1/x")), Err(UnknownKey));
+        assert_eq!(split(&format!("/s/{demo}/v1/x")), Err(Refused::UnknownKey));
         keys.forget("demo");
-        assert_eq!(split(&format!("/s/{again}/v1/x")), Err(UnknownKey));
+        assert_eq!(split(&format!("/s/{again}/v1/x")), Err(Refused::UnknownKey));
         assert!(split(&format!("/s/{other}/v1/x")).is_ok());
+    }
+
+    #[test]
+    fn a_key_is_honoured_only_from_its_sessions_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (own, inner, other) = (
+            dir.path().join("victim"),
+            dir.path().join("victim/made/inside"),
+            dir.path().join("host"),
+        );
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let keys = SessionKeys::default();
+        keys.place("victim", &own).unwrap();
+        let victim = keys.issue("victim").unwrap();
+        let bare = keys.issue("bare").unwrap(); // a session with no cgroup (kernel layer off)
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        // The kernel's answer, mapped: the session's cgroup, one made inside it, another.
+        assert_eq!(keys.origin_of(ino(&own)), Peer::Session("victim".into()));
+        assert_eq!(keys.origin_of(ino(&inner)), Peer::Session("victim".into()));
+        assert_eq!(keys.origin_of(ino(&other)), Peer::Outside);
+        let split = |path: &str, peer: &Peer| split_session(path, &keys, "dflt", peer);
+        let path = format!("/s/{victim}/v1/messages");
+        let from = Peer::Session("victim".into());
+        assert_eq!(
+            split(&path, &from),
+            Ok(("victim".into(), "/v1/messages".into()))
+        );
+        // The attack: the key from outside the session, and from another session.
+        assert_eq!(split(&path, &Peer::Outside), Err(Refused::NotItsSession));
+        assert_eq!(
+            split(&path, &Peer::Session("atk".into())),
+            Err(Refused::NotItsSession)
+        );
+        assert!(matches!(
+            split(&path, &Peer::Unknown("no answer".into())),
+            Err(Refused::Unverified(_))
+        ));
+        // The other attack: a session's process without a key is still the session's.
+        assert_eq!(
+            split("/v1/messages", &from),
+            Ok(("victim".into(), "/v1/messages".into()))
+        );
+        assert_eq!(
+            split("/v1/messages", &Peer::Outside),
+            Ok(("dflt".into(), "/v1/messages".into()))
+        );
+        // A session without a cgroup is known by its key alone, as before.
+        assert!(split(&format!("/s/{bare}/v1/x"), &Peer::Outside).is_ok());
+        // Closed: its cgroups are no longer its.
+        keys.forget("victim");
+        assert_eq!(keys.origin_of(ino(&own)), Peer::Outside);
+        assert_eq!(split(&path, &from), Err(Refused::UnknownKey));
     }
 }

@@ -233,6 +233,20 @@ fn semantic_errors_name_line_key_and_fix() {
             &["servers[1].id", "duplicate server id \"a\""],
         ),
         (
+            "sandbox:\n  mcp:\n    servers:\n      - id: a\n        type: stdio\n        command: x\n      - id: \"everything \"\n        type: stdio\n        command: y\n",
+            "policy.yaml:7:",
+            &[
+                "servers[1].id",
+                "server id \"everything \" is not 1 to 128 characters",
+                "hint:",
+            ],
+        ),
+        (
+            "sandbox:\n  mcp:\n    servers:\n      - id: everything\n        type: stdio\n        command: x\n      - id: Everything\n        type: stdio\n        command: y\n",
+            "policy.yaml:7:",
+            &["servers[1].id", "differs from \"everything\" only in case"],
+        ),
+        (
             "sandbox:\n  mcp:\n    servers:\n      - id: w\n        type: http\n        url: ftp://x\n",
             "policy.yaml:6:",
             &["servers[0].url", "not an http:// or https:// URL"],

@@ -617,7 +617,11 @@ mod tests {
         let long = "y".repeat(MAX_CELL * 2);
         assert!(out.cut(long.clone()).chars().count() <= MAX_CELL);
         out.row(&(), vec![long.clone(), long.clone()]).unwrap();
-        assert!(out.pending[0][0].ends_with("…(+77 chars)"), "{:?}", out.pending[0][0]);
+        assert!(
+            out.pending[0][0].ends_with("…(+77 chars)"),
+            "{:?}",
+            out.pending[0][0]
+        );
         assert_eq!(out.pending[0][1], long, "the whole column is kept");
     }
 

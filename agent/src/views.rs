@@ -4,12 +4,7 @@
 //! reads the database directly, correlating the stored events with the same code the daemon
 //! uses.
 
-use std::{
-    io::{IsTerminal, Write},
-    path::PathBuf,
-    process::ExitCode,
-    time::Duration,
-};
+use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -469,11 +464,11 @@ pub(crate) struct Output {
     header: Vec<String>,
     pending: Vec<Vec<String>>,
     widths: Option<Vec<usize>>,
-    terminal: bool,
 }
 
-/// Longest cell shown on a terminal before it is cut (with `…`).
-const MAX_CELL: usize = 60;
+/// Longest cell shown before it is cut (with `…(+N chars)`), terminal or pipe: a server names
+/// its tools, and one 3 MB name padded every row of a table to 3 MB (`--json` stays whole).
+const MAX_CELL: usize = 64;
 
 impl Output {
     pub(crate) fn new(json: bool, header: &[&str]) -> Self {
@@ -483,7 +478,6 @@ impl Output {
             header: header.iter().map(|h| h.to_string()).collect(),
             pending: Vec::new(),
             widths: None,
-            terminal: std::io::stdout().is_terminal(),
         }
     }
 
@@ -523,11 +517,7 @@ impl Output {
     }
 
     fn cut(&self, cell: String) -> String {
-        if self.terminal && cell.chars().count() > MAX_CELL {
-            cell.chars().take(MAX_CELL - 1).chain(['…']).collect()
-        } else {
-            cell
-        }
+        cut(cell)
     }
 
     pub(crate) fn flush(&mut self) -> anyhow::Result<()> {
@@ -536,8 +526,9 @@ impl Output {
         }
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for row in &self.pending {
+            // A whole column's long cell overruns its own row only, never pads the others.
             for (w, c) in widths.iter_mut().zip(row) {
-                *w = (*w).max(c.chars().count());
+                *w = (*w).max(c.chars().count().min(MAX_CELL));
             }
         }
         let mut stdout = std::io::stdout().lock();
@@ -549,6 +540,20 @@ impl Output {
         self.widths = Some(widths);
         Ok(())
     }
+}
+
+/// `cell` cut to at most [`MAX_CELL`] characters, saying how many were left out.
+fn cut(cell: String) -> String {
+    let n = cell.chars().count();
+    if n <= MAX_CELL {
+        return cell;
+    }
+    // The marker's length is bounded by that of `n`'s digits, so the cell stays within bounds.
+    let marker_len = "…(+ chars)".chars().count() + n.to_string().len();
+    let keep = MAX_CELL.saturating_sub(marker_len);
+    let mut out: String = cell.chars().take(keep).collect();
+    out.push_str(&format!("…(+{} chars)", n - keep));
+    out
 }
 
 /// `cell` with what a terminal would act on or hide escaped: control characters (escapes,
@@ -607,14 +612,53 @@ mod tests {
     }
 
     #[test]
-    fn a_whole_column_is_never_cut_on_a_terminal() {
+    fn a_whole_column_is_never_cut() {
         let mut out = Output::new(false, &["A", "B"]).whole(1);
-        out.terminal = true;
         let long = "y".repeat(MAX_CELL * 2);
-        assert_eq!(out.cut(long.clone()).chars().count(), MAX_CELL);
+        assert!(out.cut(long.clone()).chars().count() <= MAX_CELL);
         out.row(&(), vec![long.clone(), long.clone()]).unwrap();
-        assert_eq!(out.pending[0][0].chars().count(), MAX_CELL);
+        assert!(
+            out.pending[0][0].ends_with("…(+77 chars)"),
+            "{:?}",
+            out.pending[0][0]
+        );
         assert_eq!(out.pending[0][1], long, "the whole column is kept");
+    }
+
+    #[test]
+    fn one_long_cell_does_not_widen_the_other_rows() {
+        let mut out = Output::new(false, &["ID", "TOOL", "ACTION"]);
+        out.row(&(), vec!["1".into(), "y".repeat(5_000), "block".into()])
+            .unwrap();
+        out.row(&(), vec!["2".into(), "read_file".into(), "allow".into()])
+            .unwrap();
+        let cut = &out.pending[0][1];
+        assert!(cut.chars().count() <= MAX_CELL, "{cut}");
+        let kept = cut.chars().take_while(|&c| c == 'y').count();
+        assert!(
+            cut.ends_with(&format!("…(+{} chars)", 5_000 - kept)),
+            "the cut is said, with how much: {cut}"
+        );
+        let rows = out.pending.clone();
+        out.flush().unwrap();
+        let widths = out.widths.clone().unwrap();
+        assert_eq!(widths[1], MAX_CELL);
+        let short = line(&rows[1], &widths);
+        assert!(short.chars().count() < MAX_CELL + 20, "{short}");
+        // The widths flush computes, for the long row, the short row and a whole column.
+        let mut whole = Output::new(false, &["A", "B", "C"]).whole(1);
+        whole
+            .row(&(), vec!["x".into(), "z".repeat(5_000), "end".into()])
+            .unwrap();
+        whole
+            .row(&(), vec!["x".into(), "z".into(), "end".into()])
+            .unwrap();
+        assert_eq!(whole.pending[0][1].len(), 5_000, "a whole column is kept");
+        let rows = whole.pending.clone();
+        whole.flush().unwrap();
+        let widths = whole.widths.clone().unwrap();
+        assert_eq!(widths[1], MAX_CELL, "the whole cell does not pad others");
+        assert!(line(&rows[1], &widths).chars().count() < MAX_CELL + 20);
     }
 
     #[test]

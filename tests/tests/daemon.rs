@@ -463,6 +463,43 @@ fn an_api_socket_path_that_is_not_a_socket_is_refused_and_kept() {
     );
 }
 
+/// `api.socket` in a directory another user owns (nobody could rename the live socket and bind
+/// their own) stops the daemon at start, naming the directory, its owner and what to do; and
+/// nothing is bound there.
+#[test]
+#[ignore = "privileged: needs root to give a directory to nobody; `cargo xtask test` runs it as root"]
+fn privileged_an_api_socket_in_another_users_directory_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).expect("mkdir");
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown to nobody");
+    let socket = theirs.join("api.sock");
+    let config = dir.path().join("toolwall.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  enabled: false\n",
+            socket.display(),
+            dir.path().join("events.db").display()
+        ),
+    )
+    .expect("write config");
+    let out = std::process::Command::new(toolwall_bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run toolwall");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the daemon must refuse: {stderr}");
+    assert!(
+        stderr.contains(&theirs.display().to_string())
+            && stderr.contains("owned by uid 65534")
+            && stderr.contains("set `api.socket`"),
+        "says where, whose and what to do: {stderr}"
+    );
+    assert!(!socket.exists(), "nothing was bound there");
+}
+
 /// A configuration of deeply nested brackets is refused at once, naming file and line, before
 /// the YAML parser spends its quadratic time on it (issue 15: 44 s of CPU for 200 KB).
 #[test]

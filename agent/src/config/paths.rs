@@ -68,21 +68,71 @@ pub(crate) fn socket_path(configured: Option<&Path>) -> PathBuf {
 /// directory (not a symlink) owned by the current user that nobody else can write to; a
 /// directory of ours with read/search bits for others is tightened to 0711 (others may reach the socket in it, not list or write). With `create`
 /// (the daemon) it is created with mode 0711 when missing; without (clients) a missing one is
-/// fine (no daemon runs). A configured `api.socket` is the administrator's choice and is not
-/// checked.
+/// fine (no daemon runs). The directory of a configured `api.socket` is the administrator's
+/// choice, but the daemon still checks it (see [`ensure_configured_dir`]).
 pub(crate) fn prepare_socket_dir(
     configured: Option<&Path>,
     create: bool,
 ) -> anyhow::Result<PathBuf> {
     let socket = socket_path(configured);
-    if configured.is_none()
-        && let Some(dir) = socket.parent()
-    {
-        // SAFETY: geteuid has no preconditions.
-        let uid = unsafe { libc::geteuid() };
-        ensure_private_dir(dir, create, uid)?;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    match (configured, socket.parent()) {
+        (None, Some(dir)) => ensure_private_dir(dir, create, uid)?,
+        (Some(_), Some(dir)) if create => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            ensure_configured_dir(dir, uid)?
+        }
+        _ => {}
     }
     Ok(socket)
+}
+
+/// Makes sure the directory of a configured `api.socket` is one only the daemon's user (or
+/// root) can change: whoever can write to it can rename the live socket and bind their own in
+/// its place (a directory owned by `nobody` was accepted), catching every client. Missing
+/// directories are created 0711 (others may reach the socket, not list or write); an existing
+/// one's mode is left as it is (it may be `/run`).
+fn ensure_configured_dir(dir: &Path, uid: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("create {}, the directory of api.socket", dir.display()));
+        }
+    }
+    // Followed if a symlink (`/var/run`): what matters is who can write where the socket is.
+    let meta = std::fs::metadata(dir)
+        .with_context(|| format!("inspect {}, the directory of api.socket", dir.display()))?;
+    let fix = "set `api.socket` to a path in a directory owned by the daemon's user (or root)                that no one else can write to, e.g. /run/toolwall/api.sock";
+    anyhow::ensure!(
+        meta.file_type().is_dir(),
+        "{}, the directory of api.socket, is not a directory; {fix}",
+        dir.display()
+    );
+    anyhow::ensure!(
+        meta.uid() == uid || meta.uid() == 0,
+        "{}, the directory of api.socket, is owned by uid {}, not by the daemon's user (uid          {uid}) or root: its owner could rename the live socket and bind their own in its          place; {fix}",
+        dir.display(),
+        meta.uid()
+    );
+    let mode = meta.mode() & 0o7777;
+    anyhow::ensure!(
+        mode & 0o022 == 0,
+        "{}, the directory of api.socket, has mode {mode:04o}: others can write to it (and          replace the API socket, sticky bit or not); {fix}, or `chmod go-w` it",
+        dir.display()
+    );
+    Ok(())
 }
 
 /// Makes sure `dir` is a private directory of user `uid` (see [`prepare_socket_dir`]).
@@ -233,6 +283,62 @@ mod tests {
         let file = base.path().join("file");
         std::fs::write(&file, b"").expect("file");
         assert!(ensure_private_dir(&file, true, me).is_err());
+    }
+
+    #[test]
+    fn a_configured_socket_directory_must_be_the_daemons_and_closed_to_others() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let base = tempfile::tempdir().expect("tempdir");
+        let me = std::fs::metadata(base.path()).expect("stat").uid();
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
+
+        // Missing: created 0711, each level.
+        let dir = base.path().join("run/toolwall");
+        ensure_configured_dir(&dir, me).expect("created");
+        assert_eq!(mode(&dir), 0o711);
+        assert_eq!(mode(&base.path().join("run")), 0o711);
+        // An existing one of ours that others may read: accepted, and left as it is.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        ensure_configured_dir(&dir, me).expect("ours, closed to writes");
+        assert_eq!(mode(&dir), 0o755);
+
+        // Writable by others, with the sticky bit or without: refused.
+        for open in [0o777, 0o1777, 0o775] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(open)).expect("chmod");
+            let text = format!(
+                "{:#}",
+                ensure_configured_dir(&dir, me).expect_err("writable")
+            );
+            assert!(
+                text.contains(&format!("{open:04o}")) && text.contains(&dir.display().to_string()),
+                "{text}"
+            );
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+
+        // Another user's: refused, naming the owner and what to do.
+        if me == 0 {
+            std::os::unix::fs::chown(&dir, Some(65534), None).expect("chown to nobody");
+            let text = format!(
+                "{:#}",
+                ensure_configured_dir(&dir, 0).expect_err("nobody's")
+            );
+            assert!(
+                text.contains("owned by uid 65534") && text.contains("set `api.socket`"),
+                "{text}"
+            );
+        } else {
+            let text = format!(
+                "{:#}",
+                ensure_configured_dir(&dir, me + 1).expect_err("mine")
+            );
+            assert!(text.contains(&format!("owned by uid {me}")), "{text}");
+        }
+
+        // A file where the directory should be: refused.
+        let file = base.path().join("file");
+        std::fs::write(&file, b"").expect("file");
+        assert!(ensure_configured_dir(&file, me).is_err());
     }
 
     #[test]

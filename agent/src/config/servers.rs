@@ -96,6 +96,33 @@ impl ServerDecl {
     }
 }
 
+/// Longest server id.
+pub(crate) const MAX_SERVER_ID: usize = 128;
+
+/// The form a server id must have, for error messages.
+pub(crate) const SERVER_ID_FORM: &str =
+    "1 to 128 characters of letters, digits and . _ - : @ / [ ] (no spaces or control characters)";
+
+/// A server id a shim gave or a configuration declared that is not of the conservative form.
+#[derive(Debug, thiserror::Error)]
+#[error("server id {id:?} is not {SERVER_ID_FORM}")]
+pub(crate) struct BadServerId {
+    /// The id as given (escaped by `{:?}` in the message).
+    pub id: String,
+}
+
+/// Is `id` of the conservative form ([`SERVER_ID_FORM`])? An id with a trailing space or
+/// another look of a declared id (`"everything "`) passed as an undeclared server and showed
+/// as the declared one; ids are names, so nothing a person cannot see or tell apart is allowed
+/// (the brackets are for the filter proxy's ids derived from an IPv6 upstream, `[::1]:8080`).
+pub(crate) fn check_server_id(id: &str) -> Result<(), BadServerId> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || "._-:@/[]".contains(c);
+    if id.is_empty() || id.len() > MAX_SERVER_ID || !id.chars().all(fits) {
+        return Err(BadServerId { id: id.to_owned() });
+    }
+    Ok(())
+}
+
 fn parse_egress(entry: &str) -> Option<EgressRule> {
     let (net, port) = if let Some(rest) = entry.strip_prefix('[') {
         let (net, after) = rest.split_once(']')?;

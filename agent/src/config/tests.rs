@@ -233,6 +233,20 @@ fn semantic_errors_name_line_key_and_fix() {
             &["servers[1].id", "duplicate server id \"a\""],
         ),
         (
+            "sandbox:\n  mcp:\n    servers:\n      - id: a\n        type: stdio\n        command: x\n      - id: \"everything \"\n        type: stdio\n        command: y\n",
+            "policy.yaml:7:",
+            &[
+                "servers[1].id",
+                "server id \"everything \" is not 1 to 128 characters",
+                "hint:",
+            ],
+        ),
+        (
+            "sandbox:\n  mcp:\n    servers:\n      - id: everything\n        type: stdio\n        command: x\n      - id: Everything\n        type: stdio\n        command: y\n",
+            "policy.yaml:7:",
+            &["servers[1].id", "differs from \"everything\" only in case"],
+        ),
+        (
             "sandbox:\n  mcp:\n    servers:\n      - id: w\n        type: http\n        url: ftp://x\n",
             "policy.yaml:6:",
             &["servers[0].url", "not an http:// or https:// URL"],
@@ -555,4 +569,63 @@ fn bundle_settings_are_checked_with_their_line() {
             "{yaml}\n→ {text}"
         );
     }
+}
+
+#[test]
+fn many_yaml_aliases_are_refused_with_the_line_of_the_first_past_the_limit() {
+    // One anchored value and MAX_ALIASES + 1 aliases of it, one per line from line 5.
+    let mut text =
+        String::from("sandbox:\n  mcp:\n    name_patterns:\n      - &a \"{server}__{tool}\"\n");
+    for _ in 0..=MAX_ALIASES {
+        text.push_str("      - *a\n");
+    }
+    let error = error_text(&text);
+    let line = 4 + MAX_ALIASES + 1;
+    assert!(
+        error.starts_with(&format!("policy.yaml:{line}:")),
+        "the line of alias {}: {error}",
+        MAX_ALIASES + 1
+    );
+    assert!(
+        error.contains("aliases") && error.contains("hint:"),
+        "{error}"
+    );
+    // Aliases in a flow list, on one line.
+    let flow = format!(
+        "sandbox:\n  mcp:\n    name_patterns: [&a \"{{server}}__{{tool}}\"{}]\n",
+        ",*a".repeat(5_000)
+    );
+    assert!(error_text(&flow).starts_with("policy.yaml:3:"));
+    // A big file allows fewer: each alias may expand to the whole file.
+    let padding = format!("# {}\n", "x".repeat(900 * 1024));
+    let big = format!(
+        "{padding}{}",
+        text.replace(&"      - *a\n".repeat(MAX_ALIASES - 20), "")
+    );
+    assert!(error_text(&big).contains("aliases"), "{}", error_text(&big));
+}
+
+#[test]
+fn a_few_aliases_quoted_globs_comments_and_block_scalars_are_accepted() {
+    let mut text = String::from(
+        "# * a comment with * stars * is not an alias\nsandbox:\n  mcp:\n    denied_servers: [{id: \"*-beta\"}, {id: '*'}, {id: \"a\\\" *\"}]\n    argument_rules:\n      - tool: \"*\"\n        server: '*'\n        action: block\n        when:\n          - &cond {pointer: /path, glob: \"/etc/*\"}\n          - *cond\n        reason: >-\n",
+    );
+    // A block scalar's lines are text: bullets are not aliases.
+    for _ in 0..2 * MAX_ALIASES {
+        text.push_str("          * never * this\n");
+    }
+    text.push_str(
+        "      - {tool: \"x\", action: block, when: [*cond, *cond], reason: \"* and *\"}  # *\n",
+    );
+    let config = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.sandbox.mcp.argument_rules.len(), 2);
+    assert_eq!(config.sandbox.mcp.argument_rules[1].when.len(), 2);
+    assert!(
+        config.sandbox.mcp.argument_rules[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("* never * this * never")),
+        "{:?}",
+        config.sandbox.mcp.argument_rules[0].reason
+    );
 }

@@ -59,17 +59,11 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
             .and_modify(|n| *n += 1)
             .or_insert(0);
         let line_of = ("id", server.id.as_str(), nth);
-        if server.id.trim().is_empty()
-            || server.id.contains(['*', '?'])
-            || server.id != server.id.trim()
-        {
+        if let Err(why) = super::check_server_id(&server.id) {
             return Err(check.error(
                 format!("{key}.id"),
                 line_of,
-                format!(
-                    "server id {:?} is empty, has surrounding spaces or a glob character",
-                    server.id
-                ),
+                why.to_string(),
                 "give the server a plain name such as `filesystem` (rules use globs; ids do not)",
             ));
         }
@@ -79,6 +73,21 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
                 line_of,
                 format!("duplicate server id {:?}", server.id),
                 "each server needs its own id; rename or remove one of them",
+            ));
+        }
+        // Ids that differ only in case read as one server in every view.
+        if let Some(other) = mcp.servers[..i]
+            .iter()
+            .find(|s| s.id.eq_ignore_ascii_case(&server.id))
+        {
+            return Err(check.error(
+                format!("{key}.id"),
+                line_of,
+                format!(
+                    "server id {:?} differs from {:?} only in case",
+                    server.id, other.id
+                ),
+                "each server needs its own id, told apart by more than case; rename one of them",
             ));
         }
         match server.server_type {

@@ -455,8 +455,7 @@ fn what_to_run(state: &DaemonState, request: &RunRequest, asker: Asker) -> anyho
     // The declarations in force: a bundle may have declared, changed or removed servers.
     let in_force = state.policy.now();
     let mcp = &*in_force.mcp;
-    let declared = mcp.servers.iter().find(|s| s.id == request.server_id);
-    let Some(server) = declared else {
+    let Some(server) = declared_server(&mcp.servers, &request.server_id)? else {
         anyhow::ensure!(
             !mcp.fail_closed,
             "MCP server {:?} is not declared; refused under sandbox.mcp.fail_closed (declare it under sandbox.mcp.servers with type: stdio and its command)",
@@ -524,6 +523,27 @@ fn what_to_run(state: &DaemonState, request: &RunRequest, asker: Asker) -> anyho
         egress: Some(egress),
         declared: true,
     })
+}
+
+/// The declared server `id` names, if any; refuses an id not of the conservative form (the
+/// shim checks it too, but anyone may write to the socket) and an undeclared one that reads as a
+/// declared one (`Everything` for `everything`): it would run the agent's own command and show
+/// in the views as the declared server.
+fn declared_server<'a>(
+    servers: &'a [crate::config::ServerDecl],
+    id: &str,
+) -> anyhow::Result<Option<&'a crate::config::ServerDecl>> {
+    crate::config::check_server_id(id)?;
+    if let Some(server) = servers.iter().find(|s| s.id == id) {
+        return Ok(Some(server));
+    }
+    if let Some(server) = servers.iter().find(|s| s.id.eq_ignore_ascii_case(id)) {
+        anyhow::bail!(
+            "MCP server id {id:?} looks like declared server {:?} (they differ only in case); refused: use the declared id, or a name of its own",
+            server.id
+        );
+    }
+    Ok(None)
 }
 
 /// A part of a session name: `cgroup.rs` allows `[A-Za-z0-9._-]` and 64 bytes, and bpffs (where
@@ -614,5 +634,42 @@ impl Gate for ExtraDeny {
             .zip(tools)
             .map(|(d, tool)| self.denies(tool["name"].as_str().unwrap_or_default(), d))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared(id: &str) -> crate::config::ServerDecl {
+        serde_yaml_ng::from_str(&format!("{{id: {id}, type: stdio, command: /bin/true}}"))
+            .expect("a server declaration")
+    }
+
+    #[test]
+    fn an_undeclared_look_alike_of_a_declared_server_is_refused() {
+        let servers = [declared("everything"), declared("127.0.0.1:18101")];
+        let found = declared_server(&servers, "everything").unwrap();
+        assert_eq!(found.map(|s| s.id.as_str()), Some("everything"));
+        assert!(
+            declared_server(&servers, "127.0.0.1:18101")
+                .unwrap()
+                .is_some()
+        );
+        assert!(declared_server(&servers, "other").unwrap().is_none());
+        let why = declared_server(&servers, "Everything")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            why.contains("looks like declared server \"everything\""),
+            "{why}"
+        );
+        for bad in ["everything ", " everything", "every\u{7}thing", "", "a b"] {
+            let why = declared_server(&servers, bad).unwrap_err().to_string();
+            assert!(
+                why.contains(&format!("{bad:?}")) && why.contains("no spaces"),
+                "{why}"
+            );
+        }
     }
 }

@@ -114,6 +114,13 @@ pub(crate) fn default_server_id(command: &[String]) -> String {
 /// and, when `--config` or `--db` is given, the event store, then runs [`run_shim`] and returns
 /// the child's exit code once every event is stored.
 pub(crate) fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
+    // An id with a trailing space or a control character reads as another server's in the views.
+    crate::config::check_server_id(&args.server_id()).map_err(|why| match args.server_id {
+        Some(_) => anyhow::anyhow!("--server-id: {why}"),
+        None => {
+            anyhow::anyhow!("the id derived from the command: {why}; give one with --server-id")
+        }
+    })?;
     let config = crate::config::Config::load(args.config.as_deref())?;
     if let Some(socket) = super::enforce::session_daemon(&config)? {
         return relay(&args, &socket);

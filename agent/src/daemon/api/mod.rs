@@ -107,11 +107,6 @@ pub(crate) async fn start(state: Arc<DaemonState>, tcp: TcpListener) -> anyhow::
     let http_addr = tcp.local_addr()?;
     let configured = state.config.api.socket.as_deref();
     let socket = crate::config::prepare_socket_dir(configured, true)?;
-    if configured.is_some()
-        && let Some(dir) = socket.parent()
-    {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    }
     // A socket file left by a daemon that died: nothing listens on it, so replace it. Never
     // anything else: `api.socket` pointing at the event database must not delete the record.
     if let Ok(meta) = std::fs::symlink_metadata(&socket) {

@@ -114,7 +114,7 @@ fn ensure_configured_dir(dir: &Path, uid: u32) -> anyhow::Result<()> {
     // Followed if a symlink (`/var/run`): what matters is who can write where the socket is.
     let meta = std::fs::metadata(dir)
         .with_context(|| format!("inspect {}, the directory of api.socket", dir.display()))?;
-    let fix = "set `api.socket` to a path in a directory owned by the daemon's user (or root)                that no one else can write to, e.g. /run/toolwall/api.sock";
+    let fix = "set `api.socket` to a path in a directory owned by the daemon's user (or root) that no one else can write to, e.g. /run/toolwall/api.sock";
     anyhow::ensure!(
         meta.file_type().is_dir(),
         "{}, the directory of api.socket, is not a directory; {fix}",
@@ -122,14 +122,14 @@ fn ensure_configured_dir(dir: &Path, uid: u32) -> anyhow::Result<()> {
     );
     anyhow::ensure!(
         meta.uid() == uid || meta.uid() == 0,
-        "{}, the directory of api.socket, is owned by uid {}, not by the daemon's user (uid          {uid}) or root: its owner could rename the live socket and bind their own in its          place; {fix}",
+        "{}, the directory of api.socket, is owned by uid {}, not by the daemon's user (uid {uid}) or root: its owner could rename the live socket and bind their own in its place; {fix}",
         dir.display(),
         meta.uid()
     );
     let mode = meta.mode() & 0o7777;
     anyhow::ensure!(
         mode & 0o022 == 0,
-        "{}, the directory of api.socket, has mode {mode:04o}: others can write to it (and          replace the API socket, sticky bit or not); {fix}, or `chmod go-w` it",
+        "{}, the directory of api.socket, has mode {mode:04o}: others can write to it (and replace the API socket, sticky bit or not); {fix}, or `chmod go-w` it",
         dir.display()
     );
     Ok(())

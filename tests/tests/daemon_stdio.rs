@@ -1431,12 +1431,49 @@ def post(url):
     except urllib.error.HTTPError as e:
         return e.code
 status = post(base.split("/s/")[0])
+# A connection the session made, used once, handed to a process outside (the holder).
+import socket
+host, port = base.split("/")[2].rsplit(":", 1)
+conn = socket.create_connection((host, int(port)))
+conn.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+head = b""
+while b"\r\n\r\n" not in head:
+    head += conn.recv(1)
+length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+while length > 0:
+    length -= len(conn.recv(length))
+hand = socket.socket(socket.AF_UNIX)
+hand.connect(sys.argv[3])
+socket.send_fds(hand, [b"x"], [conn.fileno()])
 with open(out + ".tmp", "w") as f:
     f.write(json.dumps({"base": base, "keyless": status}))
 os.rename(out + ".tmp", out)
 deadline = time.time() + 60
 while not os.path.exists(done) and time.time() < deadline:
     time.sleep(0.1)
+"#;
+
+/// Outside every session: takes a connection the session's agent made and, once the session
+/// has closed, posts on it.
+const HOLDER: &str = r#"
+import os, socket, sys, time
+path, closed, out = sys.argv[1], sys.argv[2], sys.argv[3]
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(path)
+os.chmod(path, 0o777)
+listener.listen(1)
+handed, _ = listener.accept()
+_, fds, _, _ = socket.recv_fds(handed, 16, 1)
+conn = socket.socket(fileno=fds[0])
+deadline = time.time() + 60
+while not os.path.exists(closed) and time.time() < deadline:
+    time.sleep(0.1)
+body = b'{"model":"m","max_tokens":9,"messages":[]}'
+conn.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+conn.settimeout(20)
+answer = conn.recv(65536).decode(errors="replace")
+with open(out, "w") as f:
+    f.write(answer)
 "#;
 
 /// Another session's agent posting with the first one's key.
@@ -1497,9 +1534,24 @@ fn privileged_a_sessions_llm_key_works_only_from_its_own_processes() {
     let agent = write(dir.path(), "agent.py", KEYLESS_AGENT);
     let thief = write(dir.path(), "thief.py", KEY_THIEF);
     let (said, done) = (dir.path().join("said"), dir.path().join("done"));
+    let (hand, closed, held) = (
+        dir.path().join("hand.sock"),
+        dir.path().join("closed"),
+        dir.path().join("held"),
+    );
+    let mut holder = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(HOLDER)
+        .args([&hand, &closed, &held])
+        .spawn()
+        .expect("the holder");
+    while !hand.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let mut victim = exec_nobody(&daemon, "victim", &agent, dir.path())
         .arg(&said)
         .arg(&done)
+        .arg(&hand)
         .spawn()
         .expect("toolwall exec");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -1550,6 +1602,14 @@ fn privileged_a_sessions_llm_key_works_only_from_its_own_processes() {
     assert!(stdout.contains("stolen key 403"), "{stdout}");
     std::fs::write(&done, "").expect("end the agent");
     assert!(victim.wait().expect("the agent").success());
+    // The session is closed: the connection it handed out speaks for no one.
+    std::fs::write(&closed, "").expect("tell the holder");
+    assert!(holder.wait().expect("the holder").success());
+    let held = std::fs::read_to_string(&held).expect("the holder's answer");
+    assert!(
+        held.starts_with("HTTP/1.1 403") && held.contains("a session that has closed"),
+        "{held}"
+    );
     // The session's key-less call is the session's; nothing was recorded for the others.
     let events = daemon.json_lines(&[
         "mcp",

@@ -391,6 +391,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     }));
     // Metrics count what the store committed, as every view reads it.
     tokio::spawn(state.metrics.clone().follow(state.live_events.subscribe()));
+    if state.netmon.is_some() && state.proxy_addr.is_some() {
+        warn_if_ptrace_is_open();
+    }
     let adopted = state.adopt_pinned_sessions();
     if adopted > 0 {
         tracing::warn!(
@@ -813,4 +816,17 @@ fn shutdown_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
     })
+}
+
+/// Sessions are told apart by cgroup (`llm/proxy/sessions.rs`), but a process of an agent's
+/// user outside its session can ptrace the agent where Yama allows it (attack 45: gdb and
+/// `pidfd_getfd` took the agent's connection to the LLM proxy and spoke as its session).
+fn warn_if_ptrace_is_open() {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok();
+    if scope.as_deref().map(str::trim).is_none_or(|s| s == "0") {
+        tracing::warn!(
+            "kernel.yama.ptrace_scope is {}: a process of an agent's user outside its session can trace the agent and act as it; run agents as a user of their own (`toolwall exec --user`) or set kernel.yama.ptrace_scope=1",
+            scope.as_deref().map_or("absent (no Yama)", |s| s.trim())
+        );
+    }
 }

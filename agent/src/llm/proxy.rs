@@ -352,7 +352,12 @@ async fn handle(
         Ok(found) => found,
         Err(refused) => {
             tracing::warn!(%request_id, origin = ?origin, "refused a request: {refused}");
-            return Ok(full(StatusCode::FORBIDDEN, format!("toolwall: {refused}")));
+            // Not knowing where a connection comes from is ours to fix, not the client's.
+            let status = match refused {
+                sessions::Refused::Unverified(_) => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::FORBIDDEN,
+            };
+            return Ok(full(status, format!("toolwall: {refused}")));
         }
     };
     if is_upgrade(&req) {

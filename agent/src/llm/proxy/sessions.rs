@@ -30,6 +30,11 @@ struct Sessions {
     /// Session -> its cgroup directories (the cgroups a session's processes made inside
     /// them are its too).
     dirs: HashMap<String, Vec<PathBuf>>,
+    /// Session -> which opening of that name it is: a connection made in a session is its
+    /// own only while that opening lasts (one handed out outlived it, and passed for the
+    /// next session of the name).
+    openings: HashMap<String, u64>,
+    next_opening: u64,
 }
 
 impl std::fmt::Debug for SessionKeys {
@@ -43,11 +48,11 @@ impl std::fmt::Debug for SessionKeys {
 /// Where a client connection comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Peer {
-    /// A process of this open session.
-    Session(String),
+    /// A process of this opening of this session.
+    Session(String, u64),
     /// A process of no open session that has a cgroup.
     Outside,
-    /// The kernel did not say (why): no key of a session with a cgroup is honoured.
+    /// The kernel did not say (why): nothing is honoured while sessions have cgroups.
     Unknown(String),
 }
 
@@ -76,6 +81,11 @@ impl SessionKeys {
     pub fn place(&self, session: &str, dir: &Path) -> std::io::Result<()> {
         let id = std::fs::metadata(dir)?.ino();
         let mut sessions = self.write();
+        if !sessions.openings.contains_key(session) {
+            sessions.next_opening += 1;
+            let opening = sessions.next_opening;
+            sessions.openings.insert(session.to_owned(), opening);
+        }
         sessions.places.insert(id, session.to_owned());
         sessions
             .dirs
@@ -91,6 +101,7 @@ impl SessionKeys {
         sessions.keys.retain(|_, s| s != session);
         sessions.places.retain(|_, s| s != session);
         sessions.dirs.remove(session);
+        sessions.openings.remove(session);
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Sessions> {
@@ -115,8 +126,14 @@ impl SessionKeys {
 
     fn origin_of(&self, id: u64) -> Peer {
         let sessions = self.read();
+        let found = |session: &String| {
+            Peer::Session(
+                session.clone(),
+                sessions.openings.get(session).copied().unwrap_or_default(),
+            )
+        };
         if let Some(session) = sessions.places.get(&id) {
-            return Peer::Session(session.clone());
+            return found(session);
         }
         // A cgroup made inside a session's (a root agent may): searched for, bounded.
         let mut budget = MAX_DIRS;
@@ -125,10 +142,15 @@ impl SessionKeys {
                 .iter()
                 .any(|dir| holds(dir, id, MAX_DEPTH, &mut budget))
             {
-                return Peer::Session(session.clone());
+                return found(session);
             }
         }
         Peer::Outside
+    }
+
+    /// Whether the opening of `session` a connection was made in is still open.
+    fn still_open(&self, session: &str, opening: u64) -> bool {
+        self.read().openings.get(session) == Some(&opening)
     }
 
     fn session_of(&self, key: &str) -> Option<(String, bool)> {
@@ -174,8 +196,10 @@ pub(super) enum Refused {
     UnknownKey,
     /// A session's key from a process that is not of that session.
     NotItsSession,
-    /// A session's key where the kernel did not say where the connection comes from.
+    /// A request where the kernel did not say where its connection comes from.
     Unverified(String),
+    /// A connection made in a session that has closed since.
+    SessionClosed,
 }
 
 impl std::fmt::Display for Refused {
@@ -191,7 +215,11 @@ impl std::fmt::Display for Refused {
             ),
             Refused::Unverified(why) => write!(
                 f,
-                "cannot tell which session this connection comes from ({why}); its /s/ key is not honoured"
+                "cannot tell which session this connection comes from ({why}); refused, not guessed"
+            ),
+            Refused::SessionClosed => write!(
+                f,
+                "this connection was made in a session that has closed; open a new one"
             ),
         }
     }
@@ -204,9 +232,19 @@ pub(super) fn split_session(
     default_session: &str,
     origin: &Peer,
 ) -> Result<(String, String), Refused> {
+    // Where the connection comes from decides before any key: a session's connection is its
+    // own only while the session lasts, and one the kernel could not place is not guessed
+    // (a session's process would pass as the host's).
+    match origin {
+        Peer::Session(from, opening) if !keys.still_open(from, *opening) => {
+            return Err(Refused::SessionClosed);
+        }
+        Peer::Unknown(why) => return Err(Refused::Unverified(why.clone())),
+        _ => {}
+    }
     let Some(rest) = path_and_query.strip_prefix("/s/") else {
         let session = match origin {
-            Peer::Session(session) => session.clone(),
+            Peer::Session(session, _) => session.clone(),
             Peer::Outside | Peer::Unknown(_) => default_session.to_owned(),
         };
         return Ok((session, path_and_query.to_owned()));
@@ -217,8 +255,8 @@ pub(super) fn split_session(
     // A session without a cgroup (the kernel layer off) is known by its key alone.
     if has_cgroup {
         match origin {
-            Peer::Session(from) if *from == session => {}
-            Peer::Session(_) | Peer::Outside => return Err(Refused::NotItsSession),
+            Peer::Session(from, _) if *from == session => {}
+            Peer::Session(..) | Peer::Outside => return Err(Refused::NotItsSession),
             Peer::Unknown(why) => return Err(Refused::Unverified(why.clone())),
         }
     }
@@ -272,39 +310,45 @@ mod tests {
     #[test]
     fn a_key_is_honoured_only_from_its_sessions_processes() {
         let dir = tempfile::tempdir().unwrap();
-        let (own, inner, other) = (
+        let (own, inner, atk, host) = (
             dir.path().join("victim"),
             dir.path().join("victim/made/inside"),
+            dir.path().join("atk"),
             dir.path().join("host"),
         );
-        std::fs::create_dir_all(&inner).unwrap();
-        std::fs::create_dir_all(&other).unwrap();
+        for d in [&inner, &atk, &host] {
+            std::fs::create_dir_all(d).unwrap();
+        }
         let keys = SessionKeys::default();
         keys.place("victim", &own).unwrap();
+        keys.place("atk", &atk).unwrap();
         let victim = keys.issue("victim").unwrap();
         let bare = keys.issue("bare").unwrap(); // a session with no cgroup (kernel layer off)
         let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
-        // The kernel's answer, mapped: the session's cgroup, one made inside it, another.
-        assert_eq!(keys.origin_of(ino(&own)), Peer::Session("victim".into()));
-        assert_eq!(keys.origin_of(ino(&inner)), Peer::Session("victim".into()));
-        assert_eq!(keys.origin_of(ino(&other)), Peer::Outside);
+        let is = |peer: &Peer, name: &str| matches!(peer, Peer::Session(s, _) if s == name);
+        // The kernel's answer, mapped: the session's cgroup, one made inside it, others.
+        let from = keys.origin_of(ino(&own));
+        assert!(is(&from, "victim"), "{from:?}");
+        assert_eq!(keys.origin_of(ino(&inner)), from);
+        let thief = keys.origin_of(ino(&atk));
+        assert!(is(&thief, "atk"), "{thief:?}");
+        assert_eq!(keys.origin_of(ino(&host)), Peer::Outside);
         let split = |path: &str, peer: &Peer| split_session(path, &keys, "dflt", peer);
         let path = format!("/s/{victim}/v1/messages");
-        let from = Peer::Session("victim".into());
         assert_eq!(
             split(&path, &from),
             Ok(("victim".into(), "/v1/messages".into()))
         );
         // The attack: the key from outside the session, and from another session.
         assert_eq!(split(&path, &Peer::Outside), Err(Refused::NotItsSession));
-        assert_eq!(
-            split(&path, &Peer::Session("atk".into())),
-            Err(Refused::NotItsSession)
-        );
-        assert!(matches!(
-            split(&path, &Peer::Unknown("no answer".into())),
-            Err(Refused::Unverified(_))
-        ));
+        assert_eq!(split(&path, &thief), Err(Refused::NotItsSession));
+        // The kernel not saying is refused, key or not: not guessed to be the host.
+        for p in [path.as_str(), "/v1/messages"] {
+            assert!(matches!(
+                split(p, &Peer::Unknown("no answer".into())),
+                Err(Refused::Unverified(_))
+            ));
+        }
         // The other attack: a session's process without a key is still the session's.
         assert_eq!(
             split("/v1/messages", &from),
@@ -316,9 +360,20 @@ mod tests {
         );
         // A session without a cgroup is known by its key alone, as before.
         assert!(split(&format!("/s/{bare}/v1/x"), &Peer::Outside).is_ok());
-        // Closed: its cgroups are no longer its.
+        // Closed: its cgroups are no longer its, and a connection made in it (handed out
+        // before it closed) speaks for nobody — nor for the next session of its name.
         keys.forget("victim");
         assert_eq!(keys.origin_of(ino(&own)), Peer::Outside);
-        assert_eq!(split(&path, &from), Err(Refused::UnknownKey));
+        assert_eq!(split("/v1/messages", &from), Err(Refused::SessionClosed));
+        assert_eq!(split(&path, &from), Err(Refused::SessionClosed));
+        keys.place("victim", &own).unwrap();
+        let again = keys.issue("victim").unwrap();
+        assert_eq!(split(&path, &Peer::Outside), Err(Refused::UnknownKey));
+        let renewed = format!("/s/{again}/v1/messages");
+        assert_eq!(split(&renewed, &from), Err(Refused::SessionClosed));
+        assert_eq!(split("/v1/messages", &from), Err(Refused::SessionClosed));
+        let now = keys.origin_of(ino(&own));
+        assert_ne!(now, from);
+        assert!(split(&renewed, &now).is_ok());
     }
 }

@@ -132,6 +132,38 @@ fn ensure_configured_dir(dir: &Path, uid: u32) -> anyhow::Result<()> {
         "{}, the directory of api.socket, has mode {mode:04o}: others can write to it (and replace the API socket, sticky bit or not); {fix}, or `chmod go-w` it",
         dir.display()
     );
+    // And the way to it (helper-46: a parent owned by another user let them move the checked
+    // directory aside and make their own; so did a symlink of theirs in `/tmp`), as written
+    // and as resolved.
+    check_way(dir, uid, fix)?;
+    let resolved = std::fs::canonicalize(dir)
+        .with_context(|| format!("resolve {}, the directory of api.socket", dir.display()))?;
+    check_way(&resolved, uid, fix)
+}
+
+/// Every component of `dir` (not followed) is owned by root or `uid`, and a directory others
+/// may write to has the sticky bit (they can then rename only what they own, and the next
+/// component is not theirs).
+fn check_way(dir: &Path, uid: u32, fix: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let absolute =
+        std::path::absolute(dir).with_context(|| format!("make {} absolute", dir.display()))?;
+    for way in absolute.ancestors() {
+        let meta = std::fs::symlink_metadata(way)
+            .with_context(|| format!("inspect {} on the way to api.socket", way.display()))?;
+        anyhow::ensure!(
+            meta.uid() == uid || meta.uid() == 0,
+            "{}, on the way to api.socket, is owned by uid {}: its owner could put another directory (or link) in its place and catch the API socket; {fix}",
+            way.display(),
+            meta.uid()
+        );
+        let mode = meta.mode() & 0o7777;
+        anyhow::ensure!(
+            !meta.is_dir() || mode & 0o022 == 0 || mode & 0o1000 != 0,
+            "{}, on the way to api.socket, has mode {mode:04o}: others can rename what is in it; {fix}",
+            way.display()
+        );
+    }
     Ok(())
 }
 
@@ -333,6 +365,31 @@ mod tests {
                 ensure_configured_dir(&dir, me + 1).expect_err("mine")
             );
             assert!(text.contains(&format!("owned by uid {me}")), "{text}");
+        }
+
+        // The way to it: a parent of another user's, or a link of theirs, is refused
+        // (helper-46 swapped the checked directory through both).
+        if me == 0 {
+            let parent = base.path().join("theirs");
+            let dir = parent.join("sock");
+            ensure_configured_dir(&dir, 0).expect("all root's");
+            std::os::unix::fs::chown(&parent, Some(65534), None).expect("chown to nobody");
+            let text = format!("{:#}", ensure_configured_dir(&dir, 0).expect_err("parent"));
+            assert!(
+                text.contains("on the way to api.socket") && text.contains("65534"),
+                "{text}"
+            );
+            let target = base.path().join("target");
+            ensure_configured_dir(&target, 0).expect("all root's");
+            let link = base.path().join("link");
+            std::os::unix::fs::symlink(&target, &link).expect("symlink");
+            ensure_configured_dir(&link, 0).expect("a link of root's");
+            std::os::unix::fs::lchown(&link, Some(65534), None).expect("lchown");
+            let text = format!("{:#}", ensure_configured_dir(&link, 0).expect_err("link"));
+            assert!(
+                text.contains("on the way to api.socket") && text.contains("65534"),
+                "{text}"
+            );
         }
 
         // A file where the directory should be: refused.

@@ -123,6 +123,56 @@ pub(crate) fn check_server_id(id: &str) -> Result<(), BadServerId> {
     Ok(())
 }
 
+/// Why a server id cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UnusableServerId {
+    #[error(transparent)]
+    Form(#[from] BadServerId),
+    #[error(
+        "MCP server id {id:?} looks like declared server {declared:?} (the same once case, separators and look-alike characters are set aside); refused: use the declared id, or a name of its own"
+    )]
+    LooksLike { id: String, declared: String },
+}
+
+/// The declared server `id` names, if any; refuses an id not of the conservative form and an
+/// undeclared one that reads as a declared one (`Everything`, `everything.`, `everyth1ng` for
+/// `everything`; helper-46 ran all three): it would run its own command and show in the views
+/// as the declared server. Asked by the daemon's relay (`daemon/stdio.rs`: anyone may write to
+/// its socket) and by a stand-alone shim with a config.
+pub(crate) fn declared_server<'a>(
+    servers: &'a [ServerDecl],
+    id: &str,
+) -> Result<Option<&'a ServerDecl>, UnusableServerId> {
+    check_server_id(id)?;
+    if let Some(server) = servers.iter().find(|s| s.id == id) {
+        return Ok(Some(server));
+    }
+    let skeleton = id_skeleton(id);
+    match servers.iter().find(|s| id_skeleton(&s.id) == skeleton) {
+        Some(server) => Err(UnusableServerId::LooksLike {
+            id: id.to_owned(),
+            declared: server.id.clone(),
+        }),
+        None => Ok(None),
+    }
+}
+
+/// A server id (ASCII, [`check_server_id`]) with case and separators set aside and the
+/// look-alike characters as one (`1`, `l`, `|` as `i`; `0` as `o`; `rn` as `m`; `vv` as `w`),
+/// as `policy/definitions.rs` reads tool names.
+fn id_skeleton(id: &str) -> String {
+    let letters: String = id
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            'l' | '1' | '|' => 'i',
+            '0' => 'o',
+            c => c,
+        })
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    letters.replace("rn", "m").replace("vv", "w")
+}
+
 fn parse_egress(entry: &str) -> Option<EgressRule> {
     let (net, port) = if let Some(rest) = entry.strip_prefix('[') {
         let (net, after) = rest.split_once(']')?;

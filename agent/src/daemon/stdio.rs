@@ -455,7 +455,7 @@ fn what_to_run(state: &DaemonState, request: &RunRequest, asker: Asker) -> anyho
     // The declarations in force: a bundle may have declared, changed or removed servers.
     let in_force = state.policy.now();
     let mcp = &*in_force.mcp;
-    let Some(server) = declared_server(&mcp.servers, &request.server_id)? else {
+    let Some(server) = crate::config::declared_server(&mcp.servers, &request.server_id)? else {
         anyhow::ensure!(
             !mcp.fail_closed,
             "MCP server {:?} is not declared; refused under sandbox.mcp.fail_closed (declare it under sandbox.mcp.servers with type: stdio and its command)",
@@ -523,27 +523,6 @@ fn what_to_run(state: &DaemonState, request: &RunRequest, asker: Asker) -> anyho
         egress: Some(egress),
         declared: true,
     })
-}
-
-/// The declared server `id` names, if any; refuses an id not of the conservative form (the
-/// shim checks it too, but anyone may write to the socket) and an undeclared one that reads as a
-/// declared one (`Everything` for `everything`): it would run the agent's own command and show
-/// in the views as the declared server.
-fn declared_server<'a>(
-    servers: &'a [crate::config::ServerDecl],
-    id: &str,
-) -> anyhow::Result<Option<&'a crate::config::ServerDecl>> {
-    crate::config::check_server_id(id)?;
-    if let Some(server) = servers.iter().find(|s| s.id == id) {
-        return Ok(Some(server));
-    }
-    if let Some(server) = servers.iter().find(|s| s.id.eq_ignore_ascii_case(id)) {
-        anyhow::bail!(
-            "MCP server id {id:?} looks like declared server {:?} (they differ only in case); refused: use the declared id, or a name of its own",
-            server.id
-        );
-    }
-    Ok(None)
 }
 
 /// A part of a session name: `cgroup.rs` allows `[A-Za-z0-9._-]` and 64 bytes, and bpffs (where
@@ -639,7 +618,7 @@ impl Gate for ExtraDeny {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::config::declared_server;
 
     fn declared(id: &str) -> crate::config::ServerDecl {
         serde_yaml_ng::from_str(&format!("{{id: {id}, type: stdio, command: /bin/true}}"))
@@ -657,13 +636,19 @@ mod tests {
                 .is_some()
         );
         assert!(declared_server(&servers, "other").unwrap().is_none());
-        let why = declared_server(&servers, "Everything")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            why.contains("looks like declared server \"everything\""),
-            "{why}"
-        );
+        for twin in [
+            "Everything",
+            "everything.",
+            "./everything",
+            "everyth1ng",
+            "every-thing",
+        ] {
+            let why = declared_server(&servers, twin).unwrap_err().to_string();
+            assert!(
+                why.contains("looks like declared server \"everything\""),
+                "{twin}: {why}"
+            );
+        }
         for bad in ["everything ", " everything", "every\u{7}thing", "", "a b"] {
             let why = declared_server(&servers, bad).unwrap_err().to_string();
             assert!(

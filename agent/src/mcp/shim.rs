@@ -125,6 +125,8 @@ pub(crate) fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
     if let Some(socket) = super::enforce::session_daemon(&config)? {
         return relay(&args, &socket);
     }
+    // On its own, with a configuration that declares servers: no look-alike of one either.
+    crate::config::declared_server(&config.sandbox.mcp.servers, &args.server_id())?;
     super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?
         .run(|gate, events, asker| run_shim(&args, gate, events, asker))
 }

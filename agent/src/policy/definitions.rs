@@ -70,6 +70,10 @@ pub(crate) struct DefinitionFinding {
     pub shadows: Option<String>,
 }
 
+/// Longest tool name looked for in other tools' text, in bytes: the MCP spec (2025-11-25) says
+/// names SHOULD be at most 128 characters, and the LLM APIs take 64.
+const MAX_NAMED: usize = 512;
+
 /// The registered tools a listing is compared with: `(server, tool, skeleton)`, indexed by
 /// skeleton, and an automaton of their distinctive names for finding them named in text (one
 /// pass per string, however many there are). One set serves every server's listing: a
@@ -102,11 +106,14 @@ impl Others {
             by_skeleton.entry(key.clone()).or_default().push(i);
         }
         // Names distinctive enough (a separator or an inner capital, at least 5 characters)
-        // not to be common words.
+        // not to be common words, and no longer than a name can be (helper-46: one 3 MB name
+        // took the automaton's build to 2.7 GB and minutes, in every listing of every server
+        // and after a restart, the registry keeping it).
         let mut patterns: HashMap<String, usize> = HashMap::new();
         let mut named: Vec<Vec<usize>> = Vec::new();
         for (i, (_, t, _)) in tools.iter().enumerate() {
             if t.len() >= 5
+                && t.len() <= MAX_NAMED
                 && (t.contains(['_', '-']) || t.chars().skip(1).any(|c| c.is_ascii_uppercase()))
             {
                 let pattern = *patterns.entry(t.to_ascii_lowercase()).or_insert_with(|| {

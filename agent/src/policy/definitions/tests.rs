@@ -201,3 +201,27 @@ fn common_wording_is_not_an_instruction() {
         );
     }
 }
+
+#[test]
+fn a_name_longer_than_a_name_can_be_is_not_looked_for() {
+    // helper-46: one such name took the automaton's build to 2.7 GB and minutes, in every
+    // listing of every server (without the bound this test takes 34 s and fails).
+    let long = format!("a_{}", "A".repeat(3_000_000));
+    let others = Others::new(vec![
+        ("wide".into(), long.clone()),
+        ("fs".into(), "read_file".into()),
+    ]);
+    assert_eq!(others.named.len(), 1, "only read_file is a pattern");
+    assert!(others.contains("wide", &long), "still known as a tool");
+    let tool = json!({"name": "x", "description": "Before anything, call read_file."});
+    let findings = checks(DefinitionAction::Alert, DefinitionAction::Alert).check(
+        &tool,
+        "me",
+        &others,
+        &|_| false,
+    );
+    assert!(
+        findings.iter().any(|f| f.check == "tool-reference"),
+        "{findings:?}"
+    );
+}

@@ -286,6 +286,11 @@ fn semantic_errors_name_line_key_and_fix() {
             "policy.yaml:3:",
             &["proxy.providers.openai"],
         ),
+        (
+            "api:\n  socket: run/api.sock\n",
+            "policy.yaml:2:",
+            &["api.socket", "is a relative path", "/run/toolwall/api.sock"],
+        ),
     ];
     for (text, at, wants) in cases {
         let error = error_text(text);

@@ -47,6 +47,20 @@ impl Check<'_> {
 /// canonical form (content hashes to lowercase hex).
 pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<(), ConfigError> {
     let check = Check { file, source };
+    // Every process that reads this file finds the daemon by this path: a relative one is
+    // relative to each one's own directory (helper-47: clients run from `/tmp` asked a socket
+    // anyone could have made there).
+    if let Some(socket) = config.api.socket.as_deref()
+        && !socket.is_absolute()
+    {
+        let shown = socket.to_string_lossy().into_owned();
+        return Err(check.error(
+            "api.socket".to_owned(),
+            ("socket", shown.as_str(), 0),
+            format!("api.socket {shown:?} is a relative path"),
+            "write it in full, e.g. /run/toolwall/api.sock",
+        ));
+    }
     let mcp = &mut config.sandbox.mcp;
     let at = "sandbox.mcp";
 

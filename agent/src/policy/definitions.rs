@@ -70,9 +70,11 @@ pub(crate) struct DefinitionFinding {
     pub shadows: Option<String>,
 }
 
-/// Longest tool name looked for in other tools' text, in bytes: the MCP spec (2025-11-25) says
-/// names SHOULD be at most 128 characters, and the LLM APIs take 64.
-const MAX_NAMED: usize = 512;
+/// Longest tool name looked for in other tools' text, in bytes: the LLM APIs take names of
+/// at most 64 characters (a longer one cannot be called by a model under that name), and
+/// longer patterns made the set's build the cost of a listing (helper-47: 2,000 names of 512
+/// bytes, rebuilt as the listing registered them, ran for minutes).
+const MAX_NAMED: usize = 64;
 
 /// The registered tools a listing is compared with: `(server, tool, skeleton)`, indexed by
 /// skeleton, and an automaton of their distinctive names for finding them named in text (one

@@ -71,6 +71,15 @@ const MAX_CACHED_VERDICTS: usize = 100_000;
 /// judged tool by tool reads the registry once).
 const OTHERS_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The comparison set of the definition checks ([`Policy::others`]), when it was read, and
+/// the servers whose newly registered tools it lacks.
+#[derive(Debug)]
+struct OthersCache {
+    at: std::time::Instant,
+    set: Arc<definitions::Others>,
+    lacks: std::collections::HashSet<String>,
+}
+
 /// The outcome of the steps that depend only on the definition: `None` passes.
 #[derive(Clone, Debug)]
 struct CachedVerdict {
@@ -134,7 +143,7 @@ pub(crate) struct Policy {
     /// Held while judging them.
     judging: std::sync::Mutex<()>,
     /// The registered tools listings were last compared with, and when.
-    others: std::sync::Mutex<Option<(std::time::Instant, Arc<definitions::Others>)>>,
+    others: std::sync::Mutex<Option<OthersCache>>,
     registry: Arc<Registry>,
     /// server id → tool → verdict of steps 2–3.
     verdicts: RwLock<HashMap<String, HashMap<String, CachedVerdict>>>,
@@ -268,7 +277,7 @@ impl Policy {
         }
         match self.registry.definitions_of(server_id) {
             Ok(tools) if !tools.is_empty() => {
-                let others = self.others();
+                let others = self.others(Some(server_id));
                 self.findings_against(server_id, &tools, &others, Judged::Stored);
             }
             Ok(_) => {}
@@ -377,7 +386,7 @@ impl Policy {
             self.forward_listing(server_id, tools);
             return vec![None; tools.len()];
         }
-        let others = self.others();
+        let others = self.others(Some(server_id));
         let notes = self.findings_against(server_id, tools, &others, judged);
         self.forward_listing(server_id, tools);
         notes
@@ -515,7 +524,7 @@ impl Policy {
             .and_then(|v| v.redacted.as_deref())
             .unwrap_or(message);
         let mut value: Value = serde_json::from_slice(source).ok()?;
-        let others = self.others();
+        let others = self.others(None);
         let mut findings = Vec::new();
         let mut strongest = ResultAction::Off;
         let mut texts: Vec<(String, &mut Value)> = Vec::new();
@@ -619,11 +628,19 @@ impl Policy {
     /// this one) register too, so the registry is read again — once per [`OTHERS_FRESH`], or
     /// when this process registered a tool the set lacks: the filter judges a listing tool by
     /// tool, and a read per tool made it quadratic.
-    fn others(&self) -> Arc<definitions::Others> {
-        if let Some((at, others)) = &*self.others.lock().unwrap_or_else(PoisonError::into_inner)
-            && at.elapsed() < OTHERS_FRESH
+    ///
+    /// A set that lacks only tools of the server being judged serves as it is: its own tools
+    /// are skipped anyway (helper-47: a listing registered tool by tool rebuilt the set per
+    /// tool — 2,000 tools of 512-byte names ran for minutes).
+    fn others(&self, judging: Option<&str>) -> Arc<definitions::Others> {
+        if let Some(cache) = &*self.others.lock().unwrap_or_else(PoisonError::into_inner)
+            && cache.at.elapsed() < OTHERS_FRESH
+            && cache
+                .lacks
+                .iter()
+                .all(|server| Some(server.as_str()) == judging)
         {
-            return others.clone();
+            return cache.set.clone();
         }
         if let Err(error) = self.registry.reload() {
             tracing::warn!(%error, "cannot re-read the registry before the definition checks");
@@ -635,8 +652,11 @@ impl Policy {
                 .map(|e| (e.server_id.clone(), e.tool.clone()))
                 .collect(),
         ));
-        *self.others.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((std::time::Instant::now(), others.clone()));
+        *self.others.lock().unwrap_or_else(PoisonError::into_inner) = Some(OthersCache {
+            at: std::time::Instant::now(),
+            set: others.clone(),
+            lacks: std::collections::HashSet::new(),
+        });
         others
     }
 
@@ -990,15 +1010,15 @@ impl Policy {
         if let Err(error) = self.registry.register(server_id, server_type, &addr, tools) {
             tracing::error!(server_id, %error, "cannot persist listed tools; deciding on them anyway");
         }
-        // The comparison set may lack these tools now.
+        // The comparison set may lack these tools now: rebuilt before it judges another server.
         let mut others = self.others.lock().unwrap_or_else(PoisonError::into_inner);
-        if others.as_ref().is_some_and(|(_, set)| {
-            tools
+        if let Some(cache) = others.as_mut()
+            && tools
                 .iter()
                 .filter_map(|t| t.get("name").and_then(Value::as_str))
-                .any(|name| !set.contains(server_id, name))
-        }) {
-            *others = None;
+                .any(|name| !cache.set.contains(server_id, name))
+        {
+            cache.lacks.insert(server_id.to_owned());
         }
         drop(others);
         tools

@@ -1,4 +1,4 @@
-//! The LLM proxy as a relay, out of process, next to nginx (issue 19): the release binary
+//! The LLM proxy as a relay, out of process, next to nginx: the release binary
 //! (`toolwall run`) and nginx (Debian's package; `cargo xtask bench` installs it) each in front
 //! of the same loopback source, read by the same raw client, each relay's CPU time read from
 //! `/proc/PID/stat`.

@@ -1,5 +1,5 @@
 //! Per-key summaries of matched connections, so a flood cannot push the events that matter out
-//! of the ring (issue 15.2): each (session cgroup, server, verdict, hook, protocol) may send
+//! of the ring: each (session cgroup, server, verdict, hook, protocol) may send
 //! [`BURST`] events per CPU per [`WINDOW_NS`] through the ring; what is over that, or does not
 //! fit the ring, is counted in its key's `SUMMARY` entry instead (count, first and last time,
 //! the last connection's details), and the daemon turns each new count into one event.

@@ -249,7 +249,7 @@ impl SessionCgroup {
     }
 
     /// Sends SIGKILL to every process in the cgroup and below it (`cgroup.kill`, Linux 5.14):
-    /// what a stdio server left behind must not outlive it (issue 15).
+    /// what a stdio server left behind must not outlive it.
     pub fn kill_all(&self) -> Result<(), CgroupError> {
         let kill = self.path.join("cgroup.kill");
         fs::write(&kill, b"1").map_err(io_err("write", &kill))

@@ -1,8 +1,8 @@
-//! The HTTP edge every server and client in the binary shares (issue 18: four accept loops,
-//! two hop-by-hop lists that stripped different headers, three body readers, two TLS setups):
-//! the one accept loop, which survives running out of descriptors (issue 13: the MCP proxy
-//! spun and logged 120 MB in 20 s), bounded body reads, hop-by-hop headers, what an event
-//! stream looks like, and the TLS client configuration.
+//! The HTTP edge every server and client in the binary shares (one of each, so that no two
+//! layers disagree on which headers they strip or how much of a body they read): the one
+//! accept loop, which survives running out of descriptors (a loop that does not back off spins
+//! and logs 120 MB in 20 s), bounded body reads, hop-by-hop headers, what an event stream
+//! looks like, and the TLS client configuration.
 
 use std::time::Duration;
 

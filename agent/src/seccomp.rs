@@ -1,6 +1,6 @@
-//! The system calls a stdio server the daemon runs may not make (issue 15: an attack had a
-//! server limited to no egress attach gdb to a process of its user outside every toolwall
-//! cgroup and send from there, and leave a process there that its kill never reached).
+//! The system calls a stdio server the daemon runs may not make (otherwise a server limited
+//! to no egress can attach gdb to a process of its user outside every toolwall cgroup and send
+//! from there, and leave a process there that its kill never reaches).
 //!
 //! Refused with EPERM: reaching into other processes (`ptrace`, `process_vm_readv`/`writev`,
 //! `pidfd_getfd`), joining a namespace another process made (`setns`: an agent could pass one

@@ -84,7 +84,7 @@ fn main() -> ExitCode {
 }
 
 /// `cargo xtask run`: the daemon replaces this process, so Ctrl-C and SIGTERM reach it directly.
-/// It is the release build (issue 17: a user's first proxy must not be an unoptimised one).
+/// It is the release build (a user's first proxy must not be an unoptimised one).
 fn run(args: &[String]) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     setup::setup_if_possible()?;

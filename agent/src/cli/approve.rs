@@ -55,8 +55,8 @@ pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let api = daemon(args.config.as_deref()).await?;
         let waiting: Vec<Question> = api.get_json("/api/approvals").await?;
-        // The arguments are what a person decides on: never cut (helper-35 hid a value past
-        // a cut cell).
+        // The arguments are what a person decides on: never cut (a value past a cut cell
+        // would be hidden from the one deciding).
         let mut out = Output::new(
             args.json,
             &[
@@ -113,7 +113,8 @@ pub(crate) fn answer(args: AnswerArgs, approve: bool) -> anyhow::Result<ExitCode
         let answered: Value =
             serde_json::from_slice(&answered).context("parse the daemon's answer")?;
         let q = &answered["answered"];
-        // Names a server chose: escaped, as every view does (helper-34 forged this line).
+        // Names a server chose: escaped, as every view does (unescaped, a name could forge
+        // this line).
         let field = |key: &str, none: &str| {
             crate::views::printable(
                 q[key]

@@ -1,4 +1,4 @@
-//! Signed policy bundles (issue 17): one policy for many hosts, published once.
+//! Signed policy bundles: one policy for many hosts, published once.
 //!
 //! A bundle is a JSON document — `{"format", "revision", "policy", "signature"}` — whose
 //! `policy` is the text of a toolwall YAML file holding only `sandbox:` (the daemon's own

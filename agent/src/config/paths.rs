@@ -132,9 +132,9 @@ fn ensure_configured_dir(dir: &Path, uid: u32) -> anyhow::Result<()> {
         "{}, the directory of api.socket, has mode {mode:04o}: others can write to it (and replace the API socket, sticky bit or not); {fix}, or `chmod go-w` it",
         dir.display()
     );
-    // And the way to it (helper-46: a parent owned by another user let them move the checked
-    // directory aside and make their own; so did a symlink of theirs in `/tmp`), as written
-    // and as resolved.
+    // And the way to it (a parent owned by another user lets them move the checked directory
+    // aside and make their own; so does a symlink of theirs in `/tmp`), as written and as
+    // resolved.
     check_way(dir, uid, fix)?;
     let resolved = std::fs::canonicalize(dir)
         .with_context(|| format!("resolve {}, the directory of api.socket", dir.display()))?;
@@ -367,8 +367,8 @@ mod tests {
             assert!(text.contains(&format!("owned by uid {me}")), "{text}");
         }
 
-        // The way to it: a parent of another user's, or a link of theirs, is refused
-        // (helper-46 swapped the checked directory through both).
+        // The way to it: a parent of another user's, or a link of theirs, is refused (through
+        // either, they could swap the checked directory for their own).
         if me == 0 {
             let parent = base.path().join("theirs");
             let dir = parent.join("sock");

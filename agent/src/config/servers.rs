@@ -136,7 +136,7 @@ pub(crate) enum UnusableServerId {
 
 /// The declared server `id` names, if any; refuses an id not of the conservative form and an
 /// undeclared one that reads as a declared one (`Everything`, `everything.`, `everyth1ng` for
-/// `everything`; helper-46 ran all three): it would run its own command and show in the views
+/// `everything`): it would run its own command and show in the views
 /// as the declared server. Asked by the daemon's relay (`daemon/stdio.rs`: anyone may write to
 /// its socket) and by a stand-alone shim with a config.
 pub(crate) fn declared_server<'a>(

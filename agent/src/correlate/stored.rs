@@ -1,5 +1,5 @@
 //! Correlation over the event store, and the one filter every view of call records applies
-//! (the daemon's `/api/calls` and `toolwall mcp calls --db` used to filter each their own way).
+//! (so that the daemon's `/api/calls` and `toolwall mcp calls --db` show the same calls).
 
 use crate::events::{EventQuery, Store, StoreError};
 

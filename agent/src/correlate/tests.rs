@@ -472,7 +472,7 @@ fn the_index_changes_no_result() {
     }
 }
 
-/// Issue 15.2: a loss (or any kernel alert) shows among the calls, with what happened.
+/// A loss (or any kernel alert) shows among the calls, with what happened.
 #[test]
 fn kernel_alerts_are_records_of_their_own() {
     let alert = StoredEvent {

@@ -1,7 +1,8 @@
 //! The policy as the daemon's layers ask it, with the audit in the question: while the event
 //! store cannot write (disk full, read-only; `events::StoreHealth`), an MCP tool call that
 //! would be allowed is refused under `store.on_failure: block` (the default) — a call that
-//! cannot be recorded does not run (issue 15.3). `queue` lets it run; its events wait in memory.
+//! cannot be recorded does not run (otherwise calls would go on, answered as recorded, while
+//! nothing was). `queue` lets it run; its events wait in memory.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Signed policy bundles, the host's side (issue 17): the daemon pulls `policy.bundle.url`
+//! Signed policy bundles, the host's side: the daemon pulls `policy.bundle.url`
 //! every `poll_secs` (with `If-None-Match`), verifies the bundle (`config/bundle.rs`), and puts
 //! its `sandbox:` in force for every layer at once — the LLM proxy's and the daemon-run
 //! shims' decisions through [`LivePolicy`], the kernel's rules through
@@ -152,7 +152,7 @@ impl Applier {
         let effective = effective(&self.local, &verified);
         // The questions waiting now were asked under the running approval settings: a new
         // revision's rules apply at once, its `approval:` at the next start (which runs the
-        // kept bundle whole) — said, not refused (helper-39: refusing it left every host on its
+        // kept bundle whole) — said, not refused (refusing it would leave every host on its
         // own file's policy for ever).
         let restart_for = (effective.sandbox.mcp.approval != running.mcp.approval).then(|| {
             tracing::warn!(
@@ -165,7 +165,8 @@ impl Applier {
         let policy = Policy::new(&effective, self.registry.clone(), &[])
             .map_err(|e| format!("revision {}: {e}", verified.revision))?;
         // The servers the running policy blocked on their listings stay blocked where this one
-        // would block them too: in the kernel's rules as well (helper-42).
+        // would block them too: in the kernel's rules as well (or the kernel layer would let
+        // through connections to a server the MCP layer still blocks).
         policy.carry(&running.policy);
         // The kernel's rules first, then every other layer at once.
         if let Some(netmon) = &self.netmon {

@@ -1,4 +1,4 @@
-//! `GET /metrics` (issue 17): the daemon's counters in the Prometheus/OpenMetrics text format,
+//! `GET /metrics`: the daemon's counters in the Prometheus/OpenMetrics text format,
 //! through the maintained `prometheus-client` crate. Decisions are counted from the events the
 //! store committed (the live feed every view follows: `daemon/mod.rs`), so a metric and the
 //! record agree and no layer does more work per call; gauges are read when scraped.

@@ -1,5 +1,6 @@
 //! Who is on the other end of the API socket, where it runs, and how much of the daemon it may
-//! hold (issue 15.6, 15.7).
+//! hold (so that no local user reads another's session events, and nothing inside a session
+//! writes what the audit records of it).
 //!
 //! The socket is open to every local user (agents run as other users and their shims ask here
 //! for their servers), so what a peer may do rests on where it runs: on the host, in a session,
@@ -101,7 +102,7 @@ fn alive(pidfd: &OwnedFd) -> bool {
 }
 
 /// Caps on what one session's processes (or, where no session can be named, one user's) may
-/// hold of the daemon at once (issue 15: a slow or endless stream of connections from an agent
+/// hold of the daemon at once (a slow or endless stream of connections from an agent
 /// must not take the daemon's descriptors; a root agent can take on any uid, not another
 /// session).
 pub(super) struct Quotas {

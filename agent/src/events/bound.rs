@@ -1,6 +1,6 @@
-//! What may enter the record: JSON values that every reader can read back (issue 15: a tool
-//! call whose arguments nested 127 deep was stored, and from then on every view failed on
-//! serde_json's recursion limit of 128 — the model decides those bytes).
+//! What may enter the record: JSON values that every reader can read back (a tool call whose
+//! arguments nest 127 deep, once stored, makes every view fail from then on, on serde_json's
+//! recursion limit of 128 — and the model decides those bytes).
 //!
 //! A value nested deeper than [`MAX_DEPTH`] or larger than [`MAX_BYTES`] is stored as a marker
 //! object naming what was cut and the SHA-256 of the original (its compact JSON), so the
@@ -40,8 +40,8 @@ pub(crate) fn bounded(value: &Value) -> Option<Value> {
 
 /// About the memory `value` holds (its nodes, strings and keys), for the event queue's bound
 /// (`events/mod.rs`). Walks the whole value: a count that stopped early, at a deep branch or
-/// past [`MAX_BYTES`], let parsed arguments many times their weight through (helper-27: 262
-/// calls weighed 204 KB and held 877 MB).
+/// past [`MAX_BYTES`], would let parsed arguments many times their weight through (262 calls
+/// weighed at 204 KB can hold 877 MB).
 pub(crate) fn memory_hint(value: &Value) -> usize {
     const NODE: usize = std::mem::size_of::<Value>();
     let mut size = 0usize;

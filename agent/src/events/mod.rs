@@ -4,7 +4,7 @@
 //! I/O on the hot path) and one writer task batches them into SQLite. What waits between them
 //! is bounded in bytes: a layer asks [`EventSink::room`] before taking in more of what it
 //! records, so a session that floods calls waits for the store instead of growing the
-//! daemon's memory (issue 15).
+//! daemon's memory.
 
 pub(crate) mod bound;
 mod store;

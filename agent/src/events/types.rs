@@ -27,9 +27,9 @@ pub enum Event {
     /// A listed tool's definition hash differs from the pinned one (rug pull) or it is new
     /// after the server's set was pinned.
     McpToolChanged(ToolChanged),
-    /// The kernel layer found a session tampered with, or took one over (issue 14).
+    /// The kernel layer found a session tampered with, or took one over.
     KernelAlert(KernelAlert),
-    /// The result rules found something in a server's message toward the client (issue 16).
+    /// The result rules found something in a server's message toward the client.
     McpResultInspected(ResultInspected),
 }
 

@@ -320,8 +320,8 @@ fn mount_flags(path: &std::ffi::CStr) -> std::io::Result<libc::c_ulong> {
 }
 
 /// The kernel's tunables, made read-only for a confined root process: through them root
-/// leaves any confinement (an attack set `kernel.core_pattern` to a program of its own, which
-/// the kernel then ran as root in the root cgroup). Paths this kernel lacks are left out.
+/// leaves any confinement (it can set `kernel.core_pattern` to a program of its own, which the
+/// kernel then runs as root in the root cgroup). Paths this kernel lacks are left out.
 fn kernel_tunables() -> anyhow::Result<Vec<(std::ffi::CString, libc::c_ulong)>> {
     let mut out = Vec::new();
     for path in [c"/proc/sys", c"/proc/sysrq-trigger", c"/sys"] {

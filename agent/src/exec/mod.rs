@@ -6,7 +6,8 @@
 //! `-c openai_base_url=...`), exports the session id for shims it starts, and passes its exit
 //! code through. The session's cgroup is removed afterwards.
 //!
-//! The agent must not be able to leave the session (issue 14, item 2): started by root, it runs
+//! The agent must not be able to leave the session (out of it, the kernel layer's rules no
+//! longer hold for it): started by root, it runs
 //! as an unprivileged user by default, in its own cgroup namespace (its cgroup is `/`, the
 //! ancestors out of sight), with `no_new_privs` and without the capabilities that could detach
 //! programs or move processes ([`DROPPED_CAPS`]), even when it is run as root on request.
@@ -226,7 +227,8 @@ fn codex_config_path() -> PathBuf {
 
 /// The stdio MCP servers of a Codex configuration that do not run through `toolwall shim`
 /// (name, command): Codex's code mode can call their tools under names computed at run time,
-/// which only the shim decides (issue 12, class 6). A file that is missing or not TOML lists
+/// which only the shim decides (the LLM layer cannot read a name built at run time). A file
+/// that is missing or not TOML lists
 /// nothing (Codex itself reports a broken file).
 fn unshimmed_codex_servers(config: &std::path::Path) -> Vec<(String, String)> {
     let Ok(text) = std::fs::read_to_string(config) else {

@@ -97,7 +97,7 @@ struct Tracked {
 }
 
 /// A call argument rules judge, held with every event after its start until its input is
-/// whole (issue 16): nothing of it reaches the client before it is judged.
+/// whole: nothing of it reaches the client before it is judged.
 struct Held {
     index: u64,
     id: String,
@@ -159,9 +159,9 @@ impl Machine for Anthropic {
             }
         };
         // The SDKs dispatch on the SSE event name and skip `ping` and nameless events: data
-        // read under another name than its own type is read differently by them (helper-29: a
-        // `content_block_delta` named `ping` added input only toolwall saw). Where a call is
-        // concerned, the two must agree.
+        // read under another name than its own type is read differently by them (a
+        // `content_block_delta` named `ping` would add input only toolwall saw). Where a call
+        // is concerned, the two must agree.
         if (self.held.is_some()
             || !self.tracked.is_empty()
             || !self.blocked.is_empty()
@@ -184,8 +184,8 @@ impl Machine for Anthropic {
             // One response is one message to the SDKs: their accumulators (anthropic 0.x
             // `accumulate_event`, @anthropic-ai/sdk `MessageStream`) keep the first snapshot and
             // ignore a later `message_start`, so block indices keep pointing into the first
-            // message's content. Nothing is reset: a blocked block stays blocked (issue 12,
-            // class 10: a reset let the blocked call's input deltas through).
+            // message's content. Nothing is reset: a blocked block stays blocked (a reset would
+            // let the blocked call's input deltas through).
             "message_start" => self.on_message_start(cx, body, raw, out)?,
             "content_block_start" => self.on_block_start(cx, raw, &env, out)?,
             "content_block_delta" => {

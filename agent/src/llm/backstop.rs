@@ -1,4 +1,4 @@
-//! The second line behind the dialect machines (issue 12): whatever the route, the label or
+//! The second line behind the dialect machines: whatever the route, the label or
 //! the dialect, any JSON object in a response that has the shape of a tool call of any dialect
 //! and names a blocked tool stops the response.
 //!
@@ -382,8 +382,8 @@ mod tests {
 
     #[test]
     fn json_that_may_hold_a_call_and_cannot_be_read_is_refused() {
-        // What Python's `json` or `JSON.parse` read and serde_json does not (found by an attack
-        // on this backstop): refused rather than passed unjudged.
+        // What Python's `json` or `JSON.parse` read and serde_json does not (a call hidden in
+        // it would pass the backstop): refused rather than passed unjudged.
         for body in [
             r#"{"content":[{"type":"server_tool_use","name":"echo","input":{"n":1e400}}]}"#,
             r#"{"content":[{"type":"tool_use","name":"echo","id":"\ud800"}]}"#,

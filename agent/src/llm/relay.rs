@@ -1,7 +1,7 @@
 //! The response body of every proxied exchange: upstream pumped on the client connection's own
 //! task, and everything that is ready written as one frame.
 //!
-//! Why (issue 19): the LLM APIs send one HTTP chunk per SSE event. A body that hands each one
+//! Why: the LLM APIs send one HTTP chunk per SSE event. A body that hands each one
 //! on as it comes makes hyper write (and a pump task wake) once per ~200-byte event: ~6–8 µs of
 //! CPU per event, 14x nginx's CPU per byte. Here the body pulls upstream (`upstream.rs`, which
 //! reads the socket on this same task) as long as it has something ready, coalesces the pieces

@@ -1,4 +1,4 @@
-//! What the agent sends the model (issue 16): the tools it offers, less the ones the policy
+//! What the agent sends the model: the tools it offers, less the ones the policy
 //! refuses by name ([`hide_denied`]), and the tool results in it, inspected by the same result
 //! rules as at the MCP layer (`policy/results.rs`) before the model reads them.
 //!
@@ -316,7 +316,7 @@ fn judge(
 }
 
 /// Takes the tools the policy refuses by name out of what the request offers the model
-/// (issue 16: the model is never offered what it may not call; the response side stays the
+/// (the model is never offered what it may not call; the response side stays the
 /// enforcement point): `tools[]` of every dialect (Chat's `function`/`custom` entries and
 /// legacy `functions[]`; a definition holding `tools` of its own is a namespace, its name
 /// the namespace of the ones inside, as Codex groups MCP tools; Anthropic `defer_loading`

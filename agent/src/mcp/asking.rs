@@ -53,7 +53,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
             tokio::pin!(hangup);
             // Told as soon as its question has a number, then every PROGRESS_EVERY. A client
             // that does not read holds a notification's write, never the wait: the time-out
-            // and the answer go on while it is pending (helper-34: a full pipe held the
+            // and the answer go on while it is pending (otherwise a full pipe holds the
             // question past its time-out, and its `max_pending` slot with it).
             let start = tokio::time::Instant::now() + PROGRESS_EVERY;
             let mut tick = tokio::time::interval_at(start, PROGRESS_EVERY);
@@ -104,7 +104,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
 /// A stdio client's hang-up while a call of its waits: reads on (what it sends is kept in
 /// `framer`, in order, for after the answer) and resolves once its stream ended, setting
 /// `ended`. A client that sends more than `max` bytes meanwhile is treated as gone too: unread,
-/// its hang-up could not be seen, and its call would run for no one (helper-35).
+/// its hang-up could not be seen, and its call would run for no one.
 pub(crate) async fn until_hangup<R: AsyncRead + Unpin>(
     client: &mut R,
     framer: &mut LineFramer,

@@ -3,7 +3,7 @@
 //!
 //! A server's parser and ours can disagree on the same bytes: the Python SDK's stdio server
 //! reads lines with universal newlines and splits at a bare `\r` that a JSON parser takes for
-//! whitespace (issue 13: a `tools/call` hidden between two `\r` ran a denied tool). So every
+//! whitespace (a `tools/call` hidden between two `\r` would run a denied tool). So every
 //! client message is parsed here strictly (RFC 8259, UTF-8, no duplicate keys, bounded depth)
 //! and written out again in one canonical form that every receiver reads the same way:
 //!

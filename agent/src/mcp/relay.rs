@@ -1,4 +1,5 @@
-//! `toolwall shim` inside a session: the daemon runs the server (issue 15.7).
+//! `toolwall shim` inside a session: the daemon runs the server (so that nothing inside the
+//! session writes what the audit records).
 //!
 //! A shim runs as the agent, inside the agent's session, so whatever it records the agent
 //! could forge. Inside a session it therefore judges and records nothing: it asks the daemon

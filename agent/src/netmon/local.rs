@@ -2,7 +2,8 @@
 //!
 //! A server listening on `0.0.0.0` or `[::]` answers on every address of every interface, so a
 //! rule on `127.0.0.1:P` must cover `192.0.2.2:P`, `[fd00::2]:P` and `[fe80::…%eth0]:P` too
-//! (issue 14, item 1). The list is read with `getifaddrs(3)`; changes arrive as rtnetlink
+//! (otherwise a session reaches a denied local server through another of the host's
+//! addresses). The list is read with `getifaddrs(3)`; changes arrive as rtnetlink
 //! address notifications (`RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR`), not by polling.
 
 use std::{

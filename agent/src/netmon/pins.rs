@@ -1,7 +1,7 @@
 //! The kernel layer's objects on bpffs, so that a daemon that dies does not open the gate.
 //!
-//! A bpf_link held only by a file descriptor detaches when its process dies; `kill -9` of the
-//! daemon used to remove every program from every session (issue 14, item 3). Here each
+//! A bpf_link held only by a file descriptor detaches when its process dies, so `kill -9` of
+//! the daemon would remove every program from every session. Here each
 //! session's links are pinned at `<root>/<build>/sessions/<name>/<program>` and the maps at
 //! `<root>/<build>/maps/<MAP>`: the programs keep enforcing the last rules while no daemon runs,
 //! and the next daemon of the same build loads onto the same maps (rules, counters, the event

@@ -5,7 +5,8 @@
 //! address of any interface of the host — is widened to every local address (127.0.0.0/8, `::1`,
 //! the unspecified ones, each interface address, and their mapped forms), because a server
 //! listening on `0.0.0.0` or `[::]` answers on all of them and Linux routes a connect to
-//! `0.0.0.0` or `::` to the local host (issue 14, item 1). The interface addresses come from
+//! `0.0.0.0` or `::` to the local host (a rule on one address alone is passed by connecting
+//! to another). The interface addresses come from
 //! [`super::local`], kept current as they change.
 
 use std::{

@@ -83,7 +83,7 @@ pub fn bench_rule_evaluation(n_rules: usize, iterations: u64) -> Duration {
 }
 
 /// Mean time of one [`Gate::check_call`] with the call's `arguments` under `n_arg_rules`
-/// argument rules (issue 16 goal: < 5 µs with 1,000): each tool has a couple of rules of its
+/// argument rules (goal: < 5 µs with 1,000): each tool has a couple of rules of its
 /// own (a path prefix, a regex, a range, presence; allow, block and redact), every
 /// `global_every`-th rule applies to every tool, and the calls' arguments are judged by all
 /// that apply without any holding (the slowest path: every condition evaluated).

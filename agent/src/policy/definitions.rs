@@ -1,4 +1,4 @@
-//! Poisoned and shadowing tool definitions (issue 16): what a listed tool says to the model
+//! Poisoned and shadowing tool definitions: what a listed tool says to the model
 //! besides what it does.
 //!
 //! Every string of a definition (name, title, description, the input schema's descriptions,
@@ -72,15 +72,15 @@ pub(crate) struct DefinitionFinding {
 
 /// Longest tool name looked for in other tools' text, in bytes: the LLM APIs take names of
 /// at most 64 characters (a longer one cannot be called by a model under that name), and
-/// longer patterns made the set's build the cost of a listing (helper-47: 2,000 names of 512
-/// bytes, rebuilt as the listing registered them, ran for minutes).
+/// longer patterns make the set's build the cost of a listing (2,000 names of 512 bytes, the
+/// set rebuilt as the listing registers them, run for minutes).
 const MAX_NAMED: usize = 64;
 
 /// The registered tools a listing is compared with: `(server, tool, skeleton)`, indexed by
 /// skeleton, and an automaton of their distinctive names for finding them named in text (one
 /// pass per string, however many there are). One set serves every server's listing: a
-/// server's own tools are skipped when its listing is judged (helper-40: a set per server made
-/// judging a large registry quadratic — 48 s and 1 GB for 1,000 servers of 5 tools).
+/// server's own tools are skipped when its listing is judged (a set per server makes judging a
+/// large registry quadratic — 48 s and 1 GB for 1,000 servers of 5 tools).
 #[derive(Debug)]
 pub(crate) struct Others {
     tools: Vec<(String, String, String)>,
@@ -88,7 +88,7 @@ pub(crate) struct Others {
     by_skeleton: HashMap<String, Vec<usize>>,
     names: Option<AhoCorasick>,
     /// Pattern of `names` (one per name, any case) → indices into `tools` of the tools so
-    /// named (helper-41: a pattern per tool made a name 2,000 servers share cost 2,000² per
+    /// named (a pattern per tool would make a name 2,000 servers share cost 2,000² per
     /// mention).
     named: Vec<Vec<usize>>,
 }
@@ -108,9 +108,9 @@ impl Others {
             by_skeleton.entry(key.clone()).or_default().push(i);
         }
         // Names distinctive enough (a separator or an inner capital, at least 5 characters)
-        // not to be common words, and no longer than a name can be (helper-46: one 3 MB name
-        // took the automaton's build to 2.7 GB and minutes, in every listing of every server
-        // and after a restart, the registry keeping it).
+        // not to be common words, and no longer than a name can be (one 3 MB name would take
+        // the automaton's build to 2.7 GB and minutes, in every listing of every server and
+        // after a restart, the registry keeping it).
         let mut patterns: HashMap<String, usize> = HashMap::new();
         let mut named: Vec<Vec<usize>> = Vec::new();
         for (i, (_, t, _)) in tools.iter().enumerate() {
@@ -288,8 +288,8 @@ impl DefinitionChecks {
     }
 
     /// What `tool` (a definition `server_id` lists) holds, against the other servers' tools;
-    /// a shadowing finding names a `declared` server's twin when there is one (helper-41: the
-    /// first twin found, an undeclared decoy's, made the finding alert only).
+    /// a shadowing finding names a `declared` server's twin when there is one (otherwise the
+    /// first twin found, an undeclared decoy's, would make the finding alert only).
     pub(crate) fn check(
         &self,
         tool: &Value,

@@ -1,4 +1,4 @@
-//! Result inspection (issue 16): what a server's message may carry toward the client.
+//! Result inspection: what a server's message may carry toward the client.
 //!
 //! Every string of the message, decoded (the model reads `\u0041KIA…` as `AKIA…`), meets the
 //! built-in secret rules (`policy/secrets/`) and the owner's patterns; a finding is kept with

@@ -281,7 +281,7 @@ impl Registry {
                     .is_some_and(|p| p.server_type != server_type || p.server_addr != server_addr);
                 // Same hash, other text (a field the hash leaves out, `_meta` say): stored too,
                 // since the definition checks read every field and a new process judges the
-                // stored text (helper-40: a poison in `_meta` was forgotten at restart).
+                // stored text (otherwise a poison in `_meta` is forgotten at restart).
                 let text = tool.to_string();
                 let restated = kind == ChangeKind::Unchanged
                     && !moved

@@ -5,7 +5,7 @@
 //! framer's shape: bytes in, complete events out, "incomplete" is the normal state. Lines end
 //! in `\r\n`, `\n` or a lone `\r`, as the SSE spec says and as the SDKs' clients split them: a
 //! message hidden behind a lone `\r` inside another event's line is a message here too, and is
-//! filtered (an attack found one passing unfiltered when only `\n` ended lines).
+//! filtered (if only `\n` ended lines, such a message would pass unfiltered).
 
 use super::framer::Line;
 
@@ -165,7 +165,8 @@ mod tests {
         decodes_the_same_at_every_split(stream, &expected);
     }
 
-    /// The attack that passed: a message behind lone `\r`s inside a `note` event's line. The
+    /// A message behind lone `\r`s inside a `note` event's line, hidden from a decoder that
+    /// ends lines only at `\n`. The
     /// SDKs' clients split there; so does the decoder, at every split of the stream.
     #[test]
     fn a_lone_cr_ends_a_line_at_every_split() {

@@ -1,8 +1,8 @@
 //! Server-sent events: the one framer every layer reads streams with (`framer.rs`: the LLM
 //! interceptor's byte-exact events, split where the SDKs split them, lone `\r` included), the
 //! message view the MCP layer reads on top of it (`message.rs`), and the one writer
-//! (`writer.rs`) — issue 18: four codecs that disagreed on a lone CR were four parser
-//! differentials.
+//! (`writer.rs`): codecs that disagree on a lone CR are parser differentials, each a way to
+//! hide a message from one layer that another acts on.
 
 pub(crate) mod framer;
 pub(crate) mod message;

@@ -69,7 +69,7 @@ pub(super) async fn ask(
         posted.layer
     );
     // Only processes on the host post here (`route`): their calls are the host's, whatever
-    // the body says (helper-36: a claimed session spent that session's share).
+    // the body says (a claimed session would spend that session's share).
     posted.session_id.clear();
     let line = |progress: &Progress| {
         let mut line = serde_json::to_vec(progress).unwrap_or_default();

@@ -209,7 +209,7 @@ pub(crate) async fn start(state: Arc<DaemonState>, tcp: TcpListener) -> anyhow::
 struct Edge {
     /// `http://ADDR` of the loopback listener.
     origin: String,
-    /// The loopback API's bearer token (issue 15.6: every local user could read every
+    /// The loopback API's bearer token (without it, every local user could read every
     /// session's events there).
     token: String,
 }
@@ -373,8 +373,9 @@ async fn route(
     let mut asker = None;
     if let Peer::Socket(peer) = peer {
         // A process inside a session (whoever it runs as) may only have the daemon run its
-        // stdio servers, and read `/health`: it reads nothing (issue 15.6) and reports nothing
-        // and spends no rate budget (issue 15.7: what it reported, it could forge). Its shim
+        // stdio servers, and read `/health`: it reads nothing (other sessions' events are not
+        // its to read) and reports nothing and spends no rate budget (what it reported, it
+        // could forge). Its shim
         // may not even know the session's name: in its own cgroup namespace its cgroup reads
         // `0::/`. A server the daemon runs for a session is of that session, and starts no
         // servers of its own.

@@ -36,8 +36,8 @@ pub(super) async fn post_events(
         events.push(event);
     }
     let n = events.len();
-    // 202 means stored: the answer waits for the commit (issue 15: events acknowledged and then
-    // lost to kill -9 or a full disk).
+    // 202 means stored: the answer waits for the commit (otherwise events acknowledged could
+    // still be lost to kill -9 or a full disk).
     match state.committer.commit(events, COMMIT_WAIT).await {
         Ok(()) => Ok(json_response(
             StatusCode::ACCEPTED,

@@ -1,4 +1,4 @@
-//! OTLP export (`telemetry.otlp`, issue 17): every stored event leaves as a log record, every
+//! OTLP export (`telemetry.otlp`): every stored event leaves as a log record, every
 //! correlated call as a span, for a fleet's existing pipeline.
 //!
 //! The store is the buffer. The exporter reads it behind a cursor kept in the database

@@ -253,7 +253,7 @@ impl Exporters {
 
 /// Largest log record body: collectors refuse requests past a few MiB (the OpenTelemetry
 /// Collector's gRPC default is 4 MiB), and one call with large arguments must not make a batch
-/// no collector takes (helper-38: the export stopped for good behind it).
+/// no collector takes (the export would stop for good behind it).
 pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// The event's JSON for a log record, and whether it was cut: past [`MAX_BODY_BYTES`] its
@@ -293,8 +293,8 @@ pub(crate) fn body(event: &Event) -> (String, bool) {
 }
 
 /// Longest attribute value (and span name) sent: names and reasons come from servers and
-/// agents, and one record must stay far under what a collector takes (helper-39: a 5 MiB tool
-/// name made a span no collector took).
+/// agents, and one record must stay far under what a collector takes (a 5 MiB tool name would
+/// make a span no collector takes).
 pub(crate) const MAX_ATTRIBUTE: usize = 4096;
 
 /// `text` as an attribute value: whole, or cut at [`MAX_ATTRIBUTE`] bytes (on a character

@@ -151,8 +151,8 @@ pub struct Store {
 
 /// Makes a database file readable by its owner only, before SQLite opens it (its `-wal` and
 /// `-shm` files take the database's mode), in a directory made `0700` if it has to be made: the
-/// record holds every session's tool inputs, and `/health` once told every session where it was
-/// (issue 15.6). Returns the path that failed.
+/// record holds every session's tool inputs, which no other local user may read. Returns the
+/// path that failed.
 fn prepare_private(path: &Path) -> Result<(), (PathBuf, std::io::Error)> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
@@ -166,9 +166,9 @@ fn prepare_private(path: &Path) -> Result<(), (PathBuf, std::io::Error)> {
     }
     // Made only when missing, never opened when it exists: closing any descriptor of a file
     // drops every POSIX lock this process holds on it, SQLite's included — the next connection
-    // the daemon opened (the exporter's, a view's) released the writer's shared lock, and
-    // another process's client, finding no lock, took itself for the last and deleted the
-    // live `-wal` file: events acknowledged after that were lost (helper-38).
+    // the daemon opens (the exporter's, a view's) would release the writer's shared lock, and
+    // another process's client, finding no lock, would take itself for the last and delete the
+    // live `-wal` file: events acknowledged after that would be lost.
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -286,9 +286,9 @@ fn several_processes_write_one_database_and_lose_nothing() {
     assert_eq!(sessions, 4);
 }
 
-/// helper-38: a second connection in the daemon's process used to open and close the database
-/// file with `std::fs`, which dropped SQLite's locks; another process's ordinary client then
-/// took itself for the last one, deleted the live `-wal`, and later commits were lost.
+/// A second connection in the daemon's process must not open and close the database file with
+/// `std::fs`: that drops SQLite's locks, and another process's ordinary client then takes
+/// itself for the last one, deletes the live `-wal`, and later commits are lost.
 #[test]
 fn another_process_closing_the_database_loses_nothing_of_ours() {
     let dir = tempfile::tempdir().unwrap();

@@ -186,8 +186,8 @@ pub(crate) fn spawn_committing_writer(
                 let mut waiting: Vec<(usize, usize, Ack)> = Vec::new();
                 let (mut events_open, mut durable_open) = (true, true);
                 // Once a batch was given up at stop, the next ones get one try each: the stop
-                // takes one failed write per batch, not three with back-off (helper-27: 73
-                // batches took over a minute).
+                // takes one failed write per batch, not three with back-off (with back-off, 73
+                // batches take over a minute).
                 let mut gave_up = false;
                 while events_open || durable_open {
                     let mut take = |durable: Durable, batch: &mut Vec<Event>| {

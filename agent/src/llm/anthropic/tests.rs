@@ -241,8 +241,8 @@ fn malformed_tool_event_fails_closed_other_malformed_passes() {
     );
     let mut out = crate::llm::Output::default();
     // fail_open passes a malformed event only if it cannot hold a call: this one may, and the
-    // backstop, which cannot read it either, ends the stream (issue 12: fail_open let such
-    // events through).
+    // backstop, which cannot read it either, ends the stream (fail_open must not let a call
+    // through unread).
     assert_eq!(
         open.feed(bytes::Bytes::copy_from_slice(bad_tool), &mut out),
         crate::llm::Flow::Closed
@@ -383,8 +383,9 @@ fn a_blocked_tool_use_in_an_unexpected_event_ends_the_stream() {
     );
 }
 
-/// helper-29: a `content_block_delta` under the SSE event name `ping` (or none) is skipped by
-/// the SDKs; toolwall counted its input. While a call is held such an event ends the stream.
+/// A `content_block_delta` under the SSE event name `ping` (or none) is skipped by the SDKs,
+/// so counting its input would judge arguments the client never builds. While a call is held
+/// such an event ends the stream.
 #[test]
 fn an_input_delta_the_sdks_skip_ends_the_stream() {
     let mut events: Vec<(String, String)> = vec![
@@ -426,7 +427,7 @@ fn a_blocked_tool_use_in_an_event_without_a_type_ends_the_stream_even_failing_op
 
 #[test]
 fn a_second_message_start_does_not_unblock_a_blocked_block() {
-    // Issue 12, class 10: the SDKs keep the first message and ignore a later message_start,
+    // The SDKs keep the first message and ignore a later message_start,
     // so the blocked block's deltas after it still belong to the replaced block.
     let block = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"mcp__fs__delete","input":{}}}"#;
     let delta = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"path\":\"SECRET_ARGS\"}"}}"#;
@@ -448,7 +449,7 @@ fn a_second_message_start_does_not_unblock_a_blocked_block() {
     assert!(text.contains("blocked by policy"), "{text}");
 }
 
-/// Issue 16: a call argument rules judge is held until its input is whole, then passed as it
+/// A call argument rules judge is held until its input is whole, then passed as it
 /// came or replaced — at every split of the stream.
 #[test]
 fn a_call_argument_rules_judge_is_held_until_its_input_is_whole() {

@@ -165,7 +165,7 @@ fn malformed_bodies() {
     assert!(new.is_none());
 }
 
-/// Class 5: a `custom` tool call (`{"type":"custom","custom":{"name","input"}}`) is judged
+/// A `custom` tool call (`{"type":"custom","custom":{"name","input"}}`) is judged
 /// like a function call: a blocked one removed, the explanation in `content`.
 #[test]
 fn chat_custom_tool_calls_are_judged() {

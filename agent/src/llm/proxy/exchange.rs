@@ -19,7 +19,7 @@ use crate::llm::{Dialect, Flow, Output, Record, StreamInterceptor, rewrite_buffe
 struct Inspect {
     exchange: Exchange,
     /// Each read waits while the event queue is full: the records of one response are many
-    /// (helper-27: endless blocked calls queued 193 MB).
+    /// (endless blocked calls would queue hundreds of MB).
     room: crate::events::RoomPoller,
     reads: Reads,
     interceptor: StreamInterceptor,
@@ -250,7 +250,9 @@ impl Exchange {
                 self.emit(records.into_iter());
                 let out = new.map_or_else(|| Bytes::from(body), Bytes::from);
                 // Whatever the dialect reading made of it (fail_open included), what leaves is
-                // judged by call shape too (issue 12, classes 3, 5 and 9).
+                // judged by call shape too (a call the dialect reading missed — an item with an
+                // extra key, a custom tool call, JSON its strict reading refuses — still stops
+                // the response).
                 if let Some(found) = backstop::scan_body(&out, self.inner.gate.as_ref()) {
                     self.refused(found);
                     return Err(full(

@@ -1,10 +1,10 @@
 //! Which session an LLM request belongs to. `toolwall exec` gives each session the base URL
 //! `http://PROXY/s/<key>`, where the key is a random secret the daemon issued when it opened
-//! the session: a path naming the session itself let any agent write intercepted-call events
-//! into any other session's record (an attack did). A key only says what a client knows,
-//! though: it sits in the agent's environment, which every process of the agent's user can
-//! read, in the session or not (an attack wrote into a session from outside it with the key,
-//! and from inside a session with no key at all, as the host). So where the session has a
+//! the session: a path naming the session itself would let any agent write intercepted-call
+//! events into any other session's record. A key only says what a client knows, though: it
+//! sits in the agent's environment, which every process of the agent's user can read, in the
+//! session or not (so a key alone would let a process outside the session write into it, and
+//! a session's process with no key at all would write as the host). So where the session has a
 //! cgroup, the kernel says where a connection comes from (`sockdiag.rs`): a key is honoured
 //! only from its session's processes, and a request of a session's process belongs to that
 //! session with or without a key. A request without the prefix from outside every session
@@ -291,7 +291,7 @@ mod tests {
             split("/v1/messages"),
             Ok(("dflt".into(), "/v1/messages".into()))
         );
-        // A session's name is no key: the attack wrote into `victim` by naming it.
+        // A session's name is no key: naming `victim` must not write into it.
         for path in [
             "/s/demo/v1/messages",
             "/s//v1/messages",
@@ -339,7 +339,7 @@ mod tests {
             split(&path, &from),
             Ok(("victim".into(), "/v1/messages".into()))
         );
-        // The attack: the key from outside the session, and from another session.
+        // The key from outside the session, and from another session.
         assert_eq!(split(&path, &Peer::Outside), Err(Refused::NotItsSession));
         assert_eq!(split(&path, &thief), Err(Refused::NotItsSession));
         // The kernel not saying is refused, key or not: not guessed to be the host.
@@ -349,7 +349,7 @@ mod tests {
                 Err(Refused::Unverified(_))
             ));
         }
-        // The other attack: a session's process without a key is still the session's.
+        // A session's process without a key is still the session's (not the host's).
         assert_eq!(
             split("/v1/messages", &from),
             Ok(("victim".into(), "/v1/messages".into()))

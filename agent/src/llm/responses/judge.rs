@@ -72,12 +72,12 @@ pub(super) fn judge_custom(cx: &mut Cx, name: &str, call_id: &str, input: &str) 
     blocked
 }
 
-/// The spellings of a name that code can use and this layer can undo, undone (issue 12,
-/// class 6): `\uXXXX`, `\u{X…}` and `\xNN` escapes (in JavaScript identifiers and strings)
-/// decoded, and string literals joined by `+` merged (`"mcp__s__ec" + 'ho'`, which bracket
+/// The spellings of a name that code can use and this layer can undo, undone (a scan for the
+/// literal name misses them): `\uXXXX`, `\u{X…}` and `\xNN` escapes (in JavaScript identifiers and
+/// strings) decoded, and string literals joined by `+` merged (`"mcp__s__ec" + 'ho'`, which bracket
 /// access `tools["…" + "…"]` uses). Arbitrary code (names computed at run time, template
-/// substitutions, `String.fromCharCode`) cannot be decided here: the MCP layer decides those
-/// calls when they run (README, "What the LLM layer cannot decide").
+/// substitutions, `String.fromCharCode`) cannot be decided here: the MCP layer decides those calls
+/// when they run (README, "What the LLM layer cannot decide").
 pub(crate) fn normalise_code(code: &str) -> String {
     static ESCAPE: LazyLock<regex::Regex> = LazyLock::new(|| {
         regex::Regex::new(r"\\u\{([0-9a-fA-F]{1,6})\}|\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})")

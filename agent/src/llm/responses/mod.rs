@@ -123,8 +123,7 @@ impl Judged {
 
     /// The fingerprint of an item as it stands, what it was judged on included: a custom tool
     /// call's code, a function call's arguments (argument rules judge them: a final
-    /// `response.completed` item with other arguments than those passed is judged again;
-    /// helper-29).
+    /// `response.completed` item with other arguments than those passed is judged again).
     fn item(item: &Item<'_>) -> Self {
         let input = match item.ty.as_ref() {
             "custom_tool_call" => item.input.as_deref().unwrap_or_default(),

@@ -503,7 +503,7 @@ fn a_blocked_call_without_an_output_index_ends_the_stream() {
 
 #[test]
 fn code_mode_spellings_are_normalised_before_the_scan() {
-    // Issue 12, class 6: the literal scan missed these.
+    // A scan for the literal name misses every one of these.
     for (code, want) in [
         (r#"tools["mcp__s__ec"+"ho"]({})"#, ("s", "echo")),
         (r#"tools['mcp__s__e' + "c" +  `ho`]({})"#, ("s", "echo")),
@@ -519,7 +519,7 @@ fn code_mode_spellings_are_normalised_before_the_scan() {
     }
 }
 
-/// Issue 16: a function call argument rules judge is held from `added` until `done`, then
+/// A function call argument rules judge is held from `added` until `done`, then
 /// passed as it came or replaced by a message — at every split of the stream.
 #[test]
 fn a_function_call_argument_rules_judge_is_held_until_done() {
@@ -551,8 +551,8 @@ fn a_function_call_argument_rules_judge_is_held_until_done() {
     assert_eq!(records[0].decision.action, Action::Block);
 }
 
-/// helper-29: the final `response.completed` carries the passed call with other arguments
-/// (the SDK's `get_final_response` returns those): it is judged again on them.
+/// A final `response.completed` that carries the passed call with other arguments (the SDK's
+/// `get_final_response` returns those) is judged again on them.
 #[test]
 fn a_final_copy_with_other_arguments_is_judged_again() {
     let stream = String::from_utf8_lossy(&function_stream("mcp__srv", "guarded")).into_owned();

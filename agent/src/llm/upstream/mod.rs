@@ -1,7 +1,7 @@
 //! The proxy's HTTP/1.1 client to the LLM APIs: connections kept alive per upstream, and a
 //! response body read in large reads and de-chunked in place ([`chunked`]).
 //!
-//! Why not hyper's client (issue 19): the APIs send one HTTP chunk per SSE event, and hyper's
+//! Why not hyper's client: the APIs send one HTTP chunk per SSE event, and hyper's
 //! client hands a body over one chunk at a time through a channel between two tasks, a
 //! cross-thread wake per ~200-byte event: 10–15 s of relay CPU per GB, 7–14x nginx's. Here a
 //! read of up to 256 KiB holding hundreds of events becomes one slice, inspected and written at once.

@@ -424,7 +424,7 @@ fn pagination_across_pages() {
 }
 
 /// A tool is callable once a listing judged here let it through, so a tool the server adds
-/// is judged before it runs (issue 13).
+/// is judged before it runs.
 #[test]
 fn only_listed_tools_are_callable() {
     let mut f = filter(&["^echo$"]);

@@ -5,7 +5,7 @@ use super::*;
 
 /// How long the rest of an answered response stream is read for its connection to be reused: a
 /// server ends it right after its last response; one that does not holds a connection no
-/// longer than this per abandoned request (an attack left one per POST for `--timeout`).
+/// longer than this per abandoned request (rather than one per POST for `--timeout`).
 const DRAIN_AFTER_ANSWER: Duration = Duration::from_secs(5);
 
 pub(super) async fn passthrough(

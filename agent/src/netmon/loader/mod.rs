@@ -267,7 +267,7 @@ impl KernelMonitor {
             return PROGRAMS.to_vec();
         };
         // What cannot be read (out of descriptors, say) is not reported as detached: a false
-        // alert each second is what an attack that exhausted the daemon's descriptors got.
+        // alert each second is what exhausting the daemon's descriptors would get otherwise.
         let Some(want) = cgroup_id(&attached.cgroup) else {
             return Vec::new();
         };

@@ -1,5 +1,5 @@
-//! Kernel connection events while the store is behind (issue 15, helper-27: a session's
-//! connects, each carrying its process's command line, took the queue to 3.2 GB): they are
+//! Kernel connection events while the store is behind (queued one by one, a session's
+//! connects, each carrying its process's command line, take the queue to gigabytes): they are
 //! counted per (session, server, destination, verdict, protocol) — the record a summary the
 //! kernel makes under flood looks like — and stored as such once the queue has room. Nothing
 //! is queued past the bound; what even the counts cannot hold is itself recorded.

@@ -155,9 +155,9 @@ impl NetmonService {
 
         let watcher = service.clone();
         let watch = tokio::spawn(async move {
-            // Events that did not fit the ring are themselves an event (issue 15.2: they showed
-            // only in /health). The counters are pinned with the maps: drops from before this
-            // daemon (say while none ran) are reported at its start.
+            // Events that did not fit the ring are themselves an event (not only a count in
+            // /health, where no record shows them). The counters are pinned with the maps:
+            // drops from before this daemon (say while none ran) are reported at its start.
             let mut reported = (0, 0);
             watcher.report_drops(&mut reported, "before this daemon started");
             watcher.report_summaries();

@@ -266,8 +266,8 @@ impl KtimeClock {
 }
 
 /// Most bytes of a process's command line read and kept in a record: the process chooses it
-/// (a 1.9 MB command line made every connection record that large, and reading it whole per
-/// connection took the daemon to 873 MB; helper-27).
+/// (a 1.9 MB command line would make every connection record that large, and reading it whole
+/// per connection takes the daemon to hundreds of MB).
 const MAX_CMDLINE: u64 = 4096;
 
 /// What procfs still knows about a process (it may have exited already).

@@ -23,7 +23,7 @@ pub(crate) struct WatchedEndpoint {
 }
 
 /// What a host name resolved to the last time it resolved, so that a name that stops
-/// resolving keeps its rules (issue 14, item 4: it used to lose them, DENY included), and when
+/// resolving keeps its rules (rather than losing them, DENY included), and when
 /// the earliest of those answers expires (their DNS TTL), so that a changed address is picked up
 /// then rather than at the next interval.
 #[derive(Debug, Default)]

@@ -12,8 +12,8 @@ use super::{NetmonService, SessionError};
 use crate::{cgroup::SessionCgroup, decision::Action, netmon::NetmonError};
 
 /// Session ids the reader attributes events to: open sessions, and closed ones until every
-/// event they can have left in the ring was read (issue 14, item 6: events read after their
-/// session closed used to lose it).
+/// event they can have left in the ring was read (otherwise events read after their session
+/// closed would lose it).
 #[derive(Debug, Default)]
 pub(super) struct Attribution {
     open: HashMap<u64, String>,

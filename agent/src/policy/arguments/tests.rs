@@ -163,10 +163,11 @@ fn first_rule_that_holds_decides_and_apply_to_says_which_tools_are_judged() {
     assert!(!ArgumentRules::default().apply_to("s", "write_file"));
 }
 
-/// helper-28's attack on argument rules, each class held.
+/// The ways around argument rules, each held: JSON inside strings, every element of an array,
+/// paths through symlinks, and redaction whatever else decides.
 #[test]
 fn strings_holding_json_every_element_symlinks_and_redaction_whatever_decides() {
-    // B1: a scalar where the pointer goes on cannot be judged (the SDK decodes JSON strings).
+    // A scalar where the pointer goes on cannot be judged (the SDK decodes JSON strings).
     let r = rules(
         "      - tool: read_files\n        action: block\n        when:\n          - pointer: /paths/0\n            path_prefix: /etc\n",
     );
@@ -180,7 +181,7 @@ fn strings_holding_json_every_element_symlinks_and_redaction_whatever_decides() 
         "read_files",
         &json!({"paths": ["/tmp/x"]})
     )));
-    // B2: `*` reaches every element: any one under /etc blocks; an allow rule needs them all.
+    // `*` reaches every element: any one under /etc blocks; an allow rule needs them all.
     let r = rules(concat!(
         "      - tool: read_many\n        action: allow\n        when:\n          - pointer: /paths/*\n            path_prefix: /tmp\n",
         "      - tool: read_many\n        action: block\n        when:\n          - pointer: /paths/*\n            path_prefix: /\n",
@@ -195,7 +196,7 @@ fn strings_holding_json_every_element_symlinks_and_redaction_whatever_decides() 
         "read_many",
         &json!({"paths": ["/tmp/a", "/etc/hostname"]})
     )));
-    // B3: a path that reads as one place and resolves to another cannot be judged.
+    // A path that reads as one place and resolves to another cannot be judged.
     let dir = tempfile::tempdir().expect("dir");
     let real = std::fs::canonicalize(dir.path()).expect("real");
     std::fs::create_dir(real.join("secret")).expect("dir");
@@ -221,7 +222,7 @@ fn strings_holding_json_every_element_symlinks_and_redaction_whatever_decides() 
         "write_file",
         &json!({"path": "/proc/self/root/etc/passwd"})
     )));
-    // R1–R3: redaction holds when another rule refuses or allows first, and for values it
+    // Redaction holds when another rule refuses or allows first, and for values it
     // cannot read.
     let r = rules(concat!(
         "      - tool: '*'\n        action: allow\n        when:\n          - pointer: /path\n            path_prefix: /tmp\n",

@@ -114,8 +114,8 @@ fn shadowing_and_references_to_other_servers_tools() {
     );
 }
 
-/// helper-41: an undeclared decoy listed before the declared server hid the declared twin
-/// from the shadowing check; a name thousands of servers share made mentions quadratic.
+/// An undeclared decoy listed before the declared server must not hide the declared twin from
+/// the shadowing check; a name thousands of servers share must not make mentions quadratic.
 #[test]
 fn a_declared_twin_is_preferred_and_shared_names_are_one_pattern() {
     let mut tools = vec![
@@ -204,7 +204,7 @@ fn common_wording_is_not_an_instruction() {
 
 #[test]
 fn a_name_longer_than_a_name_can_be_is_not_looked_for() {
-    // helper-46: one such name took the automaton's build to 2.7 GB and minutes, in every
+    // Looked for, one such name takes the automaton's build to 2.7 GB and minutes, in every
     // listing of every server (without the bound this test takes 34 s and fails).
     let long = format!("a_{}", "A".repeat(3_000_000));
     let others = Others::new(vec![

@@ -1,4 +1,4 @@
-//! Secrets in text, found with gitleaks' maintained rule set (issue 16, result inspection).
+//! Secrets in text, found with gitleaks' maintained rule set (for result inspection).
 //!
 //! `gitleaks.toml` is gitleaks' default configuration as published (v8.30.0-27-gb58d3f10,
 //! MIT, `LICENSE-gitleaks`), read as gitleaks reads it: a rule runs only on text holding one

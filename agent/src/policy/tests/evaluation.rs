@@ -341,8 +341,9 @@ fn bench_runs_and_reports_a_duration() {
     assert!(per_decision > Duration::ZERO && per_evaluation > Duration::ZERO);
 }
 
-/// helper-30: a call refused by its name still has its record redacted, and a call refused for
-/// its arguments, and one the rate limit refuses.
+/// A call refused by its name still has its record redacted, and so do a call refused for its
+/// arguments and one the rate limit refuses (a refused call's record must not leak what
+/// redaction hides).
 #[test]
 fn redaction_holds_for_calls_refused_by_name_arguments_or_rate() {
     let p = policy(

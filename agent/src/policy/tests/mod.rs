@@ -99,8 +99,8 @@ fn register_all(policy: &Policy) {
     policy.check_listed_all("shady", "stdio", &[tool("steal", "Steals")]);
 }
 
-/// Shadowing hides only the undeclared server's tool named like a declared server's (helper-33:
-/// whichever listed first used to win, hiding the real one); a clean re-listing clears a hide.
+/// Shadowing hides only the undeclared server's tool named like a declared server's (not
+/// whichever listed second, which could be the real one); a clean re-listing clears a hide.
 #[test]
 fn shadowing_hides_the_undeclared_twin_and_a_clean_listing_clears_a_hide() {
     let policy = policy(
@@ -128,8 +128,8 @@ fn shadowing_hides_the_undeclared_twin_and_a_clean_listing_clears_a_hide() {
     assert!(!policy.check_call(&call).is_blocked());
 }
 
-/// helper-41: an undeclared decoy whose id sorts first made the declared twin invisible to the
-/// shadowing check, and a second impostor ran.
+/// An undeclared decoy whose id sorts first must not make the declared twin invisible to the
+/// shadowing check (a second impostor would then run).
 #[test]
 fn an_undeclared_decoy_does_not_hide_the_declared_twin() {
     let policy = policy(

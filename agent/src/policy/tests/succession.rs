@@ -1,6 +1,6 @@
 //! What a policy replacing another keeps of the listings judged before it (`Policy::take_over`,
-//! `policy/live.rs`): session 21's review found a bundle's new revision forgot every tool a
-//! definition check had hidden until its server listed again.
+//! `policy/live.rs`): a bundle's new revision must not forget the tools a definition check
+//! hid, or they come back until their server lists again.
 
 use super::*;
 use serde_json::json;
@@ -104,8 +104,8 @@ fn a_blocked_server_stays_blocked_while_servers_can_be_blocked() {
     assert!(!hide.check_call(&on("evil", "read")).is_blocked());
 }
 
-/// helper-40: the hash leaves `_meta` out, so a poison there left the stored definition as it
-/// was, and a restart or a new revision judged the clean text.
+/// The hash leaves `_meta` out, so a poison there must still reach the stored definition, or a
+/// restart or a new revision judges the clean text.
 #[test]
 fn a_poison_outside_the_hashed_fields_is_remembered() {
     let registry = Arc::new(Registry::in_memory().expect("registry"));
@@ -128,8 +128,8 @@ fn a_poison_outside_the_hashed_fields_is_remembered() {
     assert!(next.check_call(&on("fs", "write")).is_blocked());
 }
 
-/// helper-40: a server blocked for poisoning stayed blocked under a revision that only alerts
-/// on poisoning (and blocks servers for shadowing).
+/// A server blocked for poisoning does not stay blocked under a revision that only alerts on
+/// poisoning (and blocks servers for shadowing).
 #[test]
 fn a_server_block_is_kept_only_by_a_revision_that_blocks_for_the_same_check() {
     let registry = Arc::new(Registry::in_memory().expect("registry"));
@@ -148,8 +148,8 @@ fn a_server_block_is_kept_only_by_a_revision_that_blocks_for_the_same_check() {
     assert!(!shadow_only.check_call(&on("evil", "read")).is_blocked());
 }
 
-/// helper-41: a revision declaring the server a shadowing finding blocked kept it blocked
-/// until a restart, which then judged it allowed; a carried refusal is judged with the new
+/// A revision declaring the server a shadowing finding blocked must not keep it blocked until
+/// a restart (which would then judge it allowed): a carried refusal is judged with the new
 /// revision's declarations.
 #[test]
 fn a_shadowing_refusal_is_carried_only_while_the_new_declarations_make_it_one() {
@@ -173,9 +173,9 @@ fn a_shadowing_refusal_is_carried_only_while_the_new_declarations_make_it_one() 
     assert!(!both.check_call(&on("evil", "send_email")).is_blocked());
 }
 
-/// helper-42: the registry keeps tools a server no longer lists (listings may be paginated), so
-/// a stored poisoned row under `block_server` blocked its server at every start for good. What
-/// is stored hides its tool; only a listing blocks a server.
+/// The registry keeps tools a server no longer lists (listings may be paginated), so a stored
+/// poisoned row under `block_server` would block its server at every start for good. What is
+/// stored hides its tool; only a listing blocks a server.
 #[test]
 fn a_stored_finding_hides_its_tool_and_blocks_no_server() {
     let registry = Arc::new(Registry::in_memory().expect("registry"));

@@ -167,7 +167,7 @@ fn a_repeated_key_hiding_a_call_ends_the_stream_even_failing_open() {
     assert!(text.contains("toolwall_blocked"), "{text}");
 }
 
-/// Issue 16: the calls of a choice are held until it finishes; then a call argument rules
+/// The calls of a choice are held until it finishes; then a call argument rules
 /// judge is decided on its whole arguments — one of two calls of the same tool refused, the
 /// other kept (renumbered), at every split.
 #[test]
@@ -202,8 +202,8 @@ fn argument_rules_judge_a_finished_choices_calls_on_their_whole_arguments() {
     assert_eq!(records[1].input, Some(json!({"a": "[toolwall:redacted]"})));
 }
 
-/// helper-30: arguments for a kept call after its choice finished, and a legacy
-/// `function_call` of a tool argument rules judge, end the stream.
+/// Arguments for a kept call after its choice finished, and a legacy `function_call` of a tool
+/// argument rules judge, end the stream (no one would judge them).
 #[test]
 fn arguments_after_the_finish_and_legacy_calls_of_judged_tools_end_the_stream() {
     let late = chunks(&[

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Class 4: upstream indices are list positions to the SDKs, so index 0, 2, 2 (a new id), 1
+/// Upstream indices are list positions to the SDKs, so index 0, 2, 2 (a new id), 1
 /// builds `ec` + `ho` = `echo` at position 1 when passed as they came. toolwall renumbers
 /// densely, so what the SDKs build is exactly what it judged.
 #[test]
@@ -206,8 +206,8 @@ fn names_shown_when_the_sdks_switch_calls_are_judged() {
 }
 
 /// After its choice finished, a blocked call's entries are dropped; arguments for an allowed
-/// call, a new call or a new name there end the stream (arguments then were judged by no one:
-/// helper-30).
+/// call, a new call or a new name there end the stream (arguments then would be judged by no
+/// one).
 #[test]
 fn entries_after_finish() {
     let base = [
@@ -245,7 +245,7 @@ fn entries_after_finish() {
 #[test]
 fn tool_calls_in_a_choice_before_its_lower_indices_end_the_stream() {
     // Python's accumulator files an unseen choice index past its list's end at the end, so
-    // choice 2 then choice 1 name one entry: "ec" + "ho" (found by an attack session).
+    // choice 2 then choice 1 name one entry: "ec" + "ho".
     let input = chunks(&[
         r#"{"index":2,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"ec","arguments":""}}]},"finish_reason":null}"#,
         r#"{"index":1,"delta":{"tool_calls":[{"index":0,"function":{"name":"ho","arguments":"{}"}}]},"finish_reason":null}"#,

@@ -181,8 +181,8 @@ async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
 
 #[tokio::test]
 async fn a_client_that_sends_nothing_is_disconnected() {
-    // Before the first byte hyper's head time-out does not run (an attack held 20,000 idle
-    // connections and with them every descriptor of the daemon).
+    // Before the first byte hyper's head time-out does not run (20,000 idle connections would
+    // hold every descriptor of the daemon).
     let settings = LlmProxySettings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         header_read_timeout: Duration::from_millis(300),

@@ -232,7 +232,8 @@ async fn broken_chunk_framing_from_upstream_ends_the_stream_with_an_error() {
 
 #[tokio::test]
 async fn batch_results_are_relayed_behind_the_backstop() {
-    // Issue 12, class 8: message batch results (JSON lines of messages) were never inspected.
+    // Message batch results (JSON lines of messages) carry tool calls too, and must be
+    // inspected like any response.
     let line = |name: &str| {
         format!(
             "{{\"custom_id\":\"r\",\"result\":{{\"type\":\"succeeded\",\"message\":{{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"{name}\",\"input\":{{}}}}],\"stop_reason\":\"tool_use\"}}}}}}\n"
@@ -274,8 +275,8 @@ async fn batch_results_are_relayed_behind_the_backstop() {
     }
 }
 
-/// Issue 15 (helper-27: one response of endless blocked calls queued 193 MB): the stream pump
-/// reads upstream only while the event queue has room. With a queue of one byte that nobody
+/// The stream pump reads upstream only while the event queue has room (otherwise one response
+/// of endless blocked calls queues hundreds of MB). With a queue of one byte that nobody
 /// drains, what upstream sends after the first record waits unread; drained, it flows.
 #[tokio::test]
 async fn a_stream_waits_for_room_in_the_event_queue() {

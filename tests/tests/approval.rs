@@ -1,4 +1,4 @@
-//! Asking a person (issue 16), through the real binary: argument rules with `action: ask`
+//! Asking a person, through the real binary: argument rules with `action: ask`
 //! hold a call until it is approved or denied — with `toolwall approve|deny`, in the web view
 //! (a real browser), or by nobody in time — at the MCP layer (the official Python SDK through
 //! `toolwall shim` and `toolwall mcp-proxy`, which ask the daemon) and at the LLM layer (the
@@ -646,7 +646,8 @@ fn a_client_that_hangs_up_takes_its_question_with_it_and_padded_arguments_are_no
     );
 
     // A client that, while its call waits, sends more than its message limit and leaves:
-    // unread, its leaving could not be seen; it is taken as gone at once (helper-35).
+    // unread, its leaving could not be seen; it is taken as gone at once (or its call would
+    // run for no one).
     let flood = format!(
         r#"import json, subprocess, sys, time
 shim = subprocess.Popen([{bin:?}, "shim", "--config", {cfg:?}, "--server-id", "everything", "--max-message-bytes", "100000", "--", {everything:?}, "stdio"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)

@@ -1,4 +1,4 @@
-//! Argument rules (issue 16) through the real binary: the official Python SDK client calls
+//! Argument rules through the real binary: the official Python SDK client calls
 //! `server-everything` through `toolwall shim` and `toolwall mcp-proxy`, each with a config
 //! whose rules refuse one call of a tool and allow another of the same tool, and redact a
 //! value from the record.

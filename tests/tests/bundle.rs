@@ -1,4 +1,4 @@
-//! Signed policy bundles (issue 17), through the real binary: `toolwall policy keygen|sign|
+//! Signed policy bundles, through the real binary: `toolwall policy keygen|sign|
 //! verify` on the publisher's side; on the host, a daemon polling a bundle server (a small
 //! HTTP server here, with ETags) follows each new revision in every layer — the policy's
 //! decisions and the kernel's rules — within `poll_secs`, stamps the revision on what it
@@ -410,8 +410,8 @@ fn privileged_a_host_follows_signed_revisions_in_every_layer_and_refuses_bad_one
     drop((a, b));
 }
 
-/// helper-38: a host with no bundle kept took any validly signed revision, a replayed old one
-/// included; `min_revision` is the floor for a new host (and the kept one's revision after).
+/// A host with no bundle kept must not take any validly signed revision, a replayed old one
+/// included: `min_revision` is the floor for a new host (and the kept one's revision after).
 #[test]
 fn a_new_host_refuses_a_revision_below_its_floor() {
     let dir = tempfile::tempdir().expect("dir");
@@ -452,8 +452,9 @@ fn a_new_host_refuses_a_revision_below_its_floor() {
     });
     assert_eq!(decide(&daemon, "s", "echo"), "block");
 
-    // helper-39: a revision that changes `approval:` was refused for ever (a restart did not
-    // help: nothing was kept). Its rules apply at once; its approval settings at the restart.
+    // A revision that changes `approval:` is not refused (refused, it would be refused for
+    // ever: nothing is kept, so a restart would not help). Its rules apply at once; its
+    // approval settings at the restart.
     let approval = sign(
         dir.path(),
         &key,
@@ -471,7 +472,7 @@ fn a_new_host_refuses_a_revision_below_its_floor() {
     assert_eq!(decide(&daemon, "s", "get-sum"), "block");
     assert_eq!(decide(&daemon, "s", "echo"), "allow");
 
-    // helper-39: a floor raised past the kept revision retires it, at start and when served.
+    // A floor raised past the kept revision retires it, at start and when served.
     let mut daemon = daemon;
     assert!(daemon.stop().success());
     let text = std::fs::read_to_string(&daemon.config).unwrap();
@@ -542,9 +543,9 @@ p.stdin.close()
 p.wait(timeout=20)
 "#;
 
-/// Session 21's review: the tools a definition check hid were forgotten by a bundle's new
-/// revision until their server listed again. Through the real binary: the official Python SDK
-/// client in a session, its `toolwall shim` a pipe to the server the daemon runs.
+/// A bundle's new revision keeps the tools a definition check hid hidden (rather than
+/// forgetting them until their server lists again). Through the real binary: the official
+/// Python SDK client in a session, its `toolwall shim` a pipe to the server the daemon runs.
 #[test]
 #[ignore = "privileged: needs root and BPF (`toolwall exec`); `cargo xtask test` runs it as root"]
 fn privileged_a_tool_a_definition_check_hid_stays_refused_under_the_next_revision() {

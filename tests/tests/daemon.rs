@@ -185,7 +185,8 @@ fn shutdown_under_load_loses_no_acknowledged_event() {
     every_acknowledged_event_is_stored("shutdown under load", writers, &daemon.db);
 }
 
-/// Issue 15.4: 100 of 57,900 acknowledged events were lost to `kill -9`; 202 now means committed.
+/// 202 means committed: `kill -9` under load loses no acknowledged event (answering before the
+/// commit loses about 1 in 600 of them).
 #[test]
 fn kill_9_under_load_loses_no_acknowledged_event() {
     let mut daemon = Daemon::start("");
@@ -195,9 +196,9 @@ fn kill_9_under_load_loses_no_acknowledged_event() {
     every_acknowledged_event_is_stored("kill -9 under load", writers, &daemon.db);
 }
 
-/// Issue 15.3: on a full disk the API kept answering 202 and `/health` "ok" while nothing was
-/// stored, and SIGTERM hung. Now: 503 with the reason, `/health` degraded, every 202 stored,
-/// and the stop is prompt.
+/// On a full disk the API must not answer 202 and `/health` "ok" while nothing is stored, nor
+/// SIGTERM hang: 503 with the reason, `/health` degraded, every 202 stored, and the stop is
+/// prompt.
 #[test]
 #[ignore = "privileged: needs root to mount a small tmpfs; `cargo xtask test` runs it as root"]
 fn privileged_a_full_disk_is_refused_loudly_and_loses_no_acknowledged_event() {
@@ -337,9 +338,10 @@ fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
     assert!(status.success(), "{status:?}\n{}", daemon.stderr());
 }
 
-/// Issue 15.6 and 15.7: a process inside a session, even one running as the daemon's user, reads
-/// nothing through the socket and reports nothing (its stdio servers are the daemon's to run
-/// and record: tests/tests/daemon_stdio.rs).
+/// A process inside a session, even one running as the daemon's user, reads nothing through
+/// the socket (other sessions' events are not its to read) and reports nothing (what it
+/// reported, it could forge; its stdio servers are the daemon's to run and record:
+/// tests/tests/daemon_stdio.rs).
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_session_reads_nothing_and_reports_nothing() {
@@ -381,8 +383,8 @@ print("post", ask("POST", "/api/events", {forged:?}.encode()))
 #[test]
 fn the_loopback_api_is_read_only_and_answers_only_its_own_name() {
     let daemon = Daemon::start("");
-    // Issue 15.6: every local user read every session's events here; now only the holder of
-    // the token, which the daemon's user alone can read.
+    // Only the holder of the token, which the daemon's user alone can read, reads events here
+    // (not every local user).
     let token_file = daemon.socket.with_file_name("web-token");
     let token = std::fs::read_to_string(&token_file).expect("the token file");
     let mode = std::os::unix::fs::PermissionsExt::mode(
@@ -430,7 +432,7 @@ print(ask("GET", "{api}"), ask("GET", "evil.example:80"), ask("POST", "{api}"),
 }
 
 /// `api.socket` pointing at a file that is not a socket (a typo naming the event database)
-/// stops the daemon with a clear error and leaves the file as it was (issue 15: it was deleted).
+/// stops the daemon with a clear error and leaves the file as it was (rather than deleting it).
 #[test]
 fn an_api_socket_path_that_is_not_a_socket_is_refused_and_kept() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -501,7 +503,7 @@ fn privileged_an_api_socket_in_another_users_directory_is_refused() {
 }
 
 /// A configuration of deeply nested brackets is refused at once, naming file and line, before
-/// the YAML parser spends its quadratic time on it (issue 15: 44 s of CPU for 200 KB).
+/// the YAML parser spends its quadratic time on it (44 s of CPU for 200 KB).
 #[test]
 fn a_deeply_nested_config_is_refused_at_once_with_its_line() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -542,7 +544,7 @@ fn a_deeply_nested_config_is_refused_at_once_with_its_line() {
 
 /// One hostile tool call must not break the record: a call whose arguments nest 127 deep is
 /// stored bounded (a marker with the original's hash), and every view still reads every row
-/// (issue 15: `/api/events`, `/api/calls` and `toolwall mcp calls/events` all failed on it).
+/// (stored whole, `/api/events`, `/api/calls` and `toolwall mcp calls/events` all fail on it).
 #[test]
 fn a_deeply_nested_tool_call_does_not_break_the_views() {
     use std::io::{Read, Write};

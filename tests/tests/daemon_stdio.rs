@@ -1,4 +1,5 @@
-//! Issue 15.7, through the real binary: nothing inside a session writes to the audit. An agent
+//! Through the real binary: nothing inside a session writes to the audit (what it wrote, it
+//! could forge). An agent
 //! (as `nobody`, under `toolwall exec`) cannot post events, ask for decisions or register
 //! tools through the daemon's socket; its `toolwall shim` is a pipe to a stdio server the
 //! daemon runs — the declared command, as the agent's user, in a cgroup outside the agent's
@@ -487,7 +488,7 @@ data = u.recv(65536).decode(errors="replace")
 print("forged cwd", data.split()[1], data.split("\r\n\r\n", 1)[-1])
 "#;
 
-/// Issue 15, the attack on daemon-run servers: a declared server runs with its declaration's
+/// A declared server runs with its declaration's
 /// environment, directory, user and egress (not the agent's); what it leaves running dies with
 /// it; it cannot start servers or report; an agent cannot hold the daemon's descriptors, pass
 /// its connection to a child to look like the host, or have a directory entered as root.
@@ -724,8 +725,8 @@ fn refused_at_start(id: &str, user: &str) -> String {
 }
 
 /// A declared server's `user:` that does not exist stops the daemon at start, named; so does
-/// root, which leaves any confinement (an attack had a root server set `kernel.core_pattern`
-/// and run code as root in the root cgroup).
+/// root, which leaves any confinement (a root server can set `kernel.core_pattern` and run
+/// code as root in the root cgroup).
 #[test]
 fn a_missing_or_root_server_user_stops_the_daemon_at_start() {
     let missing = refused_at_start("lonely", "no_such_user_tw");
@@ -796,11 +797,10 @@ while sent < (256 << 20) and time.time() < deadline:
 print("sent MiB", sent >> 20, flush=True)
 "#;
 
-/// Issue 15, helper-24's attack: what an agent asks of the daemon is bounded by the daemon —
-/// its `--deny` patterns in number, its message limit by the daemon's own, a server's stderr
-/// in memory and in the log — and a server ends when the shim that asked for it goes away
-/// (it had outlived its session, holding the pipes it was handed, and then held the
-/// daemon's SIGTERM up).
+/// What an agent asks of the daemon is bounded by the daemon — its `--deny` patterns in
+/// number, its message limit by the daemon's own, a server's stderr in memory and in the log
+/// — and a server ends when the shim that asked for it goes away (otherwise it outlives its
+/// session, holding the pipes it was handed, and then holds the daemon's SIGTERM up).
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_what_an_agent_asks_of_the_daemon_is_bounded_and_ends_with_it() {
@@ -911,9 +911,9 @@ else:
     print("answer", head.split(b"\r\n")[0].decode(), head.split(b"\r\n\r\n", 1)[-1].decode(), flush=True)
 "#;
 
-/// Issue 15, helper-25's attack: a server starts only for the process that asked, in a session
-/// that is still open — a request begun in one session and finished by another after the
-/// first closed had started a server that outlived both, recording under the closed one.
+/// A server starts only for the process that asked, in a session that is still open —
+/// otherwise a request begun in one session and finished by another after the first closed
+/// starts a server that outlives both, recording under the closed one.
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_request_handed_to_another_session_starts_nothing() {
@@ -983,9 +983,9 @@ print("sent", flush=True)
 time.sleep(float(os.environ.get("HOLD", "0")))
 "#;
 
-/// Issue 15, helper-25's attack: the record of a call whose arguments are over the record's
-/// bound is made without parsing them — 690 MB of calls had taken the daemon to 9.4 GB (each
-/// parsed to 16 times its size, queued for the writer) and delayed their records by minutes.
+/// The record of a call whose arguments are over the record's bound is made without parsing
+/// them — parsed, 690 MB of calls take the daemon to 9.4 GB (each parsed to 16 times its size,
+/// queued for the writer) and delay their records by minutes.
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_calls_with_huge_arguments_are_recorded_without_parsing_them() {
@@ -1035,9 +1035,9 @@ socket.send_fds(u, [b"x"], [os.open("/etc/hostname", os.O_RDONLY), w])
 print("status", repr(u.recv(16)), flush=True)
 "#;
 
-/// Issue 15, helper-25's attack: a shim's stdin must be a pipe or a socket — a regular file
-/// handed over made the server thread panic (a thread that made a PID namespace cannot start
-/// the blocking thread a file needs); now it is refused, with the reason, and nothing panics.
+/// A shim's stdin must be a pipe or a socket — a regular file handed over would make the
+/// server thread panic (a thread that made a PID namespace cannot start the blocking thread a
+/// file needs); it is refused, with the reason, and nothing panics.
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_file_handed_over_as_stdin_is_refused() {
@@ -1126,10 +1126,10 @@ for i in range(attempts):
 print("answered", answered, "of", attempts, flush=True)
 "#;
 
-/// Issue 15, helper-26's attack: a server whose start raced its session's close (the close
-/// finding no server yet, the server then starting) ran on after the session and recorded
-/// under it. Once running, a server asks whether its session's opening is still open and
-/// ends if not; a close that comes later finds it.
+/// A server whose start races its session's close (the close finding no server yet, the
+/// server then starting) must not run on after the session and record under it. Once running,
+/// a server asks whether its session's opening is still open and ends if not; a close that
+/// comes later finds it.
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_server_whose_start_races_its_sessions_close_does_not_outlive_it() {
@@ -1181,10 +1181,10 @@ print("sent", sent, flush=True)
 os._exit(0)
 "#;
 
-/// Issue 15: what waits for the store is bounded in bytes. The store cannot write (a full
-/// disk), so every call's record waits in the queue: the relay stops reading the agent once
-/// 32 MiB of records wait, instead of queueing all it sends (before: the daemon's memory grew
-/// with every call, ~200 KiB each, for as long as the agent sent: 2,424 calls, 528 MB in 12 s).
+/// What waits for the store is bounded in bytes. The store cannot write (a full disk), so
+/// every call's record waits in the queue: the relay stops reading the agent once 32 MiB of
+/// records wait, instead of queueing all it sends (unbounded, the daemon's memory grows with
+/// every call, ~200 KiB each, for as long as the agent sends: 2,424 calls, 528 MB in 12 s).
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_flood_of_calls_waits_for_the_store_instead_of_filling_the_daemon() {
@@ -1200,10 +1200,9 @@ fn privileged_a_flood_of_calls_waits_for_the_store_instead_of_filling_the_daemon
     assert!(peak_kb < 200 << 10, "the daemon peaked at {peak_kb} kB");
 }
 
-/// helper-27: the queue weighed arguments by a walk that stopped at their first deep branch
-/// (a deep branch last in an array is walked first), and by their text where parsed values
-/// hold many times it: 262 calls weighed 204 KB and held 877 MB. Now a record weighs what
-/// it holds in memory.
+/// A record weighs what it holds in memory: weighed by a walk that stops at the first deep
+/// branch (a deep branch last in an array is walked first), or by their text where parsed
+/// values hold many times it, 262 calls weigh 204 KB and hold 877 MB.
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_arguments_that_are_heavy_once_parsed_weigh_what_they_hold() {
@@ -1330,10 +1329,10 @@ while time.time() - t0 < float(os.environ["SECONDS"]):
 print("connects", n, flush=True)
 "#;
 
-/// helper-27's attack on the queue's bound: the kernel layer's records did not ask for room
-/// and each carried the process's whole command line (the queue reached 3.2 GB, the daemon
-/// 3.18 GB; reading the command line whole per connection alone took it to 873 MB). Now at
-/// most 4 KiB of it is read, and while the queue is full the kernel's records are counted
+/// The kernel layer's records ask for room in the queue too, and carry at most 4 KiB of the
+/// process's command line (a connect flood of records that did not ask, each with the whole
+/// command line, takes the queue to 3.2 GB; reading the command line whole per connection
+/// alone takes the daemon to 873 MB). While the queue is full the kernel's records are counted
 /// per (session, server, destination, verdict) and stored as counts once the store writes
 /// again (`netmon/service/backlog.rs`) — nothing waits past the bound, nothing goes unsaid.
 #[test]
@@ -1417,7 +1416,7 @@ fn privileged_a_connect_flood_while_the_store_is_behind_is_counted_not_queued() 
 }
 
 /// The session's agent: its base URL for the others, then a request to the LLM proxy without
-/// the `/s/<key>` prefix (the attack recorded that as the host's), then it waits to be ended.
+/// the `/s/<key>` prefix (which must not be recorded as the host's), then it waits to be ended.
 const KEYLESS_AGENT: &str = r#"
 import json, os, sys, time, urllib.request, urllib.error
 out, done = sys.argv[1], sys.argv[2]
@@ -1487,7 +1486,7 @@ except urllib.error.HTTPError as e:
     print("stolen key", e.code, e.read().decode())
 "#;
 
-/// Issue 15 (attack 43): a session's LLM key sits in its agent's environment, readable by
+/// A session's LLM key sits in its agent's environment, readable by
 /// every process of the agent's user. The key is honoured only from the session's own
 /// processes (the kernel says which cgroup made the connection): a process outside every
 /// session and one of another session are refused; a session's process that leaves the key

@@ -1,4 +1,4 @@
-//! Poisoned tool definitions (issue 16) through the real binary: an `MCPServer` (the
+//! Poisoned tool definitions through the real binary: an `MCPServer` (the
 //! official Python SDK) lists a tool whose description carries instructions for the model;
 //! behind `toolwall shim`, the Python SDK client is offered it with an alert recorded (the
 //! default), or not at all (`poisoning: hide`), and a call of it is refused.

@@ -1,7 +1,7 @@
-//! Issue 14: no way around the kernel layer from inside a session. Each test goes the user's
-//! way — `toolwall run` and `toolwall exec`, with a Python agent inside the session — and
-//! attacks as the review did: the host's own addresses, UDP without `connect()`, leaving the
-//! session, detaching its programs, `kill -9` of the daemon, a name that stops resolving.
+//! No way around the kernel layer from inside a session. Each test goes the user's way —
+//! `toolwall run` and `toolwall exec`, with a Python agent inside the session — and tries one
+//! way around: the host's own addresses, UDP without `connect()`, leaving the session,
+//! detaching its programs, `kill -9` of the daemon, a name that stops resolving.
 
 use std::{
     net::TcpListener,
@@ -938,10 +938,10 @@ print("flagged through", through)
 print("all refused", all(os.waitpid(k, 0)[1] == 0 for k in kids))
 "#;
 
-/// Issue 15.2: a flood of 800k denied datagrams left 5 of 10 flagged connections stored, and its
-/// drops showed only in `/health`. Now each (session, server, verdict) sends a burst of events
-/// and the rest is summarised in the kernel: the flagged connections are all stored one by
-/// one, and the flood's datagrams are all accounted for by its events' counts — none lost.
+/// A flood of 800k denied datagrams must not push flagged connections out of the ring, nor its
+/// drops show only in `/health`: each (session, server, verdict) sends a burst of events and
+/// the rest is summarised in the kernel, so the flagged connections are all stored one by one,
+/// and the flood's datagrams are all accounted for by its events' counts — none lost.
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_flood_is_summarised_and_hides_no_flagged_connection() {

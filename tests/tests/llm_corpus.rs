@@ -1,4 +1,4 @@
-//! The hostile-upstream corpus (`tests/corpus/llm/*.json`, issue 12) replayed through the real
+//! The hostile-upstream corpus (`tests/corpus/llm/*.json`) replayed through the real
 //! `toolwall run` to the official SDKs — Python (`tests/peers/llm_corpus.py`: `anthropic`,
 //! `openai`) and TypeScript (`tests/peers/llm_corpus.mjs`: `@anthropic-ai/sdk`, `openai`), whose
 //! response parsers differ: for every case and peer, no call of a denied tool may reach what the
@@ -43,7 +43,7 @@ fn no_denied_call_of_the_hostile_corpus_reaches_the_official_sdks() {
     ];
     let mut failures = Vec::new();
     // Both settings of `interceptor.on_malformed`: fail_open may pass only what cannot carry a
-    // call (issue 12, class 9).
+    // call (valid JSON its strict reading refuses, a repeated key say, may hide one).
     for on_malformed in ["fail_closed", "fail_open"] {
         let daemon = Daemon::start(&format!(
             "sandbox:\n  mcp:\n    deny: [\"(^|__)echo$\"]\nproxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: http://127.0.0.1:{port}\n    openai: http://127.0.0.1:{port}\nnetmon:\n  enabled: false\ninterceptor:\n  on_malformed: {on_malformed}\n"

@@ -251,7 +251,7 @@ async fn official_sdks_see_blocked_calls_replaced() {
     official_sdks_see(Arc::new(DenyGetSum), "denied by rule").await;
 }
 
-/// Issue 16: an argument rule (here: `get-sum` with `b` = 41) refuses the call on what it
+/// An argument rule (here: `get-sum` with `b` = 41) refuses the call on what it
 /// asks; every call of the tools with rules (get-sum and echo) is held until its arguments are
 /// whole, and what the SDKs assemble is as valid as with a name rule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -427,8 +427,8 @@ impl StdioSession {
 
 /// The marker's lines once a case ran. The server may answer the control before its handler
 /// of the call ahead of it wrote the marker (the Python SDK runs requests concurrently): a
-/// direct attack the case expects gets a moment to show (CI under load once read the marker
-/// too early).
+/// direct attack the case expects gets a moment to show (under load the marker can otherwise
+/// be read too early).
 fn marker_after_case(stream: &Stream, case: &Case, seen: usize) -> Vec<String> {
     let mut lines = marker_lines(&stream.marker());
     let expected = !stream.toolwall && case.attacks.contains(&stream.server());

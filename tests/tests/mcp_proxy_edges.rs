@@ -1,4 +1,4 @@
-//! `toolwall mcp-proxy` at its edges, through the real binary (issue 13): methods the
+//! `toolwall mcp-proxy` at its edges, through the real binary: methods the
 //! transports do not define, bodies past the limit, a process out of file descriptors, and a
 //! legacy-SSE upstream that refuses what the proxy forwards.
 
@@ -234,7 +234,7 @@ fn a_request_the_legacy_upstream_refuses_is_answered() {
 
 /// One request the upstream breaks (Node resets a connection whose headers pass its 16 KiB
 /// limit while the body is still coming) is answered with an error; the proxy stays up for
-/// everyone else (it once took that for a lost upstream and exited).
+/// everyone else (it does not take that for a lost upstream and exit).
 #[test]
 fn a_response_the_upstream_breaks_fails_that_request_only() {
     let (_server, url) = server_everything_http("streamableHttp");
@@ -420,10 +420,10 @@ fn a_slow_calls_progress_streams_before_its_result() {
     );
 }
 
-/// The attack that ran a denied tool: the client's `Content-Type` named `charset=utf-7`, the
-/// proxy judged the body as UTF-8 (a call of `harmless`) and passed the header on, and an
-/// express.json() server decoded another call (`secret`, the last `name`). The body that goes
-/// upstream is the filter's JSON, so the header that goes with it is now always plain JSON.
+/// A charset that would run a denied tool: the client's `Content-Type` names `charset=utf-7`;
+/// a proxy that judged the body as UTF-8 (a call of `harmless`) and passed the header on would
+/// let an express.json() server decode another call (`secret`, the last `name`). The body that
+/// goes upstream is the filter's JSON, so the header that goes with it is always plain JSON.
 #[test]
 fn a_charset_in_content_type_cannot_change_the_call_upstream() {
     let marker_dir = tempfile::tempdir().expect("temp dir");

@@ -1,4 +1,4 @@
-//! Every MCP protocol revision through `toolwall shim` and `toolwall mcp-proxy` (issue 13):
+//! Every MCP protocol revision through `toolwall shim` and `toolwall mcp-proxy`:
 //! the official Python SDK client pinned to 2026-07-28 (stateless, no handshake), `auto`
 //! (`server/discover`, then fallback), 2025-11-25, 2025-06-18, 2025-03-26 and the legacy
 //! HTTP+SSE 2024-11-05, against the SDK's dual-era server (`peers/mcp_marker_server.py`), a

@@ -1,4 +1,4 @@
-//! `GET /metrics` (issue 17) scraped by a real Prometheus (Debian's `prometheus`): the daemon's
+//! `GET /metrics` scraped by a real Prometheus (Debian's `prometheus`): the daemon's
 //! decisions, recorded through its socket, are answered by a PromQL query; the scrape carries
 //! the web token (`authorization.credentials_file`), as the loopback API asks of every reader.
 

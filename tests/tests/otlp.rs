@@ -1,4 +1,4 @@
-//! OTLP export (issue 17) checked by a collector that decodes the wire with the official
+//! OTLP export checked by a collector that decodes the wire with the official
 //! `opentelemetry-proto` package (`tests/peers/otlp_collector.py`): events leave as log
 //! records and correlated calls as spans, over OTLP/HTTP and OTLP/gRPC; a collector that is
 //! down and then refuses loses nothing and gets nothing twice; a restart resumes at the
@@ -375,10 +375,10 @@ fn otlp_over_tls_trusts_the_configured_ca_and_not_an_unknown_one() {
     }
 }
 
-/// helper-38: a collector that refuses requests over 4 MiB (the OpenTelemetry Collector's gRPC
-/// default) was sent one batch of large arguments again and again, and the export stopped for
-/// good behind it. Requests are now bounded in bytes and a record's arguments past 64 KiB are
-/// sent as their size and hash.
+/// A collector that refuses requests over 4 MiB (the OpenTelemetry Collector's gRPC default)
+/// must not be sent one batch of large arguments again and again, the export stopped for good
+/// behind it: requests are bounded in bytes and a record's arguments past 64 KiB are sent as
+/// their size and hash.
 #[test]
 fn otlp_large_arguments_never_stop_the_export() {
     let dir = tempfile::tempdir().expect("dir");
@@ -407,8 +407,8 @@ fn otlp_large_arguments_never_stop_the_export() {
             &daemon,
             &call_events_with("huge", "echo", 1000, json!({"pad": "y".repeat(200_000)})),
         );
-        // helper-39: a tool named with 1 MB (a name is the agent's or server's to choose)
-        // made a span no collector took; attributes are cut at 4 KiB.
+        // A tool named with 1 MB (a name is the agent's or server's to choose) would make a
+        // span no collector takes; attributes are cut at 4 KiB.
         post(&daemon, &call_events("named", &"n".repeat(1_000_000), 1002));
         post(&daemon, &call_events("after", "echo", 1001));
         let lines = wait_for(&collector, &format!("{protocol}: every log record"), |l| {

@@ -1,4 +1,4 @@
-//! The `.deb` (issue 17): `cargo xtask package` builds it (`cargo xtask test` passes its path in
+//! The `.deb`: `cargo xtask package` builds it (`cargo xtask test` passes its path in
 //! `TOOLWALL_DEB`); here it is installed with `dpkg -i`, its unit passes `systemd-analyze
 //! verify`, its conffile passes `toolwall config check`, and the installed daemon runs under the
 //! unit's capability bounding set and `NoNewPrivileges` (`setpriv`: this host has no systemd as
@@ -128,7 +128,7 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
         );
     }
     // A root agent's stdio server, started by this daemon under the unit's capabilities
-    // (helper-36: without CAP_SETPCAP it could not confine a root server, and none started).
+    // (without CAP_SETPCAP it could not confine a root server, and none would start).
     let agent = format!(
         r#"import subprocess
 shim = subprocess.Popen(["/usr/bin/toolwall", "shim", "--server-id", "everything", "--", {everything:?}, "stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -636,7 +636,7 @@ fn privileged_claude_code_and_codex_wait_for_a_person_and_run_what_was_approved(
         "the approved call ran: {outputs:?}"
     );
     assert!(daemon.stop().success());
-    // The servers' cgroups went with the daemon (they used to stay, empty and pinned).
+    // The servers' cgroups went with the daemon (none stays behind, empty and pinned).
     let root = toolwall::cgroup2_mount().expect("cgroup2").join("toolwall");
     let left: Vec<String> = std::fs::read_dir(&root)
         .map(|dir| {

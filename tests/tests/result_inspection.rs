@@ -1,4 +1,4 @@
-//! Result inspection (issue 16) through the real binary: the official Python SDK client calls
+//! Result inspection through the real binary: the official Python SDK client calls
 //! `server-everything`'s `echo` through `toolwall shim` and `toolwall mcp-proxy`, and what
 //! the server answers reaches the client redacted (a secret), withheld (an owner's pattern)
 //! or unchanged; the records say which rule found what where, never the value.

@@ -16,6 +16,7 @@ mod config;
 mod correlate;
 mod daemon;
 mod decision;
+mod demo;
 mod edge;
 mod events;
 mod exec;

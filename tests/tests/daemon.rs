@@ -61,6 +61,12 @@ fn daemon_reports_every_layer_serves_health_and_stops_cleanly() {
         daemon.stderr()
     );
     assert!(daemon.stderr().contains("stopped cleanly"));
+    // A log written to a file carries no colour codes (they are for terminals only).
+    assert!(
+        !daemon.stderr().contains('\x1b'),
+        "escape codes in the log:\n{}",
+        daemon.stderr()
+    );
     assert!(!daemon.socket.exists(), "socket removed");
 }
 

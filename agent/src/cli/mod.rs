@@ -48,6 +48,9 @@ pub enum Command {
     Deny(approve::AnswerArgs),
     /// Publish one policy to many hosts: `toolwall policy keygen|sign|verify` (signed bundles).
     Policy(policy::PolicyArgs),
+    /// See toolwall block a denied tool at each layer, offline, in about a minute: a daemon,
+    /// a fake model, an MCP server and a scripted agent, all temporary.
+    Demo(crate::demo::DemoArgs),
 }
 
 /// Runs the parsed command line and turns its outcome into the process exit code.
@@ -64,6 +67,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Approve(args) => approve::answer(args, true),
         Command::Deny(args) => approve::answer(args, false),
         Command::Policy(args) => policy::run(args),
+        Command::Demo(args) => crate::demo::run(args),
     };
     match result {
         Ok(code) => code,
@@ -85,13 +89,16 @@ pub fn main(cli: Cli) -> ExitCode {
 }
 
 /// Logs go to stderr, so stdout stays clean for commands whose output is data (`--json`, the
-/// shim's JSON-RPC).
+/// shim's JSON-RPC). Colour codes only when stderr is a terminal: a daemon's log file or
+/// journal gets plain text.
 fn init_tracing(filter: &str) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }

@@ -634,3 +634,96 @@ fn a_few_aliases_quoted_globs_comments_and_block_scalars_are_accepted() {
         config.sandbox.mcp.argument_rules[0].reason
     );
 }
+
+/// Every key the configuration accepts, as dotted paths (`sandbox.mcp.servers[].url`), found by
+/// tracing the `Deserialize` implementations themselves: a key added to a config type is in
+/// this list without anyone remembering to add it.
+fn accepted_keys() -> Vec<String> {
+    use serde_reflection::{ContainerFormat, Format, Samples, Tracer, TracerConfig};
+    let mut tracer = Tracer::new(TracerConfig::default());
+    tracer
+        .trace_type::<Config>(&Samples::new())
+        .expect("trace the configuration's types");
+    // Enums are traced by one variant only; their variants are values, not keys, so the
+    // registry is taken as it is.
+    let registry = tracer.registry_unchecked();
+
+    fn walk(
+        registry: &serde_reflection::Registry,
+        format: &Format,
+        path: &str,
+        out: &mut Vec<String>,
+    ) {
+        match format {
+            Format::TypeName(name) => {
+                if let Some(ContainerFormat::Struct(fields)) = registry.get(name) {
+                    for field in fields {
+                        let key = if path.is_empty() {
+                            field.name.clone()
+                        } else {
+                            format!("{path}.{}", field.name)
+                        };
+                        out.push(key.clone());
+                        walk(registry, &field.value, &key, out);
+                    }
+                }
+            }
+            Format::Option(inner) => walk(registry, inner, path, out),
+            Format::Seq(inner) => walk(registry, inner, &format!("{path}[]"), out),
+            // Map keys are names the user picks (server ids, header names), not schema keys.
+            Format::Map { value, .. } => walk(registry, value, &format!("{path}.*"), out),
+            _ => {}
+        }
+    }
+    let mut keys = Vec::new();
+    walk(&registry, &Format::TypeName("Config".into()), "", &mut keys);
+    keys
+}
+
+/// `toolwall config default` is the reference: each key the configuration accepts is explained
+/// there, as a live key or a commented example (`#  key:`), so a user never meets a key that
+/// the default does not name. The test fails on a key added to a config type and not to
+/// `default.yaml`.
+#[test]
+fn the_embedded_default_explains_every_accepted_key() {
+    let keys = accepted_keys();
+    assert!(
+        keys.iter().any(|k| k == "sandbox.mcp.servers[].url"),
+        "the trace reaches nested lists: {keys:?}"
+    );
+    // Key names as written in the default, live or commented out: at the start of a line or
+    // a list item, or inside a flow mapping (`{min: 1000}`).
+    let is_key = |key: &str| {
+        !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let mut written = std::collections::BTreeSet::new();
+    for line in DEFAULT_YAML.lines() {
+        let line = line.trim_start().trim_start_matches('#').trim_start();
+        let line = line.strip_prefix("- ").unwrap_or(line).trim_start();
+        if let Some((key, _)) = line.split_once(':').filter(|(key, _)| is_key(key)) {
+            written.insert(key);
+        }
+        for (start, _) in line.match_indices(['{', ',']) {
+            if let Some((key, _)) = line[start + 1..].trim_start().split_once(':')
+                && is_key(key)
+            {
+                written.insert(key);
+            }
+        }
+    }
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|path| {
+            let name = path
+                .rsplit('.')
+                .next()
+                .unwrap_or(path)
+                .trim_end_matches("[]");
+            name != "*" && !written.contains(name)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys the configuration accepts that `toolwall config default` does not explain: {missing:?}"
+    );
+}

@@ -121,6 +121,16 @@ pub(crate) fn lookup_user(name: &str) -> anyhow::Result<AgentUser> {
 
 /// The home directory of `uid` in the password database.
 pub(crate) fn home_of(uid: u32) -> Option<PathBuf> {
+    passwd_of(uid).map(|(_, home)| home)
+}
+
+/// The name of `uid` in the password database.
+pub(super) fn user_name(uid: u32) -> Option<String> {
+    passwd_of(uid).map(|(name, _)| name)
+}
+
+/// Name and home directory of `uid` in the password database.
+fn passwd_of(uid: u32) -> Option<(String, PathBuf)> {
     use std::ffi::CStr;
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
@@ -130,9 +140,31 @@ pub(crate) fn home_of(uid: u32) -> Option<PathBuf> {
     if rc != 0 || result.is_null() {
         return None;
     }
-    // SAFETY: getpwuid_r succeeded, so pw_dir points into buf.
-    let home = unsafe { CStr::from_ptr(pwd.pw_dir) };
-    Some(PathBuf::from(home.to_string_lossy().into_owned()))
+    // SAFETY: getpwuid_r succeeded, so pw_name and pw_dir point into buf.
+    let (name, home) = unsafe { (CStr::from_ptr(pwd.pw_name), CStr::from_ptr(pwd.pw_dir)) };
+    Some((
+        name.to_string_lossy().into_owned(),
+        PathBuf::from(home.to_string_lossy().into_owned()),
+    ))
+}
+
+/// The name of `gid` in the group database.
+pub(super) fn group_name(gid: u32) -> Option<String> {
+    use std::ffi::CStr;
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 64 * 1024];
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: getgrgid_r writes into grp and buf, both alive for the call.
+    let rc = unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() {
+        return None;
+    }
+    // SAFETY: getgrgid_r succeeded, so gr_name points into buf.
+    Some(
+        unsafe { CStr::from_ptr(grp.gr_name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// Which processes a confined one sees. In a namespace of its own (made by the spawning thread

@@ -14,6 +14,7 @@
 
 mod confine;
 mod init;
+mod reach;
 
 use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 
@@ -121,7 +122,9 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         let watch = tokio::spawn(watch_daemon(api.clone(), session.clone(), instance.clone(), gone_tx));
         // SAFETY: geteuid has no preconditions.
         let own_pids = unsafe { libc::geteuid() } == 0;
-        let status = run_child(cmd, own_pids).await;
+        let status = run_child(cmd, own_pids)
+            .await
+            .map_err(|error| why_not_started(error, &args.command[0], user.as_ref()));
         watch.abort();
         // Once more, for a restart since the last check.
         let daemon_went_away = *gone_rx.borrow()
@@ -140,6 +143,29 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(code)
     })
+}
+
+/// A failure to start the agent, with the part of its path the agent's user cannot reach when
+/// that is the cause (the kernel says only "Permission denied").
+fn why_not_started(
+    error: anyhow::Error,
+    program: &std::ffi::OsStr,
+    user: Option<&confine::AgentUser>,
+) -> anyhow::Error {
+    let denied = error.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    let who = user.filter(|_| denied).map(|u| reach::Who {
+        name: &u.name,
+        uid: u.uid,
+        gid: u.gid,
+        groups: &u.groups,
+    });
+    match who.and_then(|who| reach::explain(program, std::env::var_os("PATH").as_deref(), &who)) {
+        Some(why) => error.context(why),
+        None => error,
+    }
 }
 
 /// Asks the daemon every second whether it is still the one the session was opened with; the

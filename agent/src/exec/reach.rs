@@ -1,0 +1,141 @@
+//! Why the agent's user cannot start the agent: the first directory on the way it may not
+//! enter, or the file it may not execute, said with owner and mode and what to do.
+//!
+//! `exec` started by root runs the agent as another user, and a program under root's home (a
+//! build directory, `~/.local/bin`) is out of that user's reach; the kernel's bare "Permission
+//! denied" does not say where. This reads only mode bits (ACLs can grant more), so it is asked
+//! only once starting the agent has failed.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+/// The identity the agent runs with.
+pub(super) struct Who<'a> {
+    pub(super) name: &'a str,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    pub(super) groups: &'a [libc::gid_t],
+}
+
+/// A sentence naming what `who` cannot reach on the way to `program` (looked up in `path_var`
+/// when it has no `/`), or `None` when the mode bits allow it all.
+pub(super) fn explain(program: &OsStr, path_var: Option<&OsStr>, who: &Who<'_>) -> Option<String> {
+    let program = Path::new(program);
+    let candidates: Vec<PathBuf> = if program.components().count() > 1 || program.is_absolute() {
+        vec![program.to_path_buf()]
+    } else {
+        std::env::split_paths(path_var.unwrap_or_default())
+            .map(|dir| dir.join(program))
+            .filter(|p| p.exists())
+            .collect()
+    };
+    candidates.iter().find_map(|path| blocked(path, who))
+}
+
+/// What of `path` (an ancestor to search, or the file to execute) `who` is refused.
+fn blocked(path: &Path, who: &Who<'_>) -> Option<String> {
+    let absolute = std::path::absolute(path).ok()?;
+    let mut dir = PathBuf::new();
+    let parents: Vec<_> = absolute.parent()?.components().collect();
+    for part in parents {
+        dir.push(part);
+        let meta = std::fs::metadata(&dir).ok()?;
+        if !allowed(&meta, who, 0o1) {
+            return Some(format!(
+                "user {} (uid {}) cannot enter {} ({}), so it cannot start {}: put the agent where {} can reach it (e.g. /usr/local/bin or {}'s home), run it as a user who can reach it, or let others search the directory (chmod o+x {})",
+                who.name,
+                who.uid,
+                dir.display(),
+                describe(&meta),
+                absolute.display(),
+                who.name,
+                who.name,
+                dir.display()
+            ));
+        }
+    }
+    let meta = std::fs::metadata(&absolute).ok()?;
+    (!allowed(&meta, who, 0o1)).then(|| {
+        format!(
+            "user {} (uid {}) may not execute {} ({}): make it executable for that user (chmod o+rx) or run the agent as its owner",
+            who.name,
+            who.uid,
+            absolute.display(),
+            describe(&meta)
+        )
+    })
+}
+
+/// Whether the mode bits give `who` the `want` bits (1 = x) on a file with `meta`.
+fn allowed(meta: &std::fs::Metadata, who: &Who<'_>, want: u32) -> bool {
+    if who.uid == 0 {
+        return true;
+    }
+    let mode = meta.mode();
+    let bits = if meta.uid() == who.uid {
+        mode >> 6
+    } else if meta.gid() == who.gid || who.groups.contains(&meta.gid()) {
+        mode >> 3
+    } else {
+        mode
+    };
+    bits & want == want
+}
+
+/// `mode 0700, owner root:root`.
+fn describe(meta: &std::fs::Metadata) -> String {
+    let name = |uid: u32| super::confine::user_name(uid).unwrap_or_else(|| uid.to_string());
+    let group = |gid: u32| super::confine::group_name(gid).unwrap_or_else(|| gid.to_string());
+    format!(
+        "mode {:04o}, owner {}:{}",
+        meta.mode() & 0o7777,
+        name(meta.uid()),
+        group(meta.gid())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    const NOBODY: Who<'static> = Who {
+        name: "nobody",
+        uid: 65534,
+        gid: 65534,
+        groups: &[],
+    };
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_closed_directory_on_the_way_is_named_with_its_owner_and_mode() {
+        let top = tempfile::tempdir().unwrap();
+        chmod(top.path(), 0o755);
+        let closed = top.path().join("home");
+        std::fs::create_dir_all(closed.join("bin")).unwrap();
+        let agent = closed.join("bin/agent");
+        std::fs::write(&agent, "#!/bin/sh\n").unwrap();
+        chmod(&agent, 0o755);
+        chmod(&closed, 0o700);
+        let said = explain(agent.as_os_str(), None, &NOBODY).expect("a refusal");
+        assert!(
+            said.contains(&format!("cannot enter {} (mode 0700", closed.display())),
+            "{said}"
+        );
+        assert!(said.contains("user nobody (uid 65534)"), "{said}");
+        assert!(said.contains("chmod o+x"), "{said}");
+        // Opened up, nothing is in the way.
+        chmod(&closed, 0o711);
+        assert_eq!(explain(agent.as_os_str(), None, &NOBODY), None);
+        // A program found through PATH is judged the same way.
+        chmod(&agent, 0o700);
+        let path_var = closed.join("bin").into_os_string();
+        let said = explain(OsStr::new("agent"), Some(&path_var), &NOBODY).expect("a refusal");
+        assert!(said.contains("may not execute"), "{said}");
+    }
+}

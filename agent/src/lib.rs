@@ -19,6 +19,7 @@ mod decision;
 mod edge;
 mod events;
 mod exec;
+mod framing;
 mod llm;
 mod mcp;
 mod netmon;

@@ -1,4 +1,4 @@
-//! Asking a person about a call (issue 16): an argument rule with `action: ask` makes the
+//! Asking a person about a call: an argument rule with `action: ask` makes the
 //! policy answer "block, unless someone approves" ([`Decision::ask`]); a layer that can wait
 //! puts the call here, and the daemon's API, the CLI (`toolwall approve|deny ID`) and the web
 //! view answer it. No answer within `approval.timeout_secs` is a denial.
@@ -9,8 +9,10 @@
 //! Everything is bounded: `approval.max_pending` questions at once (one more is denied at
 //! once), [`MAX_GRANTS`] remembered approvals.
 
+mod asker;
+
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -20,6 +22,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::config::ApprovalConfig;
 use crate::decision::{Action, CallStage, Decision};
+
+pub(crate) use asker::{Asker, Posted, Progress};
 
 /// Approvals remembered for the MCP layer at once; the oldest goes first.
 const MAX_GRANTS: usize = 256;
@@ -248,8 +252,8 @@ impl Approvals {
         }
         // One holder — a session, or the LLM proxy's requests without a session key, which
         // any agent can send — holds at most a quarter of the places: an agent that asks and
-        // never lets go (helper-34), through its session and without its key (helper-35),
-        // leaves the others at least half.
+        // never lets go, through its session and without its key, leaves the others at least
+        // half (`one_session_holds_a_quarter_of_the_places_and_unshowable_arguments_are_not_asked`).
         let share = (self.max_pending / 4).max(1);
         let holder = Holder::of(call.layer, call.session_id);
         let own = inner
@@ -261,7 +265,7 @@ impl Approvals {
             return Asked::Now(None, Answer::SessionBusy(own));
         }
         // A person must see what they approve: arguments the record would keep only as a
-        // marker (too large or too deep) are not put to anyone (helper-34: padding hid the
+        // marker (too large or too deep) are not put to anyone (else padding would hide the
         // value the rule asked about).
         let arguments = match call.arguments {
             None => None,
@@ -449,329 +453,5 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Who a layer asks: the daemon's own [`Approvals`] (its layers), or the daemon over its
-/// socket (`toolwall shim` and `toolwall mcp-proxy` run on the host as the daemon's user:
-/// `POST /api/approvals`, `daemon/api/approvals.rs`).
-#[derive(Clone, Debug)]
-pub(crate) enum Asker {
-    /// In the daemon.
-    Local(Arc<Approvals>),
-    /// Through the daemon's socket.
-    Daemon(std::path::PathBuf),
-}
-
-/// What `POST /api/approvals` takes: a call a stand-alone layer holds.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Posted {
-    pub layer: String,
-    pub session_id: String,
-    pub stage: CallStage,
-    pub decision: Decision,
-    pub arguments: Option<Value>,
-}
-
-/// One line of `POST /api/approvals`'s answer (JSON lines): the question's number once it
-/// waits, then how it ended.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Progress {
-    /// Put to a person as this number.
-    Waiting(u64),
-    /// Ended: the question's number (if one was asked) and the answer.
-    Answered(Option<u64>, Answer),
-}
-
-impl Asker {
-    /// Asks about `call`; `waiting` gets the question's number as soon as it waits (for the
-    /// client's progress notifications).
-    pub(crate) async fn ask(
-        &self,
-        call: Call<'_>,
-        waiting: &watch::Sender<u64>,
-    ) -> (Option<u64>, Answer) {
-        match self {
-            Asker::Local(approvals) => match approvals.put(call) {
-                Asked::Now(id, answer) => (id, answer),
-                Asked::Waiting(asked) => {
-                    let id = asked.id;
-                    waiting.send_replace(id);
-                    (Some(id), asked.answer().await)
-                }
-            },
-            Asker::Daemon(socket) => {
-                let posted = Posted {
-                    layer: call.layer.to_owned(),
-                    session_id: call.session_id.to_owned(),
-                    stage: call.stage,
-                    decision: call.decision.clone(),
-                    arguments: call.arguments.cloned(),
-                };
-                match remote(socket, &posted, |id| {
-                    waiting.send_replace(id);
-                })
-                .await
-                {
-                    Ok(answered) => answered,
-                    Err(error) => (None, Answer::Unavailable(format!("{error:#}"))),
-                }
-            }
-        }
-    }
-}
-
-async fn remote(
-    socket: &std::path::Path,
-    posted: &Posted,
-    mut on_waiting: impl FnMut(u64),
-) -> anyhow::Result<(Option<u64>, Answer)> {
-    use anyhow::Context as _;
-    use http_body_util::BodyExt as _;
-    let api = crate::client::ApiClient::connect(socket).await?;
-    let mut body = api
-        .post_streaming("/api/approvals", serde_json::to_vec(posted)?)
-        .await?;
-    let mut lines = crate::mcp::framing::LineFramer::with_limit(1 << 20);
-    while let Some(frame) = body.frame().await {
-        let frame = frame.context("the daemon's answer broke off")?;
-        if let Some(data) = frame.data_ref() {
-            lines.buffer_mut().extend_from_slice(data);
-        }
-        while let Some(line) = lines.next_line().context("the daemon's answer")? {
-            match serde_json::from_slice::<Progress>(crate::mcp::framing::strip_newline(&line))
-                .context("the daemon's answer")?
-            {
-                Progress::Waiting(id) => on_waiting(id),
-                Progress::Answered(id, answer) => return Ok((id, answer)),
-            }
-        }
-    }
-    anyhow::bail!("the daemon ended its answer before the question was answered")
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::decision::ToolIdentity;
-    use serde_json::json;
-
-    fn asked() -> Decision {
-        Decision {
-            action: Action::Block,
-            reason: "argument rule [0] asks a person".into(),
-            tool: Some(ToolIdentity {
-                server_id: "files".into(),
-                server_type: "stdio".into(),
-                server_addr: String::new(),
-                tool: "write_file".into(),
-                tool_hash: String::new(),
-            }),
-            redact: vec!["/token".into()],
-            ask: Some("argument rule [0] asks a person".into()),
-        }
-    }
-
-    fn approvals(timeout_secs: u64, max_pending: usize) -> Arc<Approvals> {
-        Arc::new(Approvals::new(
-            &ApprovalConfig {
-                timeout_secs,
-                max_pending,
-                webhook: None,
-            },
-            None,
-        ))
-    }
-
-    async fn first_waiting(approvals: &Approvals) -> Question {
-        let mut changed = approvals.subscribe();
-        loop {
-            if let Some(q) = approvals.pending().into_iter().next() {
-                return q;
-            }
-            changed.changed().await.expect("open");
-        }
-    }
-
-    #[tokio::test]
-    async fn an_approved_call_runs_and_the_question_shows_what_the_record_keeps() {
-        let a = approvals(60, 4);
-        let decision = asked();
-        let args = json!({"path": "/etc/x", "token": "s3cret"});
-        let asking = {
-            let (a, decision, args) = (a.clone(), decision.clone(), args.clone());
-            tokio::spawn(async move {
-                a.ask(Call {
-                    layer: "shim",
-                    session_id: "s1",
-                    stage: CallStage::Executing,
-                    decision: &decision,
-                    arguments: Some(&args),
-                })
-                .await
-            })
-        };
-        let q = first_waiting(&a).await;
-        assert_eq!(
-            (q.server_id.as_str(), q.tool.as_str()),
-            ("files", "write_file")
-        );
-        assert_eq!(q.arguments.as_ref().unwrap()["path"], "/etc/x");
-        assert_ne!(
-            q.arguments.as_ref().unwrap()["token"],
-            "s3cret",
-            "redacted: {q:?}"
-        );
-        a.answer(q.id, true, "uid 0 (cli)".into(), None).unwrap();
-        let (id, answer) = asking.await.unwrap();
-        let settled = answer.settle(id, decision);
-        assert_eq!(settled.action, Action::Allow);
-        assert!(
-            settled
-                .reason
-                .starts_with("approved by uid 0 (cli) (approval 1;"),
-            "{}",
-            settled.reason
-        );
-        assert!(settled.ask.is_none());
-        assert!(a.pending().is_empty());
-        assert_eq!(
-            a.answer(q.id, false, "x".into(), None),
-            Err(AnswerError::NotWaiting(q.id)),
-            "answered once"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn no_answer_is_a_denial_and_a_full_list_denies_at_once() {
-        let a = approvals(5, 1);
-        let decision = asked();
-        let waiting = {
-            let (a, decision) = (a.clone(), decision.clone());
-            tokio::spawn(async move {
-                a.ask(Call {
-                    layer: "shim",
-                    session_id: "",
-                    stage: CallStage::Executing,
-                    decision: &decision,
-                    arguments: None,
-                })
-                .await
-            })
-        };
-        first_waiting(&a).await;
-        let (id, busy) = a
-            .ask(Call {
-                layer: "shim",
-                session_id: "another",
-                stage: CallStage::Executing,
-                decision: &decision,
-                arguments: None,
-            })
-            .await;
-        assert_eq!((id, &busy), (None, &Answer::Busy(1)));
-        assert!(busy.settle(id, decision.clone()).is_blocked());
-        let (id, answer) = waiting.await.unwrap();
-        assert_eq!(answer, Answer::TimedOut(Duration::from_secs(5)));
-        let settled = answer.settle(id, decision);
-        assert!(settled.is_blocked() && settled.reason.contains("no one answered within 5 s"));
-        assert!(a.pending().is_empty(), "a timed-out question is gone");
-    }
-
-    #[tokio::test]
-    async fn one_session_holds_a_quarter_of_the_places_and_unshowable_arguments_are_not_asked() {
-        let a = approvals(60, 4);
-        let decision = asked();
-        let call = |session: &'static str, args: &'static Value| Call {
-            layer: "shim",
-            session_id: session,
-            stage: CallStage::Executing,
-            decision: Box::leak(Box::new(decision.clone())),
-            arguments: Some(args),
-        };
-        let empty: &'static Value = Box::leak(Box::new(json!({})));
-        let held = [a.put(call("s1", empty)), a.put(call("s1", empty))];
-        assert!(matches!(held[0], Asked::Waiting(_)));
-        assert!(matches!(held[1], Asked::Now(None, Answer::SessionBusy(1))));
-        // The proxy's requests without a session key are nobody's session, the host's neither.
-        let unkeyed = a.put(Call {
-            layer: "llm",
-            ..call("", empty)
-        });
-        assert!(matches!(unkeyed, Asked::Waiting(_)));
-        assert!(matches!(
-            a.put(Call {
-                layer: "llm",
-                ..call("", empty)
-            }),
-            Asked::Now(None, Answer::SessionBusy(1))
-        ));
-        let host = a.put(call("", empty));
-        assert!(matches!(host, Asked::Waiting(_)));
-        drop((unkeyed, host));
-        assert!(matches!(a.put(call("s2", empty)), Asked::Waiting(_)));
-        let deep: &'static Value = Box::leak(Box::new((0..40).fold(json!(1), |v, _| json!([v]))));
-        assert!(matches!(
-            a.put(call("s3", deep)),
-            Asked::Now(None, Answer::Unavailable(why)) if why.contains("cannot be shown to a person whole")
-        ));
-        drop(held);
-        assert_eq!(a.pending().len(), 0, "dropped questions are withdrawn");
-    }
-
-    #[tokio::test]
-    async fn a_call_approved_when_proposed_runs_once_without_a_second_question() {
-        let a = approvals(60, 4);
-        let decision = asked();
-        let args = json!({"path": "/etc/x"});
-        let proposed = {
-            let (a, decision, args) = (a.clone(), decision.clone(), args.clone());
-            tokio::spawn(async move {
-                a.ask(Call {
-                    layer: "llm",
-                    session_id: "s1",
-                    stage: CallStage::Proposed,
-                    decision: &decision,
-                    arguments: Some(&args),
-                })
-                .await
-            })
-        };
-        let q = first_waiting(&a).await;
-        a.answer(q.id, true, "the web view".into(), None).unwrap();
-        assert!(matches!(proposed.await.unwrap().1, Answer::Approved(_)));
-        let run = |args: Value| {
-            let (a, decision) = (a.clone(), decision.clone());
-            async move {
-                a.ask(Call {
-                    layer: "shim",
-                    session_id: "s1",
-                    stage: CallStage::Executing,
-                    decision: &decision,
-                    arguments: Some(&args),
-                })
-                .await
-            }
-        };
-        // Other arguments are another call: asked anew.
-        let other = tokio::spawn(run(json!({"path": "/etc/y"})));
-        let q2 = first_waiting(&a).await;
-        assert_ne!(q2.id, q.id);
-        a.answer(q2.id, false, "uid 0 (cli)".into(), Some("no".into()))
-            .unwrap();
-        assert!(matches!(other.await.unwrap().1, Answer::Denied(_, _)));
-        let (id, answer) = run(args.clone()).await;
-        assert_eq!(id, Some(q.id));
-        assert_eq!(
-            answer,
-            Answer::Approved("the web view when the model proposed it".into())
-        );
-        // Once.
-        let again = tokio::spawn(run(args));
-        first_waiting(&a).await;
-        again.abort();
-        let _ = again.await;
-        assert!(
-            a.pending().is_empty(),
-            "a caller that left takes its question"
-        );
-    }
-}
+mod tests;

@@ -20,6 +20,7 @@ mod demo;
 mod edge;
 mod events;
 mod exec;
+mod framing;
 mod llm;
 mod mcp;
 mod netmon;

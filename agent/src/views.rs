@@ -4,11 +4,12 @@
 //! reads the database directly, correlating the stored events with the same code the daemon
 //! uses.
 
-use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
+mod table;
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde::Serialize;
 
 use crate::{
     client::ApiClient,
@@ -17,6 +18,7 @@ use crate::{
     events::{Event, EventQuery, Store, StoredEvent},
     registry::{Registry, ServerInfo, ToolEntry, value_hash},
 };
+pub(crate) use table::{Output, printable};
 
 /// Arguments of `toolwall mcp`.
 #[derive(Debug, Args)]
@@ -455,230 +457,5 @@ fn event_cells(e: &StoredEvent) -> Vec<String> {
     ]
 }
 
-/// Rows as JSON lines, or as an aligned table (buffered until [`Output::flush`] so columns can
-/// be sized; in `--follow` mode each later row is printed as it comes, in the same widths).
-pub(crate) struct Output {
-    json: bool,
-    /// Columns never cut on a terminal.
-    whole: Vec<usize>,
-    header: Vec<String>,
-    pending: Vec<Vec<String>>,
-    widths: Option<Vec<usize>>,
-}
-
-/// Longest cell shown before it is cut (with `…(+N chars)`), terminal or pipe: a server names
-/// its tools, and one 3 MB name padded every row of a table to 3 MB (`--json` stays whole).
-const MAX_CELL: usize = 64;
-
-impl Output {
-    pub(crate) fn new(json: bool, header: &[&str]) -> Self {
-        Output {
-            json,
-            whole: Vec::new(),
-            header: header.iter().map(|h| h.to_string()).collect(),
-            pending: Vec::new(),
-            widths: None,
-        }
-    }
-
-    pub(crate) fn row<T: Serialize>(
-        &mut self,
-        value: &T,
-        cells: Vec<String>,
-    ) -> anyhow::Result<()> {
-        let mut stdout = std::io::stdout().lock();
-        if self.json {
-            serde_json::to_writer(&mut stdout, value)?;
-            writeln!(stdout)?;
-            return Ok(stdout.flush()?);
-        }
-        let cells = cells
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| match self.whole.contains(&i) {
-                true => printable(c),
-                false => self.cut(printable(c)),
-            })
-            .collect();
-        match &self.widths {
-            None => self.pending.push(cells),
-            Some(widths) => {
-                writeln!(stdout, "{}", line(&cells, widths))?;
-                stdout.flush()?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Column `i` is never cut (what a person must read whole).
-    pub(crate) fn whole(mut self, i: usize) -> Self {
-        self.whole.push(i);
-        self
-    }
-
-    fn cut(&self, cell: String) -> String {
-        cut(cell)
-    }
-
-    pub(crate) fn flush(&mut self) -> anyhow::Result<()> {
-        if self.json || self.widths.is_some() {
-            return Ok(());
-        }
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for row in &self.pending {
-            // A whole column's long cell overruns its own row only, never pads the others.
-            for (w, c) in widths.iter_mut().zip(row) {
-                *w = (*w).max(c.chars().count().min(MAX_CELL));
-            }
-        }
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{}", line(&self.header, &widths))?;
-        for row in self.pending.drain(..) {
-            writeln!(stdout, "{}", line(&row, &widths))?;
-        }
-        stdout.flush()?;
-        self.widths = Some(widths);
-        Ok(())
-    }
-}
-
-/// `cell` cut to at most [`MAX_CELL`] characters, saying how many were left out.
-fn cut(cell: String) -> String {
-    let n = cell.chars().count();
-    if n <= MAX_CELL {
-        return cell;
-    }
-    // The marker's length is bounded by that of `n`'s digits, so the cell stays within bounds.
-    let marker_len = "…(+ chars)".chars().count() + n.to_string().len();
-    let keep = MAX_CELL.saturating_sub(marker_len);
-    let mut out: String = cell.chars().take(keep).collect();
-    out.push_str(&format!("…(+{} chars)", n - keep));
-    out
-}
-
-/// `cell` with what a terminal would act on or hide escaped: control characters (escapes,
-/// bells, line ends: a tool name a server chose must not forge a row or drive the terminal)
-/// and bidirectional or zero-width characters, as `\u{..}`.
-pub(crate) fn printable(cell: String) -> String {
-    let acts = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
-    };
-    if !cell.chars().any(acts) {
-        return cell;
-    }
-    cell.chars()
-        .map(|c| match acts(c) {
-            true => c.escape_unicode().to_string(),
-            false => c.to_string(),
-        })
-        .collect()
-}
-
-fn line(cells: &[String], widths: &[usize]) -> String {
-    let mut out = String::new();
-    for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-        if i + 1 == cells.len() {
-            out.push_str(cell);
-        } else {
-            out.push_str(cell);
-            out.extend(std::iter::repeat_n(
-                ' ',
-                w.saturating_sub(cell.chars().count()) + 2,
-            ));
-        }
-    }
-    out.trim_end().to_owned()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn since_accepts_times_and_ages_and_explains_mistakes() {
-        let t = parse_since("2026-11-22T10:00:00Z").unwrap();
-        assert_eq!(t, 1_795_341_600 * 1_000_000_000);
-        let now = chrono::Utc::now().timestamp_nanos_opt().unwrap();
-        let ten_min = parse_since("10m").unwrap();
-        assert!((now - ten_min - 600_000_000_000).abs() < 5_000_000_000);
-        assert!(
-            parse_since("10 minutes")
-                .unwrap_err()
-                .to_string()
-                .contains("unit is s, m, h or d")
-        );
-        assert!(parse_since("yesterday").is_err());
-    }
-
-    #[test]
-    fn a_whole_column_is_never_cut() {
-        let mut out = Output::new(false, &["A", "B"]).whole(1);
-        let long = "y".repeat(MAX_CELL * 2);
-        assert!(out.cut(long.clone()).chars().count() <= MAX_CELL);
-        out.row(&(), vec![long.clone(), long.clone()]).unwrap();
-        assert!(
-            out.pending[0][0].ends_with("…(+77 chars)"),
-            "{:?}",
-            out.pending[0][0]
-        );
-        assert_eq!(out.pending[0][1], long, "the whole column is kept");
-    }
-
-    #[test]
-    fn one_long_cell_does_not_widen_the_other_rows() {
-        let mut out = Output::new(false, &["ID", "TOOL", "ACTION"]);
-        out.row(&(), vec!["1".into(), "y".repeat(5_000), "block".into()])
-            .unwrap();
-        out.row(&(), vec!["2".into(), "read_file".into(), "allow".into()])
-            .unwrap();
-        let cut = &out.pending[0][1];
-        assert!(cut.chars().count() <= MAX_CELL, "{cut}");
-        let kept = cut.chars().take_while(|&c| c == 'y').count();
-        assert!(
-            cut.ends_with(&format!("…(+{} chars)", 5_000 - kept)),
-            "the cut is said, with how much: {cut}"
-        );
-        let rows = out.pending.clone();
-        out.flush().unwrap();
-        let widths = out.widths.clone().unwrap();
-        assert_eq!(widths[1], MAX_CELL);
-        let short = line(&rows[1], &widths);
-        assert!(short.chars().count() < MAX_CELL + 20, "{short}");
-        // The widths flush computes, for the long row, the short row and a whole column.
-        let mut whole = Output::new(false, &["A", "B", "C"]).whole(1);
-        whole
-            .row(&(), vec!["x".into(), "z".repeat(5_000), "end".into()])
-            .unwrap();
-        whole
-            .row(&(), vec!["x".into(), "z".into(), "end".into()])
-            .unwrap();
-        assert_eq!(whole.pending[0][1].len(), 5_000, "a whole column is kept");
-        let rows = whole.pending.clone();
-        whole.flush().unwrap();
-        let widths = whole.widths.clone().unwrap();
-        assert_eq!(widths[1], MAX_CELL, "the whole cell does not pad others");
-        assert!(line(&rows[1], &widths).chars().count() < MAX_CELL + 20);
-    }
-
-    #[test]
-    fn cells_cannot_drive_the_terminal_or_forge_rows() {
-        let shown = printable("evil\u{1b}]0;owned\u{7}\nfake row\u{202E}".to_owned());
-        assert!(
-            !shown.chars().any(|c| c.is_control() || c == '\u{202E}'),
-            "{shown}"
-        );
-        assert!(
-            shown.contains("\\u{1b}") && shown.contains("\\u{a}"),
-            "{shown}"
-        );
-        assert_eq!(printable("plain échoué".to_owned()), "plain échoué");
-    }
-
-    #[test]
-    fn table_lines_are_aligned() {
-        let widths = [5, 3];
-        assert_eq!(line(&["ab".into(), "c".into()], &widths), "ab     c");
-        assert_eq!(line(&["abcde".into(), "".into()], &widths), "abcde");
-    }
-}
+mod tests;

@@ -3,15 +3,23 @@
 //! in the source text (serde does not keep positions after parsing, so the line is found by
 //! looking for the key and value that were rejected).
 
+mod bundle;
+mod lines;
+mod otlp;
+mod servers;
+
 use std::collections::HashSet;
 
 use super::{
     ArgumentTest, ConfigError, Location, compile_condition,
     deny_regex::compile_deny_regex,
-    servers::ServerType,
     types::{Config, ListPolicy},
 };
 use crate::registry::NamePattern;
+use bundle::validate_bundle;
+pub(crate) use lines::find_line;
+use otlp::validate_otlp;
+use servers::validate_servers;
 
 /// The accumulated context of one validation run.
 struct Check<'a> {
@@ -48,8 +56,8 @@ impl Check<'_> {
 pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<(), ConfigError> {
     let check = Check { file, source };
     // Every process that reads this file finds the daemon by this path: a relative one is
-    // relative to each one's own directory (helper-47: clients run from `/tmp` asked a socket
-    // anyone could have made there).
+    // relative to each one's own directory (a client run from `/tmp` would ask a socket anyone
+    // could have made there).
     if let Some(socket) = config.api.socket.as_deref()
         && !socket.is_absolute()
     {
@@ -64,157 +72,7 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
     let mcp = &mut config.sandbox.mcp;
     let at = "sandbox.mcp";
 
-    let mut ids = HashSet::new();
-    let mut id_seen = std::collections::HashMap::<&str, usize>::new();
-    for (i, server) in mcp.servers.iter().enumerate() {
-        let key = format!("{at}.servers[{i}]");
-        let nth = *id_seen
-            .entry(server.id.as_str())
-            .and_modify(|n| *n += 1)
-            .or_insert(0);
-        let line_of = ("id", server.id.as_str(), nth);
-        if let Err(why) = super::check_server_id(&server.id) {
-            return Err(check.error(
-                format!("{key}.id"),
-                line_of,
-                why.to_string(),
-                "give the server a plain name such as `filesystem` (rules use globs; ids do not)",
-            ));
-        }
-        if !ids.insert(server.id.as_str()) {
-            return Err(check.error(
-                format!("{key}.id"),
-                line_of,
-                format!("duplicate server id {:?}", server.id),
-                "each server needs its own id; rename or remove one of them",
-            ));
-        }
-        // Ids that differ only in case read as one server in every view.
-        if let Some(other) = mcp.servers[..i]
-            .iter()
-            .find(|s| s.id.eq_ignore_ascii_case(&server.id))
-        {
-            return Err(check.error(
-                format!("{key}.id"),
-                line_of,
-                format!(
-                    "server id {:?} differs from {:?} only in case",
-                    server.id, other.id
-                ),
-                "each server needs its own id, told apart by more than case; rename one of them",
-            ));
-        }
-        match server.server_type {
-            ServerType::Stdio => {
-                if server
-                    .command
-                    .as_deref()
-                    .is_none_or(|c| c.trim().is_empty())
-                {
-                    return Err(check.error(
-                        format!("{key}.command"),
-                        line_of,
-                        format!("stdio server {:?} has no `command`", server.id),
-                        "add `command:` (and `args:`) naming the program that runs the server",
-                    ));
-                }
-                if let Err(why) = server.egress() {
-                    return Err(check.error(
-                        format!("{key}.egress"),
-                        line_of,
-                        format!("stdio server {:?}: {why}", server.id),
-                        "list where the server may connect, e.g. `egress: [\"127.0.0.53:53\", \"140.82.112.0/20:443\"]`, or `egress: [any]`",
-                    ));
-                }
-                if let Some(cwd) = &server.cwd
-                    && !cwd.is_absolute()
-                {
-                    return Err(check.error(
-                        format!("{key}.cwd"),
-                        line_of,
-                        format!(
-                            "stdio server {:?}: cwd {} is not an absolute path",
-                            server.id,
-                            cwd.display()
-                        ),
-                        "write the full path of the directory the server runs in",
-                    ));
-                }
-                for (field, present) in [
-                    ("url", server.url.is_some()),
-                    ("tls_fingerprint", server.tls_fingerprint.is_some()),
-                    ("via_proxy", server.via_proxy.is_some()),
-                ] {
-                    if present {
-                        return Err(check.error(
-                            format!("{key}.{field}"),
-                            line_of,
-                            format!("`{field}` does not apply to stdio server {:?}", server.id),
-                            "remove it, or set `type: http` / `type: sse` for a network server",
-                        ));
-                    }
-                }
-            }
-            ServerType::Http | ServerType::Sse => {
-                let url = server.url.as_deref().unwrap_or_default();
-                if url.is_empty() {
-                    return Err(check.error(
-                        format!("{key}.url"),
-                        line_of,
-                        format!("{} server {:?} has no `url`", server.server_type, server.id),
-                        "add `url: https://host:port/path` (the MCP endpoint)",
-                    ));
-                }
-                if server.addr().is_empty() {
-                    return Err(check.error(
-                        format!("{key}.url"),
-                        ("url", url, 0),
-                        format!("{url:?} is not an http:// or https:// URL with a host"),
-                        "write the full endpoint, e.g. `https://mcp.example.com/mcp`",
-                    ));
-                }
-                for (field, present) in [
-                    ("env", !server.env.is_empty()),
-                    ("cwd", server.cwd.is_some()),
-                    ("user", server.user.is_some()),
-                    ("egress", !server.egress.is_empty()),
-                ] {
-                    if present {
-                        return Err(check.error(
-                            format!("{key}.{field}"),
-                            line_of,
-                            format!(
-                                "`{field}` does not apply to {} server {:?}",
-                                server.server_type, server.id
-                            ),
-                            "remove it: it describes a stdio server the daemon starts",
-                        ));
-                    }
-                }
-                if server.command.is_some() || !server.args.is_empty() {
-                    return Err(check.error(
-                        format!("{key}.command"),
-                        line_of,
-                        format!(
-                            "`command`/`args` do not apply to {} server {:?}",
-                            server.server_type, server.id
-                        ),
-                        "remove them, or set `type: stdio` for a server toolwall starts",
-                    ));
-                }
-                if let Some(fp) = server.tls_fingerprint.as_deref()
-                    && !valid_fingerprint(fp)
-                {
-                    return Err(check.error(
-                        format!("{key}.tls_fingerprint"),
-                        ("tls_fingerprint", fp, 0),
-                        format!("{fp:?} is not `sha256:` followed by 64 hex digits"),
-                        "write the certificate's SHA-256 as `sha256:<hex>` (colons allowed)",
-                    ));
-                }
-            }
-        }
-    }
+    let ids = validate_servers(&check, at, &mcp.servers)?;
 
     for (list, rules) in [
         ("allowed_servers", &mcp.allowed_servers),
@@ -512,219 +370,4 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
         validate_bundle(&check, bundle)?;
     }
     Ok(())
-}
-
-/// `policy.bundle`: a URL to poll, a key that parses, a sane interval.
-fn validate_bundle(
-    check: &Check<'_>,
-    bundle: &super::types::BundleConfig,
-) -> Result<(), ConfigError> {
-    let at = "policy.bundle";
-    let parsed =
-        bundle.url.parse::<http::Uri>().ok().filter(|uri| {
-            matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
-        });
-    if parsed.is_none() {
-        return Err(check.error(
-            format!("{at}.url"),
-            ("url", bundle.url.as_str(), 0),
-            format!("{:?} is not an http:// or https:// URL", bundle.url),
-            "write the bundle's full URL, e.g. https://policy.example.com/toolwall/bundle.json",
-        ));
-    }
-    if let Err(why) = super::bundle::public_key(&bundle.public_key) {
-        return Err(check.error(
-            format!("{at}.public_key"),
-            ("public_key", bundle.public_key.as_str(), 0),
-            why,
-            "paste the publisher's key file as `toolwall policy keygen` wrote it (ed25519:BASE64)",
-        ));
-    }
-    if !(5..=86_400).contains(&bundle.poll_secs) {
-        return Err(check.error(
-            format!("{at}.poll_secs"),
-            ("poll_secs", &bundle.poll_secs.to_string(), 0),
-            "must be between 5 and 86400",
-            "60 (the default) follows a new revision within a minute",
-        ));
-    }
-    if let Some(ca) = &bundle.ca_file
-        && let Err(error) = std::fs::metadata(ca)
-    {
-        return Err(check.error(
-            format!("{at}.ca_file"),
-            ("ca_file", &ca.display().to_string(), 0),
-            format!("cannot read {}: {error}", ca.display()),
-            "name a PEM file of the CA certificates that signed the bundle server's certificate",
-        ));
-    }
-    Ok(())
-}
-
-/// `telemetry.otlp`: what the exporter needs to be able to send at all.
-fn validate_otlp(check: &Check<'_>, otlp: &super::types::OtlpConfig) -> Result<(), ConfigError> {
-    let at = "telemetry.otlp";
-    let parsed =
-        otlp.endpoint.parse::<http::Uri>().ok().filter(|uri| {
-            matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
-        });
-    let Some(uri) = parsed else {
-        return Err(check.error(
-            format!("{at}.endpoint"),
-            ("endpoint", otlp.endpoint.as_str(), 0),
-            format!("{:?} is not an http:// or https:// URL", otlp.endpoint),
-            "write the collector's URL, e.g. http://127.0.0.1:4317 (grpc) or http://127.0.0.1:4318 (http/protobuf)",
-        ));
-    };
-    if otlp.tls.is_some() && uri.scheme_str() != Some("https") {
-        return Err(check.error(
-            format!("{at}.tls"),
-            ("tls", "", 0),
-            "tls is set but the endpoint is not https://",
-            "use an https:// endpoint, or remove tls",
-        ));
-    }
-    if let Some(tls) = &otlp.tls
-        && let Err(error) = std::fs::metadata(&tls.ca_file)
-    {
-        return Err(check.error(
-            format!("{at}.tls.ca_file"),
-            ("ca_file", &tls.ca_file.display().to_string(), 0),
-            format!("cannot read {}: {error}", tls.ca_file.display()),
-            "name a PEM file of the CA certificates that signed the collector's certificate",
-        ));
-    }
-    for (name, value) in &otlp.headers {
-        if http::HeaderName::from_bytes(name.as_bytes()).is_err()
-            || http::HeaderValue::from_str(value).is_err()
-            || tonic_metadata_name(name).is_none()
-        {
-            return Err(check.error(
-                format!("{at}.headers"),
-                (name.as_str(), "", 0),
-                format!("header {name:?} cannot be sent (a name or value with characters HTTP or gRPC forbids)"),
-                "write lowercase header names of letters, digits and `-`, and values of visible ASCII",
-            ));
-        }
-    }
-    for (i, kind) in otlp.events.iter().enumerate() {
-        if !crate::events::Event::KINDS.contains(&kind.as_str()) {
-            return Err(check.error(
-                format!("{at}.events[{i}]"),
-                ("", kind.as_str(), 0),
-                format!("{kind:?} is not an event type"),
-                "use the types `toolwall events --type` takes, e.g. mcp_tool_called (or leave events out for all)",
-            ));
-        }
-    }
-    for (key, value, range, hint) in [
-        (
-            "batch_size",
-            otlp.batch_size as u64,
-            1..=10_000,
-            "512 (the default) suits most collectors",
-        ),
-        (
-            "interval_ms",
-            otlp.interval_ms,
-            50..=60_000,
-            "1000 (the default)",
-        ),
-        (
-            "timeout_secs",
-            otlp.timeout_secs,
-            1..=300,
-            "10 (the default)",
-        ),
-    ] {
-        if !range.contains(&value) {
-            return Err(check.error(
-                format!("{at}.{key}"),
-                (key, &value.to_string(), 0),
-                format!("must be between {} and {}", range.start(), range.end()),
-                hint,
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// gRPC metadata keys are lowercase ASCII (`-`, `_`, `.` allowed); `-bin` keys carry binary.
-fn tonic_metadata_name(name: &str) -> Option<()> {
-    (!name.is_empty()
-        && !name.ends_with("-bin")
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b)))
-    .then_some(())
-}
-
-/// `sha256:` + 64 hex digits, optionally in colon-separated pairs.
-fn valid_fingerprint(fp: &str) -> bool {
-    let lower = fp.to_ascii_lowercase();
-    let Some(hex) = lower.strip_prefix("sha256:") else {
-        return false;
-    };
-    let digits: String = hex.chars().filter(|c| *c != ':').collect();
-    digits.len() == 64 && digits.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// The 1-based line of the `nth` (0-based) occurrence of `key: value` in `source` (list
-/// markers and quotes ignored; `key` empty means a bare list item `- value`, `value` empty
-/// means any value). Falls back to the first line containing `value`.
-pub(crate) fn find_line(source: &str, key: &str, value: &str, nth: usize) -> Option<usize> {
-    let mut seen = 0;
-    for (i, line) in source.lines().enumerate() {
-        let mut text = line.trim_start();
-        let mut was_item = false;
-        while let Some(rest) = text.strip_prefix("- ") {
-            text = rest.trim_start();
-            was_item = true;
-        }
-        let found = if key.is_empty() {
-            was_item && unquote(text) == value
-        } else {
-            match text.strip_prefix(key).map(str::trim_start) {
-                Some(rest) => match rest.strip_prefix(':') {
-                    Some(v) => value.is_empty() || unquote(v.trim()) == value,
-                    None => false,
-                },
-                None => false,
-            }
-        };
-        if found {
-            if seen == nth {
-                return Some(i + 1);
-            }
-            seen += 1;
-        }
-    }
-    if value.is_empty() {
-        return None;
-    }
-    source
-        .lines()
-        .position(|l| l.contains(value))
-        .map(|i| i + 1)
-}
-
-/// A scalar without its quotes or trailing comment.
-fn unquote(text: &str) -> String {
-    let text = text.trim();
-    for quote in ['"', '\''] {
-        if let Some(inner) = text.strip_prefix(quote)
-            && let Some(end) = inner.rfind(quote)
-        {
-            let inner = &inner[..end];
-            return if quote == '"' {
-                inner.replace("\\\\", "\\").replace("\\\"", "\"")
-            } else {
-                inner.replace("''", "'")
-            };
-        }
-    }
-    match text.find(" #") {
-        Some(at) => text[..at].trim_end().to_string(),
-        None => text.to_string(),
-    }
 }

@@ -29,7 +29,10 @@ use http_body_util::{BodyExt as _, Empty, Limited};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::{api_endpoints, check_server_users, discover_servers, watched_endpoints};
+use super::{
+    endpoints::{api_endpoints, watched_endpoints},
+    servers::{check_server_users, discover_servers},
+};
 use crate::{
     config::{
         BundleConfig, Config,

@@ -8,9 +8,13 @@
 pub(crate) mod api;
 mod audit_gate;
 mod bundle;
+mod endpoints;
+mod layers;
 mod metrics;
 pub(crate) mod otlp;
 mod peer;
+mod process;
+mod servers;
 mod state;
 mod stdio;
 mod web;
@@ -22,20 +26,16 @@ use anyhow::Context;
 use clap::Args;
 use tokio::sync::broadcast;
 
+use layers::{correlate_live, start_netmon, start_proxy};
+use process::{notify, raise_descriptor_limit, shutdown_signals, warn_if_ptrace_is_open};
+use servers::{check_server_users, discover_servers};
 pub(crate) use state::{DaemonState, LayerStatus};
 
 use crate::{
-    config::{Config, OtherResolvers, ProxyMode, ServerType},
-    correlate::Correlator,
-    decision::Gate,
+    config::Config,
     events::{EventSink, Store, spawn_committing_writer},
-    llm::{LlmProxy, LlmProxySettings},
-    netmon::{
-        KernelMonitor, RuleAction,
-        service::{NetmonService, WatchedEndpoint},
-    },
     policy::{InForce, LivePolicy, Policy},
-    registry::{Registry, value_hash},
+    registry::Registry,
 };
 
 /// Arguments of `toolwall run`.
@@ -59,69 +59,6 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// How long a client of the API socket may take to send a request's head, and then its body:
 /// a slow one must not hold a descriptor for ever.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Tells systemd (when it started the daemon) how the daemon is; a failure is logged, never
-/// fatal: the daemon works the same without a supervisor listening.
-fn notify(states: &[sd_notify::NotifyState<'_>]) {
-    if let Err(error) = sd_notify::notify(false, states) {
-        tracing::warn!(%error, "could not notify systemd (NOTIFY_SOCKET)");
-    }
-}
-
-/// Every declared stdio server's `user:` must exist here (found at start, not at the first
-/// call); one without runs as the agent that asks, which can reach into it: said once, here.
-fn check_server_users(config: &Config) -> anyhow::Result<()> {
-    for server in &config.sandbox.mcp.servers {
-        if server.server_type != crate::config::ServerType::Stdio {
-            continue;
-        }
-        match &server.user {
-            Some(name) => {
-                let user = crate::exec::lookup_user(name).with_context(|| {
-                    format!(
-                        "{}: sandbox.mcp.servers {:?}: `user: {name}`",
-                        config.origin, server.id
-                    )
-                })?;
-                anyhow::ensure!(
-                    user.uid != 0,
-                    "{}: sandbox.mcp.servers {:?}: `user: {name}` is root, and root leaves any confinement toolwall sets (its egress limit included): name an unprivileged user of the server's own",
-                    config.origin,
-                    server.id
-                );
-            }
-            None => tracing::warn!(
-                server = %server.id,
-                "declared stdio server without `user:` runs as the agent that asks for it, which can then reach into it (its memory, its files); give it a user of its own"
-            ),
-        }
-    }
-    Ok(())
-}
-
-/// Lifts the soft limit on open descriptors to the hard one: every session's proxy connections,
-/// shims' pipes and servers hold some, and running out stops the API and the kernel watch.
-fn raise_descriptor_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit read and write the struct we own.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            let soft = limit.rlim_cur;
-            limit.rlim_cur = limit.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
-                tracing::debug!(
-                    from = soft,
-                    to = limit.rlim_max,
-                    "raised the descriptor limit"
-                );
-            }
-        }
-    }
-}
 
 async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // 1. config
@@ -539,296 +476,4 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         "stopped cleanly"
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// How long discovery waits for each network server (connect, initialize, every page).
-const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Lists the tools of every declared network server (all at once), registers them through the
-/// policy (hashes, version pinning) and records `mcp_tool_seen` / `mcp_tool_changed`. Returns a
-/// one-line summary for the start-up report.
-async fn discover_servers(config: &Config, policy: &Policy, sink: &EventSink) -> String {
-    use crate::mcp::client::{Transport, discover};
-    let servers: Vec<_> = config
-        .sandbox
-        .mcp
-        .servers
-        .iter()
-        .filter(|s| s.server_type != ServerType::Stdio)
-        .collect();
-    if servers.is_empty() {
-        return "no network MCP servers declared; stdio servers register through `toolwall shim`"
-            .into();
-    }
-    let lookups = servers.iter().map(|server| async move {
-        let transport = match server.server_type {
-            ServerType::Sse => Transport::Sse,
-            _ => Transport::Auto,
-        };
-        let url = server.url.as_deref().unwrap_or_default();
-        (
-            server,
-            discover(url, transport, Default::default(), DISCOVERY_TIMEOUT).await,
-        )
-    });
-    let mut found = 0;
-    let mut failed = Vec::new();
-    for (server, result) in futures_util::future::join_all(lookups).await {
-        match result {
-            Ok(discovered) => {
-                let decisions = policy.check_listed_all(
-                    &server.id,
-                    discovered.transport.server_type(),
-                    &discovered.tools,
-                );
-                for event in policy.listing_events("", &decisions) {
-                    sink.emit(event);
-                }
-                let hidden = decisions.iter().filter(|d| d.is_blocked()).count();
-                tracing::info!(server = %server.id, tools = discovered.tools.len(), hidden, "discovered");
-                found += 1;
-            }
-            Err(error) => {
-                tracing::warn!(server = %server.id, url = server.url.as_deref().unwrap_or_default(), %error, "discovery failed; its tools stay as last registered");
-                failed.push(server.id.as_str());
-            }
-        }
-    }
-    if failed.is_empty() {
-        format!("{found} network server(s) discovered")
-    } else {
-        format!(
-            "{found} network server(s) discovered; unreachable: {} (see the warnings above)",
-            failed.join(", ")
-        )
-    }
-}
-
-/// Binds the LLM proxy (a bind failure stops start-up: the user asked for it) and runs it until
-/// `stopped` turns true; `None` when `proxy.mode` is `disabled`.
-async fn start_proxy(
-    config: &Config,
-    gate: &Arc<dyn crate::decision::Gate>,
-    sink: &EventSink,
-    session_keys: &Arc<crate::llm::proxy::SessionKeys>,
-    approvals: &Arc<crate::approval::Approvals>,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) -> anyhow::Result<
-    Option<(
-        std::net::SocketAddr,
-        tokio::task::JoinHandle<anyhow::Result<()>>,
-        Arc<crate::llm::RelayStats>,
-    )>,
-> {
-    if config.proxy.mode == ProxyMode::Disabled {
-        return Ok(None);
-    }
-    let settings = LlmProxySettings {
-        listen: config.proxy.listen,
-        anthropic_upstream: config.proxy.providers.anthropic.clone(),
-        openai_upstream: config.proxy.providers.openai.clone(),
-        on_malformed: config.interceptor.on_malformed,
-        max_stream_buffer: usize::try_from(config.interceptor.max_stream_buffer_bytes)
-            .unwrap_or(usize::MAX),
-        session_id: String::new(),
-        session_keys: session_keys.clone(),
-        ..LlmProxySettings::default()
-    };
-    let proxy = LlmProxy::bind(settings, gate.clone(), sink.clone())
-        .await
-        .with_context(|| {
-            format!(
-                "start the LLM proxy on {} (proxy.listen)",
-                config.proxy.listen
-            )
-        })?
-        .with_approvals(approvals.clone())?;
-    let addr = proxy.local_addr()?;
-    let stats = proxy.stats();
-    let task = tokio::spawn(proxy.run(async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
-    Ok(Some((addr, task, stats)))
-}
-
-/// Loads and starts the kernel layer, or says why it is off.
-async fn start_netmon(
-    config: &Config,
-    policy: &Policy,
-    sink: &EventSink,
-    api: std::net::SocketAddr,
-    kernel_log: bool,
-) -> Result<NetmonService, String> {
-    if !config.netmon.enabled {
-        return Err("disabled in the configuration (netmon.enabled: false)".into());
-    }
-    let monitor =
-        KernelMonitor::load(kernel_log, &config.netmon.pin_dir).map_err(|e| e.to_string())?;
-    let mut endpoints = watched_endpoints(config, policy);
-    endpoints.extend(api_endpoints(api));
-    let every = Duration::from_secs(config.netmon.resolve_interval_secs.max(1));
-    let watch = Duration::from_millis(config.netmon.watch_interval_ms.max(10));
-    NetmonService::start(monitor, endpoints, sink.clone(), every, watch)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// Which addresses the kernel watches: every network MCP server (DENY when the server is
-/// denied by policy or must be reached through `toolwall mcp-proxy`, else FLAG), and with
-/// `netmon.pin_llm_egress` the LLM providers' API hosts (DENY: the session must use the proxy).
-/// The daemon's own loopback API, denied to sessions: a process inside one talks to the daemon
-/// through the socket, which knows where it runs; on TCP it could present the web token (a root
-/// agent can read it) and read every session's records or answer its own calls that wait for a
-/// person.
-fn api_endpoints(api: std::net::SocketAddr) -> Vec<WatchedEndpoint> {
-    let hosts = match api.ip() {
-        ip if ip.is_unspecified() => vec!["0.0.0.0/0".to_owned(), "::/0".to_owned()],
-        ip => vec![ip.to_string()],
-    };
-    hosts
-        .into_iter()
-        .map(|host| WatchedEndpoint {
-            id: "toolwall:api".into(),
-            kind: "api".into(),
-            host,
-            port: api.port(),
-            action: RuleAction::Deny,
-            except: Vec::new(),
-        })
-        .collect()
-}
-
-pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoint> {
-    let mut out = Vec::new();
-    for server in &config.sandbox.mcp.servers {
-        if server.server_type == ServerType::Stdio {
-            continue;
-        }
-        let Some((host, port)) = split_host_port(&server.addr()) else {
-            continue;
-        };
-        let deny =
-            policy.server_block_reason(&server.id).is_some() || config.must_use_proxy(server);
-        out.push(WatchedEndpoint {
-            id: server.id.clone(),
-            kind: server.server_type.as_str().to_owned(),
-            host,
-            port,
-            action: if deny {
-                RuleAction::Deny
-            } else {
-                RuleAction::Flag
-            },
-            except: Vec::new(),
-        });
-    }
-    if config.netmon.pin_llm_egress {
-        for (name, url) in [
-            ("anthropic", &config.proxy.providers.anthropic),
-            ("openai", &config.proxy.providers.openai),
-        ] {
-            if let Some((host, port)) = split_host_port(&crate::config::url_host_port(url)) {
-                out.push(WatchedEndpoint {
-                    id: format!("llm:{name}"),
-                    kind: "llm".into(),
-                    host,
-                    port,
-                    action: RuleAction::Deny,
-                    except: Vec::new(),
-                });
-            }
-        }
-    }
-    let dns = &config.netmon.dns;
-    let other = match dns.other_resolvers {
-        OtherResolvers::Off => return out,
-        OtherResolvers::Flag => RuleAction::Flag,
-        OtherResolvers::Deny => RuleAction::Deny,
-    };
-    let allowed = if dns.resolvers.is_empty() {
-        crate::netmon::local::system_resolvers()
-    } else {
-        dns.resolvers.clone()
-    };
-    if allowed.is_empty() {
-        tracing::warn!(
-            action = ?other,
-            "netmon.dns: no resolver is allowed (none in netmon.dns.resolvers, none in /etc/resolv.conf); all DNS from sessions is treated as going to another resolver"
-        );
-    }
-    out.push(WatchedEndpoint {
-        id: "dns:other-resolver".into(),
-        kind: "dns".into(),
-        host: "::/0".into(),
-        port: 53,
-        action: other,
-        except: allowed,
-    });
-    out
-}
-
-fn split_host_port(addr: &str) -> Option<(String, u16)> {
-    let (host, port) = addr.rsplit_once(':')?;
-    Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
-}
-
-/// Feeds the live event stream through the correlator and publishes finished records.
-async fn correlate_live(
-    mut events: broadcast::Receiver<crate::events::StoredEvent>,
-    calls: broadcast::Sender<crate::correlate::CallRecord>,
-    window: Duration,
-) {
-    let mut correlator = Correlator::new(window, value_hash);
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    loop {
-        tokio::select! {
-            received = events.recv() => match received {
-                Ok(event) => {
-                    for record in correlator.push(&event) {
-                        let _ = calls.send(record);
-                    }
-                }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "live correlator fell behind; `toolwall mcp calls` (from the store) stays complete");
-                }
-                Err(broadcast::error::RecvError::Closed) => break,
-            },
-            _ = tick.tick() => {
-                for record in correlator.expire(chrono::Utc::now()) {
-                    let _ = calls.send(record);
-                }
-            }
-        }
-    }
-    for record in correlator.flush() {
-        let _ = calls.send(record);
-    }
-}
-
-/// Resolves on the first SIGINT or SIGTERM.
-/// SIGTERM and SIGINT, caught from the moment this is called (before the daemon says it is
-/// ready: a supervisor may stop it at once, and must find it stopping cleanly).
-fn shutdown_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
-    })
-}
-
-/// Sessions are told apart by cgroup (`llm/proxy/sessions.rs`), but a process of an agent's
-/// user outside its session can ptrace the agent where Yama allows it (attack 45: gdb and
-/// `pidfd_getfd` took the agent's connection to the LLM proxy and spoke as its session).
-fn warn_if_ptrace_is_open() {
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok();
-    if scope.as_deref().map(str::trim).is_none_or(|s| s == "0") {
-        tracing::warn!(
-            "kernel.yama.ptrace_scope is {}: a process of an agent's user outside its session can trace the agent and act as it; run agents as a user of their own (`toolwall exec --user`) or set kernel.yama.ptrace_scope=1",
-            scope.as_deref().map_or("absent (no Yama)", |s| s.trim())
-        );
-    }
 }

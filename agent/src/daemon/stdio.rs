@@ -1,4 +1,4 @@
-//! Stdio MCP servers the daemon runs for shims inside sessions (issue 15.7).
+//! Stdio MCP servers the daemon runs for shims inside sessions.
 //!
 //! Whatever runs inside a session could forge what it reports, so a shim there is only a pipe
 //! (`mcp/relay.rs`): it asks here (`POST /api/stdio`, upgraded) and hands over its stdin and
@@ -9,6 +9,10 @@
 //! server runs its declared command; an undeclared one is refused under
 //! `sandbox.mcp.fail_closed` and otherwise runs the command the shim was given.
 
+mod extra_deny;
+mod launch;
+mod stderr;
+
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,17 +22,18 @@ use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use regex::Regex;
 use std::os::fd::AsRawFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
 use super::peer::{Holder, Kind, Place, SocketPeer};
 use super::state::DaemonState;
-use crate::config::{Egress, ServerType};
-use crate::decision::{CallQuery, Decision, Gate};
+use crate::config::Egress;
 use crate::mcp::filter::FilterContext;
 use crate::mcp::framing::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::mcp::relay::{MAX_REQUEST_BYTES, RunRequest, UPGRADE_PROTOCOL, recv_fds};
+use extra_deny::ExtraDeny;
+use launch::{sanitize, what_to_run};
+use stderr::log_stderr;
 
 /// Most `--deny` patterns a shim may add (each is compiled and kept while its server runs).
 const MAX_SHIM_DENY: usize = 64;
@@ -369,292 +374,8 @@ async fn relay(
     Ok(code)
 }
 
-/// Longest stderr line logged whole; the rest of a longer one is left out (counted).
-const MAX_STDERR_LINE: usize = 4096;
-/// Stderr lines logged per second at most; the rest are counted and the count logged.
-const STDERR_LINES_PER_SEC: u32 = 50;
-
-/// Logs a server's stderr line by line, in bounded memory: a line longer than
-/// [`MAX_STDERR_LINE`] is cut, and past [`STDERR_LINES_PER_SEC`] lines are counted, not logged
-/// (a server writing gigabytes must not fill the daemon's memory or its log).
-async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
-    let mut chunk = vec![0u8; 8192];
-    let mut line: Vec<u8> = Vec::with_capacity(MAX_STDERR_LINE);
-    let (mut cut, mut logged, mut skipped) = (0usize, 0u32, 0u64);
-    let mut second = std::time::Instant::now();
-    let mut emit = |line: &mut Vec<u8>, cut: &mut usize| {
-        if second.elapsed() >= std::time::Duration::from_secs(1) {
-            if skipped > 0 {
-                tracing::warn!(%server, skipped, "stderr: lines not logged (more than {STDERR_LINES_PER_SEC} a second)");
-            }
-            (second, logged, skipped) = (std::time::Instant::now(), 0, 0);
-        }
-        if logged < STDERR_LINES_PER_SEC {
-            logged += 1;
-            let text = String::from_utf8_lossy(line);
-            if *cut > 0 {
-                tracing::info!(%server, "stderr: {text} [{cut} more bytes left out]");
-            } else {
-                tracing::info!(%server, "stderr: {text}");
-            }
-        } else {
-            skipped += 1;
-        }
-        line.clear();
-        *cut = 0;
-    };
-    loop {
-        let n = match stderr.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        for piece in chunk[..n].split_inclusive(|&b| b == b'\n') {
-            let (body, ends) = match piece.strip_suffix(b"\n") {
-                Some(body) => (body, true),
-                None => (piece, false),
-            };
-            let room = MAX_STDERR_LINE - line.len();
-            line.extend_from_slice(&body[..body.len().min(room)]);
-            cut += body.len().saturating_sub(room);
-            if ends {
-                emit(&mut line, &mut cut);
-            }
-        }
-    }
-    if !line.is_empty() || cut > 0 {
-        emit(&mut line, &mut cut);
-    }
-}
-
 /// How long a shim may take to hand over its descriptors after the upgrade.
 const HANDOVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// What the daemon starts for a shim, and how.
-struct Launch {
-    program: String,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    cwd: std::path::PathBuf,
-    /// uid, gid and groups.
-    ids: (u32, u32, Vec<libc::gid_t>),
-    /// A declared server's `egress:`; `None` for an undeclared one, which runs the agent's own
-    /// command under the session's rules.
-    egress: Option<Egress>,
-    declared: bool,
-}
-
-/// `PATH` of a declared server unless its `env:` sets one.
-const DECLARED_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// A declared stdio server runs as its declaration says — command, environment, working
-/// directory, user, egress — whatever the shim asked (issue 15: the agent's environment or
-/// directory would run the agent's code in it). An undeclared one is refused under
-/// `fail_closed`, else runs the shim's command as the agent would run it: with the shim's
-/// environment and directory, as the agent's user.
-fn what_to_run(state: &DaemonState, request: &RunRequest, asker: Asker) -> anyhow::Result<Launch> {
-    // The declarations in force: a bundle may have declared, changed or removed servers.
-    let in_force = state.policy.now();
-    let mcp = &*in_force.mcp;
-    let Some(server) = crate::config::declared_server(&mcp.servers, &request.server_id)? else {
-        anyhow::ensure!(
-            !mcp.fail_closed,
-            "MCP server {:?} is not declared; refused under sandbox.mcp.fail_closed (declare it under sandbox.mcp.servers with type: stdio and its command)",
-            request.server_id
-        );
-        let (program, args) = request
-            .command
-            .split_first()
-            .context("no server command given after `--`")?;
-        return Ok(Launch {
-            program: program.clone(),
-            args: args.to_vec(),
-            env: request.env.clone(),
-            cwd: request.cwd.clone(),
-            ids: (asker.uid, asker.gid, vec![asker.gid]),
-            egress: None,
-            declared: false,
-        });
-    };
-    anyhow::ensure!(
-        server.server_type == ServerType::Stdio,
-        "MCP server {:?} is declared as {}, not stdio",
-        server.id,
-        server.server_type.as_str()
-    );
-    let program = server
-        .command
-        .clone()
-        .with_context(|| format!("declared stdio server {:?} has no command", server.id))?;
-    if request.command.first() != Some(&program)
-        || request.command.get(1..).unwrap_or_default() != server.args.as_slice()
-    {
-        tracing::warn!(
-            server = %server.id,
-            "the shim asked for `{}`; running the declared command instead",
-            request.command.join(" ")
-        );
-    }
-    let (ids, home) = match &server.user {
-        Some(name) => {
-            let user = crate::exec::lookup_user(name)
-                .with_context(|| format!("the user of declared stdio server {:?}", server.id))?;
-            ((user.uid, user.gid, user.groups), Some(user.home))
-        }
-        None => (
-            (asker.uid, asker.gid, vec![asker.gid]),
-            crate::exec::home_of(asker.uid),
-        ),
-    };
-    let mut env: Vec<(String, String)> = vec![("PATH".to_owned(), DECLARED_PATH.to_owned())];
-    if let Some(home) = home {
-        env.push(("HOME".to_owned(), home.to_string_lossy().into_owned()));
-    }
-    env.retain(|(k, _)| !server.env.contains_key(k));
-    env.extend(server.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let egress = server
-        .egress()
-        .map_err(|why| anyhow::anyhow!("declared stdio server {:?}: {why}", server.id))?;
-    Ok(Launch {
-        program,
-        args: server.args.clone(),
-        env,
-        cwd: server.cwd.clone().unwrap_or_else(|| "/".into()),
-        ids,
-        egress: Some(egress),
-        declared: true,
-    })
-}
-
-/// A part of a session name: `cgroup.rs` allows `[A-Za-z0-9._-]` and 64 bytes, and bpffs (where
-/// the session's links are pinned) no dots.
-fn sanitize(id: &str) -> String {
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(24)
-        .collect()
-}
-
-/// The daemon's policy plus a shim's `--deny` patterns: they can only take more away.
-struct ExtraDeny {
-    inner: Arc<dyn Gate>,
-    patterns: Vec<(String, Regex)>,
-}
-
-impl ExtraDeny {
-    fn wrap(inner: Arc<dyn Gate>, patterns: &[String]) -> anyhow::Result<Arc<dyn Gate>> {
-        if patterns.is_empty() {
-            return Ok(inner);
-        }
-        let patterns = crate::mcp::enforce::deny_patterns(patterns)?
-            .into_iter()
-            .map(|p| {
-                crate::config::compile_deny_regex(&p)
-                    .map(|r| (p.clone(), r))
-                    .map_err(|why| anyhow::anyhow!("--deny {p:?}: {why}"))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        Ok(Arc::new(ExtraDeny { inner, patterns }))
-    }
-
-    fn denies(&self, name: &str, decision: Decision) -> Decision {
-        match self.patterns.iter().find(|(_, r)| r.is_match(name)) {
-            // An asked call is a block until approved: the shim's own deny holds first.
-            Some((pattern, _)) if !decision.is_blocked() || decision.ask.is_some() => {
-                decision.overruled(format!("tool denied by the shim's --deny {pattern:?}"))
-            }
-            _ => decision,
-        }
-    }
-}
-
-impl Gate for ExtraDeny {
-    fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
-        self.inner.needs_arguments(call)
-    }
-
-    fn inspect_result(
-        &self,
-        server_id: &str,
-        tool: Option<&str>,
-        message: &[u8],
-    ) -> Option<crate::decision::ResultVerdict> {
-        self.inner.inspect_result(server_id, tool, message)
-    }
-
-    fn check_call(&self, call: &CallQuery<'_>) -> Decision {
-        self.denies(call.name, self.inner.check_call(call))
-    }
-
-    fn check_listed(
-        &self,
-        server_id: &str,
-        server_type: &str,
-        tool: &serde_json::Value,
-    ) -> Decision {
-        let name = tool["name"].as_str().unwrap_or_default();
-        self.denies(name, self.inner.check_listed(server_id, server_type, tool))
-    }
-
-    fn check_listed_all(
-        &self,
-        server_id: &str,
-        server_type: &str,
-        tools: &[serde_json::Value],
-    ) -> Vec<Decision> {
-        self.inner
-            .check_listed_all(server_id, server_type, tools)
-            .into_iter()
-            .zip(tools)
-            .map(|(d, tool)| self.denies(tool["name"].as_str().unwrap_or_default(), d))
-            .collect()
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use crate::config::declared_server;
-
-    fn declared(id: &str) -> crate::config::ServerDecl {
-        serde_yaml_ng::from_str(&format!("{{id: {id}, type: stdio, command: /bin/true}}"))
-            .expect("a server declaration")
-    }
-
-    #[test]
-    fn an_undeclared_look_alike_of_a_declared_server_is_refused() {
-        let servers = [declared("everything"), declared("127.0.0.1:18101")];
-        let found = declared_server(&servers, "everything").unwrap();
-        assert_eq!(found.map(|s| s.id.as_str()), Some("everything"));
-        assert!(
-            declared_server(&servers, "127.0.0.1:18101")
-                .unwrap()
-                .is_some()
-        );
-        assert!(declared_server(&servers, "other").unwrap().is_none());
-        for twin in [
-            "Everything",
-            "everything.",
-            "./everything",
-            "everyth1ng",
-            "every-thing",
-        ] {
-            let why = declared_server(&servers, twin).unwrap_err().to_string();
-            assert!(
-                why.contains("looks like declared server \"everything\""),
-                "{twin}: {why}"
-            );
-        }
-        for bad in ["everything ", " everything", "every\u{7}thing", "", "a b"] {
-            let why = declared_server(&servers, bad).unwrap_err().to_string();
-            assert!(
-                why.contains(&format!("{bad:?}")) && why.contains("no spaces"),
-                "{why}"
-            );
-        }
-    }
-}
+mod tests;

@@ -35,28 +35,32 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::http::uri::{Authority, Scheme};
-use hyper::{Request, Response, StatusCode, Uri};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use super::backstop;
 use super::relay::{Plain, Relay};
 use super::request;
-use super::upstream::{Origin, OutBody, Upstreams};
+use super::upstream::{OutBody, Upstreams};
 use super::{Dialect, OnMalformed};
 use crate::decision::Gate;
 use crate::events::EventSink;
 
 mod encoding;
 mod exchange;
+mod request_body;
+mod routing;
 mod sessions;
+mod sniff;
 
 pub(crate) use sessions::SessionKeys;
 use sessions::{Peer, split_session};
 
 use encoding::Encoding;
 use exchange::Exchange;
+use request_body::read_request;
+use routing::{Upstream, pick_upstream};
+use sniff::sniff;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -109,59 +113,6 @@ impl Default for LlmProxySettings {
             session_keys: Arc::default(),
             header_read_timeout: std::time::Duration::from_secs(30),
         }
-    }
-}
-
-/// A parsed upstream base URL.
-#[derive(Debug, Clone)]
-struct Upstream {
-    scheme: Scheme,
-    authority: Authority,
-    prefix: String,
-    origin: Origin,
-}
-
-impl Upstream {
-    fn parse(url: &str) -> anyhow::Result<Self> {
-        let uri: Uri = url
-            .parse()
-            .with_context(|| format!("upstream URL {url:?} is not a URL"))?;
-        let scheme = uri
-            .scheme()
-            .cloned()
-            .with_context(|| format!("upstream URL {url:?} has no scheme (http or https)"))?;
-        anyhow::ensure!(
-            scheme == Scheme::HTTP || scheme == Scheme::HTTPS,
-            "upstream URL {url:?}: only http and https are supported"
-        );
-        let authority = uri
-            .authority()
-            .cloned()
-            .with_context(|| format!("upstream URL {url:?} has no host"))?;
-        let tls = scheme == Scheme::HTTPS;
-        let origin = Origin {
-            tls,
-            host: authority
-                .host()
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned(),
-            port: authority.port_u16().unwrap_or(if tls { 443 } else { 80 }),
-        };
-        Ok(Upstream {
-            scheme,
-            authority,
-            prefix: uri.path().trim_end_matches('/').to_owned(),
-            origin,
-        })
-    }
-
-    fn uri(&self, path_and_query: &str) -> Result<Uri, hyper::http::Error> {
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(format!("{}{}", self.prefix, path_and_query))
-            .build()
     }
 }
 
@@ -298,8 +249,8 @@ async fn serve_client(inner: Arc<Inner>, stream: tokio::net::TcpStream, peer: So
     let origin = Arc::new(origin);
     let service = hyper::service::service_fn(move |req| handle(inner.clone(), origin.clone(), req));
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    // A client that never finishes its request head must not hold a descriptor for ever
-    // (issue 12: partial heads exhausted the proxy's descriptors).
+    // A client that never finishes its request head must not hold a descriptor for ever:
+    // partial heads would exhaust the proxy's descriptors.
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -477,8 +428,8 @@ async fn handle(
         }
         return Ok(Response::from_parts(parts, ctx.guarded(reads)));
     };
-    // What the body is decides how it is read, not its label (issue 12, class 2): the SDKs
-    // parse a JSON document as JSON whatever its content-type says.
+    // What the body is decides how it is read, not its label: the SDKs parse a JSON document
+    // as JSON whatever its content-type says.
     let peeked = match sniff(&mut reads, inner.settings.max_stream_buffer).await {
         Ok(peeked) => peeked,
         Err(e) => {
@@ -516,130 +467,6 @@ async fn handle(
             ))
         }
         Err(resp) => Ok(resp),
-    }
-}
-
-/// Time a client has to send an inspected request's body.
-const REQUEST_BODY_TIME: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Reads an inspected route's request body whole (bounded in bytes and time) and judges the
-/// tool results in it; the records go to the sink. Refused, with why: a compressed body
-/// (toolwall reads only what it can judge), one over [`request::MAX_REQUEST_BYTES`], one that
-/// does not arrive in time.
-async fn read_request(
-    inner: &Arc<Inner>,
-    route: request::Route,
-    headers: &hyper::HeaderMap,
-    body: Incoming,
-    session: &str,
-) -> Result<OutBody, String> {
-    // Every value of every such header (a second `content-encoding: gzip` line counts too).
-    if let Some(coding) = headers
-        .get_all(header::CONTENT_ENCODING)
-        .iter()
-        .find(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
-    {
-        return Err(format!(
-            "a request body in content-encoding {coding:?} is not inspected; send it uncompressed"
-        ));
-    }
-    // A few at a time: a request is held whole, and parsed it takes several times its size.
-    let Ok(_permit) = inner.reading.acquire().await else {
-        return Err("the proxy is stopping".to_owned());
-    };
-    let read = tokio::time::timeout(
-        REQUEST_BODY_TIME,
-        http_body_util::Limited::new(body, request::MAX_REQUEST_BYTES).collect(),
-    );
-    let bytes = match read.await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(format!(
-                "the request body is larger than {} bytes (no provider takes one that large)",
-                request::MAX_REQUEST_BYTES
-            ));
-        }
-        Ok(Err(e)) => return Err(format!("the request body broke: {e}")),
-        Err(_) => {
-            return Err(format!(
-                "the request body did not arrive within {} s",
-                REQUEST_BODY_TIME.as_secs()
-            ));
-        }
-    };
-    // Parsing and scanning megabytes is CPU work: off the threads that serve connections.
-    let job = {
-        let (inner, bytes, session) = (inner.clone(), bytes.clone(), session.to_owned());
-        tokio::task::spawn_blocking(move || {
-            request::inspect(&*inner.gate, route, &bytes, &session, &inner.recorded)
-        })
-    };
-    let inspected = match job.await {
-        Ok(Ok(inspected)) => inspected,
-        Ok(Err(unreadable)) => return Err(unreadable.to_string()),
-        Err(e) => return Err(format!("inspecting the request failed: {e}")),
-    };
-    for record in inspected.records {
-        inner.sink.emit(record);
-    }
-    Ok(OutBody::Full(inspected.body.map_or(bytes, Bytes::from)))
-}
-
-/// The first reads of a body, up to its first byte that is not whitespace (or a byte order
-/// mark), and whether that byte opens a JSON document.
-struct Peeked {
-    reads: Vec<Bytes>,
-    json: bool,
-}
-
-async fn sniff(reads: &mut Reads, limit: usize) -> io::Result<Peeked> {
-    let mut peeked = Peeked {
-        reads: Vec::new(),
-        json: true,
-    };
-    // Only whitespace (and a byte order mark) is kept here: the first other byte decides.
-    let mut prefix = Vec::new();
-    while let Some(read) = reads.next().await {
-        let read = read?;
-        // Up to the first byte that is neither whitespace nor part of a byte order mark.
-        let upto = read
-            .iter()
-            .position(|b| !b.is_ascii_whitespace() && !matches!(b, 0xEF | 0xBB | 0xBF))
-            .map_or(read.len(), |i| i + 1);
-        prefix.extend_from_slice(&read[..upto]);
-        peeked.reads.push(read);
-        if let Some(json) = backstop::opens_json(&prefix) {
-            peeked.json = json;
-            return Ok(peeked);
-        }
-        if prefix.len() > limit {
-            break;
-        }
-    }
-    // Empty or only whitespace: a (trivially) whole body.
-    Ok(peeked)
-}
-
-fn pick_upstream<'a>(
-    inner: &'a Inner,
-    dialect: Option<Dialect>,
-    req: &Request<Incoming>,
-    path: &str,
-) -> &'a Upstream {
-    match dialect {
-        Some(Dialect::Anthropic) => &inner.anthropic,
-        Some(_) => &inner.openai,
-        None => {
-            let h = req.headers();
-            if h.contains_key("anthropic-version")
-                || h.contains_key("x-api-key")
-                || !path.starts_with("/v1/")
-            {
-                &inner.anthropic
-            } else {
-                &inner.openai
-            }
-        }
     }
 }
 

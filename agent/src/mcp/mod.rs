@@ -43,7 +43,6 @@ pub(crate) mod client;
 pub(crate) mod enforce;
 pub(crate) mod filter;
 pub(crate) mod filtered_sse;
-pub(crate) mod framing;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzzing;
 pub(crate) mod headers;
@@ -51,6 +50,10 @@ pub(crate) mod proxy;
 pub(crate) mod relay;
 pub(crate) mod shim;
 pub(crate) mod stream_order;
+
+/// The stdio transport's line framing lives below every layer (the approval client reads the
+/// daemon's JSON lines with it too); MCP's modules reach it here as before.
+pub(crate) use crate::framing;
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};

@@ -22,6 +22,16 @@ use serde_json::Value;
 
 use crate::config::{DefinitionAction, DefinitionChecksConfig};
 
+mod cache;
+mod carry;
+mod judge;
+mod server_texts;
+mod state;
+
+pub(super) use server_texts::merge_verdicts;
+use state::Flag;
+pub(crate) use state::{DefinitionState, Judged};
+
 /// Longest piece of evidence quoted in a reason.
 const EVIDENCE: usize = 80;
 

@@ -1,124 +1,21 @@
 //! The Chat Completions stream machine: calls tracked per choice, events held until every
 //! call of theirs is decided, then released (verbatim, or edited by [`super::edit`]).
 
+mod call;
+mod release;
+
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use bytes::{Bytes, BytesMut};
 use serde_json::value::RawValue;
 
-use super::edit::{ChoiceEdit, rewrite, template_of};
+use super::edit::template_of;
 use super::{CallView, ChoiceView, DeltaView, TOOL_KEYS};
-use crate::decision::{CallStage, Decision};
-use crate::llm::json::{RawObject, quote, raw_from_json};
-use crate::llm::{Cx, Fatal, Keys, Machine, blocked_message, push_capped};
+use crate::llm::json::{RawObject, quote};
+use crate::llm::{Cx, Fatal, Keys, Machine, push_capped};
 use crate::sse::write_event;
-
-/// Fixed bytes charged per tracked call against the buffer limit.
-const CALL_COST: usize = 64;
-
-#[derive(Clone, Copy)]
-enum State {
-    /// Its choice has not finished: entries held back.
-    Pending,
-    /// Kept, under this (dense) index.
-    Allowed(u64),
-    Blocked,
-}
-
-/// One name as the SDKs accumulate it: every fragment appended (Python) and the last non-empty
-/// fragment (TypeScript), which is a suffix of the first.
-#[derive(Default)]
-struct NameView {
-    joined: String,
-    last_start: usize,
-}
-
-impl NameView {
-    fn push(&mut self, part: &str) -> usize {
-        if part.is_empty() {
-            return 0;
-        }
-        self.last_start = self.joined.len();
-        self.joined.push_str(part);
-        part.len()
-    }
-
-    fn last(&self) -> &str {
-        &self.joined[self.last_start..]
-    }
-}
-
-struct Call {
-    state: State,
-    id: String,
-    function: NameView,
-    /// Names of a `custom` object, if one came.
-    custom: Option<NameView>,
-    /// A name fragment came since the names were last judged.
-    dirty: bool,
-    /// The first blocked name found for this call, with its decision.
-    blocked: Option<(String, Decision)>,
-    /// Arguments assembled to record an allowed MCP call.
-    args: String,
-}
-
-impl Call {
-    fn new() -> Self {
-        Call {
-            state: State::Pending,
-            id: String::new(),
-            function: NameView::default(),
-            custom: None,
-            dirty: true,
-            blocked: None,
-            args: String::new(),
-        }
-    }
-
-    /// Bytes this call holds against the buffer limit.
-    fn held(&self) -> usize {
-        CALL_COST
-            + self.id.len()
-            + self.function.joined.len()
-            + self.custom.as_ref().map_or(0, |c| c.joined.len())
-    }
-
-    /// Judges every view of the names as they are now; returns the allowed decisions about MCP
-    /// tools (to record), and notes the first blocked name. `last` is the final decision: its
-    /// first view (the appended name) is asked as a proposed call, once, spending rate-limit
-    /// budget; every other view, and every look before the last, is an inspection.
-    fn judge(&mut self, cx: &Cx, last: bool) -> Vec<(String, Decision)> {
-        self.dirty = false;
-        let mut names: Vec<&str> = vec![self.function.joined.as_str(), self.function.last()];
-        if let Some(c) = &self.custom {
-            names.push(c.joined.as_str());
-            names.push(c.last());
-        }
-        let mut allowed: Vec<(String, Decision)> = Vec::new();
-        for (i, name) in names.iter().enumerate() {
-            if self.blocked.is_some() {
-                break;
-            }
-            if names[..i].contains(name) {
-                continue;
-            }
-            // The choice finished: the arguments are whole, and the function's names are
-            // judged on them too (argument rules; issue 16) — the events were held till now.
-            let decision = match (last, i) {
-                (true, 0) => cx.check_complete(name, None, Some(&self.args)),
-                (true, 1) => cx.complete_at(name, None, Some(&self.args), CallStage::Inspected),
-                _ => cx.inspect(name),
-            };
-            if decision.is_blocked() {
-                self.blocked = Some(((*name).to_owned(), decision));
-            } else if decision.tool.is_some() {
-                allowed.push(((*name).to_owned(), decision));
-            }
-        }
-        allowed
-    }
-}
+use call::{Call, NameView, State};
 
 /// The calls of one choice.
 #[derive(Default)]
@@ -338,7 +235,8 @@ impl Chat {
                             return Err(Fatal::new(format!("blocked function_call '{name}'")));
                         }
                         // Its arguments are not held here: a tool argument rules judge cannot
-                        // come in this form (helper-30), it ends the stream.
+                        // come in this form, it ends the stream
+                        // (`arguments_after_the_finish_and_legacy_calls_of_judged_tools_end_the_stream`).
                         if cx.needs_arguments(legacy, None) {
                             let name = legacy.clone();
                             let refused = decision.overruled(
@@ -423,8 +321,8 @@ impl Chat {
                 // Dropped when released.
                 Some(State::Blocked) => Ok(()),
                 // Nothing more of a kept call after its choice finished: arguments then were
-                // judged by no one, yet the SDKs append them (helper-30: `{"a":500}` after
-                // `finish_reason` reached the SDK past an argument rule).
+                // judged by no one, yet the SDKs append them (`{"a":500}` after `finish_reason`
+                // would reach the SDK past an argument rule).
                 Some(State::Allowed(_))
                     if !names_something
                         && call
@@ -476,126 +374,6 @@ impl Chat {
             push_capped(&mut c.args, a);
         }
         self.state_bytes += c.held() - before;
-        Ok(())
-    }
-
-    /// Judges every call of a finished choice (every name is final now), numbering the kept
-    /// ones densely in the order they came; records every decision.
-    fn decide_choice(&mut self, cx: &mut Cx, choice: u64) {
-        let Some(cs) = self.choices.get_mut(&choice) else {
-            return;
-        };
-        if cs.decided {
-            return;
-        }
-        cs.decided = true;
-        if !cs.calls.is_empty() {
-            self.pending -= 1;
-        }
-        let mut dense = 0u64;
-        let mut allowed_records = Vec::new();
-        let mut freed = 0usize;
-        for index in std::mem::take(&mut cs.order) {
-            let Some(c) = cs.calls.get_mut(&index) else {
-                continue;
-            };
-            let allowed = c.judge(cx, true);
-            let id = std::mem::take(&mut c.id);
-            if let Some((name, decision)) = c.blocked.take() {
-                cs.messages.push(blocked_message(&name, &decision.reason));
-                cx.record(name, id.clone(), None, decision);
-                c.state = State::Blocked;
-                cs.blocked += 1;
-            } else {
-                c.state = State::Allowed(dense);
-                dense += 1;
-                if !allowed.is_empty() {
-                    let input: Option<serde_json::Value> = serde_json::from_str(&c.args).ok();
-                    for (name, decision) in allowed {
-                        allowed_records.push((name, id.clone(), input.clone(), decision));
-                    }
-                }
-            }
-            freed += c.held() - CALL_COST + id.len();
-            c.function = NameView::default();
-            c.custom = None;
-            c.args = String::new();
-        }
-        self.state_bytes -= freed;
-        for (name, id, input, decision) in allowed_records {
-            cx.record(name, id, input, decision);
-        }
-    }
-
-    /// Releases the held events, edited where a call was blocked or renumbered.
-    fn flush(&mut self, out: &mut BytesMut) -> Result<(), Fatal> {
-        self.queued_bytes = 0;
-        for held in std::mem::take(&mut self.queue) {
-            let mut edits: Vec<(usize, ChoiceEdit)> = Vec::new();
-            for hc in held.choices {
-                let Some(cs) = self.choices.get_mut(&hc.choice) else {
-                    continue;
-                };
-                let mut edit = ChoiceEdit::default();
-                for (epos, index) in hc.entries {
-                    match cs.calls.get(&index).map(|c| c.state) {
-                        Some(State::Allowed(dense)) if dense != index => {
-                            edit.entries.push((epos, Some(dense)));
-                        }
-                        Some(State::Blocked) => edit.entries.push((epos, None)),
-                        _ => {}
-                    }
-                }
-                if let Some(tool_calls) = hc.finish {
-                    edit.messages = std::mem::take(&mut cs.messages);
-                    edit.finish_stop =
-                        tool_calls && !cs.calls.is_empty() && cs.blocked == cs.calls.len();
-                }
-                if !edit.entries.is_empty() || !edit.messages.is_empty() || edit.finish_stop {
-                    edits.push((hc.pos, edit));
-                }
-            }
-            if edits.is_empty() {
-                out.extend_from_slice(&held.raw);
-            } else {
-                rewrite(&held.raw, edits, out)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// At `[DONE]` or the end of the stream: every name is final. Decides the choices still
-    /// open, releases what is held, and explains their blocked calls in chunks of their own.
-    fn finish_all(&mut self, cx: &mut Cx, out: &mut BytesMut) -> Result<(), Fatal> {
-        let mut open: Vec<u64> = self
-            .choices
-            .iter()
-            .filter(|(_, cs)| !cs.decided)
-            .map(|(i, _)| *i)
-            .collect();
-        open.sort_unstable();
-        for &choice in &open {
-            self.decide_choice(cx, choice);
-        }
-        self.flush(out)?;
-        let template = self.template.clone().unwrap_or_else(|| "{}".to_owned());
-        let top = RawObject::parse(&template).map_err(|_| Fatal::new("bad template"))?;
-        for choice in open {
-            let Some(cs) = self.choices.get_mut(&choice) else {
-                continue;
-            };
-            for m in std::mem::take(&mut cs.messages) {
-                let mut chunk = top.clone();
-                chunk.set(
-                    "choices",
-                    raw_from_json(format!(
-                        r#"[{{"index":{choice},"delta":{{"content":{}}},"finish_reason":null}}]"#,
-                        quote(&m)
-                    )),
-                );
-                write_event(out, None, chunk.to_json().as_bytes());
-            }
-        }
         Ok(())
     }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::decision::Action;
 use crate::mcp::enforce::Enforcement;
 use crate::mcp::framing::{LineFramer, strip_newline};
 

@@ -2,6 +2,8 @@
 //! `policy/live.rs`): a bundle's new revision must not forget the tools a definition check
 //! hid, or they come back until their server lists again.
 
+use std::sync::PoisonError;
+
 use super::*;
 use serde_json::json;
 
@@ -120,7 +122,8 @@ fn a_poison_outside_the_hashed_fields_is_remembered() {
     assert!(restarted.check_call(&on("fs", "write")).is_blocked());
     // A revision taking over keeps the refusal, whatever the stored text says.
     let next = build(HIDE, &registry);
-    next.flagged
+    next.definition_state
+        .flagged
         .write()
         .unwrap_or_else(PoisonError::into_inner)
         .clear();

@@ -1,5 +1,8 @@
 //! Newline-delimited JSON-RPC framing (the stdio transport), mini-redis style.
 //!
+//! A crate-wide module, not MCP's own: the approval client (`approval/asker.rs`), a lower
+//! layer than MCP, reads the daemon's JSON-lines answers with it as well.
+//!
 //! The reader appends whatever the pipe gave into [`LineFramer::buffer_mut`]; each complete
 //! line is split off the front without copying (`BytesMut::split_to` shares the allocation).
 //! MCP messages (a `tools/call` result with an image, a huge `tools/list`) can be many

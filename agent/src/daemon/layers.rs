@@ -1,0 +1,120 @@
+//! Starting the layers the daemon hosts besides the API: the LLM proxy, the kernel monitor and
+//! the live correlator.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use tokio::sync::broadcast;
+
+use super::endpoints::{api_endpoints, watched_endpoints};
+use crate::{
+    config::{Config, ProxyMode},
+    correlate::Correlator,
+    events::EventSink,
+    llm::{LlmProxy, LlmProxySettings},
+    netmon::{KernelMonitor, service::NetmonService},
+    policy::Policy,
+    registry::value_hash,
+};
+
+/// Binds the LLM proxy (a bind failure stops start-up: the user asked for it) and runs it until
+/// `stopped` turns true; `None` when `proxy.mode` is `disabled`.
+pub(super) async fn start_proxy(
+    config: &Config,
+    gate: &Arc<dyn crate::decision::Gate>,
+    sink: &EventSink,
+    session_keys: &Arc<crate::llm::proxy::SessionKeys>,
+    approvals: &Arc<crate::approval::Approvals>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<
+    Option<(
+        std::net::SocketAddr,
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+        Arc<crate::llm::RelayStats>,
+    )>,
+> {
+    if config.proxy.mode == ProxyMode::Disabled {
+        return Ok(None);
+    }
+    let settings = LlmProxySettings {
+        listen: config.proxy.listen,
+        anthropic_upstream: config.proxy.providers.anthropic.clone(),
+        openai_upstream: config.proxy.providers.openai.clone(),
+        on_malformed: config.interceptor.on_malformed,
+        max_stream_buffer: usize::try_from(config.interceptor.max_stream_buffer_bytes)
+            .unwrap_or(usize::MAX),
+        session_id: String::new(),
+        session_keys: session_keys.clone(),
+        ..LlmProxySettings::default()
+    };
+    let proxy = LlmProxy::bind(settings, gate.clone(), sink.clone())
+        .await
+        .with_context(|| {
+            format!(
+                "start the LLM proxy on {} (proxy.listen)",
+                config.proxy.listen
+            )
+        })?
+        .with_approvals(approvals.clone())?;
+    let addr = proxy.local_addr()?;
+    let stats = proxy.stats();
+    let task = tokio::spawn(proxy.run(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+    Ok(Some((addr, task, stats)))
+}
+
+/// Loads and starts the kernel layer, or says why it is off.
+pub(super) async fn start_netmon(
+    config: &Config,
+    policy: &Policy,
+    sink: &EventSink,
+    api: std::net::SocketAddr,
+    kernel_log: bool,
+) -> Result<NetmonService, String> {
+    if !config.netmon.enabled {
+        return Err("disabled in the configuration (netmon.enabled: false)".into());
+    }
+    let monitor =
+        KernelMonitor::load(kernel_log, &config.netmon.pin_dir).map_err(|e| e.to_string())?;
+    let mut endpoints = watched_endpoints(config, policy);
+    endpoints.extend(api_endpoints(api));
+    let every = Duration::from_secs(config.netmon.resolve_interval_secs.max(1));
+    let watch = Duration::from_millis(config.netmon.watch_interval_ms.max(10));
+    NetmonService::start(monitor, endpoints, sink.clone(), every, watch)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Feeds the live event stream through the correlator and publishes finished records.
+pub(super) async fn correlate_live(
+    mut events: broadcast::Receiver<crate::events::StoredEvent>,
+    calls: broadcast::Sender<crate::correlate::CallRecord>,
+    window: Duration,
+) {
+    let mut correlator = Correlator::new(window, value_hash);
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            received = events.recv() => match received {
+                Ok(event) => {
+                    for record in correlator.push(&event) {
+                        let _ = calls.send(record);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(missed = n, "live correlator fell behind; `toolwall mcp calls` (from the store) stays complete");
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+            _ = tick.tick() => {
+                for record in correlator.expire(chrono::Utc::now()) {
+                    let _ = calls.send(record);
+                }
+            }
+        }
+    }
+    for record in correlator.flush() {
+        let _ = calls.send(record);
+    }
+}

@@ -1,0 +1,78 @@
+//! A server's listing as the policy sees it: its tools registered (and pinned on first sight
+//! when pinning trusts first hashes), each decided for visibility without spending budget.
+
+use serde_json::Value;
+
+use super::Policy;
+use crate::{
+    decision::{Action, Decision},
+    registry::{ToolEntry, tool_hash},
+};
+
+impl Policy {
+    /// Registers one listed tool and pins it on first sight when pinning trusts first hashes.
+    pub(super) fn register_listed(
+        &self,
+        server_id: &str,
+        server_type: &str,
+        tools: &[Value],
+    ) -> Vec<Option<ToolEntry>> {
+        let addr = self
+            .declared
+            .get(server_id)
+            .map(|d| d.1.clone())
+            .unwrap_or_default();
+        if let Err(error) = self.registry.register(server_id, server_type, &addr, tools) {
+            tracing::error!(server_id, %error, "cannot persist listed tools; deciding on them anyway");
+        }
+        self.registered_since_compared(server_id, tools);
+        tools
+            .iter()
+            .map(|tool| {
+                let name = tool.get("name").and_then(Value::as_str)?;
+                let hash = tool_hash(tool);
+                Some(ToolEntry {
+                    tool: name.to_string(),
+                    server_id: server_id.to_string(),
+                    server_type: server_type.to_string(),
+                    server_addr: addr.clone(),
+                    tool_hash: hash,
+                    registered_at: chrono::Utc::now(),
+                })
+            })
+            .collect()
+    }
+
+    /// Decides visibility of a listed, registered definition (no rate limit spent).
+    pub(super) fn decide_listed(&self, entry: Option<ToolEntry>) -> Decision {
+        match entry {
+            Some(entry) => self.decide_entry(&entry, None, None),
+            None => self.finish(
+                Action::Block,
+                "listed tool has no string \"name\"; hidden".to_string(),
+                None,
+            ),
+        }
+    }
+
+    /// Pins first-seen definitions when `auto_trust_first` (one tool: per tool, the server's
+    /// set stays open; a whole listing: every tool, and the set is sealed).
+    pub(super) fn trust_first(
+        &self,
+        server_id: &str,
+        entries: &[Option<ToolEntry>],
+        whole_listing: bool,
+    ) {
+        if !(self.pinning.enabled && self.pinning.auto_trust_first) {
+            return;
+        }
+        let tools: Vec<(&str, &str)> = entries
+            .iter()
+            .flatten()
+            .map(|e| (e.tool.as_str(), e.tool_hash.as_str()))
+            .collect();
+        if let Err(error) = self.registry.trust_first(server_id, &tools, whole_listing) {
+            tracing::error!(server_id, %error, "cannot persist pins");
+        }
+    }
+}

@@ -90,7 +90,11 @@ fn all_blocks() -> Vec<Block> {
 fn every_configuration_example_is_accepted() {
     let blocks = all_blocks();
     let configs: Vec<&Block> = blocks.iter().filter(|b| b.info == "yaml config").collect();
-    assert!(configs.len() >= 10, "only {} yaml config blocks found", configs.len());
+    assert!(
+        configs.len() >= 10,
+        "only {} yaml config blocks found",
+        configs.len()
+    );
     let dir = tempfile::tempdir().unwrap();
     let mut failed = Vec::new();
     for (i, block) in configs.iter().enumerate() {
@@ -111,7 +115,11 @@ fn every_configuration_example_is_accepted() {
             ));
         }
     }
-    assert!(failed.is_empty(), "examples refused:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "examples refused:\n{}",
+        failed.join("\n")
+    );
 }
 
 /// Shell examples run as root: some start a daemon, the demo loads eBPF programs.
@@ -121,7 +129,11 @@ fn privileged_every_shell_example_runs() {
     assert!(is_root());
     let blocks = all_blocks();
     let shells: Vec<&Block> = blocks.iter().filter(|b| b.info == "sh test").collect();
-    assert!(shells.len() >= 5, "only {} sh test blocks found", shells.len());
+    assert!(
+        shells.len() >= 5,
+        "only {} sh test blocks found",
+        shells.len()
+    );
     assert!(
         shells.iter().any(|b| b.text.contains("toolwall demo")),
         "the README's demo is among the examples"

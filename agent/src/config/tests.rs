@@ -693,9 +693,8 @@ fn the_embedded_default_explains_every_accepted_key() {
     );
     // Key names as written in the default, live or commented out: at the start of a line or
     // a list item, or inside a flow mapping (`{min: 1000}`).
-    let is_key = |key: &str| {
-        !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
+    let is_key =
+        |key: &str| !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     let mut written = std::collections::BTreeSet::new();
     for line in DEFAULT_YAML.lines() {
         let line = line.trim_start().trim_start_matches('#').trim_start();

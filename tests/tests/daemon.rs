@@ -86,6 +86,40 @@ fn cross_origin_writes_are_refused() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "403");
 }
 
+/// Two daemons on one event store would mix their records (one user's `mcp calls` showing
+/// another configuration's calls): the second is refused at start, naming the store, the
+/// daemon that holds it and what to do.
+#[test]
+fn a_second_daemon_on_the_same_store_is_refused_naming_the_first() {
+    let mut first = Daemon::start("");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("other.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}/api.sock\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:0\nnetmon:\n  enabled: false\n",
+            dir.path().display(),
+            first.db.display()
+        ),
+    )
+    .unwrap();
+    let second = Command::new(toolwall_bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains(&format!("the event store {} is in use", first.db.display()))
+            && err.contains(&format!("pid {}", first.child.id()))
+            && err.contains(&first.config.display().to_string())
+            && err.contains("store.path"),
+        "{err}"
+    );
+    assert!(first.stop().success());
+}
+
 #[test]
 fn exec_without_a_daemon_says_what_is_missing() {
     let dir = tempfile::tempdir().unwrap();
@@ -282,6 +316,43 @@ fn privileged_a_full_disk_is_refused_loudly_and_loses_no_acknowledged_event() {
         stored >= acknowledged,
         "every acknowledged event is stored ({stored} < {acknowledged})"
     );
+}
+
+/// An agent the `--user` cannot reach (a build directory under root's home, say) fails with
+/// the directory it cannot enter, its owner and mode and what to do, not a bare "Permission
+/// denied".
+#[test]
+#[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
+fn privileged_exec_names_the_directory_the_agents_user_cannot_enter() {
+    use std::os::unix::fs::PermissionsExt as _;
+    assert!(is_root());
+    let mut daemon = Daemon::start("");
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let closed = top.path().join("build");
+    std::fs::create_dir(&closed).unwrap();
+    let agent = closed.join("agent.sh");
+    std::fs::write(&agent, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--user", "nobody", "--config"])
+        .arg(&daemon.config)
+        .arg("--")
+        .arg(&agent)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    assert!(
+        err.contains(&format!(
+            "user nobody (uid 65534) cannot enter {} (mode 0700, owner root:root)",
+            closed.display()
+        )) && err.contains("chmod o+x"),
+        "{err}"
+    );
+    assert!(daemon.stop().success());
 }
 
 #[test]

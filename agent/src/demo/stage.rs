@@ -121,15 +121,27 @@ impl Stage {
         show_kernel(&report["kernel"], kernel_on, self.net_addr, &mut checks);
 
         tokio::time::sleep(Duration::from_millis(WINDOW_MS + 500)).await;
+        // Which session a shim's call came from is known by the session's cgroup; without one
+        // (the daemon not root) the shim's calls are recorded apart from the session, so the
+        // whole (temporary) store is shown.
+        let filter: &[&str] = if kernel_on {
+            &["--session", SESSION]
+        } else {
+            println!(
+                "\nThe daemon is not root, so the session has no cgroup: the calls the shim relays cannot be placed in the session and are recorded apart from it, not joined to the model's."
+            );
+            &[]
+        };
         println!(
-            "\nThe record, joined across the layers (`toolwall mcp calls --session {SESSION}`):"
+            "\nThe record, joined across the layers (`toolwall mcp calls {}`):",
+            filter.join(" ")
         );
-        let table = self.toolwall(&["mcp", "calls", "--session", SESSION])?;
+        let table = self.toolwall(&[&["mcp", "calls"], filter].concat())?;
         for line in String::from_utf8_lossy(&table).lines() {
             println!("  {line}");
         }
         check_records(
-            &self.toolwall(&["mcp", "calls", "--json", "--session", SESSION])?,
+            &self.toolwall(&[&["mcp", "calls", "--json"], filter].concat())?,
             kernel_on,
             &mut checks,
         );
@@ -515,7 +527,8 @@ fn show_kernel(kernel: &Value, kernel_on: bool, addr: SocketAddr, checks: &mut C
     );
 }
 
-/// The joined records the policy implies, from `toolwall mcp calls --json`.
+/// The records the policy implies, from `toolwall mcp calls --json`; joined across the layers
+/// when the session has a cgroup (`kernel_on`).
 fn check_records(json: &[u8], kernel_on: bool, checks: &mut Checks) {
     let records: Vec<Value> = String::from_utf8_lossy(json)
         .lines()
@@ -529,10 +542,18 @@ fn check_records(json: &[u8], kernel_on: bool, checks: &mut Checks) {
                 && r["action"] == action
         })
     };
-    checks.expect(
-        has(SERVER_ID, Some(ALLOWED_TOOL), "joined", "allow"),
-        "the allowed call is one record joined across the LLM and MCP layers",
-    );
+    if kernel_on {
+        checks.expect(
+            has(SERVER_ID, Some(ALLOWED_TOOL), "joined", "allow"),
+            "the allowed call is one record joined across the LLM and MCP layers",
+        );
+    } else {
+        checks.expect(
+            has(SERVER_ID, Some(ALLOWED_TOOL), "intercept_only", "allow")
+                && has(SERVER_ID, Some(ALLOWED_TOOL), "execution_only", "allow"),
+            "the allowed call is recorded at the LLM layer and as run by the shim",
+        );
+    }
     checks.expect(
         has(SERVER_ID, Some(DENIED_TOOL), "intercept_only", "block"),
         "the model's denied call is recorded as blocked at the LLM layer",

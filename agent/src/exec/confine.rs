@@ -303,7 +303,11 @@ pub(crate) fn confine_on_spawn(
                     }
                 }
             }
-            if let Some((uid, gid, groups)) = &ids {
+            // Not root, the process can only be who it already is, and setgroups(2) would fail
+            // even with its own groups: a daemon run by a user starts that user's servers as is.
+            if let Some((uid, gid, groups)) = &ids
+                && (root || (*uid, *gid) != (libc::getuid(), libc::getgid()))
+            {
                 check(libc::setgroups(groups.len(), groups.as_ptr()))?;
                 check(libc::setgid(*gid))?;
                 check(libc::setuid(*uid))?;

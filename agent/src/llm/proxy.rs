@@ -371,9 +371,11 @@ async fn handle(
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(%request_id, error = %e, "upstream request failed");
+            // The cause (DNS, connect, TLS, time-out) goes to the agent too: its SDK's error is
+            // often all a user sees, and the daemon's log may be another person's.
             return Ok(full(
                 StatusCode::BAD_GATEWAY,
-                "toolwall: upstream request failed",
+                format!("toolwall: upstream request failed: {e}"),
             ));
         }
     };

@@ -49,6 +49,8 @@ const MAX_INTERIM: usize = 8;
 /// Why an exchange with the upstream failed (the client gets a 502 naming it).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpstreamError {
+    #[error("cannot resolve {0} (this host has no DNS answer for the provider's name): {1}")]
+    Resolve(String, io::Error),
     #[error("cannot connect to {0}: {1}")]
     Connect(String, io::Error),
     #[error("connecting to {0} timed out")]
@@ -220,13 +222,20 @@ impl Upstreams {
 
     async fn connect(&self, origin: &Origin) -> Result<Conn, UpstreamError> {
         let name = origin.authority();
-        let tcp = tokio::time::timeout(
+        // Resolved apart from connecting, so that a missing DNS answer is told apart from a
+        // refused connection in what the agent reads.
+        let addrs: Vec<std::net::SocketAddr> = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            TcpStream::connect((origin.host.as_str(), origin.port)),
+            tokio::net::lookup_host((origin.host.as_str(), origin.port)),
         )
         .await
         .map_err(|_| UpstreamError::ConnectTimeout(name.clone()))?
-        .map_err(|e| UpstreamError::Connect(name.clone(), e))?;
+        .map_err(|e| UpstreamError::Resolve(name.clone(), e))?
+        .collect();
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addrs[..]))
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout(name.clone()))?
+            .map_err(|e| UpstreamError::Connect(name.clone(), e))?;
         tcp.set_nodelay(true)
             .map_err(|e| UpstreamError::Connect(name.clone(), e))?;
         if !origin.tls {

@@ -299,3 +299,54 @@ async fn a_server_keep_alive_timeout_shorter_than_our_margin_is_never_reused() {
         assert_eq!(accepted.load(Ordering::SeqCst), want, "{header}");
     }
 }
+
+/// When the upstream cannot be reached, the agent's SDK error says why — no DNS answer for the
+/// provider's name, or a refused connection — not only "upstream request failed", whose cause
+/// would be in the daemon's log alone.
+#[tokio::test]
+async fn an_unreachable_upstream_is_answered_with_its_cause() {
+    // Nothing listens on a port just freed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let (proxy, _events, _stop) = start_proxy(closed, &[]).await;
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains(&format!("cannot connect to {closed}")) && body.contains("refused"),
+        "{body}"
+    );
+
+    // A name with no DNS answer (`.invalid` never resolves).
+    let settings = LlmProxySettings {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        anthropic_upstream: "http://toolwall-test.invalid".into(),
+        session_id: "s1".into(),
+        ..LlmProxySettings::default()
+    };
+    let proxy = LlmProxy::bind(settings, gate(&[]), EventSink::channel().0)
+        .await
+        .expect("bind proxy");
+    let addr = proxy.local_addr().expect("addr");
+    let (_stop, stop_rx) = oneshot::channel::<()>();
+    tokio::spawn(proxy.run(async {
+        let _ = stop_rx.await;
+    }));
+    let resp = client()
+        .request(post(addr, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains("cannot resolve toolwall-test.invalid"),
+        "{body}"
+    );
+}

@@ -20,6 +20,7 @@ pub fn test() -> anyhow::Result<()> {
     setup::setup_if_possible()?;
     peers::install()?;
     let nextest = tools::nextest()?;
+    eprintln!("xtask: the tests run with {}", nextest.display());
     timed("cargo fmt --check", || {
         step::cargo(&["fmt", "--all", "--check"])?;
         step::cargo(&["fmt", "--manifest-path", "agent-ebpf/Cargo.toml", "--check"])

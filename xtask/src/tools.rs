@@ -88,3 +88,17 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::at_least;
+
+    #[test]
+    fn versions_compare_part_by_part_as_numbers() {
+        assert!(at_least("0.9.143", "0.9.143"));
+        assert!(at_least("0.9.151", "0.9.143"));
+        assert!(at_least("0.10.0", "0.9.143"));
+        assert!(!at_least("0.9.99", "0.9.143"));
+        assert!(!at_least("0.9", "0.9.143"));
+    }
+}

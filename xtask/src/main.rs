@@ -5,17 +5,22 @@
 //! - `build-ebpf` build the kernel programs and say where the object is
 //! - `run`        setup, build the release profile, and start `toolwall run` in the foreground
 //!   (embedded default)
+//! - `demo`       the same release build, then `toolwall demo`
+//! - `install`    the same release build, copied to a directory on PATH
 //! - `test`       setup, peers, and every check: fmt, clippy, unit, end-to-end, privileged
 //! - `bench`      build release, install peers, and run the benchmarks, as ratios against a
 //!   baseline measured in the same run
 //! - `fuzz`       run the `cargo fuzz` targets of `agent/fuzz` (nightly), each for a fixed time
 
 mod fuzz;
+mod node;
 mod package;
 mod peers;
+mod release;
 mod setup;
 mod step;
 mod test;
+mod tools;
 
 use std::process::ExitCode;
 
@@ -43,6 +48,15 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build the release binary (like `run`) and start `toolwall demo`; extra args go to it.
+    Demo {
+        /// Arguments for `toolwall demo`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build the release binary and install `toolwall` on PATH (/usr/local/bin as root, else
+    /// ~/.local/bin or ~/.cargo/bin, whichever is on PATH).
+    Install,
     /// Build the release `.deb` (binary, systemd unit, default config) under target/package.
     Package,
     /// Set up and run every check (what CI runs).
@@ -68,7 +82,9 @@ fn main() -> ExitCode {
         Task::Setup => setup::setup(),
         Task::Peers => peers::install(),
         Task::BuildEbpf => setup::build_ebpf(),
-        Task::Run { args } => run(&args),
+        Task::Run { args } => release::run(&args),
+        Task::Demo { args } => release::demo(&args),
+        Task::Install => release::install(),
         Task::Package => package::package().map(drop),
         Task::Test => test::test(),
         Task::Bench { groups } => test::bench(&groups),
@@ -81,19 +97,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `cargo xtask run`: the daemon replaces this process, so Ctrl-C and SIGTERM reach it directly.
-/// It is the release build (a user's first proxy must not be an unoptimised one).
-fn run(args: &[String]) -> anyhow::Result<()> {
-    use std::os::unix::process::CommandExt;
-    setup::setup_if_possible()?;
-    step::cargo(&["build", "--release", "-p", "agent"])?;
-    let bin = step::target_dir().join("release/toolwall");
-    eprintln!("xtask: starting {} run {}", bin.display(), args.join(" "));
-    let error = std::process::Command::new(&bin)
-        .arg("run")
-        .args(args)
-        .exec();
-    Err(anyhow::anyhow!("exec {}: {error}", bin.display()))
 }

@@ -13,9 +13,13 @@ const DEBIAN_PACKAGES: &[&str] = &["chromium", "prometheus", "systemd"];
 
 /// Installs (or confirms) the Python virtualenv, the npm packages and the Debian packages.
 pub fn install() -> anyhow::Result<()> {
-    let missing: Vec<&str> = DEBIAN_PACKAGES
-        .iter()
-        .copied()
+    let mut wanted = DEBIAN_PACKAGES.to_vec();
+    // Debian's python3 makes no virtualenv without `ensurepip`, which python3-venv brings.
+    if !python_makes_venvs() {
+        wanted.push("python3-venv");
+    }
+    let missing: Vec<&str> = wanted
+        .into_iter()
         .filter(|p| !crate::setup::package_installed(p))
         .collect();
     if !missing.is_empty() {
@@ -50,7 +54,9 @@ pub fn install() -> anyhow::Result<()> {
         timed(
             "Python peers (anthropic, openai, mcp, the OTLP collector stand-in's opentelemetry-proto and grpcio) into target/peers/venv",
             || {
-                step::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+                step::run(Command::new("python3").args(["-m", "venv"]).arg(&venv)).context(
+                    "python3 cannot make a virtualenv (on Debian: apt-get install python3-venv)",
+                )?;
                 step::run(
                     Command::new(venv.join("bin/pip"))
                         .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
@@ -61,6 +67,7 @@ pub fn install() -> anyhow::Result<()> {
         )?;
     }
 
+    crate::node::ensure()?;
     npm(
         &pins.join("package.json"),
         &dir.join("node"),
@@ -73,6 +80,14 @@ pub fn install() -> anyhow::Result<()> {
         "MCP conformance suite and its reference server's packages into target/peers/conformance",
     )?;
     Ok(())
+}
+
+/// Whether `python3` has what `python3 -m venv` needs (venv, and ensurepip to put pip in it).
+fn python_makes_venvs() -> bool {
+    Command::new("python3")
+        .args(["-c", "import venv, ensurepip"])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Installs the npm packages pinned in `package` into `dir` (unless its stamp says they are).

@@ -1,10 +1,11 @@
 //! `cargo xtask test` (every check, what CI runs) and `cargo xtask bench`.
 
-use std::process::Command;
+use std::{path::Path, process::Command};
 
 use crate::{
     peers, setup,
     step::{self, timed},
+    tools,
 };
 
 /// Environment the end-to-end tests read (see `tests/src/lib.rs`).
@@ -18,6 +19,8 @@ fn e2e_env(cmd: &mut Command) -> &mut Command {
 pub fn test() -> anyhow::Result<()> {
     setup::setup_if_possible()?;
     peers::install()?;
+    let nextest = tools::nextest()?;
+    eprintln!("xtask: the tests run with {}", nextest.display());
     timed("cargo fmt --check", || {
         step::cargo(&["fmt", "--all", "--check"])?;
         step::cargo(&["fmt", "--manifest-path", "agent-ebpf/Cargo.toml", "--check"])
@@ -39,27 +42,25 @@ pub fn test() -> anyhow::Result<()> {
         step::cargo(&["build", "-p", "agent"])
     })?;
     timed("unit and end-to-end tests", || {
-        step::run(e2e_env(Command::new(step::cargo_bin()).args([
-            "nextest",
+        step::run(e2e_env(tools::nextest_command(&nextest).args([
             "run",
             "--workspace",
             "--all-features",
             "--no-fail-fast",
         ])))
     })?;
-    privileged()
+    privileged(&nextest)
 }
 
 /// Tests marked `#[ignore = "privileged: ..."]` need root and a BPF-capable kernel. As root they
 /// run with their output shown (the smoke test prints what it attached and read); otherwise
 /// they are listed as skipped, with the reason, and never counted as passed.
-fn privileged() -> anyhow::Result<()> {
+fn privileged(nextest: &Path) -> anyhow::Result<()> {
     if !step::is_root() {
         eprintln!(
             "xtask: SKIPPED privileged tests (not root: they load eBPF programs and create cgroups):"
         );
-        step::run(e2e_env(Command::new(step::cargo_bin()).args([
-            "nextest",
+        step::run(e2e_env(tools::nextest_command(nextest).args([
             "list",
             "--workspace",
             "--run-ignored",
@@ -71,10 +72,9 @@ fn privileged() -> anyhow::Result<()> {
     let deb = crate::package::package()?;
     timed("privileged tests (root: real cgroups, real eBPF)", || {
         step::run(e2e_env(
-            Command::new(step::cargo_bin())
+            tools::nextest_command(nextest)
                 .env("TOOLWALL_DEB", &deb)
                 .args([
-                    "nextest",
                     "run",
                     "--workspace",
                     "--all-features",

@@ -72,6 +72,15 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
         "{conffiles}"
     );
     run(Command::new("systemd-analyze").args(["verify", UNIT]));
+    // The README's links to docs/ hold on the host.
+    for page in ["README.md", "docs/README.md", "docs/configuration.md"] {
+        assert!(
+            std::path::Path::new("/usr/share/doc/toolwall")
+                .join(page)
+                .is_file(),
+            "{page} not installed"
+        );
+    }
     run(Command::new("/usr/bin/toolwall").args(["config", "check", "/etc/toolwall/toolwall.yaml"]));
     let unit = std::fs::read_to_string(UNIT).expect("the unit");
     assert!(unit.contains("Type=notify") && unit.contains("StateDirectory=toolwall"));

@@ -1,6 +1,6 @@
 //! `cargo xtask package`: a `.deb` of the release binary (the eBPF object inside it), the
 //! systemd unit (`xtask/package/toolwall.service`), the embedded default configuration as the
-//! conffile `/etc/toolwall/toolwall.yaml`, and the README — built with `dpkg-deb` from a staged
+//! conffile `/etc/toolwall/toolwall.yaml`, and the README with docs/ — built with `dpkg-deb` from a staged
 //! tree, so nothing beyond Debian's own tools is needed.
 
 use std::fs;
@@ -64,6 +64,22 @@ pub fn package() -> anyhow::Result<PathBuf> {
         &fs::read(root.join("README.md"))?,
         0o644,
     )?;
+    // The README links to docs/: the pages ship beside it, so the links hold on the host.
+    let mut pages: Vec<_> = fs::read_dir(root.join("docs"))
+        .context("read docs/")?
+        .collect::<Result<_, _>>()
+        .context("read docs/")?;
+    pages.sort_by_key(fs::DirEntry::file_name);
+    for page in pages {
+        let name = page.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            put(
+                &format!("usr/share/doc/toolwall/docs/{name}"),
+                &fs::read(page.path())?,
+                0o644,
+            )?;
+        }
+    }
     let size_kib = dir_size(&stage)? / 1024;
     put(
         "DEBIAN/control",

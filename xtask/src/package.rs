@@ -42,7 +42,7 @@ pub fn package() -> anyhow::Result<PathBuf> {
         &fs::read(&bin).with_context(|| format!("read {}", bin.display()))?,
         0o755,
     )?;
-    // The release profile keeps line tables for profiling (Cargo.toml); the package does not.
+    // Whatever debug info the profile left (none for release, line tables for `profiling`).
     step::run(
         Command::new("strip")
             .arg("--strip-debug")

@@ -680,10 +680,69 @@ fn accepted_keys() -> Vec<String> {
     keys
 }
 
+/// The dotted paths of the keys `default.yaml` writes, live or commented out: a comment whose
+/// `#` starts its line is read as if the `#` were a space, so a commented example keeps its
+/// place in the tree. List items add `[]` to their parent, flow mappings (`{min: 1, max: 2}`)
+/// their keys.
+fn written_paths() -> std::collections::BTreeSet<String> {
+    let is_key =
+        |key: &str| !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let join = |parent: &str, key: &str| {
+        if parent.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{parent}.{key}")
+        }
+    };
+    let mut out = std::collections::BTreeSet::new();
+    // (indentation, path) of the keys the next line may sit under.
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    for raw in DEFAULT_YAML.lines() {
+        let line = match raw.trim_start().strip_prefix('#') {
+            Some(rest) => format!("{} {rest}", &raw[..raw.len() - raw.trim_start().len()]),
+            None => raw.to_owned(),
+        };
+        let indent = line.len() - line.trim_start().len();
+        let mut rest = line.trim_start();
+        let mut key_indent = indent;
+        if let Some(item) = rest.strip_prefix("- ") {
+            while stack.last().is_some_and(|(i, _)| *i >= indent) {
+                stack.pop();
+            }
+            let parent = stack.last().map_or("", |(_, p)| p.as_str());
+            stack.push((indent, format!("{parent}[]")));
+            key_indent = indent + 2 + (item.len() - item.trim_start().len());
+            rest = item.trim_start();
+        }
+        let Some((key, value)) = rest.split_once(':') else {
+            continue;
+        };
+        if !is_key(key) {
+            continue;
+        }
+        while stack.last().is_some_and(|(i, _)| *i >= key_indent) {
+            stack.pop();
+        }
+        let path = join(stack.last().map_or("", |(_, p)| p.as_str()), key);
+        if let Some(flow) = value.trim().strip_prefix('{') {
+            for part in flow.split([',', '}']) {
+                if let Some((inner, _)) = part.split_once(':')
+                    && is_key(inner.trim())
+                {
+                    out.insert(join(&path, inner.trim()));
+                }
+            }
+        }
+        out.insert(path.clone());
+        stack.push((key_indent, path));
+    }
+    out
+}
+
 /// `toolwall config default` is the reference: each key the configuration accepts is explained
-/// there, as a live key or a commented example (`#  key:`), so a user never meets a key that
-/// the default does not name. The test fails on a key added to a config type and not to
-/// `default.yaml`.
+/// there, at its place in the tree, as a live key or a commented example (`#  key:`), so a user
+/// never meets a key that the default does not name. The test fails on a key added to a config
+/// type and not to `default.yaml`, also when a key of the same name stands elsewhere.
 #[test]
 fn the_embedded_default_explains_every_accepted_key() {
     let keys = accepted_keys();
@@ -691,38 +750,23 @@ fn the_embedded_default_explains_every_accepted_key() {
         keys.iter().any(|k| k == "sandbox.mcp.servers[].url"),
         "the trace reaches nested lists: {keys:?}"
     );
-    // Key names as written in the default, live or commented out: at the start of a line or
-    // a list item, or inside a flow mapping (`{min: 1000}`).
-    let is_key =
-        |key: &str| !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    let mut written = std::collections::BTreeSet::new();
-    for line in DEFAULT_YAML.lines() {
-        let line = line.trim_start().trim_start_matches('#').trim_start();
-        let line = line.strip_prefix("- ").unwrap_or(line).trim_start();
-        if let Some((key, _)) = line.split_once(':').filter(|(key, _)| is_key(key)) {
-            written.insert(key);
-        }
-        for (start, _) in line.match_indices(['{', ',']) {
-            if let Some((key, _)) = line[start + 1..].trim_start().split_once(':')
-                && is_key(key)
-            {
-                written.insert(key);
-            }
-        }
-    }
+    let written = written_paths();
+    assert!(
+        written.contains("sandbox.mcp.servers[].url"),
+        "commented examples are read at their place: {written:?}"
+    );
+    // `*` in an accepted path is a map's key, which the user names (a server id).
+    let matches = |accepted: &str, written: &str| {
+        let (a, w): (Vec<&str>, Vec<&str>) =
+            (accepted.split('.').collect(), written.split('.').collect());
+        a.len() == w.len() && a.iter().zip(&w).all(|(a, w)| *a == "*" || a == w)
+    };
     let missing: Vec<&String> = keys
         .iter()
-        .filter(|path| {
-            let name = path
-                .rsplit('.')
-                .next()
-                .unwrap_or(path)
-                .trim_end_matches("[]");
-            name != "*" && !written.contains(name)
-        })
+        .filter(|accepted| !written.iter().any(|w| matches(accepted, w)))
         .collect();
     assert!(
         missing.is_empty(),
-        "keys the configuration accepts that `toolwall config default` does not explain: {missing:?}"
+        "keys the configuration accepts that `toolwall config default` does not explain at their place: {missing:?}"
     );
 }

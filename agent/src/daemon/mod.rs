@@ -74,7 +74,14 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("open the tool registry in {}", db_path.display()))?,
     );
     // Held until the daemon exits: a second daemon on this store is refused, naming this one.
-    let _store_claim = crate::events::claim_store(&db_path, &config.origin.to_string())?;
+    let whose = match &args.config {
+        Some(path) => std::path::absolute(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string(),
+        None => config.origin.clone(),
+    };
+    let _store_claim = crate::events::claim_store(&db_path, &whose)?;
 
     // 3. policy: the file's, or the last good signed bundle's when one is kept (a host that
     //    starts offline runs the fleet's policy; `daemon/bundle.rs`)

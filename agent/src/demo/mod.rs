@@ -13,9 +13,11 @@
 //! nothing but `toolwall` itself. `tests/tests/demo.rs` runs it through the real binary.
 
 mod agent;
+mod daemon;
 mod model;
 mod server;
 mod stage;
+mod verdicts;
 
 use std::process::ExitCode;
 
@@ -27,8 +29,6 @@ const ALLOWED_TOOL: &str = "echo";
 const DENIED_TOOL: &str = "delete_files";
 /// The denied network server's id.
 const NET_SERVER_ID: &str = "files-net";
-/// The session the agent runs in.
-const SESSION: &str = "demo";
 
 /// Arguments of `toolwall demo`.
 #[derive(Debug, clap::Args)]

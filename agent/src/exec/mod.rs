@@ -162,7 +162,9 @@ fn why_not_started(
         gid: u.gid,
         groups: &u.groups,
     });
-    match who.and_then(|who| reach::explain(program, std::env::var_os("PATH").as_deref(), &who)) {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let path_var = std::env::var_os("PATH");
+    match who.and_then(|who| reach::explain(program, path_var.as_deref(), &cwd, &who)) {
         Some(why) => error.context(why),
         None => error,
     }

@@ -19,8 +19,13 @@ pub(super) struct Who<'a> {
 }
 
 /// A sentence naming what `who` cannot reach on the way to `program` (looked up in `path_var`
-/// when it has no `/`), or `None` when the mode bits allow it all.
-pub(super) fn explain(program: &OsStr, path_var: Option<&OsStr>, who: &Who<'_>) -> Option<String> {
+/// when it has no `/`; a relative one from `cwd`), or `None` when the mode bits allow it all.
+pub(super) fn explain(
+    program: &OsStr,
+    path_var: Option<&OsStr>,
+    cwd: &Path,
+    who: &Who<'_>,
+) -> Option<String> {
     let program = Path::new(program);
     let candidates: Vec<PathBuf> = if program.components().count() > 1 || program.is_absolute() {
         vec![program.to_path_buf()]
@@ -30,38 +35,55 @@ pub(super) fn explain(program: &OsStr, path_var: Option<&OsStr>, who: &Who<'_>) 
             .filter(|p| p.exists())
             .collect()
     };
-    candidates.iter().find_map(|path| blocked(path, who))
+    candidates.iter().find_map(|path| blocked(path, cwd, who))
 }
 
-/// What of `path` (an ancestor to search, or the file to execute) `who` is refused.
-fn blocked(path: &Path, who: &Who<'_>) -> Option<String> {
-    let absolute = std::path::absolute(path).ok()?;
-    let mut dir = PathBuf::new();
-    let parents: Vec<_> = absolute.parent()?.components().collect();
-    for part in parents {
-        dir.push(part);
+/// What of `path` (an ancestor to search, or the file to execute) `who` is refused. A relative
+/// path is looked up from the working directory, which the agent inherits already open: the
+/// directories above it do not count, it and those below it do.
+fn blocked(path: &Path, cwd: &Path, who: &Who<'_>) -> Option<String> {
+    let mut dir = if path.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        cwd.to_path_buf()
+    };
+    let mut on_the_way = vec![dir.clone()];
+    for part in path.parent()?.components() {
+        if part != std::path::Component::RootDir {
+            dir.push(part);
+            on_the_way.push(dir.clone());
+        }
+    }
+    let file = on_the_way.last()?.join(path.file_name()?);
+    for dir in on_the_way {
         let meta = std::fs::metadata(&dir).ok()?;
         if !allowed(&meta, who, 0o1) {
             return Some(format!(
-                "user {} (uid {}) cannot enter {} ({}), so it cannot start {}: put the agent where {} can reach it (e.g. /usr/local/bin or {}'s home), run it as a user who can reach it, or let others search the directory (chmod o+x {})",
+                "user {} (uid {}) cannot enter {} ({}), so it cannot start {}: put the agent where {} can reach it (e.g. /usr/local/bin), run it as a user who can reach it, or let others search the directory (chmod o+x {})",
                 who.name,
                 who.uid,
                 dir.display(),
                 describe(&meta),
-                absolute.display(),
-                who.name,
+                file.display(),
                 who.name,
                 dir.display()
             ));
         }
     }
-    let meta = std::fs::metadata(&absolute).ok()?;
+    let meta = std::fs::metadata(&file).ok()?;
+    if meta.mode() & 0o111 == 0 {
+        return Some(format!(
+            "{} is not executable ({}): chmod +x it",
+            file.display(),
+            describe(&meta)
+        ));
+    }
     (!allowed(&meta, who, 0o1)).then(|| {
         format!(
-            "user {} (uid {}) may not execute {} ({}): make it executable for that user (chmod o+rx) or run the agent as its owner",
+            "user {} (uid {}) may not execute {} ({}): let others run it (chmod o+rx) or run the agent as a user who may",
             who.name,
             who.uid,
-            absolute.display(),
+            file.display(),
             describe(&meta)
         )
     })
@@ -122,7 +144,7 @@ mod tests {
         std::fs::write(&agent, "#!/bin/sh\n").unwrap();
         chmod(&agent, 0o755);
         chmod(&closed, 0o700);
-        let said = explain(agent.as_os_str(), None, &NOBODY).expect("a refusal");
+        let said = explain(agent.as_os_str(), None, top.path(), &NOBODY).expect("a refusal");
         assert!(
             said.contains(&format!("cannot enter {} (mode 0700", closed.display())),
             "{said}"
@@ -131,11 +153,18 @@ mod tests {
         assert!(said.contains("chmod o+x"), "{said}");
         // Opened up, nothing is in the way.
         chmod(&closed, 0o711);
-        assert_eq!(explain(agent.as_os_str(), None, &NOBODY), None);
+        assert_eq!(explain(agent.as_os_str(), None, top.path(), &NOBODY), None);
+        // A relative path counts only the directories from the working directory on: here the
+        // closed one lies above it, and the agent is reached.
+        chmod(&closed, 0o700);
+        let relative = explain(OsStr::new("./agent"), None, &closed.join("bin"), &NOBODY);
+        assert_eq!(relative, None);
+        chmod(&closed, 0o711);
         // A program found through PATH is judged the same way.
         chmod(&agent, 0o700);
         let path_var = closed.join("bin").into_os_string();
-        let said = explain(OsStr::new("agent"), Some(&path_var), &NOBODY).expect("a refusal");
+        let said =
+            explain(OsStr::new("agent"), Some(&path_var), top.path(), &NOBODY).expect("a refusal");
         assert!(said.contains("may not execute"), "{said}");
     }
 }

@@ -28,7 +28,7 @@ pub(crate) enum ClaimError {
         holder: String,
     },
     /// The claim file could not be opened or written.
-    #[error("claim the event store through {path}: {source}")]
+    #[error("claim the event store through {path}")]
     Io {
         /// The claim file.
         path: PathBuf,
@@ -45,7 +45,14 @@ pub(crate) struct StoreClaim {
 }
 
 /// Claims `store` for this daemon, run with the configuration described by `config`.
+///
+/// The claim file is named after the store as the kernel finds it (a link to the store, or
+/// another spelling of its path, names the same claim), is never followed if it is a link (a
+/// link planted in a shared directory would have root's daemon truncate its target), and must
+/// be a regular file of this user's.
 pub(crate) fn claim(store: &Path, config: &str) -> Result<StoreClaim, ClaimError> {
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let store = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
     let mut path = store.as_os_str().to_owned();
     path.push(".daemon");
     let path = PathBuf::from(path);
@@ -58,8 +65,17 @@ pub(crate) fn claim(store: &Path, config: &str) -> Result<StoreClaim, ClaimError
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&path)
         .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    // SAFETY: geteuid has no preconditions.
+    if !meta.is_file() || meta.uid() != unsafe { libc::geteuid() } {
+        return Err(io(std::io::Error::other(
+            "not a regular file of this user's: remove it (it was not made by toolwall)",
+        )));
+    }
     // SAFETY: flock on a descriptor we own; the lock lives as long as the descriptor.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let error = std::io::Error::last_os_error();
@@ -71,7 +87,7 @@ pub(crate) fn claim(store: &Path, config: &str) -> Result<StoreClaim, ClaimError
         let _ = (&mut file).take(4096).read_to_string(&mut holder);
         let holder = holder.trim();
         return Err(ClaimError::InUse {
-            store: store.to_path_buf(),
+            store,
             holder: if holder.is_empty() {
                 "it has not said who it is yet".to_owned()
             } else {

@@ -51,6 +51,8 @@ const MAX_INTERIM: usize = 8;
 pub(crate) enum UpstreamError {
     #[error("cannot resolve {0} (this host has no DNS answer for the provider's name): {1}")]
     Resolve(String, io::Error),
+    #[error("resolving {0} timed out (no DNS answer for the provider's name)")]
+    ResolveTimeout(String),
     #[error("cannot connect to {0}: {1}")]
     Connect(String, io::Error),
     #[error("connecting to {0} timed out")]
@@ -229,7 +231,7 @@ impl Upstreams {
             tokio::net::lookup_host((origin.host.as_str(), origin.port)),
         )
         .await
-        .map_err(|_| UpstreamError::ConnectTimeout(name.clone()))?
+        .map_err(|_| UpstreamError::ResolveTimeout(name.clone()))?
         .map_err(|e| UpstreamError::Resolve(name.clone(), e))?
         .collect();
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addrs[..]))

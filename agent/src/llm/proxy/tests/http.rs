@@ -324,22 +324,10 @@ async fn an_unreachable_upstream_is_answered_with_its_cause() {
     );
 
     // A name with no DNS answer (`.invalid` never resolves).
-    let settings = LlmProxySettings {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        anthropic_upstream: "http://toolwall-test.invalid".into(),
-        session_id: "s1".into(),
-        ..LlmProxySettings::default()
-    };
-    let proxy = LlmProxy::bind(settings, gate(&[]), EventSink::channel().0)
-        .await
-        .expect("bind proxy");
-    let addr = proxy.local_addr().expect("addr");
-    let (_stop, stop_rx) = oneshot::channel::<()>();
-    tokio::spawn(proxy.run(async {
-        let _ = stop_rx.await;
-    }));
+    let (proxy, _events, _stop) =
+        start_proxy_to("http://toolwall-test.invalid", &[], EventSink::channel()).await;
     let resp = client()
-        .request(post(addr, "/v1/messages", "{}"))
+        .request(post(proxy, "/v1/messages", "{}"))
         .await
         .expect("response");
     assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);

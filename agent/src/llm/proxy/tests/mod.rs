@@ -110,12 +110,21 @@ async fn start_proxy(
 async fn start_proxy_with(
     upstream: SocketAddr,
     blocked: &[&'static str],
+    events: (EventSink, crate::events::EventQueue),
+) -> (SocketAddr, crate::events::EventQueue, oneshot::Sender<()>) {
+    start_proxy_to(&format!("http://{upstream}"), blocked, events).await
+}
+
+/// [`start_proxy_with`] whose providers are both at the base URL `upstream`.
+async fn start_proxy_to(
+    upstream: &str,
+    blocked: &[&'static str],
     (sink, rx): (EventSink, crate::events::EventQueue),
 ) -> (SocketAddr, crate::events::EventQueue, oneshot::Sender<()>) {
     let settings = LlmProxySettings {
         listen: "127.0.0.1:0".parse().expect("addr"),
-        anthropic_upstream: format!("http://{upstream}"),
-        openai_upstream: format!("http://{upstream}"),
+        anthropic_upstream: upstream.to_owned(),
+        openai_upstream: upstream.to_owned(),
         session_id: "s1".into(),
         ..LlmProxySettings::default()
     };

@@ -300,6 +300,17 @@ async fn a_server_keep_alive_timeout_shorter_than_our_margin_is_never_reused() {
     }
 }
 
+/// The body of the 502 a proxy answers a Messages request with.
+async fn bad_gateway_body(proxy: SocketAddr) -> String {
+    let resp = client()
+        .request(post(proxy, "/v1/messages", "{}"))
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
 /// When the upstream cannot be reached, the agent's SDK error says why — no DNS answer for the
 /// provider's name, or a refused connection — not only "upstream request failed", whose cause
 /// would be in the daemon's log alone.
@@ -311,13 +322,7 @@ async fn an_unreachable_upstream_is_answered_with_its_cause() {
         .local_addr()
         .expect("addr");
     let (proxy, _events, _stop) = start_proxy(closed, &[]).await;
-    let resp = client()
-        .request(post(proxy, "/v1/messages", "{}"))
-        .await
-        .expect("response");
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    let body = resp.into_body().collect().await.expect("body").to_bytes();
-    let body = String::from_utf8_lossy(&body);
+    let body = bad_gateway_body(proxy).await;
     assert!(
         body.contains(&format!("cannot connect to {closed}")) && body.contains("refused"),
         "{body}"
@@ -326,13 +331,7 @@ async fn an_unreachable_upstream_is_answered_with_its_cause() {
     // A name with no DNS answer (`.invalid` never resolves).
     let (proxy, _events, _stop) =
         start_proxy_to("http://toolwall-test.invalid", &[], EventSink::channel()).await;
-    let resp = client()
-        .request(post(proxy, "/v1/messages", "{}"))
-        .await
-        .expect("response");
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    let body = resp.into_body().collect().await.expect("body").to_bytes();
-    let body = String::from_utf8_lossy(&body);
+    let body = bad_gateway_body(proxy).await;
     assert!(
         body.contains("cannot resolve toolwall-test.invalid"),
         "{body}"

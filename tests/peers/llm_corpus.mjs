@@ -171,7 +171,11 @@ for (const file of files) {
       report[file][label] = { calls: await run(current, url), error: null };
     } catch (e) {
       // an SDK error is a refusal, never a call
-      report[file][label] = { calls: [], error: `${e?.constructor?.name}: ${e?.message ?? e}`.slice(0, 300) };
+      report[file][label] = {
+        calls: [],
+        error: `${e?.constructor?.name}: ${e?.message ?? e}`.slice(0, 300),
+        status: e?.status ?? null,
+      };
     }
   }
 }

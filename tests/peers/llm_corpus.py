@@ -33,6 +33,8 @@ Each case (tests/corpus/llm/*.json):
   expect    optional list of call names that must arrive (allowed calls)
   attacks   optional list of peers ("Python", "TypeScript") the case is an attack on (the
             harness's check; all if absent)
+  refused   optional HTTP status the proxy must refuse the SDK's request with (the harness's
+            check, on the report's "status": that of the error the SDK raised, if an HTTP one)
 
 The fake upstream answers every request with the current case; a request to any path that
 contains "-x" (a redirect's target) gets the case's "then", one named in "routes" its answer.
@@ -193,7 +195,11 @@ def main():
             try:
                 report[path][label] = {"calls": run(case, url), "error": None}
             except Exception as e:  # an SDK error is a refusal, never a call
-                report[path][label] = {"calls": [], "error": f"{type(e).__name__}: {e}"[:300]}
+                report[path][label] = {
+                    "calls": [],
+                    "error": f"{type(e).__name__}: {e}"[:300],
+                    "status": getattr(e, "status_code", None),
+                }
     print(json.dumps(report))
 
 

@@ -5,7 +5,9 @@
 //! SDK assembles; a case's `expect`ed (allowed) calls must. Each case also runs direct (no proxy),
 //! where a hostile one must yield a denied call in that peer's SDK, so a case that stopped being
 //! an attack (an SDK change) fails loudly. The policy denies `echo` in every spelling:
-//! `deny: ["(^|__)echo$"]`, nothing declared.
+//! `deny: ["(^|__)echo$"]`, nothing declared. The routes the proxy does not relay (Managed
+//! Agents sessions, Message Batches, Assistants, ChatKit) are in the corpus too, with the
+//! status the proxy must refuse them with (`refused`).
 
 use std::{path::PathBuf, process::Command};
 
@@ -99,6 +101,15 @@ fn no_denied_call_of_the_hostile_corpus_reaches_the_official_sdks() {
                 if calls.iter().any(|c| denied(c)) {
                     failures.push(format!(
                         "{peer} {name}: a denied call reached the SDK: {calls:?}"
+                    ));
+                }
+                // `refused`: the status the proxy must answer the SDK's request with (a route
+                // it does not relay), so the case is held by that refusal and not by chance.
+                if let Some(status) = spec["refused"].as_u64()
+                    && got["status"].as_u64() != Some(status)
+                {
+                    failures.push(format!(
+                        "{peer} {name}: the proxy did not refuse with {status}: {got}"
                     ));
                 }
                 for want in spec["expect"].as_array().into_iter().flatten() {

@@ -265,6 +265,22 @@ pub(crate) fn describe(config: &Config) -> String {
         proxy.providers.anthropic,
         proxy.providers.openai
     );
+    let _ = match proxy.pass_through.is_empty() {
+        true => writeln!(
+            out,
+            "LLM routes: only those toolwall reads are relayed (no pass_through)"
+        ),
+        false => writeln!(
+            out,
+            "LLM routes: relayed UNINSPECTED (each request recorded): {}",
+            proxy
+                .pass_through
+                .iter()
+                .map(|e| format!("{} {}", e.provider.as_str(), e.route))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     let _ = writeln!(
         out,
         "interceptor: malformed responses {}, stream buffer {} bytes",

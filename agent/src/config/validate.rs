@@ -322,6 +322,33 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
             ));
         }
     }
+    for (i, entry) in config.proxy.pass_through.iter().enumerate() {
+        if let Err(e) = super::PassThrough::parse(entry.provider, &entry.route) {
+            return Err(check.error(
+                format!("proxy.pass_through[{i}].route"),
+                ("route", entry.route.as_str(), 0),
+                e.to_string(),
+                "write a method (or *) and a path whose segments may be * (one) or a last ** (any rest), e.g. \"GET /v1/files/*/content\"",
+            ));
+        }
+    }
+    if !config.proxy.pass_through.is_empty() {
+        let routes: Vec<String> = config
+            .proxy
+            .pass_through
+            .iter()
+            .map(|e| format!("{} {}", e.provider.as_str(), e.route))
+            .collect();
+        tracing::warn!(
+            "{file}: proxy.pass_through relays {} uninspected: a tool call in their answers reaches the agent unjudged (each request is recorded); the only guard left on them is the kernel's netmon.pin_llm_egress, which keeps sessions from going around the proxy{}",
+            routes.join(", "),
+            if config.netmon.pin_llm_egress {
+                ""
+            } else {
+                " (off in this configuration)"
+            }
+        );
+    }
     if config
         .store
         .path

@@ -259,7 +259,7 @@ impl Correlator {
                 record.execution = Some(sighting);
                 done.push(alert(record));
             }
-            Event::McpToolSeen(_) | Event::McpToolChanged(_) => {}
+            Event::McpToolSeen(_) | Event::McpToolChanged(_) | Event::LlmRoute(_) => {}
         }
         done
     }

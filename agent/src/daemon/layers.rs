@@ -45,6 +45,13 @@ pub(super) async fn start_proxy(
             .unwrap_or(usize::MAX),
         session_id: String::new(),
         session_keys: session_keys.clone(),
+        pass_through: config
+            .proxy
+            .pass_through
+            .iter()
+            .map(|e| crate::config::PassThrough::parse(e.provider, &e.route))
+            .collect::<Result<_, _>>()
+            .context("proxy.pass_through")?,
         ..LlmProxySettings::default()
     };
     let proxy = LlmProxy::bind(settings, gate.clone(), sink.clone())

@@ -31,6 +31,9 @@ pub enum Event {
     KernelAlert(KernelAlert),
     /// The result rules found something in a server's message toward the client.
     McpResultInspected(ResultInspected),
+    /// The LLM proxy relayed a request uninspected (`proxy.pass_through`) or refused one on a
+    /// route it does not read.
+    LlmRoute(LlmRoute),
 }
 
 impl Event {
@@ -59,6 +62,7 @@ impl Event {
                 Event::McpToolSeen(e) => e.tool_name.len() + e.reason.len(),
                 Event::McpToolChanged(e) => e.tool_name.len(),
                 Event::KernelAlert(e) => e.detail.len(),
+                Event::LlmRoute(e) => e.route.len() + e.reason.len(),
                 Event::McpResultInspected(e) => {
                     e.tool_name.len()
                         + e.reason.len()
@@ -81,6 +85,7 @@ impl Event {
             Event::McpToolChanged(_) => "mcp_tool_changed",
             Event::KernelAlert(_) => "kernel_alert",
             Event::McpResultInspected(_) => "mcp_result_inspected",
+            Event::LlmRoute(_) => "llm_route",
         }
     }
 
@@ -125,6 +130,13 @@ impl Event {
                 e.action,
             ),
             Event::KernelAlert(e) => (e.timestamp, &e.session_id, "", &e.alert, e.action),
+            Event::LlmRoute(e) => (
+                e.timestamp,
+                &e.session_id,
+                e.provider.as_str(),
+                &e.route,
+                e.action,
+            ),
             Event::McpResultInspected(e) => (
                 e.timestamp,
                 &e.session_id,
@@ -151,7 +163,7 @@ impl Event {
             Event::McpToolSeen(e) => e.policy_revision,
             Event::McpToolChanged(e) => e.policy_revision,
             Event::McpResultInspected(e) => e.policy_revision,
-            Event::KernelAlert(_) => None,
+            Event::KernelAlert(_) | Event::LlmRoute(_) => None,
         }
     }
 
@@ -165,12 +177,12 @@ impl Event {
             Event::McpToolSeen(e) => Some(&mut e.policy_revision),
             Event::McpToolChanged(e) => Some(&mut e.policy_revision),
             Event::McpResultInspected(e) => Some(&mut e.policy_revision),
-            Event::KernelAlert(_) => None,
+            Event::KernelAlert(_) | Event::LlmRoute(_) => None,
         }
     }
 
     /// Every event kind, for `--type` validation.
-    pub const KINDS: [&'static str; 7] = [
+    pub const KINDS: [&'static str; 8] = [
         "mcp_tool_call_intercepted",
         "mcp_tool_called",
         "mcp_network_connection",
@@ -178,6 +190,7 @@ impl Event {
         "mcp_tool_changed",
         "kernel_alert",
         "mcp_result_inspected",
+        "llm_route",
     ];
 }
 
@@ -374,6 +387,26 @@ pub struct KernelAlert {
     pub pid: Option<u32>,
     /// `block` when toolwall undid what was done, `allow` when it only records it.
     pub action: Action,
+}
+
+/// A request the LLM proxy did not inspect: relayed because the host owner listed its route
+/// (`allow`), or refused because no dialect reads it (`block`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LlmRoute {
+    /// When the request arrived.
+    pub timestamp: DateTime<Utc>,
+    /// The agent session.
+    pub session_id: String,
+    /// The proxy's id of the request (`llm-N`).
+    pub request_id: String,
+    /// The provider it went to (or would have).
+    pub provider: String,
+    /// `METHOD /path` (no query string: it may carry a key).
+    pub route: String,
+    /// `allow`: relayed uninspected; `block`: refused.
+    pub action: Action,
+    /// Why.
+    pub reason: String,
 }
 
 /// A tool a server listed.

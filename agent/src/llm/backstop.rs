@@ -5,14 +5,17 @@
 //! The dialect machines (`anthropic.rs`, `chat.rs`, `responses.rs`, `buffered.rs`) know each
 //! API's grammar and rewrite blocked calls in place; this module knows only call *shapes*, and
 //! refuses instead of rewriting. It runs over every buffered body the proxy sends on an
-//! inspected route (after the rewrite: what leaves is what is judged) and over every body of
-//! the providers' other routes (message batch results, files, paths that do not exist yet).
+//! inspected route (after the rewrite: what leaves is what is judged) and over the whole body
+//! of every route without calls of its own (models, conversations, error statuses).
 //!
 //! Call shapes (what the SDKs act on; a repeated key counts as its last value, as in Python's
 //! `json` and JavaScript's `JSON.parse`):
 //! - an object whose `type` is `tool_use`, `server_tool_use`, `mcp_tool_use` (Anthropic),
-//!   `function_call`, `custom_tool_call` or `mcp_call` (Responses), by its `name` (with
-//!   Codex's `namespace`, and an MCP block's `server_name` / `server_label`);
+//!   `function_call`, `custom_tool_call`, `mcp_call` or `mcp_approval_request` (Responses), by
+//!   its `name` (with Codex's `namespace`, and an MCP block's `server_name` / `server_label`);
+//! - an object whose `type` reads as a call of some other kind (`agent.custom_tool_use`,
+//!   `chatkit.client_tool_call`, any `*_call`) and that names a tool (`name`, `tool_name`):
+//!   refused whatever it names, since toolwall does not know how its receiver runs it;
 //! - an element of a `tool_calls` array or the value of a `function_call` key (Chat), by the
 //!   `name` of its `function` or `custom` object, or its own `name` — outside a stream's
 //!   `delta`, where a name is a fragment the SDKs join (the Chat machine judges joined names).
@@ -34,23 +37,53 @@ pub(crate) struct Found {
     pub(crate) decision: Decision,
 }
 
-const CALL_TYPES: [&str; 6] = [
+const CALL_TYPES: [&str; 7] = [
     "tool_use",
     "server_tool_use",
     "mcp_tool_use",
     "function_call",
     "custom_tool_call",
     "mcp_call",
+    // The provider asks to run a hosted MCP tool: a call, whoever answers it.
+    "mcp_approval_request",
 ];
 
+/// Whether a `type` reads as a call of some API (`agent.custom_tool_use`,
+/// `chatkit.client_tool_call`, a `*_call` item): such an object that names a tool and is not
+/// one of [`CALL_TYPES`] is a call toolwall cannot judge, so it refuses it (fail closed).
+fn call_like(kind: &str) -> bool {
+    let kind = kind.to_ascii_lowercase();
+    kind.contains("tool_use")
+        || kind.contains("tool_call")
+        || kind.ends_with("_call")
+        || kind.contains("approval_request")
+}
+
+/// A call of a type toolwall does not know: refused whatever it names.
+fn unknown_call(kind: &str, name: &str) -> Found {
+    Found {
+        name: name.to_owned(),
+        decision: Decision {
+            action: crate::decision::Action::Block,
+            reason: format!(
+                "a tool call of a type toolwall does not read ({kind:?}): refused, fail closed"
+            ),
+            tool: None,
+            redact: Vec::new(),
+            ask: None,
+        },
+    }
+}
+
 /// Bytes that every call shape's JSON holds (`tool_` of `tool_use`, `tool_calls`,
-/// `custom_tool_call`; `_call` of `function_call`, `mcp_call`), or behind which one could hide
-/// (`\u` escapes): text without any of them cannot carry a call. Three searches, each built
-/// once.
-static MARKERS: LazyLock<[memmem::Finder<'static>; 3]> = LazyLock::new(|| {
+/// `custom_tool_call`; `_call` of `function_call`, `mcp_call`; `approval_request` of
+/// `mcp_approval_request`), or behind which one could hide (`\u` escapes): text without any of
+/// them cannot carry a call. Four searches, each built once.
+static MARKERS: LazyLock<[memmem::Finder<'static>; 4]> = LazyLock::new(|| {
     [
         memmem::Finder::new(b"tool_"),
         memmem::Finder::new(b"_call"),
+        memmem::Finder::new(b"approval_request"),
         memmem::Finder::new(b"\\u"),
     ]
 });
@@ -90,6 +123,11 @@ fn judge(
     gate: &dyn Gate,
 ) -> Option<Found> {
     let mut names: Vec<(String, Option<&str>)> = Vec::new();
+    if let Some(kind) = str_of(map, "type").filter(|t| !CALL_TYPES.contains(t) && call_like(t))
+        && let Some(name) = str_of(map, "name").or_else(|| str_of(map, "tool_name"))
+    {
+        return Some(unknown_call(kind, name));
+    }
     if str_of(map, "type").is_some_and(|t| CALL_TYPES.contains(&t))
         && let Some(name) = str_of(map, "name")
     {
@@ -193,7 +231,11 @@ pub(crate) fn scan_body(body: &[u8], gate: &dyn Gate) -> Option<Found> {
     match parse(body) {
         Ok(value) => return find_blocked(&value, gate),
         // One document (not JSON lines) that cannot be read.
-        Err(e) if looks_like_json(body) && !body.trim_ascii().contains(&b'\n') => {
+        Err(e)
+            if looks_like_json(body)
+                && !body.trim_ascii().contains(&b'\n')
+                && !body.trim_ascii().contains(&b'\r') =>
+        {
             return Some(unreadable(&e));
         }
         Err(_) => {}
@@ -201,11 +243,11 @@ pub(crate) fn scan_body(body: &[u8], gate: &dyn Gate) -> Option<Found> {
     scan_lines(body, gate).or_else(|| scan_sse(body, gate))
 }
 
-/// Each line that looks like a JSON document, as one (JSON lines). Other lines (SSE fields,
-/// text) are left to [`scan_sse`].
+/// Each line that looks like a JSON document, as one (JSON lines), its lines ended at every
+/// line end a reader splits at (LF, CRLF, and a lone CR: both SDKs' JSONL readers split there).
+/// Other lines (SSE fields, text) are left to [`scan_sse`].
 fn scan_lines(body: &[u8], gate: &dyn Gate) -> Option<Found> {
-    body.split(|&b| b == b'\n')
-        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+    body.split(|&b| b == b'\n' || b == b'\r')
         .filter(|line| may_hold_a_call(line) && looks_like_json(line))
         .find_map(|line| judge_json(line, gate))
 }
@@ -236,117 +278,6 @@ pub(crate) fn scan_sse(body: &[u8], gate: &dyn Gate) -> Option<Found> {
     }
     judge(&framer.finish())
 }
-
-/// The backstop over a streamed body of a route no dialect machine reads (batch results,
-/// files, unknown paths): complete lines are judged before they leave; a line that could hold
-/// a call is held until it is complete (up to `max_line` bytes; past that, or when the start of
-/// the line already left, the response is cut: fail closed); other bytes leave as they came
-/// (slices of the reads, not copies).
-pub(crate) struct LineGuard {
-    /// The incomplete last line (or, of a line already partly passed on, its tail).
-    held: Vec<u8>,
-    /// The start of the held line was passed on (it held no marker then).
-    partly_passed: bool,
-    max_line: usize,
-}
-
-/// What [`LineGuard::feed`] decided.
-#[derive(Debug)]
-pub(crate) enum Guarded {
-    /// These bytes may leave (in order).
-    Pass(Vec<Bytes>),
-    /// A blocked call: end the response here.
-    Blocked(Found),
-    /// A line that may hold a call cannot be judged (past the bound, or its start already
-    /// left): end the response here.
-    Unjudgeable,
-}
-
-impl LineGuard {
-    pub(crate) fn new(max_line: usize) -> Self {
-        LineGuard {
-            held: Vec::new(),
-            partly_passed: false,
-            max_line,
-        }
-    }
-
-    /// Judges the lines `input` completes; returns what may leave now.
-    pub(crate) fn feed(&mut self, mut input: Bytes, gate: &dyn Gate) -> Guarded {
-        let mut out = Vec::new();
-        if !self.held.is_empty() || self.partly_passed {
-            // Finish the held line first (a copy of one line at most).
-            let Some(lf) = memchr::memchr(b'\n', &input) else {
-                self.held.extend_from_slice(&input);
-                return self.hold_tail(out);
-            };
-            let rest = input.split_off(lf + 1);
-            self.held.extend_from_slice(&input);
-            let line = std::mem::take(&mut self.held);
-            if std::mem::take(&mut self.partly_passed) && may_hold_a_call(&line) {
-                return Guarded::Unjudgeable;
-            }
-            if let Some(found) = judge_text(&line, gate) {
-                return Guarded::Blocked(found);
-            }
-            out.push(Bytes::from(line));
-            input = rest;
-        }
-        if let Some(lf) = memchr::memrchr(b'\n', &input) {
-            let tail = input.split_off(lf + 1);
-            if let Some(found) = judge_text(&input, gate) {
-                return Guarded::Blocked(found);
-            }
-            out.push(input);
-            input = tail;
-        }
-        self.held.extend_from_slice(&input);
-        self.hold_tail(out)
-    }
-
-    /// The incomplete line in `held`: kept whole up to the bound (so a line is judged whole
-    /// whatever it holds); past it, cut if it may hold a call, else passed on but for a tail
-    /// long enough to complete a marker split over reads (a binary file with no line ends).
-    fn hold_tail(&mut self, mut out: Vec<Bytes>) -> Guarded {
-        if self.held.len() <= self.max_line && !self.partly_passed {
-            return Guarded::Pass(out);
-        }
-        if may_hold_a_call(&self.held) {
-            return Guarded::Unjudgeable;
-        }
-        let keep = self.held.len().min(MARKER_TAIL);
-        let tail = self.held.split_off(self.held.len() - keep);
-        let passed = std::mem::replace(&mut self.held, tail);
-        if !passed.is_empty() {
-            self.partly_passed = true;
-            out.push(Bytes::from(passed));
-        }
-        Guarded::Pass(out)
-    }
-
-    /// The end of the body: the last line, judged.
-    pub(crate) fn finish(&mut self, gate: &dyn Gate) -> Guarded {
-        let rest = std::mem::take(&mut self.held);
-        if self.partly_passed && may_hold_a_call(&rest) {
-            return Guarded::Unjudgeable;
-        }
-        match judge_text(&rest, gate) {
-            Some(found) => Guarded::Blocked(found),
-            None => Guarded::Pass(vec![Bytes::from(rest)]),
-        }
-    }
-}
-
-/// Complete lines, as JSON lines and as SSE events.
-pub(crate) fn judge_text(text: &[u8], gate: &dyn Gate) -> Option<Found> {
-    if !may_hold_a_call(text) {
-        return None;
-    }
-    scan_lines(text, gate).or_else(|| scan_sse(text, gate))
-}
-
-/// Bytes kept back from an unheld line: one less than the longest marker.
-const MARKER_TAIL: usize = b"tool_".len() - 1;
 
 #[cfg(test)]
 mod tests {
@@ -412,76 +343,60 @@ mod tests {
         }
     }
 
-    fn passed(g: Guarded) -> Vec<u8> {
-        match g {
-            Guarded::Pass(v) => v.concat(),
-            other => panic!("expected Pass, got {other:?}"),
+    #[test]
+    fn calls_of_types_toolwall_does_not_read_are_refused_whatever_they_name() {
+        for (body, kind) in [
+            (
+                r#"{"data":[{"type":"agent.custom_tool_use","id":"e","name":"ping","input":{}}]}"#,
+                "agent.custom_tool_use",
+            ),
+            (
+                r#"{"type":"agent.mcp_tool_use","mcp_server_name":"s","name":"ping"}"#,
+                "agent.mcp_tool_use",
+            ),
+            (
+                r#"{"data":[{"type":"chatkit.client_tool_call","name":"ping","arguments":"{}"}]}"#,
+                "chatkit.client_tool_call",
+            ),
+            (
+                r#"{"output":[{"type":"future_call","tool_name":"ping"}]}"#,
+                "future_call",
+            ),
+        ] {
+            let found = scan_body(body.as_bytes(), gate(&["echo"]).as_ref()).expect(body);
+            assert!(found.decision.is_blocked(), "{body}");
+            assert!(
+                found.decision.reason.contains(kind),
+                "{}",
+                found.decision.reason
+            );
+        }
+        // Call-like types that name no tool (a hosted tool's own item), and named objects of
+        // other types, are not calls.
+        for body in [
+            r#"{"output":[{"type":"web_search_call","id":"w","status":"completed"}]}"#,
+            r#"{"type":"response.custom_tool_call_input.delta","item_id":"i","delta":"x"}"#,
+            r#"{"content":[{"type":"tool_reference","tool_name":"echo"}]}"#,
+        ] {
+            assert!(
+                scan_body(body.as_bytes(), gate(&["echo"]).as_ref()).is_none(),
+                "{body}"
+            );
         }
     }
 
     #[test]
-    fn the_line_guard_holds_only_lines_that_may_hold_a_call() {
-        let g = gate(&["echo"]);
-        let g = g.as_ref();
-        let feed = |guard: &mut LineGuard, b: &'static [u8]| guard.feed(Bytes::from_static(b), g);
-        let mut guard = LineGuard::new(1024);
-        let out = passed(feed(&mut guard, b"{\"a\":\"plain\"}\n{\"b\":"));
-        assert!(
-            out.starts_with(b"{\"a\":\"plain\"}\n"),
-            "complete lines leave"
-        );
-        // A call split over reads, its marker too: held, then judged whole.
-        let held = passed(feed(&mut guard, b"[{\"type\":\"tool_u"));
-        assert!(held.is_empty(), "{held:?}");
-        assert!(matches!(
-            feed(&mut guard, b"se\",\"name\":\"echo\"}]}\n"),
-            Guarded::Blocked(_)
-        ));
-        // An allowed call on a held line leaves whole, once complete.
-        let mut guard = LineGuard::new(1024);
-        assert!(passed(feed(&mut guard, b"{\"type\":\"tool_use\",")).is_empty());
-        assert_eq!(
-            passed(feed(&mut guard, b"\"name\":\"ping\"}\nnext")),
-            b"{\"type\":\"tool_use\",\"name\":\"ping\"}\n".to_vec()
-        );
-        assert_eq!(passed(guard.finish(g)), b"next".to_vec());
-        // Bounded.
-        let mut guard = LineGuard::new(64);
-        let long: &'static [u8] = Box::leak(
-            [b"{\"type\":\"tool_use\",\"x\":\"".as_slice(), &[b'y'; 100]]
-                .concat()
-                .into_boxed_slice(),
-        );
-        assert!(matches!(feed(&mut guard, long), Guarded::Unjudgeable));
-        // The last line, at the end.
-        let mut guard = LineGuard::new(64);
-        assert!(
-            passed(feed(
-                &mut guard,
-                b"{\"type\":\"tool_use\",\"name\":\"echo\"}"
-            ))
-            .is_empty()
-        );
-        assert!(matches!(guard.finish(g), Guarded::Blocked(_)));
-        // A line past the bound with no marker is passed on; a marker after that cannot be
-        // judged.
-        let mut guard = LineGuard::new(64);
-        assert!(passed(feed(&mut guard, &[b'x'; 200])).len() > 150);
-        assert!(matches!(
-            feed(&mut guard, b"\"type\":\"tool_use\"}\n"),
-            Guarded::Unjudgeable
-        ));
+    fn a_hosted_tools_approval_request_is_a_call() {
+        let body = r#"{"output":[{"type":"mcp_approval_request","id":"mcpr_1","server_label":"s","name":"echo","arguments":"{}"}]}"#;
+        assert_eq!(blocked(body).as_deref(), Some("echo"));
+        let body = r#"{"output":[{"type":"mcp_approval_request","id":"mcpr_1","server_label":"s","name":"ping","arguments":"{}"}]}"#;
+        assert_eq!(blocked(body), None);
     }
 
     #[test]
-    fn the_line_guard_passes_clean_reads_uncopied() {
-        let g = gate(&["echo"]);
-        let mut guard = LineGuard::new(64);
-        let read = Bytes::from_static(b"data: {\"type\":\"text\"}\n\ndata: more\n\n");
-        let Guarded::Pass(out) = guard.feed(read.clone(), g.as_ref()) else {
-            panic!("passes");
-        };
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].as_ptr(), read.as_ptr());
+    fn json_lines_end_at_every_line_end_a_reader_splits_at() {
+        // A lone CR ends a line for both SDKs' JSONL readers: the call after it is a line.
+        let body = "{\"custom_id\":\"a\",\"result\":{\"type\":\"errored\"}}\r{\"custom_id\":\"b\",\"result\":{\"type\":\"succeeded\",\"message\":{\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"echo\",\"input\":{}}]}}}\r";
+        assert_eq!(blocked(body).as_deref(), Some("echo"));
     }
 }

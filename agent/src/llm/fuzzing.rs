@@ -20,6 +20,8 @@ use serde_json::Value;
 use super::{Dialect, Flow, OnMalformed, Output, SseDecoder, SseEvent, StreamInterceptor};
 use crate::decision::{Action, CallQuery, Decision, Gate, ToolIdentity};
 
+mod routes;
+
 /// The tools blocked in oracle runs (a Codex namespaced call counts as `namespace__name`).
 pub(crate) const BLOCKED: &[&str] = &["mcp__fs__delete", "Bash"];
 
@@ -262,13 +264,17 @@ pub(crate) fn check_body(dialect: Dialect, on_malformed: OnMalformed, body: &[u8
 }
 
 /// The fuzz entry point. The first byte picks the dialect (low two bits), the malformed-event
-/// policy (bit 2) and whether the rest is a whole body (bit 3: judged as the proxy judges a
-/// body whatever its label, [`check_body`]); the second seeds the chunking; the rest is the
-/// upstream response, a stream checked whole and in pieces.
+/// policy (bit 2), whether the rest is a whole body (bit 3: judged as the proxy judges a
+/// body whatever its label, [`check_body`]) or a request and its answer (bit 4: the route
+/// table and whole-document judging, `fuzzing/routes.rs`); the second seeds the chunking; the
+/// rest is the upstream response, a stream checked whole and in pieces.
 pub fn run(input: &[u8]) {
     let [control, seed, stream @ ..] = input else {
         return;
     };
+    if control & 16 != 0 {
+        return routes::check(stream);
+    }
     let dialect = match control & 3 {
         0 => Dialect::Anthropic,
         1 => Dialect::OpenAiChat,

@@ -38,6 +38,7 @@ mod relay;
 pub(crate) use relay::RelayStats;
 mod request;
 mod responses;
+pub(crate) mod routes;
 mod upstream;
 
 pub(crate) use crate::sse::{SseDecoder, SseEvent};

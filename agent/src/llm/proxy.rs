@@ -3,22 +3,25 @@
 //! Use: [`LlmProxy::bind`] (learn the address with [`LlmProxy::local_addr`], port 0 in tests),
 //! then [`LlmProxy::run`] until a shutdown future resolves; or [`serve`] for both at once.
 //!
-//! Routing ([`Dialect::from_path`]): `/v1/messages` (Anthropic), `.../chat/completions` and
-//! `.../responses` (OpenAI), query strings allowed, are inspected; a request with an `anthropic-version` or `x-api-key`
-//! header, or a path outside `/v1/`, goes to the Anthropic upstream (Claude Code's `HEAD /`),
-//! every other `/v1/...` path to the OpenAI one; those pass through untouched. An upstream is a
+//! Routing (`llm/routes.rs`): only the routes toolwall reads are relayed — the dialect routes
+//! (`/v1/messages`, `.../chat/completions`, `.../responses`), whose answers the dialect
+//! machines read, and routes without calls of their own (models, `count_tokens`, embeddings,
+//! conversations), whose answers are read whole and judged as one document by call shape —
+//! plus what `proxy.pass_through` lists, relayed uninspected and recorded. Every other request
+//! is refused (403, recorded as `llm_route`), so a route no dialect reads (Assistants, Managed
+//! Agents, Batches, ChatKit) or another vendor's path never reaches an upstream. An upstream is a
 //! base URL such as `https://api.anthropic.com` (an optional path prefix is kept): the client's
 //! path is appended as is, so clients use `ANTHROPIC_BASE_URL=http://127.0.0.1:18080` and
 //! `OPENAI_BASE_URL=http://127.0.0.1:18080/v1`.
 //!
 //! Inspected responses: a 2xx `text/event-stream` is fed through a [`StreamInterceptor`] read
 //! by read, on the client connection's task (what is ready is written at once, coalesced into
-//! one write: `relay.rs`); any other 2xx body is read
-//! whole (up to the buffer limit) and rewritten. Upstream is asked for `identity`; a compressed
-//! answer (gzip, deflate, br, zstd) is decoded before inspection and sent on uncompressed; an
-//! unknown encoding is refused (502). A redirect (3xx) is refused (502): the client would follow
-//! it, possibly to a path that is not inspected. Error statuses pass through, logged. WebSocket upgrades are
-//! refused with 426 (Codex then falls back to HTTP streaming), never tunnelled uninspected.
+//! one write: `relay.rs`); any other body (an error status's too) is read whole (up to the
+//! buffer limit) and rewritten or judged. Upstream is asked for `identity`; a compressed answer
+//! (gzip, deflate, br, zstd) is decoded before inspection and sent on uncompressed; an unknown
+//! encoding is refused (502). A redirect (3xx) is refused (502): the client would follow it,
+//! possibly to a route read another way. WebSocket upgrades are refused with 426 (Codex then
+//! falls back to HTTP streaming), never tunnelled uninspected.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -41,10 +44,14 @@ use tokio::net::TcpListener;
 
 use super::relay::{Plain, Relay};
 use super::request;
+use super::routes::{self, Reading};
 use super::upstream::{OutBody, Upstreams};
 use super::{Dialect, OnMalformed};
+use crate::config::{PassThrough, Provider};
+use crate::decision::Action;
 use crate::decision::Gate;
 use crate::events::EventSink;
+use crate::events::{Event, LlmRoute};
 
 mod encoding;
 mod exchange;
@@ -52,6 +59,7 @@ mod request_body;
 mod routing;
 mod sessions;
 mod sniff;
+mod urls;
 
 pub(crate) use sessions::SessionKeys;
 use sessions::{Peer, split_session};
@@ -59,7 +67,7 @@ use sessions::{Peer, split_session};
 use encoding::Encoding;
 use exchange::Exchange;
 use request_body::read_request;
-use routing::{Upstream, pick_upstream};
+use routing::{Upstream, upstream_of};
 use sniff::sniff;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -95,6 +103,9 @@ pub struct LlmProxySettings {
     /// How long a client may take to send a request head (each request on a kept-alive
     /// connection too): a client that never finishes one must not hold a descriptor for ever.
     pub header_read_timeout: std::time::Duration,
+    /// Routes relayed uninspected (`proxy.pass_through`); every route no dialect reads and
+    /// not listed here is refused (`llm/routes.rs`).
+    pub pass_through: Vec<PassThrough>,
 }
 
 impl Default for LlmProxySettings {
@@ -112,6 +123,7 @@ impl Default for LlmProxySettings {
             session_id: String::new(),
             session_keys: Arc::default(),
             header_read_timeout: std::time::Duration::from_secs(30),
+            pass_through: Vec::new(),
         }
     }
 }
@@ -132,6 +144,16 @@ struct Inner {
     approvals: Option<Arc<crate::approval::Approvals>>,
     /// The response bodies, for `/metrics`.
     stats: Arc<super::RelayStats>,
+}
+
+impl Inner {
+    /// The hosts of the configured upstreams, lower-case (`urls.rs`).
+    fn provider_origins(&self) -> Vec<String> {
+        [&self.anthropic, &self.openai]
+            .iter()
+            .map(|u| u.origin.host.to_ascii_lowercase())
+            .collect()
+    }
 }
 
 /// A bound, not yet running proxy.
@@ -321,8 +343,34 @@ async fn handle(
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return Ok(resp);
     }
-    let dialect = Dialect::from_path(&path_and_query);
-    let upstream = pick_upstream(&inner, dialect, &req, &path_and_query);
+    // Every method: a provider's router could read a path toolwall's does not.
+    if let Some(why) = request::ambiguous_path(&path_and_query) {
+        tracing::warn!(%request_id, path = %path_and_query, "{why}");
+        return Ok(full(StatusCode::BAD_REQUEST, format!("toolwall: {why}")));
+    }
+    let routed = match routes::route(
+        req.method(),
+        &path_and_query,
+        req.headers(),
+        &inner.settings.pass_through,
+    ) {
+        Ok(routed) => routed,
+        Err(refused) => {
+            tracing::warn!(%request_id, method = %req.method(), "refused a request: {refused}");
+            record_route(
+                &inner,
+                &session,
+                &request_id,
+                None,
+                &req,
+                &path_and_query,
+                Action::Block,
+                refused.to_string(),
+            );
+            return Ok(full(StatusCode::FORBIDDEN, format!("toolwall: {refused}")));
+        }
+    };
+    let upstream = upstream_of(&inner, routed.provider);
     let uri = match upstream.uri(&path_and_query) {
         Ok(u) => u,
         Err(e) => {
@@ -330,10 +378,23 @@ async fn handle(
             return Ok(full(StatusCode::BAD_REQUEST, "toolwall: bad request path"));
         }
     };
+    if routed.reading == Reading::Uninspected {
+        record_route(
+            &inner,
+            &session,
+            &request_id,
+            Some(routed.provider),
+            &req,
+            &path_and_query,
+            Action::Allow,
+            "relayed uninspected: the route is listed in proxy.pass_through".to_owned(),
+        );
+        return Ok(relay_uninspected(&inner, upstream, &uri, req, &request_id).await);
+    }
     let (mut parts, body) = req.into_parts();
     crate::edge::strip_hop_by_hop(&mut parts.headers);
-    // Every route is read (the backstop reads the ones no dialect machine does): ask for the
-    // bytes as they are; a compressed answer is decoded anyway.
+    // Every relayed answer is read: ask for the bytes as they are; a compressed answer is
+    // decoded anyway.
     parts.headers.insert(
         header::ACCEPT_ENCODING,
         HeaderValue::from_static("identity"),
@@ -341,14 +402,7 @@ async fn handle(
     let method = parts.method.clone();
     // An inspected route's request is read whole: the tool results in it are judged before
     // the model reads them (`llm/request.rs`).
-    if method == hyper::Method::POST
-        && let Some(why) = request::ambiguous_path(&path_and_query)
-    {
-        tracing::warn!(%request_id, path = %path_and_query, "{why}");
-        return Ok(full(StatusCode::BAD_REQUEST, format!("toolwall: {why}")));
-    }
-    let route = request::Route::of(&path_and_query, dialect);
-    let body = match route.filter(|_| method == hyper::Method::POST) {
+    let body = match routed.request.filter(|_| method == hyper::Method::POST) {
         Some(route) => match read_request(&inner, route, &parts.headers, body, &session).await {
             Ok(body) => body,
             Err(refusal) => {
@@ -362,7 +416,7 @@ async fn handle(
         None => OutBody::Stream(body),
     };
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
-    tracing::debug!(%request_id, %method, path = %path_and_query, ?dialect, "forwarding");
+    tracing::debug!(%request_id, %method, path = %path_and_query, ?routed, "forwarding");
     let upstream_resp = match inner
         .upstreams
         .send(&upstream.origin, &method, target, &parts.headers, body)
@@ -382,13 +436,13 @@ async fn handle(
     let (mut parts, body) = upstream_resp.into_parts();
     let encoding = Encoding::of(&parts.headers);
     crate::edge::strip_hop_by_hop(&mut parts.headers);
-    if dialect.is_some() && parts.status.is_redirection() {
-        // The SDKs follow a redirect, and back through this proxy it could lead to a path that
-        // is not inspected: a redirect never leaves an inspected route.
+    if parts.status.is_redirection() {
+        // The SDKs follow a redirect, and back through this proxy it could lead to a route
+        // that is read another way: a redirect never leaves a route toolwall reads.
         tracing::error!(%request_id, status = %parts.status, location = ?parts.headers.get(header::LOCATION), "upstream redirected an inspected request: refused (502)");
         return Ok(full(
             StatusCode::BAD_GATEWAY,
-            "toolwall: the upstream answered an inspected request with a redirect; toolwall does not pass redirects on inspected routes",
+            "toolwall: the upstream answered with a redirect; toolwall does not pass redirects on the routes it reads",
         ));
     }
     if method == hyper::Method::HEAD {
@@ -412,23 +466,31 @@ async fn handle(
     let ctx = Exchange {
         inner: inner.clone(),
         // The dialect the route speaks, or for other routes the provider's main one (it only
-        // labels what the backstop records).
-        dialect: dialect.unwrap_or(if std::ptr::eq(upstream, &inner.anthropic) {
-            Dialect::Anthropic
-        } else {
-            Dialect::OpenAiChat
-        }),
+        // labels what the call-shape judge records).
+        dialect: match routed.reading {
+            Reading::Dialect(d) => d,
+            _ => match routed.provider {
+                Provider::Anthropic => Dialect::Anthropic,
+                Provider::Openai => Dialect::OpenAiChat,
+            },
+        },
         request_id,
         session,
     };
     let mut reads = encoding.reads(body);
-    let Some(dialect) = dialect.filter(|_| parts.status.is_success()) else {
-        // Other routes (batch results, files, unknown paths) and error statuses: relayed line
-        // by line behind the backstop.
-        if !parts.status.is_success() {
-            tracing::warn!(request_id = %ctx.request_id, status = %parts.status, "upstream error status (passed on, behind the backstop)");
+    let dialect = match routed.reading {
+        Reading::Dialect(d) if parts.status.is_success() => d,
+        _ => {
+            // Routes without calls of their own, and error statuses: read whole and judged as
+            // one document.
+            if !parts.status.is_success() {
+                tracing::warn!(request_id = %ctx.request_id, status = %parts.status, "upstream error status (passed on, judged whole)");
+            }
+            return Ok(match ctx.document(reads).await {
+                Ok(body) => whole(parts, body),
+                Err(resp) => resp,
+            });
         }
-        return Ok(Response::from_parts(parts, ctx.guarded(reads)));
     };
     // What the body is decides how it is read, not its label: the SDKs parse a JSON document
     // as JSON whatever its content-type says.
@@ -457,19 +519,102 @@ async fn handle(
         return Ok(Response::from_parts(parts, ctx.stream(reads)));
     }
     match ctx.buffered(reads).await {
-        Ok(body) => {
-            parts
-                .headers
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-            Ok(Response::from_parts(
-                parts,
-                Full::new(body)
-                    .map_err(|never| match never {})
-                    .boxed_unsync(),
-            ))
-        }
+        Ok(body) => Ok(whole(parts, body)),
         Err(resp) => Ok(resp),
     }
+}
+
+/// A response of `parts` with the whole `body`.
+fn whole(mut parts: hyper::http::response::Parts, body: Bytes) -> Response<ProxyBody> {
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    Response::from_parts(
+        parts,
+        Full::new(body)
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    )
+}
+
+/// Relays a request on a `proxy.pass_through` route and its answer as they are (the client's
+/// own encodings included): the host owner accepted them uninspected.
+async fn relay_uninspected(
+    inner: &Arc<Inner>,
+    upstream: &Upstream,
+    uri: &hyper::Uri,
+    req: Request<Incoming>,
+    request_id: &str,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = req.into_parts();
+    crate::edge::strip_hop_by_hop(&mut parts.headers);
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    match inner
+        .upstreams
+        .send(
+            &upstream.origin,
+            &parts.method,
+            target,
+            &parts.headers,
+            OutBody::Stream(body),
+        )
+        .await
+    {
+        Ok(resp) => {
+            let (mut parts, body) = resp.into_parts();
+            crate::edge::strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(
+                parts,
+                Relay::new(Plain(body)).counted(&inner.stats).boxed_unsync(),
+            )
+        }
+        Err(e) => {
+            tracing::warn!(%request_id, error = %e, "upstream request failed");
+            full(
+                StatusCode::BAD_GATEWAY,
+                format!("toolwall: upstream request failed: {e}"),
+            )
+        }
+    }
+}
+
+/// Most bytes of a path an `llm_route` event keeps (a request line may be far longer).
+const MAX_RECORDED_PATH: usize = 1024;
+
+/// `text` up to `max` bytes, cut at a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Records a request relayed uninspected or refused for its route (`llm_route`). The query
+/// string is left out: it may carry a key.
+#[allow(clippy::too_many_arguments)]
+fn record_route(
+    inner: &Inner,
+    session: &str,
+    request_id: &str,
+    provider: Option<Provider>,
+    req: &Request<Incoming>,
+    path_and_query: &str,
+    action: Action,
+    reason: String,
+) {
+    let path = path_and_query
+        .split_once('?')
+        .map_or(path_and_query, |(p, _)| p);
+    inner.sink.emit(Event::LlmRoute(LlmRoute {
+        timestamp: chrono::Utc::now(),
+        session_id: session.to_owned(),
+        request_id: request_id.to_owned(),
+        provider: provider.map_or("", Provider::as_str).to_owned(),
+        route: format!("{} {}", req.method(), cut(path, MAX_RECORDED_PATH)),
+        action,
+        reason,
+    }));
 }
 
 #[cfg(test)]

@@ -92,37 +92,14 @@ struct Site {
     call_id: String,
 }
 
-/// Which requests carry what a model reads, beyond the three dialects' own routes.
+/// How a request body is judged (`llm/routes.rs` names it per route).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
     /// A request of the dialect, as its route takes it.
     Dialect(Dialect),
-    /// Anthropic `/v1/messages/batches`: each `requests[].params` is a Messages request.
-    AnthropicBatch,
     /// OpenAI `/v1/conversations[/{id}/items]`: `items[]` are Responses input items the model
     /// reads once a response names the conversation.
     ConversationItems,
-}
-
-impl Route {
-    /// The route of a request path (query and session prefix gone), if it is inspected.
-    pub(crate) fn of(path: &str, dialect: Option<Dialect>) -> Option<Route> {
-        let path = path
-            .split_once('?')
-            .map_or(path, |(p, _)| p)
-            .trim_end_matches('/');
-        if path.ends_with("/v1/messages/batches") {
-            Some(Route::AnthropicBatch)
-        } else if path.ends_with("/v1/conversations")
-            || (path.contains("/v1/conversations/") && path.ends_with("/items"))
-        {
-            Some(Route::ConversationItems)
-        } else if path.ends_with("/v1/messages/count_tokens") {
-            Some(Route::Dialect(Dialect::Anthropic))
-        } else {
-            dialect.map(Route::Dialect)
-        }
-    }
 }
 
 /// Why a request on an inspected route is not forwarded.
@@ -152,26 +129,6 @@ pub(crate) fn inspect(
     match route {
         Route::Dialect(dialect) => {
             judge(gate, dialect, &mut request, "", session, recorded, &mut out);
-        }
-        Route::AnthropicBatch => {
-            let n = request
-                .get("requests")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            for i in 0..n {
-                if let Some(params) = request.pointer_mut(&format!("/requests/{i}/params")) {
-                    let at = format!("/requests/{i}/params");
-                    judge(
-                        gate,
-                        Dialect::Anthropic,
-                        params,
-                        &at,
-                        session,
-                        recorded,
-                        &mut out,
-                    );
-                }
-            }
         }
         Route::ConversationItems => {
             // `items` read as a Responses request's `input`.

@@ -18,6 +18,10 @@ pub(crate) struct ProxyConfig {
     /// Upstream base URLs.
     #[serde(default)]
     pub providers: ProvidersConfig,
+    /// Provider routes relayed uninspected (and recorded): every other route no dialect reads
+    /// is refused.
+    #[serde(default)]
+    pub pass_through: Vec<crate::config::PassThroughEntry>,
 }
 
 impl Default for ProxyConfig {
@@ -26,6 +30,7 @@ impl Default for ProxyConfig {
             mode: ProxyMode::Embedded,
             listen: default_proxy_listen(),
             providers: ProvidersConfig::default(),
+            pass_through: Vec::new(),
         }
     }
 }

@@ -143,7 +143,8 @@ impl Linear {
             Event::McpToolSeen(_)
             | Event::McpToolChanged(_)
             | Event::KernelAlert(_)
-            | Event::McpResultInspected(_) => {}
+            | Event::McpResultInspected(_)
+            | Event::LlmRoute(_) => {}
         }
         done
     }

@@ -373,6 +373,7 @@ fn layer_and_reason(event: &Event) -> (String, &str) {
         Event::McpToolSeen(e) => (String::new(), &e.reason),
         Event::McpNetworkConnection(_) => ("kernel".into(), ""),
         Event::KernelAlert(e) => ("kernel".into(), &e.detail),
+        Event::LlmRoute(e) => ("llm".into(), &e.reason),
         Event::McpToolChanged(_) => (String::new(), ""),
     }
 }

@@ -143,6 +143,9 @@ const MIGRATIONS: &[&str] = &[
         updated_ns   INTEGER NOT NULL
     );
 ",
+    // `llm_route` events: rows an older binary could not read. Nothing changes in the tables;
+    // the version says the rows may hold the type, so an older binary refuses the database.
+    "CREATE INDEX IF NOT EXISTS events_type_ts ON events (type, ts_ns);",
 ];
 
 /// A connection to the event database.

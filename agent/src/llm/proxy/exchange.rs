@@ -1,6 +1,6 @@
-//! One inspected exchange and the pumps of its response body (`relay.rs`): a stream through
-//! its dialect's interceptor, a whole body rewritten, or another route's body behind the
-//! backstop's line guard.
+//! One inspected exchange and its response body: a stream through its dialect's interceptor
+//! (a [`Pump`] of `relay.rs`), a whole body rewritten, or the whole body of a route without
+//! calls of its own (or of an error status) judged as one document.
 
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -77,59 +77,6 @@ impl Drop for Inspect {
     }
 }
 
-/// A route no dialect machine reads, as a [`Pump`]: complete lines judged by the backstop
-/// before they leave.
-struct Guard {
-    exchange: Exchange,
-    reads: Reads,
-    guard: backstop::LineGuard,
-    done: bool,
-}
-
-impl Pump for Guard {
-    fn poll_step(
-        &mut self,
-        cx: &mut Context<'_>,
-        out: &mut Pieces,
-    ) -> Poll<Option<Result<(), BoxError>>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        let gate = self.exchange.inner.gate.clone();
-        let verdict = match ready!(self.reads.poll_next_unpin(cx)) {
-            Some(Ok(read)) => self.guard.feed(read, gate.as_ref()),
-            None => {
-                self.done = true;
-                self.guard.finish(gate.as_ref())
-            }
-            Some(Err(e)) => {
-                self.done = true;
-                return Poll::Ready(Some(Err(Box::new(e))));
-            }
-        };
-        match verdict {
-            backstop::Guarded::Pass(pieces) => {
-                for piece in pieces {
-                    out.push(piece);
-                }
-                Poll::Ready(if self.done { None } else { Some(Ok(())) })
-            }
-            backstop::Guarded::Blocked(found) => {
-                self.done = true;
-                self.exchange.refused(found);
-                Poll::Ready(Some(Err(
-                    "toolwall: a blocked tool call in the response".into()
-                )))
-            }
-            backstop::Guarded::Unjudgeable => {
-                self.done = true;
-                tracing::error!(request_id = %self.exchange.request_id, "backstop: a line that may hold a tool call is too long to judge; response cut");
-                Poll::Ready(Some(Err("toolwall: a line too long to inspect".into())))
-            }
-        }
-    }
-}
-
 /// One inspected exchange.
 pub(super) struct Exchange {
     pub(super) inner: Arc<Inner>,
@@ -149,20 +96,6 @@ impl Exchange {
             input: None,
             decision: found.decision,
         }));
-    }
-
-    /// The body of a route no dialect machine reads, relayed behind the backstop's line guard.
-    pub(super) fn guarded(self, reads: Reads) -> ProxyBody {
-        let guard = backstop::LineGuard::new(self.inner.settings.max_stream_buffer);
-        let stats = self.inner.stats.clone();
-        Relay::new(Guard {
-            exchange: self,
-            reads,
-            guard,
-            done: false,
-        })
-        .counted(&stats)
-        .boxed_unsync()
     }
 
     /// What judges this exchange's calls: the policy, and with approvals on, a person for
@@ -209,17 +142,19 @@ impl Exchange {
         .boxed_unsync()
     }
 
-    /// Reads a whole body (bounded), inspects and rewrites it, and runs the backstop over what
-    /// is to be sent.
-    pub(super) async fn buffered(self, mut reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
+    /// Reads a whole body, bounded by the buffer limit (past it: refused, 502).
+    async fn read_whole(&self, mut reads: Reads) -> Result<Vec<u8>, Response<ProxyBody>> {
         let limit = self.inner.settings.max_stream_buffer;
         let mut body = Vec::new();
         while let Some(read) = reads.next().await {
             match read {
                 Ok(read) if body.len() + read.len() <= limit => body.extend_from_slice(&read),
                 Ok(_) => {
-                    body.resize(limit + 1, 0);
-                    break;
+                    tracing::error!(request_id = %self.request_id, limit, "response body over the buffer limit: refused");
+                    return Err(full(
+                        StatusCode::BAD_GATEWAY,
+                        "toolwall: response too large to inspect",
+                    ));
                 }
                 Err(e) => {
                     tracing::warn!(request_id = %self.request_id, error = %e, "upstream body broke");
@@ -230,13 +165,38 @@ impl Exchange {
                 }
             }
         }
-        if body.len() > limit {
-            tracing::error!(request_id = %self.request_id, limit, "response body over the buffer limit: refused");
+        Ok(body)
+    }
+
+    /// The whole body of a route that carries no call of its own (or of an error status),
+    /// judged as one document by call shape (`backstop.rs`: a blocked call, or a call of a
+    /// type toolwall does not know, refuses it), and refused if it names a provider URL an SDK
+    /// would follow around the proxy.
+    pub(super) async fn document(self, reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
+        let body = self.read_whole(reads).await?;
+        if let Some(found) = backstop::scan_body(&body, self.inner.gate.as_ref()) {
+            self.refused(found);
             return Err(full(
                 StatusCode::BAD_GATEWAY,
-                "toolwall: response too large to inspect",
+                "toolwall: the response holds a tool call toolwall refuses; refused",
             ));
         }
+        if let Some(url) = super::urls::provider_url(&body, &self.inner.provider_origins()) {
+            tracing::error!(request_id = %self.request_id, %url, "a response names a provider URL the client would follow around the proxy: refused");
+            return Err(full(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "toolwall: the response names the provider URL {url}, which the client would fetch around the proxy; refused"
+                ),
+            ));
+        }
+        Ok(Bytes::from(body))
+    }
+
+    /// Reads a whole body (bounded), inspects and rewrites it, and runs the backstop over what
+    /// is to be sent.
+    pub(super) async fn buffered(self, reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
+        let body = self.read_whole(reads).await?;
         if body.is_empty() {
             return Ok(Bytes::new());
         }

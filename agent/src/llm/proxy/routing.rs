@@ -1,13 +1,12 @@
-//! Where a request goes: the configured upstream base URLs, parsed once, and the choice
-//! between them by dialect or, for a path that is not inspected, by its headers.
+//! Where a request goes: the configured upstream base URLs, parsed once, one per provider
+//! (which provider a route belongs to is `llm/routes.rs`'s answer).
 
 use anyhow::Context as _;
-use hyper::body::Incoming;
+use hyper::Uri;
 use hyper::http::uri::{Authority, Scheme};
-use hyper::{Request, Uri};
 
 use super::Inner;
-use crate::llm::Dialect;
+use crate::config::Provider;
 use crate::llm::upstream::Origin;
 
 /// A parsed upstream base URL.
@@ -63,25 +62,10 @@ impl Upstream {
     }
 }
 
-pub(super) fn pick_upstream<'a>(
-    inner: &'a Inner,
-    dialect: Option<Dialect>,
-    req: &Request<Incoming>,
-    path: &str,
-) -> &'a Upstream {
-    match dialect {
-        Some(Dialect::Anthropic) => &inner.anthropic,
-        Some(_) => &inner.openai,
-        None => {
-            let h = req.headers();
-            if h.contains_key("anthropic-version")
-                || h.contains_key("x-api-key")
-                || !path.starts_with("/v1/")
-            {
-                &inner.anthropic
-            } else {
-                &inner.openai
-            }
-        }
+/// The upstream of `provider`.
+pub(super) fn upstream_of(inner: &Inner, provider: Provider) -> &Upstream {
+    match provider {
+        Provider::Anthropic => &inner.anthropic,
+        Provider::Openai => &inner.openai,
     }
 }

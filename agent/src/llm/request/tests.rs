@@ -272,23 +272,8 @@ fn a_body_toolwall_cannot_read_is_refused() {
 }
 
 #[test]
-fn batches_conversation_items_and_every_kind_of_call_output_are_judged() {
+fn conversation_items_and_every_kind_of_call_output_are_judged() {
     let gate = policy("{}");
-    let batch = json!({"requests": [{"custom_id": "a", "params": anthropic_request(json!(format!("{AWS}")))}]});
-    let body = serde_json::to_vec(&batch).expect("json");
-    let out = inspect(
-        &gate,
-        Route::AnthropicBatch,
-        &body,
-        "s",
-        &Recorded::default(),
-    )
-    .expect("readable");
-    let text = String::from_utf8(out.body.expect("rewritten")).expect("utf8");
-    assert!(
-        !text.contains(AWS) && text.contains("toolwall:redacted"),
-        "{text}"
-    );
     let items = json!({"items": [
         {"type": "local_shell_call", "call_id": "c1", "action": {}},
         {"type": "local_shell_call_output", "call_id": "c1", "output": format!("{AWS}")}
@@ -306,18 +291,6 @@ fn batches_conversation_items_and_every_kind_of_call_output_are_judged() {
     assert_eq!(
         v["items"][1]["output"],
         "[toolwall:redacted:aws-access-token]"
-    );
-    assert_eq!(
-        Route::of("/v1/messages/batches", None),
-        Some(Route::AnthropicBatch)
-    );
-    assert_eq!(
-        Route::of("/v1/conversations/conv_1/items?x=1", None),
-        Some(Route::ConversationItems)
-    );
-    assert_eq!(
-        Route::of("/v1/messages/count_tokens", None),
-        Some(Route::Dialect(Dialect::Anthropic))
     );
 }
 

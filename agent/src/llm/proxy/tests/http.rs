@@ -104,8 +104,8 @@ async fn a_client_body_without_a_length_goes_upstream_chunked() {
         ["{\"a\":", "1}"]
             .map(|p| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(p)))),
     );
-    let req = Request::post(format!("http://{addr}/v1/files"))
-        .header("x-api-key", "k")
+    let req = Request::post(format!("http://{addr}/v1/embeddings"))
+        .header("authorization", "Bearer k")
         .body(http_body_util::StreamBody::new(pieces))
         .expect("request");
     let streaming: Client<HttpConnector, _> = Client::builder(TokioExecutor::new()).build_http();
@@ -141,16 +141,87 @@ async fn a_redirect_never_leaves_an_inspected_route() {
         assert_eq!(resp.status(), StatusCode::BAD_GATEWAY, "{path}");
         assert!(resp.headers().get("location").is_none(), "{path}");
     }
-    // An uninspected path passes its redirect on (nothing to inspect there).
+    // A route the owner relays uninspected (`proxy.pass_through`) passes its redirect on.
     let head =
         "HTTP/1.1 307 Temporary Redirect\r\nlocation: /v1/files/2\r\ncontent-length: 0\r\n\r\n";
     let (upstream, _) = fake_upstream(vec![Step::Send(head.as_bytes().to_vec())]).await;
-    let (addr, _rx, _stop) = start_proxy(upstream, &[]).await;
+    let (addr, mut rx, _stop) = start_proxy_passing(
+        &format!("http://{upstream}"),
+        &[],
+        EventSink::channel(),
+        &["POST /v1/files"],
+    )
+    .await;
     let resp = client()
         .request(post(addr, "/v1/files", "{}"))
         .await
         .expect("response");
     assert_eq!(resp.status(), StatusCode::TEMPORARY_REDIRECT);
+    let recorded = rx.try_recv().expect("the uninspected request is recorded");
+    match recorded {
+        Event::LlmRoute(e) => {
+            assert_eq!(
+                (e.route.as_str(), e.action),
+                ("POST /v1/files", Action::Allow)
+            );
+            assert_eq!(e.provider, "openai");
+        }
+        other => panic!("unexpected event {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_route_toolwall_does_not_read_is_refused_recorded_and_never_sent() {
+    let (upstream, seen) = fake_upstream(vec![Step::Send(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+    )])
+    .await;
+    let (addr, mut rx, _stop) = start_proxy(upstream, &[]).await;
+    for (method, path) in [
+        ("GET", "/v1/sessions/s/events/stream"),
+        ("POST", "/v1/threads/t/runs"),
+        ("GET", "/v1/messages/batches/b/results"),
+        (
+            "POST",
+            "/v1beta/models/gemini:streamGenerateContent?alt=sse",
+        ),
+    ] {
+        let req = Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}{path}"))
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let resp = client().request(req).await.expect("response");
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{path}");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("proxy.pass_through"), "{text}");
+        match rx.try_recv().expect("recorded") {
+            Event::LlmRoute(e) => {
+                assert_eq!(e.action, Action::Block, "{path}");
+                assert!(
+                    e.route.starts_with(method) && !e.route.contains('?'),
+                    "{}",
+                    e.route
+                );
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    // A Gemini key is refused on a route that exists for another vendor too.
+    let req = Request::post(format!("http://{addr}/v1/messages"))
+        .header("x-goog-api-key", "AIza-secret")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .expect("request");
+    let resp = client().request(req).await.expect("response");
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    // Nothing reached the upstream.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), seen)
+            .await
+            .is_err(),
+        "a refused request reached the upstream"
+    );
 }
 
 #[tokio::test]
@@ -268,8 +339,8 @@ async fn an_early_answer_to_a_large_request_reaches_the_client() {
     let big = "x".repeat(16 << 20);
     let resp = tokio::time::timeout(
         Duration::from_secs(10),
-        // A streamed route (an upload): inspected routes read the body whole first.
-        client().request(post(addr, "/v1/files", &big)),
+        // A route whose request streams through (inspected routes read the body whole first).
+        client().request(post(addr, "/v1/embeddings", &big)),
     )
     .await
     .expect("no hang")

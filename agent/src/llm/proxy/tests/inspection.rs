@@ -163,7 +163,7 @@ async fn block_event_recorded_mid_stream_and_client_disconnect_is_survived() {
     let _ = go_tx.send(());
     // The proxy keeps serving.
     let resp = client()
-        .request(post(proxy, "/v1/models", ""))
+        .request(post(proxy, "/v1/messages", "{}"))
         .await
         .expect("first proxy still answers");
     // Its upstream served its one connection: a 502, not a hang or a crash.
@@ -231,12 +231,12 @@ async fn broken_chunk_framing_from_upstream_ends_the_stream_with_an_error() {
 }
 
 #[tokio::test]
-async fn batch_results_are_relayed_behind_the_backstop() {
-    // Message batch results (JSON lines of messages) carry tool calls too, and must be
-    // inspected like any response.
+async fn a_route_without_calls_of_its_own_is_judged_whole_before_anything_leaves() {
+    // Conversation items are Responses items: a call in them (here split from the line before
+    // by a lone CR, where the SDKs' line readers split) refuses the whole answer.
     let line = |name: &str| {
         format!(
-            "{{\"custom_id\":\"r\",\"result\":{{\"type\":\"succeeded\",\"message\":{{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"{name}\",\"input\":{{}}}}],\"stop_reason\":\"tool_use\"}}}}}}\n"
+            "{{\"type\":\"function_call\",\"id\":\"fc\",\"call_id\":\"c\",\"name\":\"{name}\",\"arguments\":\"{{}}\"}}\r"
         )
     };
     let allowed = format!("{}{}", line("mcp__fs__read"), line("mcp__fs__list"));
@@ -251,26 +251,28 @@ async fn batch_results_are_relayed_behind_the_backstop() {
         )])
         .await;
         let (addr, mut rx, _stop) = start_proxy(upstream, &["mcp__fs__delete"]).await;
-        let req = Request::get(format!("http://{addr}/v1/messages/batches/b1/results"))
-            .header("x-api-key", "k")
-            .header("anthropic-version", "2023-06-01")
+        let req = Request::get(format!("http://{addr}/v1/conversations/c1/items"))
+            .header("authorization", "Bearer k")
             .body(Full::new(Bytes::new()))
             .expect("request");
         let resp = client().request(req).await.expect("response");
-        assert_eq!(resp.status(), StatusCode::OK);
-        let (got, broke) = read_until_break(resp.into_body()).await;
-        let got = String::from_utf8_lossy(&got).into_owned();
         if blocked {
-            assert!(broke, "the response is cut");
-            assert!(!got.contains("mcp__fs__delete"), "{got}");
+            assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+            let got = resp.into_body().collect().await.expect("body").to_bytes();
+            assert!(!String::from_utf8_lossy(&got).contains("mcp__fs__delete"));
             assert!(
                 intercepted(&mut rx)
                     .iter()
                     .any(|(t, a, _)| t == "mcp__fs__delete" && a == "block")
             );
         } else {
-            assert!(!broke);
-            assert_eq!(got, body, "allowed lines pass byte for byte");
+            assert_eq!(resp.status(), StatusCode::OK);
+            let got = resp.into_body().collect().await.expect("body").to_bytes();
+            assert_eq!(
+                got,
+                body.as_bytes(),
+                "an allowed answer passes byte for byte"
+            );
         }
     }
 }

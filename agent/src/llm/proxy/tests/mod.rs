@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::{LlmProxy, LlmProxySettings};
+use crate::decision::Action;
 use crate::events::{Event, EventSink};
 use crate::llm::anthropic::tests::stream as anthropic_stream;
 use crate::llm::testing::{data_values, gate};
@@ -119,13 +120,30 @@ async fn start_proxy_with(
 async fn start_proxy_to(
     upstream: &str,
     blocked: &[&'static str],
+    events: (EventSink, crate::events::EventQueue),
+) -> (SocketAddr, crate::events::EventQueue, oneshot::Sender<()>) {
+    start_proxy_passing(upstream, blocked, events, &[]).await
+}
+
+/// [`start_proxy_to`] with `proxy.pass_through` routes (`METHOD /path` of the openai provider).
+async fn start_proxy_passing(
+    upstream: &str,
+    blocked: &[&'static str],
     (sink, rx): (EventSink, crate::events::EventQueue),
+    pass_through: &[&str],
 ) -> (SocketAddr, crate::events::EventQueue, oneshot::Sender<()>) {
     let settings = LlmProxySettings {
         listen: "127.0.0.1:0".parse().expect("addr"),
         anthropic_upstream: upstream.to_owned(),
         openai_upstream: upstream.to_owned(),
         session_id: "s1".into(),
+        pass_through: pass_through
+            .iter()
+            .map(|r| {
+                crate::config::PassThrough::parse(crate::config::Provider::Openai, r)
+                    .expect("route")
+            })
+            .collect(),
         ..LlmProxySettings::default()
     };
     let proxy = LlmProxy::bind(settings, gate(blocked), sink)
@@ -143,12 +161,20 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
+/// A POST with the headers of the SDK of the path's provider (an Anthropic key on an OpenAI
+/// route is refused).
 fn post(addr: SocketAddr, path: &str, body: &str) -> Request<Full<Bytes>> {
-    Request::post(format!("http://{addr}{path}"))
+    let request = Request::post(format!("http://{addr}{path}"))
         .header("content-type", "application/json")
-        .header("x-api-key", "sk-test")
-        .header("anthropic-version", "2023-06-01")
-        .header("accept-encoding", "gzip, br")
+        .header("accept-encoding", "gzip, br");
+    let request = if path.starts_with("/v1/messages") {
+        request
+            .header("x-api-key", "sk-test")
+            .header("anthropic-version", "2023-06-01")
+    } else {
+        request.header("authorization", "Bearer sk-test")
+    };
+    request
         .body(Full::new(Bytes::from(body.to_owned())))
         .expect("request")
 }

@@ -45,6 +45,8 @@ PROPOSAL = {"type": "mcp_approval_request", "id": "mcpr_echo_proposed", "server_
 
 
 class Fake(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
     def log_message(self, *_):
         pass
 
@@ -174,7 +176,7 @@ def main():
         try:
             got = {"ok": run()}
         except (openai.APIStatusError, anthropic.APIStatusError) as e:
-            got = {"status": e.status_code, "error": str(e)}
+            got = {"status": e.status_code, "error": e.response.text}
         with LOCK:
             got["bodies"] = list(BODIES)
         report[name] = got

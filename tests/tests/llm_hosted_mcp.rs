@@ -24,29 +24,39 @@ fn strings(v: &Value) -> Vec<&str> {
 /// Whether a request body lets the provider run (or forces, or approves) `tool` of server `s`.
 fn asks_for(body: &Value, tool: &str) -> bool {
     let tools = body["tools"].as_array().into_iter().flatten();
+    // No list (or a filter without names): any tool of the server.
     let by_openai = tools.clone().any(|t| {
+        let allowed = &t["allowed_tools"];
         t["type"] == "mcp"
-            && (strings(&t["allowed_tools"]).contains(&tool)
-                || strings(&t["allowed_tools"]["tool_names"]).contains(&tool))
+            && ((allowed.is_array() && strings(allowed).contains(&tool))
+                || (allowed.is_object() && allowed["tool_names"].is_null())
+                || strings(&allowed["tool_names"]).contains(&tool)
+                || allowed.is_null())
     });
     let forced = body["tool_choice"]["type"] == "mcp" && body["tool_choice"]["name"] == tool;
     let by_toolset = tools.clone().any(|t| {
         let default_on = t["default_config"]["enabled"].as_bool().unwrap_or(true);
         t["type"] == "mcp_toolset"
-            && t["configs"][tool]["enabled"].as_bool().unwrap_or(default_on)
+            && t["configs"][tool]["enabled"]
+                .as_bool()
+                .unwrap_or(default_on)
     });
     // A server's `tool_configuration` (mcp-client-2025-04-04; absent, all its tools unless a
     // toolset configures them).
-    let by_server = body["mcp_servers"].as_array().into_iter().flatten().any(|s| {
-        let config = &s["tool_configuration"];
-        let with_toolset = tools
-            .clone()
-            .any(|t| t["type"] == "mcp_toolset" && t["mcp_server_name"] == s["name"]);
-        config["enabled"] != false
-            && ((config.is_null() && !with_toolset)
-                || (!config.is_null() && config["allowed_tools"].is_null())
-                || strings(&config["allowed_tools"]).contains(&tool))
-    });
+    let by_server = body["mcp_servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| {
+            let config = &s["tool_configuration"];
+            let with_toolset = tools
+                .clone()
+                .any(|t| t["type"] == "mcp_toolset" && t["mcp_server_name"] == s["name"]);
+            config["enabled"] != false
+                && ((config.is_null() && !with_toolset)
+                    || (!config.is_null() && config["allowed_tools"].is_null())
+                    || strings(&config["allowed_tools"]).contains(&tool))
+        });
     let approved = body["input"].as_array().into_iter().flatten().any(|i| {
         i["type"] == "mcp_approval_response"
             && i["approve"] == true
@@ -116,27 +126,47 @@ fn the_provider_is_never_asked_to_run_a_denied_hosted_mcp_tool() {
             failures.push(format!("{name}: direct, nothing asks for echo: {without}"));
         }
         if let Some(b) = bodies(with).iter().find(|b| asks_for(b, "echo")) {
-            failures.push(format!("{name}: through toolwall the provider was asked for echo: {b}"));
+            failures.push(format!(
+                "{name}: through toolwall the provider was asked for echo: {b}"
+            ));
         }
         if REFUSED.contains(&name.as_str()) {
             let refused = with["status"] == 400
-                && with["error"].as_str().is_some_and(|e| e.contains("toolwall:"));
+                && with["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("toolwall:"));
             if !refused || !bodies(with).is_empty() {
                 failures.push(format!("{name}: not refused before the provider: {with}"));
             }
         } else if with["ok"].is_null() || bodies(with).is_empty() {
             failures.push(format!("{name}: not forwarded: {with}"));
         }
-        if ADD_REACHES.contains(&name.as_str())
-            && !bodies(with).iter().any(|b| asks_for(b, "add"))
+        if ADD_REACHES.contains(&name.as_str()) && !bodies(with).iter().any(|b| asks_for(b, "add"))
         {
-            failures.push(format!("{name}: the allowed tool add did not reach the provider: {with}"));
+            failures.push(format!(
+                "{name}: the allowed tool add did not reach the provider: {with}"
+            ));
         }
+    }
+    // Approving the call toolwall took out of the response is refused as that call, denied.
+    let approval = &proxied["openai_approve_proposed"]["error"];
+    if !approval
+        .as_str()
+        .is_some_and(|e| e.contains("approves \"mcp__s__echo\", which the policy denies"))
+    {
+        failures.push(format!(
+            "the approval of the proposed echo call: {approval}"
+        ));
     }
     // The provider's proposal to run echo never reaches the SDK as something to approve.
     let proposal = strings(&proxied["openai_proposes_echo"]["ok"]);
-    if proposal.iter().any(|t| t.starts_with("mcp_approval_request")) {
-        failures.push(format!("the SDK was shown an approval request: {proposal:?}"));
+    if proposal
+        .iter()
+        .any(|t| t.starts_with("mcp_approval_request"))
+    {
+        failures.push(format!(
+            "the SDK was shown an approval request: {proposal:?}"
+        ));
     }
     if !failures.is_empty() {
         failures.push(format!("daemon stderr:\n{}", daemon.stderr()));

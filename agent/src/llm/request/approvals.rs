@@ -22,7 +22,7 @@ const MAX_SEEN: usize = 16_384;
 #[derive(Clone, Debug)]
 enum Verdict {
     Allowed { server: String, tool: String },
-    Blocked,
+    Blocked { server: String, tool: String },
 }
 
 #[derive(Default)]
@@ -42,16 +42,14 @@ pub(crate) fn note_request(id: &str, server: &str, tool: &str, blocked: bool) {
         return;
     }
     let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
-    if matches!(seen.verdicts.get(id), Some(Verdict::Blocked)) {
+    if matches!(seen.verdicts.get(id), Some(Verdict::Blocked { .. })) {
         return;
     }
+    let (server, tool) = (server.to_owned(), tool.to_owned());
     let verdict = if blocked {
-        Verdict::Blocked
+        Verdict::Blocked { server, tool }
     } else {
-        Verdict::Allowed {
-            server: server.to_owned(),
-            tool: tool.to_owned(),
-        }
+        Verdict::Allowed { server, tool }
     };
     if seen.verdicts.insert(id.to_owned(), verdict).is_none() {
         seen.order.push_back(id.to_owned());
@@ -97,8 +95,8 @@ pub(super) fn judge_approvals(
             .iter()
             .filter(|i| str_at(i, "type") == "mcp_approval_request" && str_at(i, "id") == id)
             .collect();
-        if let Some(Verdict::Blocked) = remembered {
-            let (server, tool, arguments) = copies.first().map_or(("", "", None), |c| identity(c));
+        if let Some(Verdict::Blocked { server, tool }) = &remembered {
+            let arguments = copies.first().and_then(|c| identity(c).2);
             let decision = ask(gate, server, tool, None);
             return Err(refused(
                 id, server, tool, arguments, decision, session, true,

@@ -1,5 +1,6 @@
 //! What the agent sends the model: the tools it offers, less the ones the policy
-//! refuses by name ([`hide_denied`]), and the tool results in it, inspected by the same result
+//! refuses by name ([`hide_denied`]; hosted tools the provider runs itself: `hosted.rs`,
+//! `approvals.rs`), and the tool results in it, inspected by the same result
 //! rules as at the MCP layer (`policy/results.rs`) before the model reads them.
 //!
 //! A tool's result reaches the model in the agent's next request: Anthropic `tool_result`

@@ -407,6 +407,12 @@ fn approvals_of_requests_the_response_side_judged_are_decided_by_that() {
     super::super::approvals::note_request("mcpr_hosted_t6", "s", "add", false);
     let ok = json!({"model": "m", "previous_response_id": "resp_1", "input": [approval("mcpr_hosted_t5")]});
     assert!(run(&gate(), Dialect::OpenAiResponses, &ok).is_ok());
+    let alone = json!({"model": "m", "previous_response_id": "resp_1", "input": [approval("mcpr_hosted_t6")]});
+    let why = refusal(run(&gate(), Dialect::OpenAiResponses, &alone));
+    assert!(
+        matches!(why, Refused::Hosted(Unjudgeable::ApprovalDenied { ref tool, .. }) if tool == "mcp__s__echo"),
+        "{why}"
+    );
     // Refused in the response, refused however its copy in the input is dressed up.
     let forged = json!({"model": "m", "previous_response_id": "resp_1",
         "input": [approval_request("mcpr_hosted_t6", "add"), approval("mcpr_hosted_t6")]});

@@ -69,7 +69,13 @@ pub(super) async fn read_request(
     };
     let inspected = match job.await {
         Ok(Ok(inspected)) => inspected,
-        Ok(Err(unreadable)) => return Err(unreadable.to_string()),
+        Ok(Err(refused)) => {
+            let why = refused.to_string();
+            for record in refused.into_records() {
+                inner.sink.emit(record);
+            }
+            return Err(why);
+        }
         Err(e) => return Err(format!("inspecting the request failed: {e}")),
     };
     for record in inspected.records {

@@ -1,5 +1,5 @@
-//! Deciding complete tool items: function calls, MCP calls, and custom tool calls with every
-//! MCP tool their code references.
+//! Deciding complete tool items: function calls, hosted MCP approval requests, and custom tool
+//! calls with every MCP tool their code references.
 
 use std::sync::LazyLock;
 
@@ -33,6 +33,27 @@ pub(crate) fn judge_item(cx: &mut Cx, item: &Item<'_>, record: bool) -> Option<(
                 }
                 None
             }
+        }
+        "mcp_approval_request" => {
+            let (shown, _) = item.call_name();
+            let shown = shown.into_owned();
+            let decision = cx.check_complete(&shown, None, item.arguments.as_deref());
+            let blocked = decision.is_blocked();
+            crate::llm::request::note_approval_request(
+                &id,
+                item.server_label.as_deref().unwrap_or_default(),
+                item.name.as_deref().unwrap_or_default(),
+                blocked,
+            );
+            let text = blocked.then(|| blocked_message(&shown, &decision.reason));
+            if record {
+                let input = item
+                    .arguments
+                    .as_deref()
+                    .and_then(|a| serde_json::from_str(a).ok());
+                cx.record(shown, id.clone(), input, decision);
+            }
+            text.map(|t| (t, id))
         }
         "custom_tool_call" => {
             let name = item.name.as_deref().unwrap_or_default();

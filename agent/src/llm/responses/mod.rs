@@ -5,6 +5,7 @@
 //! | `response.output_item.added`, `function_call` | ask the gate with `namespace` + `name`; blocked: a message item (added, part added, text delta, text done, part done) replaces it at the same `output_index` |
 //! | `response.function_call_arguments.delta/.done` | suppressed for a blocked item |
 //! | `response.output_item.done` | blocked: the completed message item; allowed MCP: recorded with its arguments; an item whose name/namespace differs from what was judged at `added` is judged again (and replaced by a message item if now blocked) |
+//! | `response.output_item.added`, `mcp_approval_request` | the hosted MCP call it proposes (`mcp__{server_label}__{name}`, with its arguments) decided at once and recorded; blocked: replaced by a message item as a function call is (the SDK never sees a request to approve), and remembered so an approval of it is refused (`request/approvals.rs`) |
 //! | `response.output_item.added`, `custom_tool_call` | held back with its `custom_tool_call_input.*` events until its `output_item.done`; then its code is scanned for `mcp__<server>__<tool>` references and the whole item passes, or is replaced if one is blocked |
 //! | `response.completed/.incomplete/.failed` | blocked items in `response.output` replaced by the message items; a tool item not passed exactly as it stands (same id, type, name, namespace, code) is judged again |
 //! | any other event with a call item (`item`, `response.output`) | a blocked one ends the stream (fail closed) |
@@ -38,10 +39,16 @@ pub(super) use body::rewrite_body;
 use judge::{mcp_references, normalise_code};
 pub(crate) use stream::Responses;
 
-/// The item types a tool call comes as (`function_call`, with its events, and Codex's
-/// `custom_tool_call`).
-static CALL_KEYS: LazyLock<Keys> =
-    LazyLock::new(|| Keys::new(&["function_call", "custom_tool_call", "mcp_call"]));
+/// The item types a tool call comes as (`function_call`, with its events, Codex's
+/// `custom_tool_call`, and the hosted MCP tool's `mcp_call` and `mcp_approval_request`).
+static CALL_KEYS: LazyLock<Keys> = LazyLock::new(|| {
+    Keys::new(&[
+        "function_call",
+        "custom_tool_call",
+        "mcp_call",
+        "mcp_approval_request",
+    ])
+});
 
 /// Event types that carry only text of message/reasoning items: never parsed.
 const TEXT_PREFIXES: [&[u8]; 4] = [
@@ -97,6 +104,22 @@ pub(crate) struct Item<'a> {
     pub arguments: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub input: Option<Cow<'a, str>>,
+    /// The hosted MCP server of an `mcp_approval_request`.
+    #[serde(default, borrow)]
+    pub server_label: Option<Cow<'a, str>>,
+}
+
+impl Item<'_> {
+    /// The name the gate is asked about and records show, and its namespace: a hosted MCP
+    /// approval request's tool as `mcp__{server_label}__{name}` (as the backstop names it).
+    pub(crate) fn call_name(&self) -> (Cow<'_, str>, Option<&str>) {
+        let name = self.name.as_deref().unwrap_or_default();
+        if self.ty == "mcp_approval_request" {
+            let server = self.server_label.as_deref().unwrap_or_default();
+            return (Cow::Owned(format!("mcp__{server}__{name}")), None);
+        }
+        (Cow::Borrowed(name), self.namespace.as_deref())
+    }
 }
 
 /// A fingerprint of what a tool item was judged on: type, name, namespace and (custom tool
@@ -127,15 +150,13 @@ impl Judged {
     fn item(item: &Item<'_>) -> Self {
         let input = match item.ty.as_ref() {
             "custom_tool_call" => item.input.as_deref().unwrap_or_default(),
-            "function_call" => item.arguments.as_deref().unwrap_or_default(),
+            "function_call" | "mcp_approval_request" => {
+                item.arguments.as_deref().unwrap_or_default()
+            }
             _ => "",
         };
-        Judged::of(
-            &item.ty,
-            item.name.as_deref().unwrap_or_default(),
-            item.namespace.as_deref(),
-            input,
-        )
+        let (name, namespace) = item.call_name();
+        Judged::of(&item.ty, &name, namespace, input)
     }
 
     /// The fingerprint of what an item calls, without its arguments: a function call allowed
@@ -146,12 +167,8 @@ impl Judged {
         } else {
             ""
         };
-        Judged::of(
-            &item.ty,
-            item.name.as_deref().unwrap_or_default(),
-            item.namespace.as_deref(),
-            input,
-        )
+        let (name, namespace) = item.call_name();
+        Judged::of(&item.ty, &name, namespace, input)
     }
 }
 
@@ -219,5 +236,7 @@ fn write_message_done(out: &mut BytesMut, seq: &str, index: u64, id: &str, text:
     write_event(out, Some("response.output_item.done"), done.as_bytes());
 }
 
+#[cfg(test)]
+mod hosted_tests;
 #[cfg(test)]
 pub(crate) mod tests;

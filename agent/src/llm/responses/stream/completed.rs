@@ -58,7 +58,10 @@ impl Responses {
                 continue;
             }
             if let Some(item) = &item
-                && matches!(item.ty.as_ref(), "function_call" | "custom_tool_call")
+                && matches!(
+                    item.ty.as_ref(),
+                    "function_call" | "custom_tool_call" | "mcp_approval_request"
+                )
                 && !self.was_passed(item)
                 && let Some((text, id)) = judge_item(cx, item, true)
             {

@@ -111,6 +111,23 @@ impl Responses {
                     out.extend_from_slice(raw);
                 }
             }
+            // Complete when added (no argument events follow): decided and recorded now; an
+            // unchanged copy at `done` passes, a changed one is judged again.
+            "mcp_approval_request" => match judge_item(cx, &item, true) {
+                Some((text, _)) => {
+                    let message_id = format!("msg_toolwall_{item_id}");
+                    write_message_open(out, seq, index, &message_id, &text);
+                    self.push_item(Entry {
+                        output_index: index,
+                        item_id,
+                        state: ItemState::Blocked { message_id, text },
+                    });
+                }
+                None => {
+                    self.mark_passed(item_id, Judged::item(&item));
+                    out.extend_from_slice(raw);
+                }
+            },
             "custom_tool_call" => {
                 let input = item.input.as_deref().unwrap_or_default().to_owned();
                 self.push_item(Entry {

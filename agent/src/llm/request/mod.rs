@@ -1,5 +1,6 @@
 //! What the agent sends the model: the tools it offers, less the ones the policy
-//! refuses by name ([`hide_denied`]), and the tool results in it, inspected by the same result
+//! refuses by name ([`hide_denied`]; hosted tools the provider runs itself: `hosted.rs`,
+//! `approvals.rs`), and the tool results in it, inspected by the same result
 //! rules as at the MCP layer (`policy/results.rs`) before the model reads them.
 //!
 //! A tool's result reaches the model in the agent's next request: Anthropic `tool_result`
@@ -104,31 +105,49 @@ pub(crate) enum Route {
 
 /// Why a request on an inspected route is not forwarded.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "the request body is not JSON toolwall can read ({0}); it is not forwarded, since what cannot be read cannot be judged"
-)]
-pub(crate) struct Unreadable(String);
+pub(crate) enum Refused {
+    /// A body that does not parse.
+    #[error(
+        "the request body is not JSON toolwall can read ({0}); it is not forwarded, since what cannot be read cannot be judged"
+    )]
+    Unreadable(String),
+    /// Hosted tools (the provider runs them) that cannot be judged, or are denied.
+    #[error(transparent)]
+    Hosted(#[from] hosted::Unjudgeable),
+}
 
-/// Inspects the tool results of a request body on `route`. A body that does not parse is
-/// refused (a provider's parser may read what ours could not — deeper nesting, say — and its
-/// model would read unjudged results).
+impl Refused {
+    /// What the refusal records (an approval of a denied call: `mcp_tool_call_intercepted`).
+    pub(crate) fn into_records(self) -> Vec<Event> {
+        match self {
+            Refused::Hosted(hosted::Unjudgeable::ApprovalDenied { record, .. }) => vec![*record],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Inspects the tool results of a request body on `route`, and the hosted tools it enables
+/// (`hosted.rs`, `approvals.rs`). A body that does not parse is refused (a provider's parser
+/// may read what ours could not — deeper nesting, say — and its model would read unjudged
+/// results), and so is one enabling hosted tools toolwall cannot judge or approving a denied
+/// hosted call.
 pub(crate) fn inspect(
     gate: &dyn Gate,
     route: Route,
     body: &[u8],
     session: &str,
     recorded: &Recorded,
-) -> Result<Inspected, Unreadable> {
+) -> Result<Inspected, Refused> {
     // Read strictly first (`mcp/canonical.rs`: no duplicate key, BOM or lone surrogate):
     // parsers disagree on which of two keys counts, and the provider's might keep the one
     // toolwall's would not.
-    crate::mcp::canonical::canonical(body).map_err(|e| Unreadable(e.to_string()))?;
+    crate::mcp::canonical::canonical(body).map_err(|e| Refused::Unreadable(e.to_string()))?;
     let mut request =
-        serde_json::from_slice::<Value>(body).map_err(|e| Unreadable(e.to_string()))?;
+        serde_json::from_slice::<Value>(body).map_err(|e| Refused::Unreadable(e.to_string()))?;
     let mut out = Inspected::default();
     match route {
         Route::Dialect(dialect) => {
-            judge(gate, dialect, &mut request, "", session, recorded, &mut out);
+            judge(gate, dialect, &mut request, "", session, recorded, &mut out)?;
         }
         Route::ConversationItems => {
             // `items` read as a Responses request's `input`.
@@ -144,7 +163,7 @@ pub(crate) fn inspect(
                     session,
                     recorded,
                     &mut out,
-                );
+                )?;
                 if let Some(items) = as_input.get_mut("input").map(Value::take) {
                     object.insert("items".to_owned(), items);
                 }
@@ -166,7 +185,18 @@ fn judge(
     session: &str,
     recorded: &Recorded,
     out: &mut Inspected,
-) {
+) -> Result<(), hosted::Unjudgeable> {
+    // Hosted definitions of any provider's shape, whatever the route: each shape is distinct,
+    // and a provider reading one on a route toolwall took for another's must not run it.
+    approvals::judge_approvals(gate, request, session)?;
+    let hosted = hosted::judge_definitions(&hosted::Judge { gate }, request)?;
+    if !hosted.is_empty() {
+        tracing::info!(
+            hidden = ?hosted,
+            "denied hosted tools taken out of the request: the provider is not let run them"
+        );
+    }
+    out.changed |= !hosted.is_empty();
     let (names, sites) = match dialect {
         Dialect::Anthropic => anthropic(request),
         Dialect::OpenAiChat => chat(request),
@@ -270,6 +300,7 @@ fn judge(
             }
         }
     }
+    Ok(())
 }
 
 /// Takes the tools the policy refuses by name out of what the request offers the model
@@ -512,6 +543,11 @@ fn messages<'a>(request: &'a Value, key: &str) -> impl Iterator<Item = (usize, &
         .flatten()
         .enumerate()
 }
+
+mod approvals;
+mod hosted;
+
+pub(crate) use approvals::note_request as note_approval_request;
 
 #[cfg(test)]
 mod tests;

@@ -45,6 +45,9 @@ pub(super) async fn start_proxy(
             .unwrap_or(usize::MAX),
         session_id: String::new(),
         session_keys: session_keys.clone(),
+        max_connections_per_client: usize::try_from(config.proxy.max_connections_per_client)
+            .unwrap_or(usize::MAX),
+        memory_budget: usize::try_from(config.proxy.memory_budget_bytes).unwrap_or(usize::MAX),
         ..LlmProxySettings::default()
     };
     let proxy = LlmProxy::bind(settings, gate.clone(), sink.clone())

@@ -324,6 +324,11 @@ impl LineGuard {
         Guarded::Pass(out)
     }
 
+    /// Bytes of the incomplete line held now (counted against the proxy's memory budget).
+    pub(crate) fn held(&self) -> usize {
+        self.held.len()
+    }
+
     /// The end of the body: the last line, judged.
     pub(crate) fn finish(&mut self, gate: &dyn Gate) -> Guarded {
         let rest = std::mem::take(&mut self.held);

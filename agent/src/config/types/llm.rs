@@ -18,6 +18,15 @@ pub(crate) struct ProxyConfig {
     /// Upstream base URLs.
     #[serde(default)]
     pub providers: ProvidersConfig,
+
+    // Bounds that keep one client from stalling or bloating the proxy for the others.
+    /// Most connections one client (a user and cgroup) may have open at once.
+    #[serde(default = "default_max_connections_per_client")]
+    pub max_connections_per_client: u64,
+    /// Most bytes held across all exchanges at once (request bodies being read, response
+    /// bodies read whole, what stream interceptors hold back).
+    #[serde(default = "default_memory_budget")]
+    pub memory_budget_bytes: u64,
 }
 
 impl Default for ProxyConfig {
@@ -26,8 +35,18 @@ impl Default for ProxyConfig {
             mode: ProxyMode::Embedded,
             listen: default_proxy_listen(),
             providers: ProvidersConfig::default(),
+            max_connections_per_client: default_max_connections_per_client(),
+            memory_budget_bytes: default_memory_budget(),
         }
     }
+}
+
+fn default_max_connections_per_client() -> u64 {
+    512
+}
+
+fn default_memory_budget() -> u64 {
+    256 * 1024 * 1024
 }
 
 /// `proxy.mode`.

@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use hyper::{Response, StatusCode};
 
+use super::budget::{OverBudget, Reservation};
 use super::{BoxError, Inner, ProxyBody, Reads, full};
 use crate::llm::backstop;
 use crate::llm::relay::{Pieces, Pump, Relay};
@@ -24,6 +25,8 @@ struct Inspect {
     reads: Reads,
     interceptor: StreamInterceptor,
     output: Output,
+    /// What the interceptor holds, of the proxy's memory budget.
+    held: Reservation,
     /// Upstream ended, broke, or the interceptor closed the stream.
     done: bool,
 }
@@ -38,7 +41,7 @@ impl Pump for Inspect {
             return Poll::Ready(None);
         }
         ready!(self.room.poll_room(cx));
-        let (flow, broke) = match ready!(self.reads.poll_next_unpin(cx)) {
+        let (mut flow, broke) = match ready!(self.reads.poll_next_unpin(cx)) {
             None => {
                 self.interceptor.finish(&mut self.output);
                 (Flow::Closed, None)
@@ -50,6 +53,14 @@ impl Pump for Inspect {
                 (Flow::Closed, Some(e))
             }
         };
+        if let Err(over) = self.held.resize(self.interceptor.held_bytes()) {
+            // Fail closed, this stream only: what it holds is not passed on unjudged, and the
+            // other exchanges keep what they have.
+            tracing::warn!(request_id = %self.exchange.request_id, held = self.interceptor.held_bytes(), "{over}: ending the stream");
+            self.interceptor.stop(&mut self.output, &over.to_string());
+            let _ = self.held.resize(0);
+            flow = Flow::Closed;
+        }
         self.exchange.emit(self.interceptor.drain_records());
         for chunk in self.output.drain() {
             out.push(chunk);
@@ -83,6 +94,8 @@ struct Guard {
     exchange: Exchange,
     reads: Reads,
     guard: backstop::LineGuard,
+    /// What the line guard holds, of the proxy's memory budget.
+    held: Reservation,
     done: bool,
 }
 
@@ -97,7 +110,15 @@ impl Pump for Guard {
         }
         let gate = self.exchange.inner.gate.clone();
         let verdict = match ready!(self.reads.poll_next_unpin(cx)) {
-            Some(Ok(read)) => self.guard.feed(read, gate.as_ref()),
+            Some(Ok(read)) => {
+                let verdict = self.guard.feed(read, gate.as_ref());
+                if let Err(over) = self.held.resize(self.guard.held()) {
+                    self.done = true;
+                    tracing::warn!(request_id = %self.exchange.request_id, "{over}: ending the response");
+                    return Poll::Ready(Some(Err(format!("toolwall: {over}").into())));
+                }
+                verdict
+            }
             None => {
                 self.done = true;
                 self.guard.finish(gate.as_ref())
@@ -156,6 +177,7 @@ impl Exchange {
         let guard = backstop::LineGuard::new(self.inner.settings.max_stream_buffer);
         let stats = self.inner.stats.clone();
         Relay::new(Guard {
+            held: self.inner.budget.reserve(),
             exchange: self,
             reads,
             guard,
@@ -198,6 +220,7 @@ impl Exchange {
         );
         let stats = self.inner.stats.clone();
         Relay::new(Inspect {
+            held: self.inner.budget.reserve(),
             room: self.inner.sink.room_poller(),
             exchange: self,
             reads,
@@ -214,9 +237,16 @@ impl Exchange {
     pub(super) async fn buffered(self, mut reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
         let limit = self.inner.settings.max_stream_buffer;
         let mut body = Vec::new();
+        let mut held = self.inner.budget.reserve();
         while let Some(read) = reads.next().await {
             match read {
-                Ok(read) if body.len() + read.len() <= limit => body.extend_from_slice(&read),
+                Ok(read) if body.len() + read.len() <= limit => {
+                    if let Err(over) = held.resize(body.len() + read.len()) {
+                        tracing::warn!(request_id = %self.request_id, "{over}: refusing the response");
+                        return Err(over_budget(over));
+                    }
+                    body.extend_from_slice(&read);
+                }
                 Ok(_) => {
                     body.resize(limit + 1, 0);
                     break;
@@ -271,4 +301,9 @@ impl Exchange {
             }
         }
     }
+}
+
+/// The answer to an exchange the memory budget could not take: 503, the client may retry.
+pub(super) fn over_budget(over: OverBudget) -> Response<ProxyBody> {
+    full(StatusCode::SERVICE_UNAVAILABLE, format!("toolwall: {over}"))
 }

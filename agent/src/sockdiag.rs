@@ -1,5 +1,5 @@
-//! Which cgroup opened the other end of a loopback TCP connection, asked of the kernel
-//! (`NETLINK_SOCK_DIAG`, `INET_DIAG_CGROUP_ID`).
+//! Which cgroup and user opened the other end of a loopback TCP connection, asked of the
+//! kernel (`NETLINK_SOCK_DIAG`: `INET_DIAG_CGROUP_ID`, and the socket's owner in every answer).
 //!
 //! A secret in a URL says what a client knows, not where it runs: a session's LLM base URL
 //! (`llm/proxy/sessions.rs`) sits in its agent's environment, which every process of the
@@ -43,10 +43,29 @@ const _: () = assert!(size_of::<Request>() == 16 + 56);
 /// `struct inet_diag_msg`: what precedes the attributes of an answer.
 const DIAG_MSG: usize = 72;
 
+/// What the kernel says of the client end of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClientSocket {
+    /// The user that made the socket.
+    pub(crate) uid: u32,
+    /// Its cgroup (v2) id; `None` on a kernel that does not say (no
+    /// `CONFIG_SOCK_CGROUP_DATA`).
+    pub(crate) cgroup: Option<u64>,
+}
+
 /// The cgroup (v2) id of the socket at `client` connected to `server` — the client end of a
 /// connection this process accepted at `server`. Errors when the kernel knows no such socket
 /// or does not say (no `CONFIG_SOCK_CGROUP_DATA`).
+#[cfg(test)]
 pub(crate) fn client_cgroup(server: SocketAddr, client: SocketAddr) -> io::Result<u64> {
+    client_socket(server, client)?.cgroup.ok_or_else(|| {
+        not_said("no cgroup id in the answer (a kernel without CONFIG_SOCK_CGROUP_DATA)")
+    })
+}
+
+/// The owner and cgroup of the socket at `client` connected to `server` (see
+/// [`client_cgroup`]). Errors when the kernel knows no such socket.
+pub(crate) fn client_socket(server: SocketAddr, client: SocketAddr) -> io::Result<ClientSocket> {
     let (family, src, dst) = match (client.ip(), server.ip()) {
         (IpAddr::V4(c), IpAddr::V4(s)) => {
             let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
@@ -125,8 +144,11 @@ fn not_said(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("sock_diag: {what}"))
 }
 
-/// The cgroup id in one netlink answer to [`client_cgroup`]'s request.
-fn parse_answer(b: &[u8]) -> io::Result<u64> {
+/// Where `struct inet_diag_msg` has `idiag_uid`.
+const DIAG_UID: usize = 64;
+
+/// The owner and cgroup id in one netlink answer to [`client_socket`]'s request.
+fn parse_answer(b: &[u8]) -> io::Result<ClientSocket> {
     let len = u32_at(b, 0).ok_or_else(|| not_said("a short answer"))? as usize;
     let kind = u16_at(b, 4).ok_or_else(|| not_said("a short answer"))?;
     let message = b.get(..len).ok_or_else(|| not_said("a cut answer"))?;
@@ -140,6 +162,8 @@ fn parse_answer(b: &[u8]) -> io::Result<u64> {
     if kind != SOCK_DIAG_BY_FAMILY {
         return Err(not_said("an answer of another kind"));
     }
+    let uid = u32_at(message, 16 + DIAG_UID).ok_or_else(|| not_said("a short answer"))?;
+    let mut found = ClientSocket { uid, cgroup: None };
     // Attributes (`struct nlattr`: u16 length, u16 type, value; each 4-aligned).
     let mut at = 16 + DIAG_MSG;
     while at + 4 <= message.len() {
@@ -152,15 +176,14 @@ fn parse_answer(b: &[u8]) -> io::Result<u64> {
             let value = message
                 .get(at + 4..at + 12)
                 .ok_or_else(|| not_said("a cut cgroup id"))?;
-            return Ok(u64::from_ne_bytes(
+            found.cgroup = Some(u64::from_ne_bytes(
                 value.try_into().map_err(|_| not_said("a cut cgroup id"))?,
             ));
+            return Ok(found);
         }
         at += (attr_len + 3) & !3;
     }
-    Err(not_said(
-        "no cgroup id in the answer (a kernel without CONFIG_SOCK_CGROUP_DATA)",
-    ))
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -193,6 +216,9 @@ mod tests {
             let (_accepted, peer) = listener.accept().unwrap();
             let id = client_cgroup(server, peer).unwrap();
             assert_eq!(Some(id), own_cgroup(), "{bind}");
+            // SAFETY: geteuid has no preconditions.
+            let uid = unsafe { libc::geteuid() };
+            assert_eq!(client_socket(server, peer).unwrap().uid, uid, "{bind}");
             // A port nobody connected from is no socket.
             let nobody = SocketAddr::new(peer.ip(), peer.port().wrapping_add(1));
             assert!(client_cgroup(server, nobody).is_err(), "{bind}");
@@ -204,13 +230,20 @@ mod tests {
         for cut in [&[][..], &[1, 0, 0, 0][..], &[200, 0, 0, 0, 20, 0, 0, 0][..]] {
             assert!(parse_answer(cut).is_err());
         }
-        // An answer whose attributes say nothing of the cgroup.
+        // An answer whose attributes say nothing of the cgroup: its owner only.
         let mut message = vec![0u8; 16 + DIAG_MSG + 8];
         let len = message.len() as u32;
         message[..4].copy_from_slice(&len.to_ne_bytes());
         message[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        message[16 + DIAG_UID..16 + DIAG_UID + 4].copy_from_slice(&1000u32.to_ne_bytes());
         message[16 + DIAG_MSG..16 + DIAG_MSG + 2].copy_from_slice(&8u16.to_ne_bytes());
-        assert!(parse_answer(&message).is_err());
+        assert_eq!(
+            parse_answer(&message).unwrap(),
+            ClientSocket {
+                uid: 1000,
+                cgroup: None
+            }
+        );
         // The same with a zero-length attribute: refused, not looped on.
         message[16 + DIAG_MSG..16 + DIAG_MSG + 2].copy_from_slice(&0u16.to_ne_bytes());
         assert!(parse_answer(&message).is_err());

@@ -390,6 +390,24 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
             "8388608 (8 MiB, the default) holds any realistic tool call",
         ));
     }
+    let per_client = config.proxy.max_connections_per_client;
+    if !(1..=4096).contains(&per_client) {
+        return Err(check.error(
+            "proxy.max_connections_per_client".to_string(),
+            ("max_connections_per_client", &per_client.to_string(), 0),
+            "must be between 1 and 4096 (the proxy's connections in all)",
+            "512 (the default) is far more than any agent opens",
+        ));
+    }
+    let budget = config.proxy.memory_budget_bytes;
+    if budget < config.interceptor.max_stream_buffer_bytes {
+        return Err(check.error(
+            "proxy.memory_budget_bytes".to_string(),
+            ("memory_budget_bytes", &budget.to_string(), 0),
+            "is below interceptor.max_stream_buffer_bytes: one response could never hold what it may",
+            "268435456 (256 MiB, the default), or at least interceptor.max_stream_buffer_bytes",
+        ));
+    }
     if let Some(otlp) = &config.telemetry.otlp {
         validate_otlp(&check, otlp)?;
     }

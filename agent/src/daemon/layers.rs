@@ -52,6 +52,9 @@ pub(super) async fn start_proxy(
             .map(|e| crate::config::PassThrough::parse(e.provider, &e.route))
             .collect::<Result<_, _>>()
             .context("proxy.pass_through")?,
+        max_connections_per_client: usize::try_from(config.proxy.max_connections_per_client)
+            .unwrap_or(usize::MAX),
+        memory_budget: usize::try_from(config.proxy.memory_budget_bytes).unwrap_or(usize::MAX),
         ..LlmProxySettings::default()
     };
     let proxy = LlmProxy::bind(settings, gate.clone(), sink.clone())

@@ -248,6 +248,10 @@ impl Machine for Anthropic {
         write_event(out, Some("error"), data.as_bytes());
     }
 
+    fn held_bytes(&self) -> usize {
+        self.held.as_ref().map_or(0, |h| h.bytes + h.input.len())
+    }
+
     fn quiet_keys(&self) -> Option<&'static Keys> {
         if !self.blocked.is_empty() || !self.tracked.is_empty() || self.held.is_some() {
             None

@@ -37,6 +37,9 @@ pub(crate) trait Machine {
     /// nothing, so a run of such events may skip [`Machine::on_event`]. `None` while a call is
     /// open (held, blocked or followed): then every event is looked at.
     fn quiet_keys(&self) -> Option<&'static Keys>;
+    /// Bytes held back now (events and call state kept until a call is decided): counted
+    /// against the proxy's memory budget after each read, so it must be O(1).
+    fn held_bytes(&self) -> usize;
 }
 
 enum AnyMachine {
@@ -51,6 +54,14 @@ impl AnyMachine {
             AnyMachine::Anthropic(m) => m,
             AnyMachine::Chat(m) => m,
             AnyMachine::Responses(m) => m,
+        }
+    }
+
+    fn held_bytes(&self) -> usize {
+        match self {
+            AnyMachine::Anthropic(m) => m.held_bytes(),
+            AnyMachine::Chat(m) => m.held_bytes(),
+            AnyMachine::Responses(m) => m.held_bytes(),
         }
     }
 }
@@ -279,8 +290,31 @@ impl StreamInterceptor {
         let machine = self.machine.get();
         machine.write_error(out, &format!("[toolwall] response stopped: {why}"));
         machine.on_end(&mut self.cx, &mut BytesMut::new());
+        // Nothing more is framed: what the decoder holds (an event that may be megabytes) is
+        // released now, not when the response body is dropped.
+        self.decoder = SseDecoder::new(0);
         self.closed = true;
         Flow::Closed
+    }
+
+    /// Bytes this response holds now: its incomplete event and what its dialect machine holds
+    /// back (the proxy counts them against its memory budget after each read). O(1).
+    pub(crate) fn held_bytes(&self) -> usize {
+        if self.closed {
+            return 0;
+        }
+        self.decoder.buffered() + self.machine.held_bytes()
+    }
+
+    /// Ends the stream from outside (fail closed): the dialect's error event is written with
+    /// `why`, exactly as for an event over the buffer limit, and what was held is dropped.
+    pub(crate) fn stop(&mut self, out: &mut Output, why: &str) {
+        if self.closed {
+            return;
+        }
+        self.close(&mut out.written, why);
+        out.seal();
+        out.checked = out.ready.len();
     }
 
     /// Takes the decisions made so far (to emit them as soon as they are made).

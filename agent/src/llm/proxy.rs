@@ -39,7 +39,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::relay::{Plain, Relay};
@@ -53,6 +53,8 @@ use crate::decision::Gate;
 use crate::events::EventSink;
 use crate::events::{Event, LlmRoute};
 
+mod budget;
+mod clients;
 mod encoding;
 mod exchange;
 mod request_body;
@@ -106,6 +108,12 @@ pub struct LlmProxySettings {
     /// Routes relayed uninspected (`proxy.pass_through`); every route no dialect reads and
     /// not listed here is refused (`llm/routes.rs`).
     pub pass_through: Vec<PassThrough>,
+    /// Most client connections one client (a user and cgroup, `proxy/clients.rs`) may have
+    /// open at once: one client must not take the global cap from the others.
+    pub max_connections_per_client: usize,
+    /// Most bytes held across all exchanges at once (`proxy/budget.rs`): request bodies being
+    /// read, response bodies read whole, what stream interceptors hold back.
+    pub memory_budget: usize,
 }
 
 impl Default for LlmProxySettings {
@@ -124,6 +132,14 @@ impl Default for LlmProxySettings {
             session_keys: Arc::default(),
             header_read_timeout: std::time::Duration::from_secs(30),
             pass_through: Vec::new(),
+            max_connections_per_client: usize::try_from(
+                crate::config::ProxyConfig::default().max_connections_per_client,
+            )
+            .unwrap_or(usize::MAX),
+            memory_budget: usize::try_from(
+                crate::config::ProxyConfig::default().memory_budget_bytes,
+            )
+            .unwrap_or(usize::MAX),
         }
     }
 }
@@ -144,6 +160,10 @@ struct Inner {
     approvals: Option<Arc<crate::approval::Approvals>>,
     /// The response bodies, for `/metrics`.
     stats: Arc<super::RelayStats>,
+    /// Every byte held on a client's behalf, bounded together.
+    budget: Arc<budget::Budget>,
+    /// Open connections by client.
+    clients: Arc<clients::Clients>,
 }
 
 impl Inner {
@@ -180,7 +200,6 @@ impl LlmProxy {
         Ok(LlmProxy {
             listener,
             inner: Arc::new(Inner {
-                settings,
                 anthropic,
                 openai,
                 gate,
@@ -191,6 +210,9 @@ impl LlmProxy {
                 reading: tokio::sync::Semaphore::new(request::MAX_READING),
                 approvals: None,
                 stats: Arc::default(),
+                budget: budget::Budget::new(settings.memory_budget),
+                clients: clients::Clients::new(settings.max_connections_per_client),
+                settings,
             }),
         })
     }
@@ -247,11 +269,21 @@ impl LlmProxy {
     }
 }
 
-/// One client connection: HTTP/1.1 (or h2c) until it closes or stays silent too long.
+/// One client connection: HTTP/1.1 until it closes or stays silent too long.
+///
+/// HTTP/1.1 only: the SDKs and agents speak it to an `http://` base URL, and an HTTP/2
+/// connection (h2c) would be held with no time-out on its head (hyper's h2 server has none), so
+/// a client that sends only the h2 preface is answered with an error and closed at once.
 async fn serve_client(inner: Arc<Inner>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    // Who the client is, asked of the kernel once: its user and cgroup count its connections
+    // (`clients.rs`) and tell which session it belongs to (`sessions.rs`).
+    let (client, cgroup) = clients::ClientKey::of(stream.local_addr(), peer);
+    let Some(_admitted) = inner.clients.admit(client) else {
+        return;
+    };
     let header_read_timeout = inner.settings.header_read_timeout;
-    // hyper's head time-out starts only once the protocol is sniffed from the first bytes: a
-    // client that sends nothing is timed out here.
+    // hyper's head time-out starts only once the first bytes arrive: a client that sends
+    // nothing is timed out here.
     let mut first = [0u8; 1];
     if !matches!(
         tokio::time::timeout(header_read_timeout, stream.peek(&mut first)).await,
@@ -260,21 +292,16 @@ async fn serve_client(inner: Arc<Inner>, stream: tokio::net::TcpStream, peer: So
         tracing::debug!(%peer, "client sent nothing within {header_read_timeout:?}");
         return;
     }
-    // Where the connection comes from, asked of the kernel once (`sessions.rs`).
-    let origin = match stream.local_addr() {
-        Ok(local) => inner.settings.session_keys.origin(local, peer),
-        Err(e) => Peer::Unknown(e.to_string()),
-    };
+    let origin = inner.settings.session_keys.origin(cgroup);
     if let Peer::Unknown(why) = &origin {
         tracing::warn!(%peer, "cannot tell which session a client connection comes from: {why}");
     }
     let origin = Arc::new(origin);
     let service = hyper::service::service_fn(move |req| handle(inner.clone(), origin.clone(), req));
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper::server::conn::http1::Builder::new();
     // A client that never finishes its request head must not hold a descriptor for ever:
     // partial heads would exhaust the proxy's descriptors.
     builder
-        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout);
     if let Err(e) = builder
@@ -407,10 +434,7 @@ async fn handle(
             Ok(body) => body,
             Err(refusal) => {
                 tracing::warn!(%request_id, "{refusal}");
-                return Ok(full(
-                    StatusCode::BAD_REQUEST,
-                    format!("toolwall: {refusal}"),
-                ));
+                return Ok(full(refusal.status, format!("toolwall: {refusal}")));
             }
         },
         None => OutBody::Stream(body),

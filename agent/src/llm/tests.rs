@@ -92,3 +92,46 @@ fn unchanged_runs_leave_as_slices_of_the_read() {
     // A turn with no tool use: nothing in it is a key, all of it is the read's own memory.
     assert_eq!(shared, read.len());
 }
+
+/// What an interceptor holds is what the proxy counts against its memory budget: an
+/// incomplete event grows it, a complete one passed on returns it, and a stream stopped from
+/// outside ends with its dialect's error event and holds nothing more.
+#[test]
+fn an_interceptor_reports_what_it_holds_and_can_be_stopped() {
+    use super::{Output, StreamInterceptor};
+    use bytes::Bytes;
+    for dialect in [
+        Dialect::Anthropic,
+        Dialect::OpenAiChat,
+        Dialect::OpenAiResponses,
+    ] {
+        let mut i = StreamInterceptor::new(
+            dialect,
+            super::testing::gate(&[]),
+            super::OnMalformed::FailClosed,
+            1 << 20,
+        );
+        let mut out = Output::default();
+        assert_eq!(i.held_bytes(), 0);
+        let start =
+            Bytes::from_static(b"event: x\ndata: {\"type\":\"content_block_start\",\"a\":\"");
+        i.feed(start.clone(), &mut out);
+        i.feed(Bytes::from(vec![b'x'; 1000]), &mut out);
+        assert!(
+            i.held_bytes() >= start.len() + 1000,
+            "{dialect:?}: {}",
+            i.held_bytes()
+        );
+        assert!(
+            out.take_all().is_empty(),
+            "an incomplete event is not passed on"
+        );
+        i.stop(&mut out, "over budget");
+        let written = String::from_utf8(out.take_all()).expect("utf-8");
+        assert!(
+            written.contains("[toolwall] response stopped: over budget"),
+            "{written}"
+        );
+        assert_eq!(i.held_bytes(), 0, "{dialect:?}");
+    }
+}

@@ -22,6 +22,15 @@ pub(crate) struct ProxyConfig {
     /// is refused.
     #[serde(default)]
     pub pass_through: Vec<crate::config::PassThroughEntry>,
+
+    // Bounds that keep one client from stalling or bloating the proxy for the others.
+    /// Most connections one client (a user and cgroup) may have open at once.
+    #[serde(default = "default_max_connections_per_client")]
+    pub max_connections_per_client: u64,
+    /// Most bytes held across all exchanges at once (request bodies being read, response
+    /// bodies read whole, what stream interceptors hold back).
+    #[serde(default = "default_memory_budget")]
+    pub memory_budget_bytes: u64,
 }
 
 impl Default for ProxyConfig {
@@ -31,8 +40,18 @@ impl Default for ProxyConfig {
             listen: default_proxy_listen(),
             providers: ProvidersConfig::default(),
             pass_through: Vec::new(),
+            max_connections_per_client: default_max_connections_per_client(),
+            memory_budget_bytes: default_memory_budget(),
         }
     }
+}
+
+fn default_max_connections_per_client() -> u64 {
+    512
+}
+
+fn default_memory_budget() -> u64 {
+    256 * 1024 * 1024
 }
 
 /// `proxy.mode`.

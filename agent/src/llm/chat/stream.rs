@@ -163,6 +163,10 @@ impl Machine for Chat {
         }
     }
 
+    fn held_bytes(&self) -> usize {
+        self.queued_bytes + self.state_bytes
+    }
+
     fn write_error(&self, out: &mut BytesMut, message: &str) {
         let data = format!(
             r#"{{"error":{{"message":{},"type":"toolwall_error","code":"toolwall_blocked"}}}}"#,

@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use hyper::{Response, StatusCode};
 
+use super::budget::{OverBudget, Reservation};
 use super::{BoxError, Inner, ProxyBody, Reads, full};
 use crate::llm::backstop;
 use crate::llm::relay::{Pieces, Pump, Relay};
@@ -24,6 +25,8 @@ struct Inspect {
     reads: Reads,
     interceptor: StreamInterceptor,
     output: Output,
+    /// What the interceptor holds, of the proxy's memory budget.
+    held: Reservation,
     /// Upstream ended, broke, or the interceptor closed the stream.
     done: bool,
 }
@@ -38,7 +41,7 @@ impl Pump for Inspect {
             return Poll::Ready(None);
         }
         ready!(self.room.poll_room(cx));
-        let (flow, broke) = match ready!(self.reads.poll_next_unpin(cx)) {
+        let (mut flow, broke) = match ready!(self.reads.poll_next_unpin(cx)) {
             None => {
                 self.interceptor.finish(&mut self.output);
                 (Flow::Closed, None)
@@ -50,6 +53,14 @@ impl Pump for Inspect {
                 (Flow::Closed, Some(e))
             }
         };
+        if let Err(over) = self.held.resize(self.interceptor.held_bytes()) {
+            // Fail closed, this stream only: what it holds is not passed on unjudged, and the
+            // other exchanges keep what they have.
+            tracing::warn!(request_id = %self.exchange.request_id, held = self.interceptor.held_bytes(), "{over}: ending the stream");
+            self.interceptor.stop(&mut self.output, &over.to_string());
+            let _ = self.held.resize(0);
+            flow = Flow::Closed;
+        }
         self.exchange.emit(self.interceptor.drain_records());
         for chunk in self.output.drain() {
             out.push(chunk);
@@ -131,6 +142,7 @@ impl Exchange {
         );
         let stats = self.inner.stats.clone();
         Relay::new(Inspect {
+            held: self.inner.budget.reserve(),
             room: self.inner.sink.room_poller(),
             exchange: self,
             reads,
@@ -142,13 +154,24 @@ impl Exchange {
         .boxed_unsync()
     }
 
-    /// Reads a whole body, bounded by the buffer limit (past it: refused, 502).
-    async fn read_whole(&self, mut reads: Reads) -> Result<Vec<u8>, Response<ProxyBody>> {
+    /// Reads a whole body, bounded by the buffer limit (past it: refused, 502) and the memory
+    /// budget (past it: 503); the reservation is held while the body is judged.
+    async fn read_whole(
+        &self,
+        mut reads: Reads,
+    ) -> Result<(Vec<u8>, Reservation), Response<ProxyBody>> {
         let limit = self.inner.settings.max_stream_buffer;
         let mut body = Vec::new();
+        let mut held = self.inner.budget.reserve();
         while let Some(read) = reads.next().await {
             match read {
-                Ok(read) if body.len() + read.len() <= limit => body.extend_from_slice(&read),
+                Ok(read) if body.len() + read.len() <= limit => {
+                    if let Err(over) = held.resize(body.len() + read.len()) {
+                        tracing::warn!(request_id = %self.request_id, "{over}: refusing the response");
+                        return Err(over_budget(over));
+                    }
+                    body.extend_from_slice(&read);
+                }
                 Ok(_) => {
                     tracing::error!(request_id = %self.request_id, limit, "response body over the buffer limit: refused");
                     return Err(full(
@@ -165,7 +188,7 @@ impl Exchange {
                 }
             }
         }
-        Ok(body)
+        Ok((body, held))
     }
 
     /// The whole body of a route that carries no call of its own (or of an error status),
@@ -173,7 +196,7 @@ impl Exchange {
     /// type toolwall does not know, refuses it), and refused if it names a provider URL an SDK
     /// would follow around the proxy.
     pub(super) async fn document(self, reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
-        let body = self.read_whole(reads).await?;
+        let (body, _held) = self.read_whole(reads).await?;
         if let Some(found) = backstop::scan_body(&body, self.inner.gate.as_ref()) {
             self.refused(found);
             return Err(full(
@@ -196,7 +219,7 @@ impl Exchange {
     /// Reads a whole body (bounded), inspects and rewrites it, and runs the backstop over what
     /// is to be sent.
     pub(super) async fn buffered(self, reads: Reads) -> Result<Bytes, Response<ProxyBody>> {
-        let body = self.read_whole(reads).await?;
+        let (body, _held) = self.read_whole(reads).await?;
         if body.is_empty() {
             return Ok(Bytes::new());
         }
@@ -231,4 +254,9 @@ impl Exchange {
             }
         }
     }
+}
+
+/// The answer to an exchange the memory budget could not take: 503, the client may retry.
+pub(super) fn over_budget(over: OverBudget) -> Response<ProxyBody> {
+    full(StatusCode::SERVICE_UNAVAILABLE, format!("toolwall: {over}"))
 }

@@ -11,7 +11,6 @@
 //! belongs to the proxy's default session (host traffic); a key nobody issued is refused.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
@@ -112,15 +111,16 @@ impl SessionKeys {
         self.0.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Where the connection from `client` to `server` (this proxy's end) comes from. Asks
-    /// the kernel only while some session has a cgroup.
-    pub(super) fn origin(&self, server: SocketAddr, client: SocketAddr) -> Peer {
+    /// Where a connection comes from, given the cgroup the kernel said its client end is in
+    /// (`sockdiag.rs`, asked once per connection) or why it did not say. Matters only while
+    /// some session has a cgroup.
+    pub(super) fn origin(&self, cgroup: Result<u64, String>) -> Peer {
         if self.read().places.is_empty() {
             return Peer::Outside;
         }
-        match crate::sockdiag::client_cgroup(server, client) {
+        match cgroup {
             Ok(id) => self.origin_of(id),
-            Err(e) => Peer::Unknown(e.to_string()),
+            Err(e) => Peer::Unknown(e),
         }
     }
 

@@ -25,8 +25,9 @@ use crate::events::{Event, ResultInspected};
 /// Largest request body an inspected route reads: the providers take at most 32 MB.
 pub(crate) const MAX_REQUEST_BYTES: usize = 40 * 1024 * 1024;
 
-/// Inspected request bodies read and judged at once (each held whole, and parsed several
-/// times its size): the rest wait their turn.
+/// Inspected request bodies judged at once (each parsed several times its size): the rest wait
+/// their turn. A body is read whole before it takes a place, so a client that sends a body
+/// slowly holds no place (its bytes count against `proxy.memory_budget_bytes` instead).
 pub(crate) const MAX_READING: usize = 4;
 
 /// Why a POST's path is refused, if it is: a path a provider's router could read as an

@@ -53,6 +53,8 @@ pub(crate) struct Responses {
     /// comes again unchanged is not re-asked; a changed one is.
     passed: HashMap<String, Judged>,
     max_held: usize,
+    /// The `bytes` of every held item, summed (the memory budget reads it after each read).
+    held_total: usize,
 }
 
 impl Responses {
@@ -63,6 +65,7 @@ impl Responses {
             by_id: HashMap::new(),
             passed: HashMap::new(),
             max_held,
+            held_total: 0,
         }
     }
 
@@ -88,6 +91,9 @@ impl Responses {
 
     fn push_item(&mut self, entry: Entry) {
         let pos = self.items.len();
+        if let ItemState::Held { bytes, .. } = &entry.state {
+            self.held_total += bytes;
+        }
         self.by_output.entry(entry.output_index).or_insert(pos);
         self.by_id.entry(entry.item_id.clone()).or_insert(pos);
         self.items.push(entry);
@@ -96,6 +102,9 @@ impl Responses {
     /// Removes the entry at `pos` (the last one moves into its place, re-indexed).
     fn remove_item(&mut self, pos: usize) -> Entry {
         let entry = self.items.swap_remove(pos);
+        if let ItemState::Held { bytes, .. } = &entry.state {
+            self.held_total -= bytes;
+        }
         if self.by_output.get(&entry.output_index) == Some(&pos) {
             self.by_output.remove(&entry.output_index);
         }
@@ -164,6 +173,7 @@ impl Machine for Responses {
                             input.push_str(&raw_string(env.delta));
                         }
                         *bytes += raw.len();
+                        self.held_total += raw.len();
                         if *bytes > max {
                             return Err(Fatal::new(
                                 "a function call held for the argument rules passed proxy.max_stream_buffer_bytes",
@@ -194,6 +204,7 @@ impl Machine for Responses {
                             *input = raw_string(env.input);
                         }
                         *bytes += raw.len();
+                        self.held_total += raw.len();
                         if *bytes > max {
                             return Err(Fatal::new(
                                 "custom tool call larger than the buffer limit",
@@ -228,6 +239,7 @@ impl Machine for Responses {
     }
 
     fn on_end(&mut self, cx: &mut Cx, _out: &mut BytesMut) {
+        self.held_total = 0;
         self.by_output.clear();
         self.by_id.clear();
         for e in self.items.drain(..) {
@@ -264,6 +276,10 @@ impl Machine for Responses {
             quote(message)
         );
         write_event(out, Some("error"), data.as_bytes());
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.held_total
     }
 
     fn quiet_keys(&self) -> Option<&'static Keys> {

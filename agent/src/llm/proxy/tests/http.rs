@@ -408,3 +408,81 @@ async fn an_unreachable_upstream_is_answered_with_its_cause() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn an_http2_preface_is_refused_at_once() {
+    // The SDKs speak HTTP/1.1 to an `http://` base URL; an h2c connection would be held with
+    // no time-out on its head, so it is answered and closed at once (head time-out 30 s).
+    let (sink, _rx) = EventSink::channel();
+    let settings = LlmProxySettings {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        ..LlmProxySettings::default()
+    };
+    let proxy = LlmProxy::bind(settings, gate(&[]), sink)
+        .await
+        .expect("bind proxy");
+    let addr = proxy.local_addr().expect("addr");
+    tokio::spawn(proxy.run(std::future::pending()));
+    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    sock.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .expect("preface");
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), sock.read_to_end(&mut got))
+        .await
+        .expect("closed long before the head time-out")
+        .ok();
+    let answer = String::from_utf8_lossy(&got);
+    assert!(
+        got.is_empty() || answer.starts_with("HTTP/1.1 "),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_past_its_connection_cap_is_closed() {
+    let (sink, _rx) = EventSink::channel();
+    let settings = LlmProxySettings {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        max_connections_per_client: 3,
+        ..LlmProxySettings::default()
+    };
+    let proxy = LlmProxy::bind(settings, gate(&[]), sink)
+        .await
+        .expect("bind proxy");
+    let addr = proxy.local_addr().expect("addr");
+    tokio::spawn(proxy.run(std::future::pending()));
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+    }
+    // This test process is one client: its fourth connection is closed unanswered.
+    let mut fourth = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), fourth.read(&mut buf))
+        .await
+        .expect("closed at once")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    // The three are still held (silent, within the 30 s head time-out).
+    for sock in &open {
+        let mut one = [0u8; 1];
+        assert!(
+            matches!(sock.try_read(&mut one), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        );
+    }
+    // One closes: room again.
+    drop(open.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut fifth = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    fifth
+        .write_all(b"GET /v1/messages HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n")
+        .await
+        .expect("write");
+    let n = tokio::time::timeout(Duration::from_secs(5), fifth.read(&mut buf))
+        .await
+        .expect("answered")
+        .unwrap_or(0);
+    // Answered by the proxy itself (WebSocket is refused with 426), so no upstream is needed.
+    assert!(buf[..n].starts_with(b"HTTP/1.1 426"), "{:?}", &buf[..n]);
+}

@@ -51,7 +51,6 @@ use crate::config::{PassThrough, Provider};
 use crate::decision::Action;
 use crate::decision::Gate;
 use crate::events::EventSink;
-use crate::events::{Event, LlmRoute};
 
 mod budget;
 mod clients;
@@ -61,6 +60,7 @@ mod request_body;
 mod routing;
 mod sessions;
 mod sniff;
+mod uninspected;
 mod urls;
 
 pub(crate) use sessions::SessionKeys;
@@ -71,6 +71,7 @@ use exchange::Exchange;
 use request_body::read_request;
 use routing::{Upstream, upstream_of};
 use sniff::sniff;
+use uninspected::{record_route, relay_uninspected};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -559,86 +560,6 @@ fn whole(mut parts: hyper::http::response::Parts, body: Bytes) -> Response<Proxy
             .map_err(|never| match never {})
             .boxed_unsync(),
     )
-}
-
-/// Relays a request on a `proxy.pass_through` route and its answer as they are (the client's
-/// own encodings included): the host owner accepted them uninspected.
-async fn relay_uninspected(
-    inner: &Arc<Inner>,
-    upstream: &Upstream,
-    uri: &hyper::Uri,
-    req: Request<Incoming>,
-    request_id: &str,
-) -> Response<ProxyBody> {
-    let (mut parts, body) = req.into_parts();
-    crate::edge::strip_hop_by_hop(&mut parts.headers);
-    let target = uri.path_and_query().map_or("/", |p| p.as_str());
-    match inner
-        .upstreams
-        .send(
-            &upstream.origin,
-            &parts.method,
-            target,
-            &parts.headers,
-            OutBody::Stream(body),
-        )
-        .await
-    {
-        Ok(resp) => {
-            let (mut parts, body) = resp.into_parts();
-            crate::edge::strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(
-                parts,
-                Relay::new(Plain(body)).counted(&inner.stats).boxed_unsync(),
-            )
-        }
-        Err(e) => {
-            tracing::warn!(%request_id, error = %e, "upstream request failed");
-            full(
-                StatusCode::BAD_GATEWAY,
-                format!("toolwall: upstream request failed: {e}"),
-            )
-        }
-    }
-}
-
-/// Most bytes of a path an `llm_route` event keeps (a request line may be far longer).
-const MAX_RECORDED_PATH: usize = 1024;
-
-/// `text` up to `max` bytes, cut at a character boundary.
-fn cut(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-/// Records a request relayed uninspected or refused for its route (`llm_route`). The query
-/// string is left out: it may carry a key.
-#[allow(clippy::too_many_arguments)]
-fn record_route(
-    inner: &Inner,
-    session: &str,
-    request_id: &str,
-    provider: Option<Provider>,
-    req: &Request<Incoming>,
-    path_and_query: &str,
-    action: Action,
-    reason: String,
-) {
-    let path = path_and_query
-        .split_once('?')
-        .map_or(path_and_query, |(p, _)| p);
-    inner.sink.emit(Event::LlmRoute(LlmRoute {
-        timestamp: chrono::Utc::now(),
-        session_id: session.to_owned(),
-        request_id: request_id.to_owned(),
-        provider: provider.map_or("", Provider::as_str).to_owned(),
-        route: format!("{} {}", req.method(), cut(path, MAX_RECORDED_PATH)),
-        action,
-        reason,
-    }));
 }
 
 #[cfg(test)]

@@ -156,6 +156,11 @@ async fn start_proxy(
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         anthropic_upstream: format!("http://{upstream}"),
         openai_upstream: format!("http://{upstream}"),
+        // The copy baseline: a route relayed uninspected, as `proxy.pass_through` lists it.
+        pass_through: vec![crate::config::PassThrough::parse(
+            crate::config::Provider::Openai,
+            "* /v1/files",
+        )?],
         ..crate::llm::LlmProxySettings::default()
     };
     let (sink, mut rx) = crate::events::EventSink::channel();
@@ -307,7 +312,7 @@ pub async fn bench_proxy_throughput(
             text_len,
             true,
         ),
-        // Not an inspected path: the proxy copies it through untouched.
+        // A `proxy.pass_through` route: the proxy copies it through untouched.
         (format!("http://{proxy_addr}/v1/files?text"), text_len, true),
         (
             format!("http://{proxy_addr}/v1/messages?text"),

@@ -265,6 +265,11 @@ pub(crate) fn describe(config: &Config) -> String {
         proxy.providers.anthropic,
         proxy.providers.openai
     );
+    let _ = writeln!(
+        out,
+        "LLM proxy bounds: {} connections per client (user and cgroup), {} bytes held across all exchanges",
+        proxy.max_connections_per_client, proxy.memory_budget_bytes
+    );
     let _ = match proxy.pass_through.is_empty() {
         true => writeln!(
             out,

@@ -363,6 +363,16 @@ async fn handle(
     };
     if is_upgrade(&req) {
         tracing::info!(%request_id, path = %path_and_query, "refusing a protocol upgrade (426)");
+        record_route(
+            &inner,
+            &session,
+            &request_id,
+            None,
+            req.method(),
+            &path_and_query,
+            Action::Block,
+            "refused: a protocol upgrade (WebSocket) is not proxied".to_owned(),
+        );
         let mut resp = full(
             StatusCode::UPGRADE_REQUIRED,
             "toolwall: WebSocket is not proxied; use HTTP streaming",
@@ -374,6 +384,16 @@ async fn handle(
     // Every method: a provider's router could read a path toolwall's does not.
     if let Some(why) = request::ambiguous_path(&path_and_query) {
         tracing::warn!(%request_id, path = %path_and_query, "{why}");
+        record_route(
+            &inner,
+            &session,
+            &request_id,
+            None,
+            req.method(),
+            &path_and_query,
+            Action::Block,
+            why.clone(),
+        );
         return Ok(full(StatusCode::BAD_REQUEST, format!("toolwall: {why}")));
     }
     let routed = match routes::route(
@@ -390,7 +410,7 @@ async fn handle(
                 &session,
                 &request_id,
                 None,
-                &req,
+                req.method(),
                 &path_and_query,
                 Action::Block,
                 refused.to_string(),
@@ -412,7 +432,7 @@ async fn handle(
             &session,
             &request_id,
             Some(routed.provider),
-            &req,
+            req.method(),
             &path_and_query,
             Action::Allow,
             "relayed uninspected: the route is listed in proxy.pass_through".to_owned(),
@@ -430,11 +450,23 @@ async fn handle(
     let method = parts.method.clone();
     // An inspected route's request is read whole: the tool results in it are judged before
     // the model reads them (`llm/request.rs`).
-    let body = match routed.request.filter(|_| method == hyper::Method::POST) {
+    // Judged whatever the method: a body is a body to the provider.
+    let has_body = !hyper::body::Body::is_end_stream(&body);
+    let body = match routed.request.filter(|_| has_body) {
         Some(route) => match read_request(&inner, route, &parts.headers, body, &session).await {
             Ok(body) => body,
             Err(refusal) => {
                 tracing::warn!(%request_id, "{refusal}");
+                record_route(
+                    &inner,
+                    &session,
+                    &request_id,
+                    Some(routed.provider),
+                    &method,
+                    &path_and_query,
+                    Action::Block,
+                    format!("refused: {refusal}"),
+                );
                 return Ok(full(refusal.status, format!("toolwall: {refusal}")));
             }
         },

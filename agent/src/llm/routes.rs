@@ -2,8 +2,8 @@
 //!
 //! A byte reaches the other side only if toolwall read it the way the receiver will, so a
 //! request is relayed only on a route whose answer toolwall knows how to judge:
-//! - the dialect routes (Messages, Chat Completions, Responses: [`Dialect::from_path`]), whose
-//!   responses the dialect machines read;
+//! - the dialect routes (Messages, Chat Completions, Responses), each by method and whole
+//!   path, whose responses the dialect machines read;
 //! - routes that carry no tool call of their own (`GET /v1/models`, `count_tokens`,
 //!   embeddings, conversations), whose responses are read whole and judged as one document
 //!   by call shape (`backstop.rs`);
@@ -58,6 +58,42 @@ pub(crate) enum Refused {
     AnthropicKeyToOpenai,
 }
 
+/// The dialect routes: method, path (`*`: one segment) and the dialect that reads the answer
+/// (and judges the request body, whatever the method, when there is one). The bare forms serve
+/// base URLs whose upstream holds the version prefix; Azure's deployments name the model in
+/// the path.
+const DIALECTS: &[(&str, &str, Dialect)] = &[
+    ("POST", "/v1/messages", Dialect::Anthropic),
+    ("POST", "/messages", Dialect::Anthropic),
+    ("POST", "/v1/chat/completions", Dialect::OpenAiChat),
+    ("POST", "/chat/completions", Dialect::OpenAiChat),
+    (
+        "POST",
+        "/openai/deployments/*/chat/completions",
+        Dialect::OpenAiChat,
+    ),
+    // Stored completions, fetched again, carry the same calls.
+    ("GET", "/v1/chat/completions/*", Dialect::OpenAiChat),
+    ("POST", "/v1/chat/completions/*", Dialect::OpenAiChat),
+    ("DELETE", "/v1/chat/completions/*", Dialect::OpenAiChat),
+    (
+        "GET",
+        "/v1/chat/completions/*/messages",
+        Dialect::OpenAiChat,
+    ),
+    ("POST", "/v1/responses", Dialect::OpenAiResponses),
+    ("POST", "/responses", Dialect::OpenAiResponses),
+    ("POST", "/v1/responses/compact", Dialect::OpenAiResponses),
+    ("GET", "/v1/responses/*", Dialect::OpenAiResponses),
+    ("DELETE", "/v1/responses/*", Dialect::OpenAiResponses),
+    ("POST", "/v1/responses/*/cancel", Dialect::OpenAiResponses),
+    (
+        "GET",
+        "/v1/responses/*/input_items",
+        Dialect::OpenAiResponses,
+    ),
+];
+
 /// The routes that carry no call of their own: method, path (`*`: one segment), provider and
 /// how the request body is judged.
 const DOCUMENTS: &[(&str, &str, Provider, Option<request::Route>)] = &[
@@ -73,6 +109,12 @@ const DOCUMENTS: &[(&str, &str, Provider, Option<request::Route>)] = &[
     ),
     ("GET", "/v1/models", Provider::Openai, None),
     ("GET", "/v1/models/*", Provider::Openai, None),
+    (
+        "POST",
+        "/v1/responses/input_tokens",
+        Provider::Openai,
+        Some(request::Route::Dialect(Dialect::OpenAiResponses)),
+    ),
     ("POST", "/v1/embeddings", Provider::Openai, None),
     ("POST", "/v1/moderations", Provider::Openai, None),
     // Conversations hold Responses input items the model reads once a response names the
@@ -130,14 +172,28 @@ pub(crate) fn route(
     let (path, query) = path_and_query
         .split_once('?')
         .unwrap_or((path_and_query, ""));
-    // Gemini's key, in either place it is sent: no route of another vendor takes it.
+    // Gemini's key, wherever it is sent: no route of another vendor takes it.
     if headers.contains_key("x-goog-api-key") {
         return Err(Refused::ForeignKey {
             what: "x-goog-api-key",
         });
     }
-    if query.split('&').any(|p| p.starts_with("key=")) {
+    // The query as a server decodes it (`;` separates too, names are matched in any case).
+    let decoded = form_urlencoded::parse(query.replace(';', "&").as_bytes())
+        // An escaped `=` (`key%3D…`) still names `key` to a server that decodes first.
+        .any(|(name, _)| {
+            name.split('=')
+                .next()
+                .is_some_and(|n| n.trim().eq_ignore_ascii_case("key"))
+        });
+    if decoded {
         return Err(Refused::ForeignKey { what: "key=" });
+    }
+    let google_key = |text: &[u8]| memchr::memmem::find(text, b"AIza").is_some();
+    if google_key(query.as_bytes()) || headers.values().any(|v| google_key(v.as_bytes())) {
+        return Err(Refused::ForeignKey {
+            what: "a Google API key (AIza…)",
+        });
     }
     let routed = known(method, path, headers)
         .or_else(|| {
@@ -168,14 +224,17 @@ pub(crate) fn route(
 
 /// The routes toolwall reads.
 fn known(method: &Method, path: &str, headers: &HeaderMap) -> Option<Routed> {
-    if let Some(dialect) = Dialect::from_path(path) {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if let Some((_, _, dialect)) = DIALECTS
+        .iter()
+        .find(|(m, p, _)| *m == method.as_str() && document_matches(p, &segments))
+    {
         return Some(Routed {
-            provider: provider_of(dialect),
-            reading: Reading::Dialect(dialect),
-            request: Some(request::Route::Dialect(dialect)),
+            provider: provider_of(*dialect),
+            reading: Reading::Dialect(*dialect),
+            request: Some(request::Route::Dialect(*dialect)),
         });
     }
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let mut found = DOCUMENTS
         .iter()
         .filter(|(m, p, _, _)| *m == method.as_str() && document_matches(p, &segments));

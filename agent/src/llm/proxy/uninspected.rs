@@ -75,7 +75,7 @@ pub(super) fn record_route(
     session: &str,
     request_id: &str,
     provider: Option<Provider>,
-    req: &Request<Incoming>,
+    method: &hyper::Method,
     path_and_query: &str,
     action: Action,
     reason: String,
@@ -88,7 +88,7 @@ pub(super) fn record_route(
         session_id: session.to_owned(),
         request_id: request_id.to_owned(),
         provider: provider.map_or("", Provider::as_str).to_owned(),
-        route: format!("{} {}", req.method(), cut(path, MAX_RECORDED_PATH)),
+        route: format!("{method} {}", cut(path, MAX_RECORDED_PATH)),
         action,
         reason,
     }));

@@ -82,6 +82,12 @@ pub(super) fn judge_approvals(
     let Some(input) = request.get("input").and_then(Value::as_array) else {
         return Ok(());
     };
+    // A request that continues a stored response or conversation: the provider approves the
+    // approval request it stored, whatever copy the input holds, so only what the proxy itself
+    // saw and allowed in a response is taken.
+    let stored = ["previous_response_id", "conversation"]
+        .iter()
+        .any(|k| request.get(*k).is_some_and(|v| !v.is_null()));
     for item in input {
         // Anything but an explicit `false` is read as an approval (fail closed).
         if str_at(item, "type") != "mcp_approval_response"
@@ -102,7 +108,7 @@ pub(super) fn judge_approvals(
                 id, server, tool, arguments, decision, session, true,
             ));
         }
-        if copies.is_empty() {
+        if copies.is_empty() || stored {
             let Some(Verdict::Allowed { server, tool }) = remembered else {
                 return Err(Unjudgeable::ApprovalUnknown { id: id.to_owned() });
             };

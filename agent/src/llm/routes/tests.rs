@@ -92,6 +92,14 @@ fn every_other_route_is_refused_naming_the_route_and_the_setting() {
         (Method::GET, "/v1/chatkit/threads/t/items"),
         (Method::GET, "/v1/files/f1/content"),
         (Method::GET, "/v1/models/a/b"),
+        // Dialect routes by whole path and method: no suffix, no other method.
+        (Method::GET, "/v1/files/f/content/v1/messages"),
+        (Method::GET, "/v1/sessions/v1/messages"),
+        (Method::GET, "/v1beta/models/gemini/responses"),
+        (Method::GET, "/v1/files/chat/completions/x"),
+        (Method::PUT, "/v1/messages"),
+        (Method::GET, "/v1/messages"),
+        (Method::PATCH, "/v1/responses"),
         (Method::POST, "/v1/models"),
         (Method::GET, "/"),
         (Method::POST, "/v1beta/models/gemini:streamGenerateContent"),
@@ -121,6 +129,23 @@ fn a_key_is_never_sent_to_another_vendor() {
     )
     .expect_err("gemini key in the query");
     assert!(matches!(err, Refused::ForeignKey { what: "key=" }), "{err}");
+    for query in ["KEY=AIza", "%6bey=x", "x=1;key=x", "key%3Dx", "a=AIzaSyX"] {
+        let path = format!("/v1/models?{query}");
+        assert!(
+            matches!(
+                routed(Method::GET, &path, &[]),
+                Err(Refused::ForeignKey { .. })
+            ),
+            "{path}"
+        );
+    }
+    let err = routed(
+        Method::GET,
+        "/v1/models",
+        &[("authorization", "Bearer AIzaSyX")],
+    )
+    .expect_err("a Google key as a bearer token");
+    assert!(matches!(err, Refused::ForeignKey { .. }), "{err}");
     let err = routed(
         Method::POST,
         "/v1/chat/completions",

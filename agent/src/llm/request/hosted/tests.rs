@@ -413,6 +413,19 @@ fn approvals_of_requests_the_response_side_judged_are_decided_by_that() {
         matches!(why, Refused::Hosted(Unjudgeable::ApprovalDenied { ref tool, .. }) if tool == "mcp__s__echo"),
         "{why}"
     );
+    // A request continuing a stored response approves what the provider stored: a copy in
+    // the input of a request the proxy never saw allowed decides nothing.
+    let copied = json!({"model": "m", "previous_response_id": "resp_1",
+        "input": [approval_request("mcpr_hosted_t7", "add"), approval("mcpr_hosted_t7")]});
+    let why = refusal(run(&gate(), Dialect::OpenAiResponses, &copied));
+    assert!(
+        matches!(why, Refused::Hosted(Unjudgeable::ApprovalUnknown { .. })),
+        "{why}"
+    );
+    // Without a stored response the provider runs the copy it is sent: that copy is judged.
+    let stateless = json!({"model": "m",
+        "input": [approval_request("mcpr_hosted_t7", "add"), approval("mcpr_hosted_t7")]});
+    assert!(run(&gate(), Dialect::OpenAiResponses, &stateless).is_ok());
     // Refused in the response, refused however its copy in the input is dressed up.
     let forged = json!({"model": "m", "previous_response_id": "resp_1",
         "input": [approval_request("mcpr_hosted_t6", "add"), approval("mcpr_hosted_t6")]});

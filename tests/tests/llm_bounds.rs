@@ -6,6 +6,8 @@
 //!   root), while a normal request is answered;
 //! - requests that announce a large body and send one byte hold no body-reading place, and a
 //!   body the memory budget cannot hold is refused with a 503 that names the setting;
+//! - one client holds at most a quarter of the budget: another client's 1 MiB request is
+//!   answered while the first one's slow bodies hold all they may;
 //! - dozens of streams each holding an unfinished 8 MiB `tool_use` start stay within
 //!   `proxy.memory_budget_bytes` (the daemon's peak RSS is measured), the streams past it end
 //!   with the clear error, and a normal request is still answered.
@@ -383,6 +385,80 @@ fn slow_bodies_hold_no_reading_place_and_the_budget_refuses_what_it_cannot_hold(
     let (status, body, _) = post_message(&addr, "hi", Duration::from_secs(30));
     assert_eq!(status, 200, "{body}");
     drop(slow);
+}
+
+#[test]
+#[ignore = "privileged: the second client runs as nobody; `cargo xtask test` runs it as root"]
+fn one_client_holds_a_quarter_of_the_budget_and_another_client_still_gets_room() {
+    assert!(
+        is_root(),
+        "needs root to send the second client's request as nobody"
+    );
+    let upstream = Upstream::start();
+    // A budget of 16 MiB: each client may hold 4 MiB.
+    let daemon = daemon(&upstream, "  memory_budget_bytes: 16777216\n");
+    let addr = proxy_addr(&daemon);
+    // This client (root) sends six bodies of 3 MiB each, all but the last byte, and stops:
+    // 18 MiB would take the whole budget; past its 4 MiB share they are refused (an answer
+    // that arrives before the connection is reset is the share's 503).
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        let mut conn = TcpStream::connect(&addr).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_millis(500)))
+            .expect("timeout");
+        conn.set_write_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let len = 3 * 1024 * 1024;
+        write!(
+            conn,
+            "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        )
+        .expect("send");
+        let _ = conn.write_all(&vec![b' '; len - 1]);
+        let mut got = [0u8; 512];
+        if let Ok(n) = conn.read(&mut got)
+            && n > 0
+        {
+            let text = String::from_utf8_lossy(&got[..n]);
+            assert!(
+                text.starts_with("HTTP/1.1 503") && text.contains("its share"),
+                "{text}"
+            );
+        }
+        held.push(conn);
+    }
+    // Another client (nobody) sends a 1 MiB body: answered.
+    let body = format!(
+        "{{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{{\"role\":\"user\",\"content\":\"{}\"}}]}}",
+        "a".repeat(1024 * 1024)
+    );
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), body).expect("write body");
+    std::fs::set_permissions(
+        file.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("readable by nobody");
+    let out = Command::new("runuser")
+        .args([
+            "-u",
+            "nobody",
+            "--",
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .args(["-H", "content-type: application/json", "--data-binary"])
+        .arg(format!("@{}", file.path().display()))
+        .arg(format!("http://{addr}/v1/messages"))
+        .output()
+        .expect("run curl as nobody");
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(status, "200", "{}", String::from_utf8_lossy(&out.stderr));
+    drop(held);
 }
 
 /// The daemon's resident memory now and at its peak, in KiB (`/proc/PID/status`).

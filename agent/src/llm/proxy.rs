@@ -279,7 +279,7 @@ async fn serve_client(inner: Arc<Inner>, stream: tokio::net::TcpStream, peer: So
     // Who the client is, asked of the kernel once: its user and cgroup count its connections
     // (`clients.rs`) and tell which session it belongs to (`sessions.rs`).
     let (client, cgroup) = clients::ClientKey::of(stream.local_addr(), peer);
-    let Some(_admitted) = inner.clients.admit(client) else {
+    let Some(admitted) = inner.clients.admit(client) else {
         return;
     };
     let header_read_timeout = inner.settings.header_read_timeout;
@@ -298,7 +298,10 @@ async fn serve_client(inner: Arc<Inner>, stream: tokio::net::TcpStream, peer: So
         tracing::warn!(%peer, "cannot tell which session a client connection comes from: {why}");
     }
     let origin = Arc::new(origin);
-    let service = hyper::service::service_fn(move |req| handle(inner.clone(), origin.clone(), req));
+    let bytes = admitted.bytes();
+    let service = hyper::service::service_fn(move |req| {
+        handle(inner.clone(), origin.clone(), bytes.clone(), req)
+    });
     let mut builder = hyper::server::conn::http1::Builder::new();
     // A client that never finishes its request head must not hold a descriptor for ever:
     // partial heads would exhaust the proxy's descriptors.
@@ -339,6 +342,7 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
 async fn handle(
     inner: Arc<Inner>,
     origin: Arc<Peer>,
+    client: budget::ClientBytes,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     // While the store is behind, the next request waits (its response's calls would queue).
@@ -453,23 +457,25 @@ async fn handle(
     // Judged whatever the method: a body is a body to the provider.
     let has_body = !hyper::body::Body::is_end_stream(&body);
     let body = match routed.request.filter(|_| has_body) {
-        Some(route) => match read_request(&inner, route, &parts.headers, body, &session).await {
-            Ok(body) => body,
-            Err(refusal) => {
-                tracing::warn!(%request_id, "{refusal}");
-                record_route(
-                    &inner,
-                    &session,
-                    &request_id,
-                    Some(routed.provider),
-                    &method,
-                    &path_and_query,
-                    Action::Block,
-                    format!("refused: {refusal}"),
-                );
-                return Ok(full(refusal.status, format!("toolwall: {refusal}")));
+        Some(route) => {
+            match read_request(&inner, route, &parts.headers, body, &session, &client).await {
+                Ok(body) => body,
+                Err(refusal) => {
+                    tracing::warn!(%request_id, "{refusal}");
+                    record_route(
+                        &inner,
+                        &session,
+                        &request_id,
+                        Some(routed.provider),
+                        &method,
+                        &path_and_query,
+                        Action::Block,
+                        format!("refused: {refusal}"),
+                    );
+                    return Ok(full(refusal.status, format!("toolwall: {refusal}")));
+                }
             }
-        },
+        }
         None => OutBody::Stream(body),
     };
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
@@ -533,6 +539,7 @@ async fn handle(
         },
         request_id,
         session,
+        client,
     };
     let mut reads = encoding.reads(body);
     let dialect = match routed.reading {

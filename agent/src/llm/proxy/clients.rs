@@ -48,6 +48,8 @@ impl ClientKey {
 #[derive(Default)]
 struct Count {
     open: usize,
+    /// What the client's exchanges hold of the memory budget (`budget.rs`).
+    bytes: super::budget::ClientBytes,
     /// Its last connection was refused (a warning was logged for this burst).
     refusing: bool,
 }
@@ -62,6 +64,14 @@ pub(super) struct Clients {
 pub(super) struct Admitted {
     clients: Arc<Clients>,
     key: ClientKey,
+    bytes: super::budget::ClientBytes,
+}
+
+impl Admitted {
+    /// What the client holds of the memory budget, shared by all its connections.
+    pub(super) fn bytes(&self) -> super::budget::ClientBytes {
+        self.bytes.clone()
+    }
 }
 
 impl Clients {
@@ -97,6 +107,7 @@ impl Clients {
         Some(Admitted {
             clients: self.clone(),
             key,
+            bytes: count.bytes.clone(),
         })
     }
 

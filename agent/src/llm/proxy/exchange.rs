@@ -94,6 +94,8 @@ pub(super) struct Exchange {
     pub(super) dialect: Dialect,
     pub(super) request_id: String,
     pub(super) session: String,
+    /// What the client holds of the memory budget (`budget.rs`).
+    pub(super) client: super::budget::ClientBytes,
 }
 
 impl Exchange {
@@ -142,7 +144,7 @@ impl Exchange {
         );
         let stats = self.inner.stats.clone();
         Relay::new(Inspect {
-            held: self.inner.budget.reserve(),
+            held: self.inner.budget.reserve(&self.client),
             room: self.inner.sink.room_poller(),
             exchange: self,
             reads,
@@ -162,7 +164,7 @@ impl Exchange {
     ) -> Result<(Vec<u8>, Reservation), Response<ProxyBody>> {
         let limit = self.inner.settings.max_stream_buffer;
         let mut body = Vec::new();
-        let mut held = self.inner.budget.reserve();
+        let mut held = self.inner.budget.reserve(&self.client);
         while let Some(read) = reads.next().await {
             match read {
                 Ok(read) if body.len() + read.len() <= limit => {

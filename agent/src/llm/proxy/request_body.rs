@@ -65,6 +65,7 @@ pub(super) async fn read_request(
     headers: &hyper::HeaderMap,
     body: Incoming,
     session: &str,
+    client: &super::budget::ClientBytes,
 ) -> Result<OutBody, Refusal> {
     // Every value of every such header (a second `content-encoding: gzip` line counts too).
     if let Some(coding) = headers
@@ -83,7 +84,7 @@ pub(super) async fn read_request(
         return Err(too_large());
     }
     // The bytes held while the body arrives count against the budget from the first one.
-    let mut held = inner.budget.reserve();
+    let mut held = inner.budget.reserve(client);
     let read = async {
         let mut body = body;
         let mut buf = BytesMut::new();

@@ -53,7 +53,7 @@ pub(crate) enum Refused {
     )]
     ForeignKey { what: &'static str },
     #[error(
-        "the request carries an Anthropic API key (x-api-key) on a route of the openai provider: a key is never sent to another vendor"
+        "the request carries an Anthropic key (x-api-key, or an sk-ant- bearer token) on a route of the openai provider: a key is never sent to another vendor"
     )]
     AnthropicKeyToOpenai,
 }
@@ -216,7 +216,13 @@ pub(crate) fn route(
             method: method.to_string(),
             path: path.to_owned(),
         })?;
-    if routed.provider == Provider::Openai && headers.contains_key("x-api-key") {
+    // Anthropic's key header, or one of its keys (`sk-ant-…`, API or OAuth) as a bearer token.
+    let anthropic_key = headers.contains_key("x-api-key")
+        || headers
+            .get_all(hyper::header::AUTHORIZATION)
+            .iter()
+            .any(|v| memchr::memmem::find(v.as_bytes(), b"sk-ant-").is_some());
+    if routed.provider == Provider::Openai && anthropic_key {
         return Err(Refused::AnthropicKeyToOpenai);
     }
     Ok(routed)

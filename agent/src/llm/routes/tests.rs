@@ -153,6 +153,22 @@ fn a_key_is_never_sent_to_another_vendor() {
     )
     .expect_err("anthropic key to openai");
     assert_eq!(err, Refused::AnthropicKeyToOpenai);
+    for token in ["Bearer sk-ant-api03-x", "Bearer sk-ant-oat01-x"] {
+        let err = routed(Method::GET, "/v1/models", &[("authorization", token)])
+            .expect_err("an Anthropic key as a bearer token, to openai");
+        assert_eq!(err, Refused::AnthropicKeyToOpenai, "{token}");
+    }
+    // With the vendor named, the same token goes where it belongs.
+    let ok = routed(
+        Method::GET,
+        "/v1/models",
+        &[
+            ("authorization", "Bearer sk-ant-oat01-x"),
+            ("anthropic-version", "1"),
+        ],
+    )
+    .expect("anthropic");
+    assert_eq!(ok.provider, Provider::Anthropic);
 }
 
 #[test]

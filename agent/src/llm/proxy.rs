@@ -71,7 +71,7 @@ use exchange::Exchange;
 use request_body::read_request;
 use routing::{Upstream, upstream_of};
 use sniff::sniff;
-use uninspected::{record_route, relay_uninspected};
+use uninspected::{Seen, relay_uninspected};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -365,15 +365,17 @@ async fn handle(
             return Ok(full(status, format!("toolwall: {refused}")));
         }
     };
+    let seen = Seen {
+        inner: &inner,
+        session: &session,
+        request_id: &request_id,
+        method: req.method().clone(),
+        path_and_query: &path_and_query,
+    };
     if is_upgrade(&req) {
         tracing::info!(%request_id, path = %path_and_query, "refusing a protocol upgrade (426)");
-        record_route(
-            &inner,
-            &session,
-            &request_id,
+        seen.record(
             None,
-            req.method(),
-            &path_and_query,
             Action::Block,
             "refused: a protocol upgrade (WebSocket) is not proxied".to_owned(),
         );
@@ -388,16 +390,7 @@ async fn handle(
     // Every method: a provider's router could read a path toolwall's does not.
     if let Some(why) = request::ambiguous_path(&path_and_query) {
         tracing::warn!(%request_id, path = %path_and_query, "{why}");
-        record_route(
-            &inner,
-            &session,
-            &request_id,
-            None,
-            req.method(),
-            &path_and_query,
-            Action::Block,
-            why.clone(),
-        );
+        seen.record(None, Action::Block, why.clone());
         return Ok(full(StatusCode::BAD_REQUEST, format!("toolwall: {why}")));
     }
     let routed = match routes::route(
@@ -409,16 +402,7 @@ async fn handle(
         Ok(routed) => routed,
         Err(refused) => {
             tracing::warn!(%request_id, method = %req.method(), "refused a request: {refused}");
-            record_route(
-                &inner,
-                &session,
-                &request_id,
-                None,
-                req.method(),
-                &path_and_query,
-                Action::Block,
-                refused.to_string(),
-            );
+            seen.record(None, Action::Block, refused.to_string());
             return Ok(full(StatusCode::FORBIDDEN, format!("toolwall: {refused}")));
         }
     };
@@ -431,13 +415,8 @@ async fn handle(
         }
     };
     if routed.reading == Reading::Uninspected {
-        record_route(
-            &inner,
-            &session,
-            &request_id,
+        seen.record(
             Some(routed.provider),
-            req.method(),
-            &path_and_query,
             Action::Allow,
             "relayed uninspected: the route is listed in proxy.pass_through".to_owned(),
         );
@@ -462,13 +441,8 @@ async fn handle(
                 Ok(body) => body,
                 Err(refusal) => {
                     tracing::warn!(%request_id, "{refusal}");
-                    record_route(
-                        &inner,
-                        &session,
-                        &request_id,
+                    seen.record(
                         Some(routed.provider),
-                        &method,
-                        &path_and_query,
                         Action::Block,
                         format!("refused: {refusal}"),
                     );

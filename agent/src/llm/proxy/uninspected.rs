@@ -67,29 +67,31 @@ fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// Records a request relayed uninspected or refused for its route (`llm_route`). The query
-/// string is left out: it may carry a key.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn record_route(
-    inner: &Inner,
-    session: &str,
-    request_id: &str,
-    provider: Option<Provider>,
-    method: &hyper::Method,
-    path_and_query: &str,
-    action: Action,
-    reason: String,
-) {
-    let path = path_and_query
-        .split_once('?')
-        .map_or(path_and_query, |(p, _)| p);
-    inner.sink.emit(Event::LlmRoute(LlmRoute {
-        timestamp: chrono::Utc::now(),
-        session_id: session.to_owned(),
-        request_id: request_id.to_owned(),
-        provider: provider.map_or("", Provider::as_str).to_owned(),
-        route: format!("{method} {}", cut(path, MAX_RECORDED_PATH)),
-        action,
-        reason,
-    }));
+/// A request as the `llm_route` record names it, for the places that refuse it or relay it
+/// uninspected. The query string is left out: it may carry a key.
+pub(super) struct Seen<'a> {
+    pub(super) inner: &'a Inner,
+    pub(super) session: &'a str,
+    pub(super) request_id: &'a str,
+    pub(super) method: hyper::Method,
+    pub(super) path_and_query: &'a str,
+}
+
+impl Seen<'_> {
+    /// Records it (`llm_route`): relayed uninspected (`allow`) or refused (`block`), with why.
+    pub(super) fn record(&self, provider: Option<Provider>, action: Action, reason: String) {
+        let path = self
+            .path_and_query
+            .split_once('?')
+            .map_or(self.path_and_query, |(p, _)| p);
+        self.inner.sink.emit(Event::LlmRoute(LlmRoute {
+            timestamp: chrono::Utc::now(),
+            session_id: self.session.to_owned(),
+            request_id: self.request_id.to_owned(),
+            provider: provider.map_or("", Provider::as_str).to_owned(),
+            route: format!("{} {}", self.method, cut(path, MAX_RECORDED_PATH)),
+            action,
+            reason,
+        }));
+    }
 }

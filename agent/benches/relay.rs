@@ -21,7 +21,8 @@ use super::{Proc, free_port, start_listening};
 pub struct Relay {
     pub name: &'static str,
     pub addr: SocketAddr,
-    /// The request path (toolwall inspects `/v1/messages`, passes `/v1/files` through).
+    /// The request path (toolwall inspects `/v1/messages`, relays `/v1/files` uninspected: the
+    /// bench's configuration lists it in `proxy.pass_through`).
     pub path: &'static str,
     pub pid: Option<u32>,
 }
@@ -337,7 +338,7 @@ pub fn start_toolwall(bin: &Path, dir: &Path, source: SocketAddr) -> Result<(Pro
     std::fs::write(
         &config,
         format!(
-            "proxy:\n  listen: 127.0.0.1:{port}\n  providers:\n    anthropic: http://{source}\n    openai: http://{source}\nstore:\n  path: {}\nnetmon:\n  enabled: false\napi:\n  listen: 127.0.0.1:{api}\n  socket: {}\n",
+            "proxy:\n  listen: 127.0.0.1:{port}\n  providers:\n    anthropic: http://{source}\n    openai: http://{source}\n  pass_through:\n    - provider: openai\n      route: \"* /v1/files\"\nstore:\n  path: {}\nnetmon:\n  enabled: false\napi:\n  listen: 127.0.0.1:{api}\n  socket: {}\n",
             dir.join("events.db").display(),
             dir.join("api.sock").display()
         ),

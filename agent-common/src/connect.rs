@@ -1,4 +1,4 @@
-//! The event a connect or sendmsg program sends to user space through the `EVENTS` ring buffer.
+//! The event a connect, sendmsg or bind program sends to user space through the `EVENTS` ring buffer.
 
 /// Length of the task's `comm`, as in the kernel's `TASK_COMM_LEN`.
 pub const COMM_LEN: usize = 16;
@@ -12,6 +12,9 @@ pub const VERDICT_DENIED: u8 = 2;
 pub const HOOK_CONNECT: u8 = 1;
 /// The event came from a datagram sent with an address (`cgroup/sendmsg4`/`sendmsg6`).
 pub const HOOK_SENDMSG: u8 = 2;
+/// The event came from a `bind()` that got its port (`cgroup/post_bind4`/`post_bind6`); the
+/// address and port are the ones bound.
+pub const HOOK_BIND: u8 = 3;
 
 /// `AF_INET`, as the kernel spells it.
 pub const FAMILY_INET: u16 = 2;
@@ -46,7 +49,7 @@ pub struct ConnectEvent {
     pub protocol: u8,
     /// [`VERDICT_FLAGGED`] or [`VERDICT_DENIED`].
     pub verdict: u8,
-    /// [`HOOK_CONNECT`] or [`HOOK_SENDMSG`].
+    /// [`HOOK_CONNECT`], [`HOOK_SENDMSG`] or [`HOOK_BIND`].
     pub hook: u8,
     /// Explicit padding.
     pub _pad: [u8; 5],

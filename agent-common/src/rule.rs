@@ -104,3 +104,51 @@ pub const MAX_EGRESS_LEVEL: i32 = 16;
 
 const _: () = assert!(core::mem::size_of::<EgressKey>() == 26);
 const _: () = assert!(core::mem::align_of::<EgressKey>() == 1);
+
+/// `server_index` of the rules that refuse a session the host itself: its loopback, unspecified
+/// and interface addresses, on every port no other rule names. A port the session itself bound
+/// (in `SESSION_PORTS`) stays reachable.
+pub const HOST_LOCAL_INDEX: u32 = u32::MAX - 1;
+/// `server_index` of the rules that refuse a session the networks around the host: private,
+/// unique-local and link-local ranges, broadcast and multicast.
+pub const LOCAL_NET_INDEX: u32 = u32::MAX - 2;
+/// `server_index` of the rule that refuses a session every destination not listed
+/// (`netmon.egress.mode: allowlist`).
+pub const UNLISTED_INDEX: u32 = u32::MAX - 3;
+
+/// Whether a `server_index` is one of the session boundary's own rules (not a server's); its
+/// PASS exceptions carve out of all of them alike.
+pub const fn is_boundary(server_index: u32) -> bool {
+    server_index >= UNLISTED_INDEX && server_index < EGRESS_INDEX
+}
+
+/// Key of `RESERVED_PORTS`: a port no session may bind (toolwall's own listeners', a declared
+/// server's on this host), on any address and protocol. Host byte order.
+pub type ReservedPort = u16;
+
+/// Map name of the ports sessions may not bind (port → the `server_index` it belongs to).
+pub const RESERVED_PORTS_MAP: &str = "RESERVED_PORTS";
+/// Capacity of [`RESERVED_PORTS_MAP`].
+pub const MAX_RESERVED_PORTS: u32 = 1024;
+
+/// Key of `SESSION_PORTS`: a port a session's socket bound, so the session may still reach
+/// it on the host's own addresses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionPort {
+    /// The binding task's cgroup id (the session's, or one below it).
+    pub cgroup_id: u64,
+    /// The bound port, host byte order.
+    pub port: u16,
+    /// Explicit padding so both sides hash the same bytes.
+    pub _pad: [u8; 6],
+}
+
+/// Map name of the ports sessions hold (key → the socket cookie holding it).
+pub const SESSION_PORTS_MAP: &str = "SESSION_PORTS";
+/// Map name of the reverse index (socket cookie → key), read when a socket is released.
+pub const PORT_HOLDERS_MAP: &str = "PORT_HOLDERS";
+/// Capacity of both: ports held by sessions at once.
+pub const MAX_SESSION_PORTS: u32 = 8192;
+
+const _: () = assert!(core::mem::size_of::<SessionPort>() == 16);

@@ -1,13 +1,19 @@
-//! toolwall's kernel side: `cgroup/connect4`, `connect6`, `sendmsg4` and `sendmsg6` on an agent's
-//! session cgroup.
+//! toolwall's kernel side: the programs on an agent's session cgroup.
 //!
 //! Every `connect()` (TCP or UDP) and every datagram sent with an address (`sendto`/`sendmsg` on
 //! an unconnected UDP socket, which never passes `connect()`) from a task in the cgroup is looked
-//! up in the rule maps, which the daemon keeps in sync with the MCP server registry. A DENY rule
-//! makes the call fail with EPERM; a FLAG rule lets it through; both send a [`ConnectEvent`] to
-//! user space. A destination that matches nothing only bumps a per-CPU counter. IPv4
-//! destinations are looked up in their IPv4-mapped IPv6 form, so a rule covers an address
-//! whichever socket family reaches it.
+//! up in the rule maps, which the daemon keeps in sync with the MCP server registry and the
+//! session boundary (`agent/src/netmon/boundary.rs`). A DENY rule makes the call fail with
+//! EPERM; a FLAG rule lets it through; both send a [`ConnectEvent`] to user space. A destination
+//! that matches nothing only bumps a per-CPU counter. IPv4 destinations are looked up in their
+//! IPv4-mapped IPv6 form, so a rule covers an address whichever socket family reaches it.
+//!
+//! Every `bind()` that got its port (`post_bind4`/`post_bind6`, so a port the kernel picked is
+//! seen too) is refused when the port is one of toolwall's own listeners or a declared server's
+//! on this host (`RESERVED_PORTS`): a session cannot squat them while their owner restarts.
+//! Other bound ports are remembered as the session's own (`SESSION_PORTS`, until
+//! `sock_release`), so the agent still reaches its own dev server while the host's other local
+//! ports stay closed to it.
 //!
 //! Every map is pinned by name (the daemon loads with a pin directory on bpffs), so the programs
 //! and their rules outlive a daemon that dies, and the next daemon reads the same maps
@@ -17,13 +23,15 @@
 
 use agent_common::{
     connect::{
-        ConnectEvent, COMM_LEN, FAMILY_INET, FAMILY_INET6, HOOK_CONNECT, HOOK_SENDMSG, RING_BYTES,
-        VERDICT_DENIED, VERDICT_FLAGGED,
+        ConnectEvent, COMM_LEN, FAMILY_INET, FAMILY_INET6, HOOK_BIND, HOOK_CONNECT, HOOK_SENDMSG,
+        RING_BYTES, VERDICT_DENIED, VERDICT_FLAGGED,
     },
     counters,
     rule::{
-        CidrKey, EgressKey, EndpointKey, EndpointRule, ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS,
-        EGRESS_FIXED_BITS, EGRESS_INDEX, MAX_EGRESS_LEVEL, MAX_EGRESS_SCOPES, MAX_RULES,
+        CidrKey, EgressKey, EndpointKey, EndpointRule, ReservedPort, SessionPort, ACTION_DENY,
+        ACTION_PASS, CIDR_PORT_BITS, EGRESS_FIXED_BITS, EGRESS_INDEX, HOST_LOCAL_INDEX,
+        MAX_EGRESS_LEVEL, MAX_EGRESS_SCOPES, MAX_RESERVED_PORTS, MAX_RULES, MAX_SESSION_PORTS,
+        is_boundary,
     },
     summary::{SummaryKey, SummaryValue, BURST, MAX_SUMMARIES, WINDOW_NS},
 };
@@ -33,9 +41,9 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_get_socket_cookie, bpf_ktime_get_ns,
         bpf_skb_ancestor_cgroup_id,
     },
-    macros::{cgroup_skb, cgroup_sock_addr, map},
+    macros::{cgroup_skb, cgroup_sock, cgroup_sock_addr, map},
     maps::{lpm_trie::Key, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{SkBuffContext, SockAddrContext},
+    programs::{SkBuffContext, SockAddrContext, SockContext},
 };
 use aya_log_ebpf::debug;
 
@@ -73,6 +81,18 @@ static SUMMARY: PerCpuHashMap<SummaryKey, SummaryValue> = PerCpuHashMap::pinned(
 static SUMMARY_SEEN: HashMap<SummaryKey, agent_common::summary::SummarySeen> =
     HashMap::pinned(MAX_SUMMARIES, 0);
 
+/// Ports no session may bind, on any address (port → the `server_index` they belong to).
+#[map(name = "RESERVED_PORTS")]
+static RESERVED_PORTS: HashMap<ReservedPort, u32> = HashMap::pinned(MAX_RESERVED_PORTS, 0);
+
+/// Ports a session's sockets hold (→ the holding socket's cookie).
+#[map(name = "SESSION_PORTS")]
+static SESSION_PORTS: HashMap<SessionPort, u64> = HashMap::pinned(MAX_SESSION_PORTS, 0);
+
+/// Which `SESSION_PORTS` entry a socket holds, found again when it is released.
+#[map(name = "PORT_HOLDERS")]
+static PORT_HOLDERS: HashMap<u64, SessionPort> = HashMap::pinned(MAX_SESSION_PORTS, 0);
+
 #[cgroup_sock_addr(connect4)]
 pub fn connect4(ctx: SockAddrContext) -> i32 {
     verdict(&ctx, ipv4_dest(&ctx), FAMILY_INET, HOOK_CONNECT)
@@ -93,16 +113,106 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
     verdict(&ctx, ipv6_dest(&ctx), FAMILY_INET6, HOOK_SENDMSG)
 }
 
-/// The IPv4 destination in its IPv4-mapped form.
+#[cgroup_sock(post_bind4)]
+pub fn post_bind4(ctx: SockContext) -> i32 {
+    // SAFETY: src_ip4 is a 4-byte field of the bpf_sock the kernel hands post_bind4.
+    let ip4 = unsafe { core::ptr::read_volatile(&(*ctx.sock).src_ip4) };
+    bound(&ctx, mapped(ip4), FAMILY_INET)
+}
+
+#[cgroup_sock(post_bind6)]
+pub fn post_bind6(ctx: SockContext) -> i32 {
+    let mut addr = [0u8; 16];
+    // SAFETY: src_ip6 is four 4-byte fields, read one word at a time as for user_ip6.
+    unsafe {
+        let sk = ctx.sock;
+        addr[0..4].copy_from_slice(&core::ptr::read_volatile(&(*sk).src_ip6[0]).to_ne_bytes());
+        addr[4..8].copy_from_slice(&core::ptr::read_volatile(&(*sk).src_ip6[1]).to_ne_bytes());
+        addr[8..12].copy_from_slice(&core::ptr::read_volatile(&(*sk).src_ip6[2]).to_ne_bytes());
+        addr[12..16].copy_from_slice(&core::ptr::read_volatile(&(*sk).src_ip6[3]).to_ne_bytes());
+    }
+    bound(&ctx, addr, FAMILY_INET6)
+}
+
+/// A port is bound: refused when reserved, else remembered as the session's own.
 #[inline(always)]
-fn ipv4_dest(ctx: &SockAddrContext) -> [u8; 16] {
-    // SAFETY: the kernel hands these programs a valid bpf_sock_addr; user_ip4 is a 4-byte field.
-    let ip4 = unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).user_ip4) };
+fn bound(ctx: &SockContext, addr: [u8; 16], family: u16) -> i32 {
+    bump(counters::BINDS);
+    let sk = ctx.sock;
+    // SAFETY: src_port (host byte order) and protocol are 4-byte fields of the bpf_sock.
+    let (port, protocol) = unsafe {
+        (
+            core::ptr::read_volatile(&(*sk).src_port) as u16,
+            core::ptr::read_volatile(&(*sk).protocol) as u8,
+        )
+    };
+    // SAFETY: map values are plain Copy data, copied out at once.
+    if let Some(&server_index) = unsafe { RESERVED_PORTS.get(&port) } {
+        bump(counters::DENIED);
+        let rule = EndpointRule {
+            server_index,
+            action: ACTION_DENY,
+            _pad: [0; 3],
+        };
+        record(sk.cast(), protocol, &rule, addr, port, family, HOOK_BIND, true);
+        return REFUSE;
+    }
+    // SAFETY: both helpers are valid in cgroup_sock programs; the cookie helper takes the ctx.
+    let (cookie, cgroup_id) = unsafe {
+        (
+            bpf_get_socket_cookie(sk.cast()),
+            bpf_get_current_cgroup_id(),
+        )
+    };
+    let key = SessionPort {
+        cgroup_id,
+        port,
+        _pad: [0; 6],
+    };
+    if PORT_HOLDERS.insert(&cookie, &key, 0).is_err() {
+        bump(counters::OWN_PORT_FULL);
+    } else if SESSION_PORTS.insert(&key, &cookie, 0).is_err() {
+        let _ = PORT_HOLDERS.remove(&cookie);
+        bump(counters::OWN_PORT_FULL);
+    }
+    ALLOW
+}
+
+/// A socket goes away: the port it held is no longer the session's (another process may bind
+/// it next, and the session must not reach that one).
+#[cgroup_sock(sock_release)]
+pub fn sock_release(ctx: SockContext) -> i32 {
+    // SAFETY: valid in cgroup_sock programs; takes the ctx.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock.cast()) };
+    // SAFETY: map values are plain Copy data, copied out at once.
+    let Some(&key) = (unsafe { PORT_HOLDERS.get(&cookie) }) else {
+        return ALLOW;
+    };
+    // Another socket of the session may have bound the same port since (SO_REUSEPORT, or UDP
+    // beside TCP): its entry stays.
+    if unsafe { SESSION_PORTS.get(&key) }.copied() == Some(cookie) {
+        let _ = SESSION_PORTS.remove(&key);
+    }
+    let _ = PORT_HOLDERS.remove(&cookie);
+    ALLOW
+}
+
+/// An IPv4 address (network byte order, as the kernel stores it) in its IPv4-mapped form.
+#[inline(always)]
+fn mapped(ip4: u32) -> [u8; 16] {
     let mut addr = [0u8; 16];
     addr[10] = 0xff;
     addr[11] = 0xff;
     addr[12..16].copy_from_slice(&ip4.to_ne_bytes());
     addr
+}
+
+/// The IPv4 destination in its IPv4-mapped form.
+#[inline(always)]
+fn ipv4_dest(ctx: &SockAddrContext) -> [u8; 16] {
+    // SAFETY: the kernel hands these programs a valid bpf_sock_addr; user_ip4 is a 4-byte field.
+    let ip4 = unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).user_ip4) };
+    mapped(ip4)
 }
 
 #[inline(always)]
@@ -144,7 +254,7 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
             action: ACTION_DENY,
             _pad: [0; 3],
         };
-        record(ctx, &rule, addr, port, family, hook, true);
+        record(sock_addr(ctx), protocol(ctx), &rule, addr, port, family, hook, true);
         return REFUSE;
     }
 
@@ -152,8 +262,13 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
         bump(counters::UNMATCHED);
         return ALLOW;
     };
-    if rule.action == ACTION_PASS {
+    // A daemon-run server's own `egress:` list, checked above, is its boundary.
+    if rule.action == ACTION_PASS || (scope != 0 && is_boundary(rule.server_index)) {
         bump(counters::UNMATCHED);
+        return ALLOW;
+    }
+    if rule.server_index == HOST_LOCAL_INDEX && own_port(port) {
+        bump(counters::OWN_PORT);
         return ALLOW;
     }
     let deny = rule.action == ACTION_DENY;
@@ -162,7 +277,7 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
     } else {
         counters::FLAGGED
     });
-    record(ctx, &rule, addr, port, family, hook, deny);
+    record(sock_addr(ctx), protocol(ctx), &rule, addr, port, family, hook, deny);
     if deny {
         debug!(ctx, "toolwall: port {} denied (hook {})", port, hook);
     }
@@ -175,6 +290,32 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
     } else {
         ALLOW
     }
+}
+
+/// Whether the calling task's cgroup holds `port` through a socket it bound (see [`bound`]).
+#[inline(always)]
+fn own_port(port: u16) -> bool {
+    let key = SessionPort {
+        // SAFETY: valid in cgroup_sock_addr programs.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        port,
+        _pad: [0; 6],
+    };
+    // SAFETY: only presence is read.
+    unsafe { SESSION_PORTS.get(&key) }.is_some()
+}
+
+/// A sock_addr program's context, as the socket helpers take it.
+#[inline(always)]
+fn sock_addr(ctx: &SockAddrContext) -> *mut core::ffi::c_void {
+    ctx.sock_addr.cast()
+}
+
+/// The socket's IP protocol (6 TCP, 17 UDP).
+#[inline(always)]
+fn protocol(ctx: &SockAddrContext) -> u8 {
+    // SAFETY: protocol is a 4-byte field of the bpf_sock_addr.
+    unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).protocol) as u8 }
 }
 
 /// The egress-limited cgroup among the caller's ancestors (`ancestor(level)` of levels 1 and
@@ -333,9 +474,11 @@ fn lookup(addr: [u8; 16], port: u16) -> Option<EndpointRule> {
 /// Sends the event, or counts it in its key's summary when the key is over its burst or the
 /// ring is full (agent-common/src/summary.rs). Only a key the summary map has no room for can
 /// lose an event, and that is counted (`RING_DROPS`).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn record(
-    ctx: &SockAddrContext,
+    ctx: *mut core::ffi::c_void,
+    protocol: u8,
     rule: &EndpointRule,
     addr: [u8; 16],
     port: u16,
@@ -343,14 +486,8 @@ fn record(
     hook: u8,
     deny: bool,
 ) {
-    // SAFETY: the helpers below are valid in cgroup_sock_addr programs.
-    let (now, cgroup_id, protocol) = unsafe {
-        (
-            bpf_ktime_get_ns(),
-            bpf_get_current_cgroup_id(),
-            core::ptr::read_volatile(&(*ctx.sock_addr).protocol),
-        )
-    };
+    // SAFETY: both helpers are valid in cgroup_sock_addr and cgroup_sock programs.
+    let (now, cgroup_id) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_cgroup_id()) };
     let verdict = if deny {
         VERDICT_DENIED
     } else {
@@ -361,7 +498,7 @@ fn record(
         server_index: rule.server_index,
         verdict,
         hook,
-        protocol: protocol as u8,
+        protocol,
         _pad: 0,
     };
     let slot = match SUMMARY.get_ptr_mut(&key) {
@@ -373,7 +510,8 @@ fn record(
             match SUMMARY.get_ptr_mut(&key) {
                 Some(slot) => slot,
                 None => {
-                    if !emit(ctx, rule, addr, port, family, hook, verdict, now, cgroup_id) {
+                    if !emit(ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id)
+                    {
                         bump(counters::RING_DROPS);
                     }
                     return;
@@ -389,7 +527,7 @@ fn record(
     }
     summary.in_window += 1;
     if summary.in_window <= BURST
-        && emit(ctx, rule, addr, port, family, hook, verdict, now, cgroup_id)
+        && emit(ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id)
     {
         return;
     }
@@ -429,7 +567,8 @@ fn blank_summary(now: u64) -> SummaryValue {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn emit(
-    ctx: &SockAddrContext,
+    ctx: *mut core::ffi::c_void,
+    protocol: u8,
     rule: &EndpointRule,
     addr: [u8; 16],
     port: u16,
@@ -444,13 +583,8 @@ fn emit(
     };
     let pid_tgid = bpf_get_current_pid_tgid();
     let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
-    // SAFETY: the helpers below are valid in cgroup_sock_addr programs.
-    let (cookie, protocol) = unsafe {
-        (
-            bpf_get_socket_cookie(ctx.sock_addr as *mut _),
-            core::ptr::read_volatile(&(*ctx.sock_addr).protocol),
-        )
-    };
+    // SAFETY: valid in cgroup_sock_addr and cgroup_sock programs; `ctx` is the program's.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx) };
     entry.write(ConnectEvent {
         ktime_ns: now,
         cookie,
@@ -462,7 +596,7 @@ fn emit(
         addr,
         port,
         family,
-        protocol: protocol as u8,
+        protocol,
         verdict,
         hook,
         _pad: [0; 5],

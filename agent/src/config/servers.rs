@@ -173,6 +173,43 @@ fn id_skeleton(id: &str) -> String {
     letters.replace("rn", "m").replace("vv", "w")
 }
 
+/// One `netmon.egress.allow` entry: a network as in a server's `egress:`, or a host name and
+/// port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum AllowEntry {
+    /// An address or network, and a port (0: any).
+    Net(EgressRule),
+    /// A host name, resolved like a server's.
+    Name { host: String, port: u16 },
+}
+
+/// Parses a `netmon.egress.allow` entry; the error says what forms there are.
+pub(crate) fn parse_allow(entry: &str) -> Result<AllowEntry, String> {
+    if let Some(rule) = parse_egress(entry) {
+        return Ok(AllowEntry::Net(rule));
+    }
+    let name = |host: &str| {
+        !host.is_empty()
+            && host.len() <= 253
+            && host
+                .split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            && host.parse::<std::net::IpAddr>().is_err()
+    };
+    match entry.rsplit_once(':') {
+        Some((host, port)) if name(host) => match port.parse::<u16>() {
+            Ok(port) if port != 0 => Ok(AllowEntry::Name {
+                host: host.to_ascii_lowercase(),
+                port,
+            }),
+            _ => Err(format!("{entry:?}: {port:?} is not a port (1 to 65535)")),
+        },
+        _ => Err(format!(
+            "{entry:?} is not ADDR, ADDR:PORT, NET/BITS, NET/BITS:PORT or HOST:PORT (IPv6 in brackets: [fd00::1]:5432; a host name needs its port)"
+        )),
+    }
+}
+
 fn parse_egress(entry: &str) -> Option<EgressRule> {
     let (net, port) = if let Some(rest) = entry.strip_prefix('[') {
         let (net, after) = rest.split_once(']')?;

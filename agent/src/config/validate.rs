@@ -69,6 +69,16 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
             "write it in full, e.g. /run/toolwall/api.sock",
         ));
     }
+    for (i, entry) in config.netmon.egress.allow.iter().enumerate() {
+        if let Err(why) = super::parse_allow(entry) {
+            return Err(check.error(
+                format!("netmon.egress.allow[{i}]"),
+                ("", entry.as_str(), 0),
+                why,
+                "write e.g. `127.0.0.1:5432`, `10.0.0.0/8`, `[fd00::1]:443` or `db.internal:5432`",
+            ));
+        }
+    }
     let mcp = &mut config.sandbox.mcp;
     let at = "sandbox.mcp";
 

@@ -16,7 +16,6 @@
 //! `--config`; the agents `toolwall exec` runs are governed by the daemon's policy.
 
 use std::{
-    net::SocketAddr,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::Duration,
@@ -30,7 +29,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::{
-    endpoints::{api_endpoints, watched_endpoints},
+    endpoints::{OwnEndpoints, own_endpoints, watched_endpoints},
     servers::{check_server_users, discover_servers},
 };
 use crate::{
@@ -82,7 +81,7 @@ pub(crate) struct Applier {
     registry: Arc<Registry>,
     sink: EventSink,
     netmon: Option<NetmonService>,
-    api: SocketAddr,
+    own: OwnEndpoints,
     kept: PathBuf,
     status: Arc<Mutex<BundleStatus>>,
     /// No revision below this is taken: `min_revision`, or the kept bundle's even when it
@@ -100,7 +99,7 @@ impl Applier {
         registry: Arc<Registry>,
         sink: EventSink,
         netmon: Option<NetmonService>,
-        api: SocketAddr,
+        own: OwnEndpoints,
         kept: PathBuf,
         kept_revision: Option<u64>,
     ) -> anyhow::Result<Self> {
@@ -114,7 +113,7 @@ impl Applier {
             registry,
             sink,
             netmon,
-            api,
+            own,
             kept,
             floor: settings.min_revision.max(kept_revision.unwrap_or(0)),
             status: Arc::new(Mutex::new(BundleStatus {
@@ -174,7 +173,7 @@ impl Applier {
         // The kernel's rules first, then every other layer at once.
         if let Some(netmon) = &self.netmon {
             let mut endpoints = watched_endpoints(&effective, &policy);
-            endpoints.extend(api_endpoints(self.api));
+            endpoints.extend(own_endpoints(self.own));
             netmon
                 .set_endpoints(endpoints)
                 .await

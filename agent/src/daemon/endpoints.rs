@@ -1,38 +1,70 @@
 //! Which addresses the kernel layer watches and what it does with a connection to each: the
-//! network MCP servers, the LLM providers, the daemon's own API and other DNS resolvers.
-//! Computed at start and again for each bundle revision.
+//! network MCP servers, the LLM providers, the daemon's own API and other DNS resolvers, and
+//! what the session boundary lets through. Computed at start and again for each bundle
+//! revision.
 
 use crate::{
-    config::{Config, OtherResolvers, ServerType},
-    netmon::{RuleAction, service::WatchedEndpoint},
+    config::{AllowEntry, Config, EgressMode, OtherResolvers, ServerType, parse_allow},
+    netmon::{RuleAction, boundary::BoundaryMode, service::WatchedEndpoint},
     policy::Policy,
 };
+
+/// What the session boundary refuses, from `netmon.egress.mode`.
+pub(super) fn boundary_mode(config: &Config) -> BoundaryMode {
+    match config.netmon.egress.mode {
+        EgressMode::LocalDeny => BoundaryMode::LocalDeny,
+        EgressMode::Allowlist => BoundaryMode::Allowlist,
+        EgressMode::Open => BoundaryMode::Off,
+    }
+}
+
+/// Where the daemon itself listens, as bound (a configured port 0 is known only then).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OwnEndpoints {
+    /// The loopback API (`api.listen`).
+    pub api: std::net::SocketAddr,
+    /// The LLM proxy (`proxy.listen`), when it runs.
+    pub proxy: Option<std::net::SocketAddr>,
+}
+
+/// The daemon's own listeners. Its loopback API is denied to sessions: a process inside one
+/// talks to the daemon through the socket, which knows where it runs; on TCP it could present
+/// the web token (a root agent can read it) and read every session's records or answer its own
+/// calls that wait for a person. The LLM proxy is let through the session boundary. Both ports
+/// are reserved: no session may bind them (`netmon::boundary::reserved_ports`).
+pub(super) fn own_endpoints(own: OwnEndpoints) -> Vec<WatchedEndpoint> {
+    let hosts = match own.api.ip() {
+        ip if ip.is_unspecified() => vec!["0.0.0.0/0".to_owned(), "::/0".to_owned()],
+        ip => vec![ip.to_string()],
+    };
+    let api = hosts.into_iter().map(|host| WatchedEndpoint {
+        id: "toolwall:api".into(),
+        kind: "api".into(),
+        host,
+        port: own.api.port(),
+        action: RuleAction::Deny,
+        except: Vec::new(),
+    });
+    let proxy = own.proxy.map(|proxy| WatchedEndpoint {
+        id: "toolwall:llm-proxy".into(),
+        kind: "toolwall".into(),
+        // A proxy on the unspecified address is reached on any local one; a rule on one local
+        // address is widened to all of them.
+        host: if proxy.ip().is_unspecified() {
+            std::net::Ipv4Addr::LOCALHOST.to_string()
+        } else {
+            proxy.ip().to_string()
+        },
+        port: proxy.port(),
+        action: RuleAction::Pass,
+        except: Vec::new(),
+    });
+    api.chain(proxy).collect()
+}
 
 /// Which addresses the kernel watches: every network MCP server (DENY when the server is
 /// denied by policy or must be reached through `toolwall mcp-proxy`, else FLAG), and with
 /// `netmon.pin_llm_egress` the LLM providers' API hosts (DENY: the session must use the proxy).
-/// The daemon's own loopback API, denied to sessions: a process inside one talks to the daemon
-/// through the socket, which knows where it runs; on TCP it could present the web token (a root
-/// agent can read it) and read every session's records or answer its own calls that wait for a
-/// person.
-pub(super) fn api_endpoints(api: std::net::SocketAddr) -> Vec<WatchedEndpoint> {
-    let hosts = match api.ip() {
-        ip if ip.is_unspecified() => vec!["0.0.0.0/0".to_owned(), "::/0".to_owned()],
-        ip => vec![ip.to_string()],
-    };
-    hosts
-        .into_iter()
-        .map(|host| WatchedEndpoint {
-            id: "toolwall:api".into(),
-            kind: "api".into(),
-            host,
-            port: api.port(),
-            action: RuleAction::Deny,
-            except: Vec::new(),
-        })
-        .collect()
-}
-
 pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoint> {
     let mut out = Vec::new();
     for server in &config.sandbox.mcp.servers {
@@ -75,15 +107,16 @@ pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<Watched
         }
     }
     let dns = &config.netmon.dns;
-    let other = match dns.other_resolvers {
-        OtherResolvers::Off => return out,
-        OtherResolvers::Flag => RuleAction::Flag,
-        OtherResolvers::Deny => RuleAction::Deny,
-    };
     let allowed = if dns.resolvers.is_empty() {
         crate::netmon::local::system_resolvers()
     } else {
         dns.resolvers.clone()
+    };
+    out.extend(boundary_exceptions(config, &allowed));
+    let other = match dns.other_resolvers {
+        OtherResolvers::Off => return out,
+        OtherResolvers::Flag => RuleAction::Flag,
+        OtherResolvers::Deny => RuleAction::Deny,
     };
     if allowed.is_empty() {
         tracing::warn!(
@@ -102,7 +135,55 @@ pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<Watched
     out
 }
 
+/// What a session reaches through its boundary besides the declared servers the policy allows
+/// (their FLAG rules are exceptions already) and the LLM proxy ([`own_endpoints`]): the allowed
+/// resolvers on port 53 and `netmon.egress.allow`, as PASS rules. None when the boundary is off.
+fn boundary_exceptions(config: &Config, resolvers: &[std::net::IpAddr]) -> Vec<WatchedEndpoint> {
+    if boundary_mode(config) == BoundaryMode::Off {
+        return Vec::new();
+    }
+    let pass = |id: &str, host: String, port: u16| WatchedEndpoint {
+        id: id.to_owned(),
+        kind: "boundary".into(),
+        host,
+        port,
+        action: RuleAction::Pass,
+        except: Vec::new(),
+    };
+    let mut out: Vec<WatchedEndpoint> = resolvers
+        .iter()
+        .map(|r| pass("toolwall:resolver", r.to_string(), 53))
+        .collect();
+    for entry in &config.netmon.egress.allow {
+        // Validated at load; an entry that does not parse opens nothing.
+        match parse_allow(entry) {
+            Ok(AllowEntry::Net(rule)) => out.push(pass(
+                "netmon.egress.allow",
+                format!("{}/{}", rule.addr, rule.prefix),
+                rule.port,
+            )),
+            Ok(AllowEntry::Name { host, port }) => out.push(pass("netmon.egress.allow", host, port)),
+            Err(why) => tracing::error!(%why, "netmon.egress.allow: entry skipped"),
+        }
+    }
+    out
+}
+
 fn split_host_port(addr: &str) -> Option<(String, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+}
+
+/// One line on the session boundary for the daemon's start report.
+pub(super) fn boundary_summary(config: &Config) -> String {
+    let allowed = config.netmon.egress.allow.len();
+    match config.netmon.egress.mode {
+        EgressMode::LocalDeny => format!(
+            "local_deny (this host and the networks around it refused; {allowed} netmon.egress.allow entries)"
+        ),
+        EgressMode::Allowlist => format!(
+            "allowlist (every destination not allowed refused; {allowed} netmon.egress.allow entries)"
+        ),
+        EgressMode::Open => "open (netmon.egress.mode: open; sessions reach this host's services)".into(),
+    }
 }

@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use anyhow::Context;
 use tokio::sync::broadcast;
 
-use super::endpoints::{api_endpoints, watched_endpoints};
+use super::endpoints::{OwnEndpoints, boundary_mode, own_endpoints, watched_endpoints};
 use crate::{
     config::{Config, ProxyMode},
     correlate::Correlator,
@@ -79,7 +79,7 @@ pub(super) async fn start_netmon(
     config: &Config,
     policy: &Policy,
     sink: &EventSink,
-    api: std::net::SocketAddr,
+    own: OwnEndpoints,
     kernel_log: bool,
 ) -> Result<NetmonService, String> {
     if !config.netmon.enabled {
@@ -88,10 +88,16 @@ pub(super) async fn start_netmon(
     let monitor =
         KernelMonitor::load(kernel_log, &config.netmon.pin_dir).map_err(|e| e.to_string())?;
     let mut endpoints = watched_endpoints(config, policy);
-    endpoints.extend(api_endpoints(api));
+    endpoints.extend(own_endpoints(own));
     let every = Duration::from_secs(config.netmon.resolve_interval_secs.max(1));
     let watch = Duration::from_millis(config.netmon.watch_interval_ms.max(10));
-    NetmonService::start(monitor, endpoints, sink.clone(), every, watch)
+    let boundary = boundary_mode(config);
+    if boundary == crate::netmon::boundary::BoundaryMode::Off {
+        tracing::warn!(
+            "netmon.egress.mode is open: sessions reach this host's other services and the networks around it (docs/sessions.md)"
+        );
+    }
+    NetmonService::start(monitor, endpoints, boundary, sink.clone(), every, watch)
         .await
         .map_err(|e| e.to_string())
 }

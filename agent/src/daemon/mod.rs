@@ -26,6 +26,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio::sync::broadcast;
 
+use endpoints::boundary_summary;
 use layers::{correlate_live, start_netmon, start_proxy};
 use process::{notify, raise_descriptor_limit, shutdown_signals, warn_if_ptrace_is_open};
 use servers::{check_server_users, discover_servers};
@@ -207,11 +208,15 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // own calls that wait for a person).
     let api_tcp = api::bind_http(config.api.listen).await?;
     let api_addr = api_tcp.local_addr()?;
+    let own = endpoints::OwnEndpoints {
+        api: api_addr,
+        proxy: proxy_addr,
+    };
     let netmon = match start_netmon(
         &effective,
         &policy.now().policy,
         &sink,
-        api_addr,
+        own,
         args.kernel_log,
     )
     .await
@@ -220,8 +225,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             layers.push(LayerStatus::on(
                 "kernel",
                 &format!(
-                    "cgroup/connect4 + connect6 + sendmsg4 + sendmsg6 ready, pinned under {}; attached to each session's cgroup by `toolwall exec`",
-                    config.netmon.pin_dir.display()
+                    "cgroup/connect4 + connect6 + sendmsg4 + sendmsg6 + post_bind4 + post_bind6 + sock_release ready, pinned under {}; attached to each session's cgroup by `toolwall exec`; session boundary: {}",
+                    config.netmon.pin_dir.display(),
+                    boundary_summary(&effective)
                 ),
             ));
             Some(service)
@@ -243,7 +249,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
                 registry.clone(),
                 sink.clone(),
                 netmon.clone(),
-                api_addr,
+                own,
                 bundle::kept_path(&db_path),
                 kept_revision,
             )?;

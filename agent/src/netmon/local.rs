@@ -36,26 +36,56 @@ fn parse_resolv_conf(text: &str) -> Vec<IpAddr> {
 /// sorted. Link-local IPv6 addresses are listed without their scope: the kernel programs see a
 /// destination's 16 bytes, not its interface.
 pub(crate) fn local_addresses() -> io::Result<Vec<IpAddr>> {
+    let mut out = Vec::new();
+    // SAFETY: each entry's address is a sockaddr of its family's size, or null.
+    each_interface_address(|entry| out.extend(unsafe { sockaddr_ip(entry.ifa_addr) }))?;
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The directed broadcast address of every IPv4 subnet configured here (`10.0.0.255` for
+/// `10.0.0.5/24`), sorted: a datagram sent there reaches every host of the subnet, and an
+/// address outside the private ranges is not covered by them.
+pub(crate) fn subnet_broadcasts() -> io::Result<Vec<Ipv4Addr>> {
+    let mut out = Vec::new();
+    each_interface_address(|entry| {
+        // SAFETY: as in `local_addresses`; the netmask is a sockaddr of the address's family.
+        let (addr, mask) = unsafe { (sockaddr_ip(entry.ifa_addr), sockaddr_ip(entry.ifa_netmask)) };
+        if let (Some(IpAddr::V4(addr)), Some(IpAddr::V4(mask))) = (addr, mask)
+            && let Some(broadcast) = directed_broadcast(addr, mask)
+        {
+            out.push(broadcast);
+        }
+    })?;
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The broadcast address of `addr`'s subnet, none for a /31 or /32 (no broadcast there).
+fn directed_broadcast(addr: Ipv4Addr, mask: Ipv4Addr) -> Option<Ipv4Addr> {
+    let mask = u32::from(mask);
+    (mask.leading_ones() <= 30 && mask != 0).then(|| Ipv4Addr::from(u32::from(addr) | !mask))
+}
+
+/// Calls `visit` with each entry of `getifaddrs(3)`.
+fn each_interface_address(mut visit: impl FnMut(&libc::ifaddrs)) -> io::Result<()> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut out = Vec::new();
     let mut cursor = head;
     while !cursor.is_null() {
         // SAFETY: cursor walks the list getifaddrs returned, which stays valid until freed.
         let entry = unsafe { &*cursor };
-        if let Some(addr) = unsafe { sockaddr_ip(entry.ifa_addr) } {
-            out.push(addr);
-        }
+        visit(entry);
         cursor = entry.ifa_next;
     }
     // SAFETY: head came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
-    out.sort();
-    out.dedup();
-    Ok(out)
+    Ok(())
 }
 
 /// The IP address in a `sockaddr`, if it is an IPv4 or IPv6 one.
@@ -175,6 +205,18 @@ mod tests {
                 "fe80::1".parse().expect("ip")
             ]
         );
+    }
+
+    #[test]
+    fn a_subnet_broadcast_is_its_last_address() {
+        let at = |a: &str, m: &str| {
+            super::directed_broadcast(a.parse().expect("ip"), m.parse().expect("mask"))
+        };
+        assert_eq!(at("10.0.0.5", "255.255.255.0"), Some("10.0.0.255".parse().expect("ip")));
+        assert_eq!(at("198.51.100.9", "255.255.255.252"), Some("198.51.100.11".parse().expect("ip")));
+        assert_eq!(at("198.51.100.9", "255.255.255.254"), None, "a /31 has no broadcast");
+        assert_eq!(at("127.0.0.1", "255.255.255.255"), None);
+        assert_eq!(at("192.0.2.1", "0.0.0.0"), None);
     }
 
     #[test]

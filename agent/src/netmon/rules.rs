@@ -16,6 +16,7 @@ use std::{
 
 use agent_common::rule::{
     ACTION_DENY, ACTION_FLAG, ACTION_PASS, CIDR_PORT_BITS, CidrKey, EndpointKey, EndpointRule,
+    is_boundary,
 };
 
 /// What the kernel does on a match.
@@ -139,9 +140,10 @@ pub(crate) struct MapContents {
 impl MapContents {
     /// Lays rules out as map entries (after widening local addresses to `locals`, the host's
     /// interface addresses). Two rules on one key: DENY wins over FLAG over PASS, so adding a
-    /// server can never weaken another's deny. A PASS is an exception to the rule of its own
-    /// `server_index`; one that another server's DENY of any width covers is dropped (an exact
-    /// PASS would otherwise shadow a wider DENY in the kernel's lookup).
+    /// server can never weaken another's deny; the session boundary's DENY is the floor under
+    /// all of them (`super::boundary`). A PASS is an exception to the rule of its own
+    /// `server_index` and to the boundary; one that another server's DENY of any width covers
+    /// is dropped (an exact PASS would otherwise shadow a wider DENY in the kernel's lookup).
     pub(crate) fn from_rules(rules: &[Rule], locals: &[IpAddr]) -> Self {
         let mut out = MapContents::default();
         let widened = widen_local(rules, locals);
@@ -161,7 +163,9 @@ impl MapContents {
                         let denies: Vec<Rule> = rules
                             .iter()
                             .filter(|r| {
-                                r.action == RuleAction::Deny && r.server_index != pass.server_index
+                                r.action == RuleAction::Deny
+                                    && r.server_index != pass.server_index
+                                    && !is_boundary(r.server_index)
                             })
                             .copied()
                             .collect();
@@ -186,13 +190,14 @@ impl MapContents {
                 action: rule.action.wire(),
                 _pad: [0; 3],
             };
-            let strength = |action: u8| match action {
-                ACTION_DENY => 2,
-                ACTION_FLAG => 1,
-                _ => 0,
+            let strength = |rule: &EndpointRule| match rule.action {
+                ACTION_DENY if is_boundary(rule.server_index) => 0,
+                ACTION_DENY => 3,
+                ACTION_FLAG => 2,
+                _ => 1,
             };
             let keep_stronger = |old: &mut EndpointRule| {
-                if strength(value.action) >= strength(old.action) {
+                if strength(&value) >= strength(old) {
                     *old = value;
                 }
             };

@@ -33,6 +33,9 @@ pub(crate) struct NetmonConfig {
     /// DNS from sessions to resolvers other than the allowed ones.
     #[serde(default)]
     pub dns: DnsConfig,
+    /// What else a session may reach: the session boundary.
+    #[serde(default)]
+    pub egress: EgressConfig,
 }
 
 impl Default for NetmonConfig {
@@ -45,6 +48,7 @@ impl Default for NetmonConfig {
             pin_dir: default_pin_dir(),
             watch_interval_ms: default_watch_interval(),
             dns: DnsConfig::default(),
+            egress: EgressConfig::default(),
         }
     }
 }
@@ -74,6 +78,37 @@ pub(crate) enum OtherResolvers {
     Flag,
     /// Refused and recorded.
     Deny,
+}
+
+/// `netmon.egress:` — the session boundary. Whatever the mode, a session reaches toolwall's own
+/// endpoints (the LLM proxy), the allowed resolvers on port 53, the declared servers the policy
+/// does not deny, the ports it bound itself, and what `allow` lists; a server the policy denies
+/// stays denied whatever `allow` says.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EgressConfig {
+    /// What else is refused.
+    #[serde(default)]
+    pub mode: EgressMode,
+    /// Destinations opened besides: `ADDR`, `ADDR:PORT`, `NET/BITS`, `NET/BITS:PORT` (IPv6 in
+    /// brackets) or `HOST:PORT` (resolved and followed as servers' names are).
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+/// `netmon.egress.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EgressMode {
+    /// The host itself (loopback, its own addresses, the unspecified address) and the networks
+    /// around it (private, unique-local and link-local ranges, broadcast, multicast) are
+    /// refused; the rest of the internet is open.
+    #[default]
+    LocalDeny,
+    /// Every destination not listed is refused.
+    Allowlist,
+    /// No boundary: only the rules of servers, providers and DNS apply.
+    Open,
 }
 
 fn default_pin_dir() -> PathBuf {

@@ -1,6 +1,7 @@
 //! Loading the embedded object, attaching it to cgroups, and reading its counters.
 
 mod maps;
+mod ports;
 
 use std::{
     fs::File,
@@ -10,7 +11,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     programs::{
-        CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSockAddr,
+        CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock, CgroupSockAddr,
         links::{FdLink, PinnedLink},
     },
 };
@@ -81,8 +82,22 @@ pub enum NetmonError {
     },
 }
 
-/// The programs; each attaches as the hook its name says.
-pub(crate) const PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
+/// The programs on every session's cgroup; each attaches as the hook its name says.
+pub(crate) const PROGRAMS: [&str; 7] = [
+    "connect4",
+    "connect6",
+    "sendmsg4",
+    "sendmsg6",
+    "post_bind4",
+    "post_bind6",
+    "sock_release",
+];
+
+/// Which of [`PROGRAMS`] are `cgroup_sock` programs (the bind and release hooks); the others
+/// are `cgroup_sock_addr` ones.
+fn is_sock_program(name: &str) -> bool {
+    matches!(name, "post_bind4" | "post_bind6" | "sock_release")
+}
 
 /// The `cgroup_skb` programs attached to egress-limited cgroups only (daemon-run stdio
 /// servers' with an `egress:` list), with the direction each filters.
@@ -147,11 +162,17 @@ impl KernelMonitor {
             .default_map_pin_directory(pins.maps())
             .load(object)?;
         for name in PROGRAMS {
-            let program: &mut CgroupSockAddr = program(&mut ebpf, name)?;
-            program.load().map_err(|source| NetmonError::Program {
+            let verify = |source| NetmonError::Program {
                 what: format!("verify {name}"),
                 source,
-            })?;
+            };
+            if is_sock_program(name) {
+                let program: &mut CgroupSock = program(&mut ebpf, name)?;
+                program.load().map_err(verify)?;
+            } else {
+                let program: &mut CgroupSockAddr = program(&mut ebpf, name)?;
+                program.load().map_err(verify)?;
+            }
         }
         for (name, _) in GUARDS {
             let program: &mut CgroupSkb = program(&mut ebpf, name)?;
@@ -207,16 +228,26 @@ impl KernelMonitor {
                     })?,
                 }
             }
-            let program: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
-            let what = || format!("attach {name} to {}", cgroup.display());
-            let link = program
-                .attach(&dir, CgroupAttachMode::Single)
-                .and_then(|id| program.take_link(id))
-                .map_err(|source| NetmonError::Program {
-                    what: what(),
-                    source,
-                })?;
-            links.push((pin.clone(), pin_link(link, &pin)?));
+            let attach_error = |source| NetmonError::Program {
+                what: format!("attach {name} to {}", cgroup.display()),
+                source,
+            };
+            let pinned = if is_sock_program(name) {
+                let program: &mut CgroupSock = program(&mut self.ebpf, name)?;
+                let link = program
+                    .attach(&dir, CgroupAttachMode::Single)
+                    .and_then(|id| program.take_link(id))
+                    .map_err(attach_error)?;
+                pin_link(link, &pin)?
+            } else {
+                let program: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
+                let link = program
+                    .attach(&dir, CgroupAttachMode::Single)
+                    .and_then(|id| program.take_link(id))
+                    .map_err(attach_error)?;
+                pin_link(link, &pin)?
+            };
+            links.push((pin.clone(), pinned));
         }
         self.sessions.insert(
             session.to_owned(),
@@ -332,15 +363,10 @@ impl KernelMonitor {
         PROGRAMS
             .iter()
             .map(|&name| {
-                let program: &CgroupSockAddr = self
+                let program = self
                     .ebpf
                     .program(name)
-                    .ok_or(NetmonError::Missing("connect program"))?
-                    .try_into()
-                    .map_err(|source| NetmonError::Program {
-                        what: format!("{name}: wrong type"),
-                        source,
-                    })?;
+                    .ok_or(NetmonError::Missing("a session program"))?;
                 let info = program.info().map_err(|source| NetmonError::Program {
                     what: format!("{name}: read its info"),
                     source,

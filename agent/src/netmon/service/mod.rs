@@ -21,7 +21,12 @@ use std::{
 pub(crate) use resolve::{LastKnown, WatchedEndpoint, resolve_rules};
 use sessions::Attribution;
 
-use super::{KernelMonitor, NetmonError, events, local::AddressChanges};
+use super::{
+    KernelMonitor, NetmonError,
+    boundary::{self, BoundaryMode},
+    events,
+    local::AddressChanges,
+};
 use crate::{
     cgroup::{CgroupError, SessionCgroup},
     events::EventSink,
@@ -47,16 +52,19 @@ pub(crate) struct NetmonService {
     egress_owners: Arc<RwLock<HashMap<u64, String>>>,
     /// Connections counted while the event queue was full (`backlog.rs`).
     backlog: Arc<Mutex<backlog::Backlog>>,
+    /// What the session boundary refuses (`netmon.egress.mode`).
+    boundary: BoundaryMode,
 }
 
 impl NetmonService {
     /// Takes over a loaded monitor: syncs the rules now, again every `resolve_every` and on
     /// every change of the host's addresses, records every kernel event into `sink`, and every
     /// `watch_every` checks each session's programs and processes, until the returned service
-    /// and its tasks are dropped.
+    /// and its tasks are dropped. `boundary` is laid under the endpoints' rules.
     pub(crate) async fn start(
         mut monitor: KernelMonitor,
         endpoints: Vec<WatchedEndpoint>,
+        boundary: BoundaryMode,
         sink: EventSink,
         resolve_every: Duration,
         watch_every: Duration,
@@ -77,6 +85,7 @@ impl NetmonService {
             stop: Arc::new(stop),
             egress_owners: Arc::new(RwLock::new(HashMap::new())),
             backlog: Arc::default(),
+            boundary,
         };
         service.resync().await?;
         // Before the reader starts: events a pinned session left in the ring are read with
@@ -221,16 +230,24 @@ impl NetmonService {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let rules = resolve_rules(&endpoints, &mut *self.known.lock().await).await;
+        let mut rules = resolve_rules(&endpoints, &mut *self.known.lock().await).await;
         let locals = self
             .locals
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        self.monitor
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .sync_rules(&rules, &locals)
+        let broadcasts = match self.boundary {
+            BoundaryMode::Off => Vec::new(),
+            _ => super::local::subnet_broadcasts().unwrap_or_else(|error| {
+                tracing::error!(%error, "cannot list the host's subnets; datagrams to their broadcast addresses are refused only inside the private ranges");
+                Vec::new()
+            }),
+        };
+        rules.extend(boundary::refusals(self.boundary, &broadcasts));
+        let reserved = boundary::reserved_ports(&rules, &locals);
+        let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+        monitor.sync_rules(&rules, &locals)?;
+        monitor.sync_reserved_ports(&reserved)
     }
 
     /// Counters, for the health endpoint and drop reports.

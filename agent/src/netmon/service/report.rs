@@ -11,9 +11,20 @@ use crate::{
 };
 
 impl NetmonService {
-    /// The id and kind of the server a kernel event names: a rule's endpoint, or for a refused
-    /// egress the declared stdio server whose cgroup it came from.
+    /// The id and kind of the server a kernel event names: a rule's endpoint, the session
+    /// boundary (kind `boundary`), or for a refused egress the declared stdio server whose
+    /// cgroup it came from.
     fn server_of(&self, server_index: u32, cgroup_id: u64) -> (String, String) {
+        use agent_common::rule::{HOST_LOCAL_INDEX, LOCAL_NET_INDEX, UNLISTED_INDEX};
+        let boundary = match server_index {
+            HOST_LOCAL_INDEX => Some("toolwall:host"),
+            LOCAL_NET_INDEX => Some("toolwall:local-network"),
+            UNLISTED_INDEX => Some("toolwall:unlisted"),
+            _ => None,
+        };
+        if let Some(id) = boundary {
+            return (id.to_owned(), "boundary".to_owned());
+        }
         if server_index == agent_common::rule::EGRESS_INDEX {
             let owners = self.egress_owners.read().unwrap_or_else(|e| e.into_inner());
             return (
@@ -225,6 +236,8 @@ impl NetmonService {
 fn protocol_name(protocol: u8, hook: u8) -> String {
     match (protocol, hook) {
         (17, agent_common::connect::HOOK_SENDMSG) => "udp-sendmsg".into(),
+        (6, agent_common::connect::HOOK_BIND) => "tcp-bind".into(),
+        (17, agent_common::connect::HOOK_BIND) => "udp-bind".into(),
         (6, _) => "tcp".into(),
         (17, _) => "udp".into(),
         (n, _) => n.to_string(),

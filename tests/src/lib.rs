@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod session;
+
 /// The workspace root (the parent of this crate).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -6,11 +6,14 @@
 use std::{
     net::TcpListener,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Command,
     time::{Duration, Instant},
 };
 
-use toolwall_tests::{Daemon, is_root, toolwall_bin};
+use toolwall_tests::{
+    Daemon, is_root,
+    session::{events, exec, shared_dir, text, write_agent},
+};
 
 /// A listener on every address (`[::]`, dual-stack) that accepts and closes: what a server
 /// declared at `127.0.0.1:P` but bound to all interfaces looks like from the session.
@@ -55,23 +58,6 @@ fn host_addresses() -> Vec<String> {
     addrs
 }
 
-/// A directory every user can read and write (the agent runs as `nobody`).
-fn shared_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .expect("chmod");
-    dir
-}
-
-fn write_agent(dir: &Path, name: &str, source: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, source).expect("write agent");
-    path
-}
-
 /// Waits up to 20 s until the agent's output `file` holds `what`; returns the output.
 fn wait_for(file: &Path, what: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -101,44 +87,6 @@ fn with_private(file: &Path, target: &str) -> Vec<String> {
     .map(|s| s.to_string())
     .chain([file.display().to_string()])
     .collect()
-}
-
-/// `toolwall exec` as root with `args` before `--`, the agent `python3 SCRIPT ARGS...` (the
-/// system's Python: `nobody` cannot reach root's pyenv).
-fn exec(daemon: &Daemon, args: &[&str], script: &Path, script_args: &[String]) -> Command {
-    let mut cmd = Command::new(toolwall_bin());
-    cmd.arg("exec")
-        .arg("--config")
-        .arg(&daemon.config)
-        .args(args)
-        .args(["--", "/usr/bin/python3"])
-        .arg(script)
-        .args(script_args)
-        .env_remove("SUDO_USER");
-    cmd
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// The daemon's stored events of one type, waiting up to 5 s for `enough` of them.
-fn events(
-    daemon: &Daemon,
-    kind: &str,
-    enough: impl Fn(&[serde_json::Value]) -> bool,
-) -> Vec<serde_json::Value> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let found = daemon.json_lines(&["mcp", "events", "--json", "--type", kind]);
-        if enough(&found) || Instant::now() > deadline {
-            return found;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn denied_server_config(port: u16) -> String {

@@ -162,7 +162,9 @@ fn boundary_exceptions(config: &Config, resolvers: &[std::net::IpAddr]) -> Vec<W
                 format!("{}/{}", rule.addr, rule.prefix),
                 rule.port,
             )),
-            Ok(AllowEntry::Name { host, port }) => out.push(pass("netmon.egress.allow", host, port)),
+            Ok(AllowEntry::Name { host, port }) => {
+                out.push(pass("netmon.egress.allow", host, port))
+            }
             Err(why) => tracing::error!(%why, "netmon.egress.allow: entry skipped"),
         }
     }
@@ -184,6 +186,8 @@ pub(super) fn boundary_summary(config: &Config) -> String {
         EgressMode::Allowlist => format!(
             "allowlist (every destination not allowed refused; {allowed} netmon.egress.allow entries)"
         ),
-        EgressMode::Open => "open (netmon.egress.mode: open; sessions reach this host's services)".into(),
+        EgressMode::Open => {
+            "open (netmon.egress.mode: open; sessions reach this host's services)".into()
+        }
     }
 }

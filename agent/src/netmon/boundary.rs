@@ -62,11 +62,7 @@ pub(crate) fn refusals(mode: BoundaryMode, broadcasts: &[Ipv4Addr]) -> Vec<Rule>
         server_index,
         action: RuleAction::Deny,
     };
-    let mut out = vec![deny(
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        32,
-        HOST_LOCAL_INDEX,
-    )];
+    let mut out = vec![deny(IpAddr::V4(Ipv4Addr::LOCALHOST), 32, HOST_LOCAL_INDEX)];
     out.extend(
         LOCAL_NETS
             .iter()

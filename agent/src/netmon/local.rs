@@ -212,9 +212,19 @@ mod tests {
         let at = |a: &str, m: &str| {
             super::directed_broadcast(a.parse().expect("ip"), m.parse().expect("mask"))
         };
-        assert_eq!(at("10.0.0.5", "255.255.255.0"), Some("10.0.0.255".parse().expect("ip")));
-        assert_eq!(at("198.51.100.9", "255.255.255.252"), Some("198.51.100.11".parse().expect("ip")));
-        assert_eq!(at("198.51.100.9", "255.255.255.254"), None, "a /31 has no broadcast");
+        assert_eq!(
+            at("10.0.0.5", "255.255.255.0"),
+            Some("10.0.0.255".parse().expect("ip"))
+        );
+        assert_eq!(
+            at("198.51.100.9", "255.255.255.252"),
+            Some("198.51.100.11".parse().expect("ip"))
+        );
+        assert_eq!(
+            at("198.51.100.9", "255.255.255.254"),
+            None,
+            "a /31 has no broadcast"
+        );
         assert_eq!(at("127.0.0.1", "255.255.255.255"), None);
         assert_eq!(at("192.0.2.1", "0.0.0.0"), None);
     }

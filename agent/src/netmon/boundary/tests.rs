@@ -76,7 +76,11 @@ fn the_host_and_the_networks_around_it_are_refused_in_every_form() {
     // The internet beyond stays open in this mode: no rule, the programs let it through.
     assert_eq!(outcome(&map, "93.184.216.34", 443), None);
     assert_eq!(outcome(&map, "2606:4700::1111", 443), None);
-    assert_eq!(outcome(&map, "198.51.100.8", 443), None, "a neighbour on a public subnet");
+    assert_eq!(
+        outcome(&map, "198.51.100.8", 443),
+        None,
+        "a neighbour on a public subnet"
+    );
 }
 
 #[test]

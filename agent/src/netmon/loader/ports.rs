@@ -17,8 +17,8 @@ impl KernelMonitor {
             .ebpf
             .map_mut(RESERVED_PORTS_MAP)
             .ok_or(NetmonError::Missing("RESERVED_PORTS map"))?;
-        let mut reserved = HashMap::<_, ReservedPort, u32>::try_from(map)
-            .map_err(map_err(RESERVED_PORTS_MAP))?;
+        let mut reserved =
+            HashMap::<_, ReservedPort, u32>::try_from(map).map_err(map_err(RESERVED_PORTS_MAP))?;
         for (port, index) in ports {
             reserved
                 .insert(port, index, 0)
@@ -41,8 +41,8 @@ impl KernelMonitor {
             .ebpf
             .map_mut(SESSION_PORTS_MAP)
             .ok_or(NetmonError::Missing("SESSION_PORTS map"))?;
-        let mut ports = HashMap::<_, SessionPort, u64>::try_from(map)
-            .map_err(map_err(SESSION_PORTS_MAP))?;
+        let mut ports =
+            HashMap::<_, SessionPort, u64>::try_from(map).map_err(map_err(SESSION_PORTS_MAP))?;
         let ours: Vec<(SessionPort, u64)> = ports
             .iter()
             .filter_map(Result::ok)
@@ -55,8 +55,8 @@ impl KernelMonitor {
             .ebpf
             .map_mut(PORT_HOLDERS_MAP)
             .ok_or(NetmonError::Missing("PORT_HOLDERS map"))?;
-        let mut holders = HashMap::<_, u64, SessionPort>::try_from(map)
-            .map_err(map_err(PORT_HOLDERS_MAP))?;
+        let mut holders =
+            HashMap::<_, u64, SessionPort>::try_from(map).map_err(map_err(PORT_HOLDERS_MAP))?;
         for (_, cookie) in &ours {
             remove(&mut holders, cookie, PORT_HOLDERS_MAP)?;
         }

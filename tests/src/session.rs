@@ -1,0 +1,80 @@
+//! Agents run inside a session the way a user runs them: `toolwall exec --user nobody` with the
+//! system's Python, a script written to a directory every user can read, and the daemon's
+//! stored events read back through the CLI.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::{Duration, Instant},
+};
+
+use crate::{Daemon, toolwall_bin};
+
+/// A directory every user can read and write (the agent runs as `nobody`).
+pub fn shared_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .expect("chmod");
+    dir
+}
+
+/// Writes an agent's source to `dir/name`.
+pub fn write_agent(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, source).expect("write agent");
+    path
+}
+
+/// `toolwall exec` as root with `args` before `--`, the agent `python3 SCRIPT ARGS...` (the
+/// system's Python: `nobody` cannot reach root's pyenv).
+pub fn exec(daemon: &Daemon, args: &[&str], script: &Path, script_args: &[String]) -> Command {
+    let mut cmd = Command::new(toolwall_bin());
+    cmd.arg("exec")
+        .arg("--config")
+        .arg(&daemon.config)
+        .args(args)
+        .args(["--", "/usr/bin/python3"])
+        .arg(script)
+        .args(script_args)
+        .env_remove("SUDO_USER");
+    cmd
+}
+
+/// The same agent without toolwall, as `nobody`: the control that shows a route works, so a
+/// refusal under `toolwall exec` is toolwall's.
+pub fn without_toolwall(script: &Path, script_args: &[String]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg("/usr/bin/python3")
+        .arg(script)
+        .args(script_args)
+        .output()
+        .expect("setpriv python3")
+}
+
+/// A process's stdout and stderr as text.
+pub fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The daemon's stored events of one type, waiting up to 5 s for `enough` of them.
+pub fn events(
+    daemon: &Daemon,
+    kind: &str,
+    enough: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = daemon.json_lines(&["mcp", "events", "--json", "--type", kind]);
+        if enough(&found) || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

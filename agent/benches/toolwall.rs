@@ -83,7 +83,7 @@ fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {
 /// program. Goal: under 1 µs added per connect.
 fn bench_connect() {
     println!(
-        "== connect(): cost of the kernel layer per connect (loopback, median of each connect)"
+        "== connect(), bind(): cost of the kernel layer per call (loopback, median of each call; the sockets' release included)"
     );
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -111,6 +111,9 @@ fn bench_connect() {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         s.send_to(b"x", udp_addr).unwrap();
     };
+    // A listener bound and closed: `post_bind4` remembers its port as the session's own,
+    // `sock_release` forgets it.
+    let bind = move || drop(TcpListener::bind("127.0.0.1:0").unwrap());
     // The kernel counts each program's runs and run time while this fd is open.
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);
     if let Err(error) = &stats {
@@ -128,6 +131,7 @@ fn bench_connect() {
         ("TCP", tcp_addr, &tcp as &dyn Fn()),
         ("UDP", udp_addr, &udp as &dyn Fn()),
         ("UDP sendto", udp_addr, &sendto as &dyn Fn()),
+        ("TCP bind", tcp_addr, &bind as &dyn Fn()),
     ] {
         let flag = [Rule::exact(addr.ip(), addr.port(), 0, RuleAction::Flag)];
         // The three cases take turns, round after round, so the noise of a shared machine

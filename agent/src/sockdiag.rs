@@ -103,6 +103,26 @@ pub(crate) fn client_socket(server: SocketAddr, client: SocketAddr) -> io::Resul
             cookie: [NO_COOKIE, NO_COOKIE],
         },
     };
+    let fd = send_request(&request)?;
+    // One answer: the socket's message (with its attributes), or an error.
+    let mut answer = [0u8; 8192];
+    // SAFETY: the buffer is writable for its whole length.
+    let got = unsafe {
+        libc::recv(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            answer.as_mut_ptr().cast(),
+            answer.len(),
+            0,
+        )
+    };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    parse_answer(&answer[..got as usize])
+}
+
+/// Opens a sock_diag socket and sends `request` on it.
+fn send_request(request: &Request) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: a plain socket(2) call; the descriptor is owned below.
     let fd = unsafe {
         libc::socket(
@@ -118,18 +138,172 @@ pub(crate) fn client_socket(server: SocketAddr, client: SocketAddr) -> io::Resul
     let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
     // SAFETY: `request` is a live, fully initialised value of the size given.
-    let sent = unsafe { libc::send(raw, (&raw const request).cast(), size_of::<Request>(), 0) };
+    let sent = unsafe {
+        libc::send(
+            raw,
+            (request as *const Request).cast(),
+            size_of::<Request>(),
+            0,
+        )
+    };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
-    // One answer: the socket's message (with its attributes), or an error.
-    let mut answer = [0u8; 8192];
-    // SAFETY: the buffer is writable for its whole length.
-    let got = unsafe { libc::recv(raw, answer.as_mut_ptr().cast(), answer.len(), 0) };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
+    Ok(fd)
+}
+
+/// A listening socket on a port, as the kernel lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Listener {
+    /// The user that made it.
+    pub(crate) uid: u32,
+    /// Its inode (`socket:[N]` among a process's descriptors).
+    pub(crate) inode: u32,
+}
+
+/// Where `struct inet_diag_msg` has `idiag_inode`.
+const DIAG_INODE: usize = 68;
+/// `TCP_LISTEN` in the kernel's TCP states.
+const TCP_LISTEN: u32 = 10;
+
+/// Every TCP socket listening on `port`, on any address of either family: who holds a port
+/// this daemon could not bind, to name in its error.
+pub(crate) fn tcp_listeners(port: u16) -> io::Result<Vec<Listener>> {
+    let mut out = Vec::new();
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let request = Request {
+            header: libc::nlmsghdr {
+                nlmsg_len: size_of::<Request>() as u32,
+                nlmsg_type: SOCK_DIAG_BY_FAMILY,
+                nlmsg_flags: (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16,
+                nlmsg_seq: 1,
+                nlmsg_pid: 0,
+            },
+            family: family as u8,
+            protocol: libc::IPPROTO_TCP as u8,
+            ext: 0,
+            pad: 0,
+            states: 1 << TCP_LISTEN,
+            id: SockId {
+                cookie: [NO_COOKIE, NO_COOKIE],
+                ..SockId::default()
+            },
+        };
+        let fd = send_request(&request)?;
+        let mut buf = vec![0u8; 32 * 1024];
+        'dump: loop {
+            // SAFETY: the buffer is writable for its whole length.
+            let got = unsafe {
+                libc::recv(
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                )
+            };
+            if got < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut rest = &buf[..got as usize];
+            if rest.is_empty() {
+                break;
+            }
+            while rest.len() >= 16 {
+                let len = u32_at(rest, 0).ok_or_else(|| not_said("a short answer"))? as usize;
+                let kind = u16_at(rest, 4).ok_or_else(|| not_said("a short answer"))?;
+                if len < 16 || len > rest.len() {
+                    return Err(not_said("a cut answer"));
+                }
+                match kind {
+                    k if k == libc::NLMSG_DONE as u16 => break 'dump,
+                    k if k == libc::NLMSG_ERROR as u16 => {
+                        return Err(parse_answer(&rest[..len])
+                            .err()
+                            .unwrap_or_else(|| not_said("an error answer that names no error")));
+                    }
+                    SOCK_DIAG_BY_FAMILY => {
+                        let message = &rest[..len];
+                        let sport = message
+                            .get(16 + 4..16 + 6)
+                            .ok_or_else(|| not_said("a short answer"))?;
+                        if u16::from_be_bytes([sport[0], sport[1]]) == port {
+                            out.push(Listener {
+                                uid: u32_at(message, 16 + DIAG_UID)
+                                    .ok_or_else(|| not_said("a short answer"))?,
+                                inode: u32_at(message, 16 + DIAG_INODE)
+                                    .ok_or_else(|| not_said("a short answer"))?,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+                rest = &rest[((len + 3) & !3).min(rest.len())..];
+            }
+        }
     }
-    parse_answer(&answer[..got as usize])
+    Ok(out)
+}
+
+/// A process holding a listening socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// The socket's owner.
+    pub(crate) uid: u32,
+    /// The processes with it among their descriptors: pid, command, cgroup (v2 path); empty
+    /// when none is visible from here.
+    pub(crate) processes: Vec<(u32, String, String)>,
+}
+
+/// Who holds TCP `port` (every listener on it and, from `/proc/*/fd`, its processes): to name
+/// in the error of a daemon that could not bind it.
+pub(crate) fn port_holders(port: u16) -> io::Result<Vec<Holder>> {
+    let listeners = tcp_listeners(port)?;
+    let mut out: Vec<Holder> = listeners
+        .iter()
+        .map(|l| Holder {
+            uid: l.uid,
+            processes: Vec::new(),
+        })
+        .collect();
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let needles: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("socket:[{}]", l.inode))
+        .collect();
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(link) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let Some(at) = needles.iter().position(|n| link.as_os_str() == n.as_str()) else {
+                continue;
+            };
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            let cgroup = cgroup
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .unwrap_or("?")
+                .to_owned();
+            out[at]
+                .processes
+                .push((pid, comm.trim().to_owned(), cgroup));
+            break;
+        }
+    }
+    Ok(out)
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -223,6 +397,29 @@ mod tests {
             let nobody = SocketAddr::new(peer.ip(), peer.port().wrapping_add(1));
             assert!(client_cgroup(server, nobody).is_err(), "{bind}");
         }
+    }
+
+    #[test]
+    fn the_holder_of_a_listening_port_is_this_process() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let holders = port_holders(port).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        assert_eq!(holders.len(), 1, "{holders:?}");
+        assert_eq!(holders[0].uid, uid);
+        assert!(
+            holders[0]
+                .processes
+                .iter()
+                .any(|(pid, _, _)| *pid == std::process::id()),
+            "{holders:?}"
+        );
+        drop(listener);
+        assert!(
+            port_holders(port).unwrap().is_empty(),
+            "a closed port has no holder"
+        );
     }
 
     #[test]

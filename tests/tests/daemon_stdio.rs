@@ -530,6 +530,10 @@ fn privileged_a_declared_server_runs_as_declared_and_the_agent_cannot_reach_into
         socket = socket_file.display(),
         cwd = dir.path().display(),
     );
+    // The session boundary off: the agent's connection in to the server's socket must be
+    // stopped by the server's own ingress guard, which the boundary would otherwise pre-empt
+    // (its refusals are `session_boundary.rs`'s).
+    let config = format!("{config}netmon:\n  egress:\n    mode: open\n");
     let mut daemon = Daemon::start(&config);
     let ping_range = PingGroups::open_to_all();
     let run = Command::new(toolwall_bin())

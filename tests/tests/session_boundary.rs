@@ -416,3 +416,32 @@ fn privileged_allowlist_mode_refuses_every_destination_not_listed() {
         "{recorded:#?}"
     );
 }
+
+#[test]
+fn a_daemon_that_cannot_bind_its_port_names_who_holds_it() {
+    let held = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = held.local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("toolwall.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "api:\n  listen: 127.0.0.1:0\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:{port}\nnetmon:\n  enabled: false\n",
+            dir.path().join("api.sock").display(),
+            dir.path().join("events.db").display()
+        ),
+    )
+    .expect("write config");
+    let out = Command::new(toolwall_tests::toolwall_bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("toolwall run");
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{port}"))
+            && stderr.contains(&format!("held by pid {}", std::process::id())),
+        "the error names the process that holds the port: {stderr}"
+    );
+}

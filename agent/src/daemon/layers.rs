@@ -61,8 +61,9 @@ pub(super) async fn start_proxy(
         .await
         .with_context(|| {
             format!(
-                "start the LLM proxy on {} (proxy.listen)",
-                config.proxy.listen
+                "start the LLM proxy on {} (proxy.listen){}",
+                config.proxy.listen,
+                super::process::held_by(config.proxy.listen.port())
             )
         })?
         .with_approvals(approvals.clone())?;

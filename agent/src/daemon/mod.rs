@@ -28,7 +28,9 @@ use tokio::sync::broadcast;
 
 use endpoints::boundary_summary;
 use layers::{correlate_live, start_netmon, start_proxy};
-use process::{notify, raise_descriptor_limit, shutdown_signals, warn_if_ptrace_is_open};
+use process::{
+    notify, raise_descriptor_limit, shutdown_signals, warn_if_ephemeral, warn_if_ptrace_is_open,
+};
 use servers::{check_server_users, discover_servers};
 pub(crate) use state::{DaemonState, LayerStatus};
 
@@ -345,6 +347,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     tokio::spawn(state.metrics.clone().follow(state.live_events.subscribe()));
     if state.netmon.is_some() && state.proxy_addr.is_some() {
         warn_if_ptrace_is_open();
+    }
+    if state.netmon.is_some() {
+        let mut ports = vec![("api.listen", api_addr.port())];
+        ports.extend(proxy_addr.map(|a| ("proxy.listen", a.port())));
+        warn_if_ephemeral(&ports);
     }
     let adopted = state.adopt_pinned_sessions();
     if adopted > 0 {

@@ -62,3 +62,51 @@ pub(super) fn warn_if_ptrace_is_open() {
         );
     }
 }
+
+/// Warns when one of the daemon's own ports lies in the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`): a port the kernel picks for a `listen()` without `bind()`
+/// passes no bind hook, so while the daemon is down a session could land on it by chance.
+pub(super) fn warn_if_ephemeral(ports: &[(&str, u16)]) {
+    let Ok(range) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else {
+        return;
+    };
+    let mut bounds = range.split_whitespace().map(str::parse::<u16>);
+    let (Some(Ok(low)), Some(Ok(high))) = (bounds.next(), bounds.next()) else {
+        return;
+    };
+    for (what, port) in ports {
+        if (low..=high).contains(port) {
+            tracing::warn!(
+                "{what} listens on port {port}, inside the kernel's ephemeral range {low}-{high} (net.ipv4.ip_local_port_range): a session's listen() without bind() may be given it while the daemon is down; choose a port outside the range"
+            );
+        }
+    }
+}
+
+/// Who listens on `port`, for the error of a listener that could not bind it: ` (held by pid
+/// 812 (python3) in cgroup /toolwall/review, user alice)`, or nothing when no listener is seen.
+pub(super) fn held_by(port: u16) -> String {
+    if port == 0 {
+        return String::new();
+    }
+    let holders = match crate::sockdiag::port_holders(port) {
+        Ok(holders) if !holders.is_empty() => holders,
+        _ => return String::new(),
+    };
+    let words: Vec<String> = holders
+        .iter()
+        .map(|h| {
+            let user = crate::exec::user_name(h.uid).unwrap_or_else(|| h.uid.to_string());
+            if h.processes.is_empty() {
+                return format!("a socket of user {user} no process here holds");
+            }
+            let processes: Vec<String> = h
+                .processes
+                .iter()
+                .map(|(pid, comm, cgroup)| format!("pid {pid} ({comm}) in cgroup {cgroup}"))
+                .collect();
+            format!("{}, user {user}", processes.join(", "))
+        })
+        .collect();
+    format!(" (held by {})", words.join("; "))
+}

@@ -125,7 +125,7 @@ pub(crate) fn home_of(uid: u32) -> Option<PathBuf> {
 }
 
 /// The name of `uid` in the password database.
-pub(super) fn user_name(uid: u32) -> Option<String> {
+pub(crate) fn user_name(uid: u32) -> Option<String> {
     passwd_of(uid).map(|(name, _)| name)
 }
 

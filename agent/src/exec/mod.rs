@@ -12,6 +12,7 @@
 //! ancestors out of sight), with `no_new_privs` and without the capabilities that could detach
 //! programs or move processes ([`DROPPED_CAPS`]), even when it is run as root on request.
 
+mod ambient;
 mod confine;
 mod init;
 mod reach;
@@ -27,7 +28,7 @@ use crate::{cgroup::SessionCgroup, client::ApiClient, config::Config};
 use confine::agent_user;
 pub(crate) use confine::{
     Pids, SERVER_DROPPED_CAPS, confine_on_spawn, home_of, lookup_user,
-    own_pid_namespace_for_children,
+    own_pid_namespace_for_children, user_name,
 };
 
 /// Arguments of `toolwall exec`.
@@ -48,6 +49,10 @@ pub struct ExecArgs {
     /// powers (raw sockets, kernel modules, every file); prefer `--user`.
     #[arg(long)]
     pub as_root: bool,
+    /// Pass this variable to the agent although it leads out of the session (a proxy, an ssh
+    /// or gpg agent, a bus, a display, tmux; see docs/sessions.md); repeatable.
+    #[arg(long = "env", value_name = "NAME")]
+    pub keep_env: Vec<OsString>,
     /// The agent and its arguments, e.g. `-- claude -p "..."`.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -80,6 +85,22 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             .context("parse the daemon's session reply")?;
 
         let mut cmd = build_command(&args.command, &session, &socket, reply.proxy.as_deref());
+        let dropped = ambient::drop_routes_out(&mut cmd, &ambient::kept(&args.keep_env));
+        if !dropped.is_empty() {
+            eprintln!(
+                "toolwall: session {session}: not passed to the agent: {} (each names a service outside the session that would relay or run what the agent asks; keep one with --env NAME)",
+                dropped.join(", ")
+            );
+        }
+        // SAFETY: geteuid has no preconditions.
+        let agent_uid = user.as_ref().map_or_else(|| unsafe { libc::geteuid() }, |u| u.uid);
+        let services = ambient::login_services(agent_uid);
+        if !services.is_empty() {
+            eprintln!(
+                "toolwall: WARNING: session {session}: the agent's user (uid {agent_uid}) runs {}; the session does not confine Unix sockets yet, so the agent can ask these to act outside it. Run agents as a user of their own (--user, exec.user)",
+                services.join(", ")
+            );
+        }
         if let Some(user) = &user {
             cmd.env("HOME", &user.home)
                 .env("USER", &user.name)
@@ -364,6 +385,7 @@ mod tests {
             config: None,
             user: user.map(str::to_owned),
             as_root,
+            keep_env: Vec::new(),
             command: vec!["true".into()],
         };
         // SAFETY (test): SUDO_USER is read only here in this test binary's exec tests.

@@ -98,7 +98,10 @@ fn remove_socket(path: &std::path::Path) {
 /// address, `daemon/mod.rs`).
 pub(crate) async fn bind_http(listen: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(listen).await.with_context(|| {
-        format!("bind the API on {listen} (api.listen); is another toolwall running?")
+        format!(
+            "bind the API on {listen} (api.listen){}; is another toolwall running?",
+            super::process::held_by(listen.port())
+        )
     })
 }
 

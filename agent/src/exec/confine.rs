@@ -203,12 +203,14 @@ pub(crate) fn own_pid_namespace_for_children() -> std::io::Result<()> {
 /// user's groups and ids. Every step must succeed, or the agent does not start.
 /// Also confines the stdio servers the daemon runs for shims (`daemon/stdio.rs`): a server
 /// runs outside the agent's session, so it must not get back what the agent lost. `ids`: the
-/// uid, gid and groups to run as. `pids`: see [`Pids`].
+/// uid, gid and groups to run as. `pids`: see [`Pids`]. `landlock`: a ruleset to restrict the
+/// process to (`exec.confine: strict`, [`super::strict`]), applied once `no_new_privs` is set.
 pub(crate) fn confine_on_spawn(
     cmd: &mut std::process::Command,
     ids: Option<(u32, u32, Vec<libc::gid_t>)>,
     also_dropped: &'static [(u32, &'static str)],
     pids: Pids,
+    landlock: Option<std::os::fd::OwnedFd>,
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
@@ -286,6 +288,12 @@ pub(crate) fn confine_on_spawn(
                 }
             }
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            if let Some(ruleset) = &landlock {
+                let raw = std::os::fd::AsRawFd::as_raw_fd(ruleset);
+                if libc::syscall(libc::SYS_landlock_restrict_self, raw, 0u32) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             if root {
                 check(libc::prctl(
                     libc::PR_CAP_AMBIENT,

@@ -16,6 +16,7 @@ mod ambient;
 mod confine;
 mod init;
 mod reach;
+mod strict;
 
 use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 
@@ -70,6 +71,22 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(args.config.as_deref())?;
     let user = agent_user(&args, &config)?;
     let socket = crate::config::prepare_socket_dir(config.api.socket.as_deref(), false)?;
+    // Before a session exists: a plan strict cannot keep fails without leaving one behind.
+    let strict = match config.exec.confine {
+        crate::config::Confine::Default => None,
+        crate::config::Confine::Strict => {
+            let home = user
+                .as_ref()
+                .map(|u| u.home.clone())
+                .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("/"));
+            let cwd =
+                std::env::current_dir().context("exec.confine strict: the working directory")?;
+            let plan = strict::Plan::new(&cwd, &home, &config.exec.write, &config.exec.secrets)?;
+            let ruleset = strict::ruleset(&plan)?;
+            Some((plan, ruleset))
+        }
+    };
     let session = args.session.unwrap_or_else(|| {
         format!(
             "s-{}-{}",
@@ -117,6 +134,14 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        let landlock = strict.map(|(plan, ruleset)| {
+            eprintln!(
+                "toolwall: session {session}: files confined (exec.confine: strict): writes only to {}; unreadable: {}; abstract Unix sockets and signals outside the session refused",
+                plan.write.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+                if plan.secrets.is_empty() { "none of exec.secrets exists".to_owned() } else { plan.secrets.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") }
+            );
+            ruleset
+        });
         match &reply.proxy {
             Some(proxy) => eprintln!("toolwall: session {session}: LLM traffic through {proxy}"),
             None => eprintln!("toolwall: WARNING: session {session}: the daemon's LLM proxy is off; LLM calls go directly to the providers, unseen"),
@@ -126,7 +151,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
                 let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
                 // After the cgroup is entered (closures run in the order they were added).
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit)?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit, landlock)?;
                 Some(procs)
             }
             None => {
@@ -134,7 +159,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
                     reply.kernel.as_deref().unwrap_or("off")
                 );
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit)?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit, landlock)?;
                 None
             }
         };

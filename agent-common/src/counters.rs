@@ -25,14 +25,11 @@ pub const SUMMARISED: u32 = 6;
 pub const EGRESS_DROPS: u32 = 7;
 /// Every `bind()` of a session that got its port (`post_bind4`/`post_bind6`).
 pub const BINDS: u32 = 8;
-/// Connects and datagrams to one of the host's own addresses let through because the session
-/// itself holds the port (an agent's own dev server).
+/// Connects and datagrams to one of the host's own addresses let through because the socket
+/// that takes them is the session's own (an agent's own dev server).
 pub const OWN_PORT: u32 = 9;
-/// Binds of a session remembered as its own ports that found no room in `SESSION_PORTS` (the
-/// port stays bound but unreachable from the session: refused, not opened).
-pub const OWN_PORT_FULL: u32 = 10;
 /// Number of slots in the `COUNTERS` map.
-pub const COUNT: u32 = 11;
+pub const COUNT: u32 = 10;
 
 /// Map name of the per-CPU counter array.
 pub const MAP_NAME: &str = "COUNTERS";

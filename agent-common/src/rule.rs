@@ -106,8 +106,8 @@ const _: () = assert!(core::mem::size_of::<EgressKey>() == 26);
 const _: () = assert!(core::mem::align_of::<EgressKey>() == 1);
 
 /// `server_index` of the rules that refuse a session the host itself: its loopback, unspecified
-/// and interface addresses, on every port no other rule names. A port the session itself bound
-/// (in `SESSION_PORTS`) stays reachable.
+/// and interface addresses, on every port no other rule names. A socket the session made itself
+/// stays reachable ([`session_tag`]).
 pub const HOST_LOCAL_INDEX: u32 = u32::MAX - 1;
 /// `server_index` of the rules that refuse a session the networks around the host: private,
 /// unique-local and link-local ranges, broadcast and multicast.
@@ -131,24 +131,12 @@ pub const RESERVED_PORTS_MAP: &str = "RESERVED_PORTS";
 /// Capacity of [`RESERVED_PORTS_MAP`].
 pub const MAX_RESERVED_PORTS: u32 = 1024;
 
-/// Key of `SESSION_PORTS`: a port a session's socket bound, so the session may still reach
-/// it on the host's own addresses.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SessionPort {
-    /// The binding task's cgroup id (the session's, or one below it).
-    pub cgroup_id: u64,
-    /// The bound port, host byte order.
-    pub port: u16,
-    /// Explicit padding so both sides hash the same bytes.
-    pub _pad: [u8; 6],
+/// The mark `sock_create` gives every socket a session makes, as its priority: the own-port
+/// exception lets a session reach a socket of the host only when that socket carries the
+/// session's tag. Only CAP_NET_ADMIN sets a priority above 6, and no agent has it; the low four
+/// bits are 0 (best effort for every queueing discipline), the upper sixteen a fixed pattern no
+/// queueing discipline handle is likely to share. Sessions share a tag one time in 4096.
+pub const fn session_tag(cgroup_id: u64) -> u32 {
+    let mixed = (cgroup_id as u32).wrapping_mul(0x9E37_79B1) >> 20;
+    0x7E77_0000 | (mixed << 4)
 }
-
-/// Map name of the ports sessions hold (key → the socket cookie holding it).
-pub const SESSION_PORTS_MAP: &str = "SESSION_PORTS";
-/// Map name of the reverse index (socket cookie → key), read when a socket is released.
-pub const PORT_HOLDERS_MAP: &str = "PORT_HOLDERS";
-/// Capacity of both: ports held by sessions at once.
-pub const MAX_SESSION_PORTS: u32 = 8192;
-
-const _: () = assert!(core::mem::size_of::<SessionPort>() == 16);

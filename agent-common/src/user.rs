@@ -2,7 +2,7 @@
 
 use crate::{
     connect::ConnectEvent,
-    rule::{CidrKey, EgressKey, EndpointKey, EndpointRule, SessionPort},
+    rule::{CidrKey, EgressKey, EndpointKey, EndpointRule},
     summary::{SummaryKey, SummarySeen, SummaryValue},
 };
 
@@ -11,7 +11,6 @@ use crate::{
 unsafe impl aya::Pod for EndpointKey {}
 unsafe impl aya::Pod for CidrKey {}
 unsafe impl aya::Pod for EgressKey {}
-unsafe impl aya::Pod for SessionPort {}
 unsafe impl aya::Pod for EndpointRule {}
 unsafe impl aya::Pod for ConnectEvent {}
 unsafe impl aya::Pod for SummaryKey {}

@@ -11,9 +11,10 @@
 //! Every `bind()` that got its port (`post_bind4`/`post_bind6`, so a port the kernel picked is
 //! seen too) is refused when the port is one of toolwall's own listeners or a declared server's
 //! on this host (`RESERVED_PORTS`): a session cannot squat them while their owner restarts.
-//! Other bound ports are remembered as the session's own (`SESSION_PORTS`, until
-//! `sock_release`), so the agent still reaches its own dev server while the host's other local
-//! ports stay closed to it.
+//! Every socket a session makes is marked as its own (`sock_create` sets its priority to the
+//! session's tag, a value only CAP_NET_ADMIN could set), so a connect to the host is let through
+//! when the socket that would take it — looked up by address, port and protocol at that moment —
+//! is one of the session's: the agent reaches its own dev server and nothing else of the host.
 //!
 //! Every map is pinned by name (the daemon loads with a pin directory on bpffs), so the programs
 //! and their rules outlive a daemon that dies, and the next daemon reads the same maps
@@ -28,18 +29,18 @@ use agent_common::{
     },
     counters,
     rule::{
-        CidrKey, EgressKey, EndpointKey, EndpointRule, ReservedPort, SessionPort, ACTION_DENY,
-        ACTION_PASS, CIDR_PORT_BITS, EGRESS_FIXED_BITS, EGRESS_INDEX, HOST_LOCAL_INDEX,
-        MAX_EGRESS_LEVEL, MAX_EGRESS_SCOPES, MAX_RESERVED_PORTS, MAX_RULES, MAX_SESSION_PORTS,
-        is_boundary,
+        is_boundary, session_tag, CidrKey, EgressKey, EndpointKey, EndpointRule, ReservedPort,
+        ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS, EGRESS_FIXED_BITS, EGRESS_INDEX,
+        HOST_LOCAL_INDEX, MAX_EGRESS_LEVEL, MAX_EGRESS_SCOPES, MAX_RESERVED_PORTS, MAX_RULES,
     },
     summary::{SummaryKey, SummaryValue, BURST, MAX_SUMMARIES, WINDOW_NS},
 };
 use aya_ebpf::{
+    bindings::bpf_sock_tuple,
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_get_socket_cookie, bpf_ktime_get_ns,
-        bpf_skb_ancestor_cgroup_id,
+        bpf_sk_lookup_tcp, bpf_sk_lookup_udp, bpf_sk_release, bpf_skb_ancestor_cgroup_id,
     },
     macros::{cgroup_skb, cgroup_sock, cgroup_sock_addr, map},
     maps::{lpm_trie::Key, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -85,14 +86,6 @@ static SUMMARY_SEEN: HashMap<SummaryKey, agent_common::summary::SummarySeen> =
 #[map(name = "RESERVED_PORTS")]
 static RESERVED_PORTS: HashMap<ReservedPort, u32> = HashMap::pinned(MAX_RESERVED_PORTS, 0);
 
-/// Ports a session's sockets hold (→ the holding socket's cookie).
-#[map(name = "SESSION_PORTS")]
-static SESSION_PORTS: HashMap<SessionPort, u64> = HashMap::pinned(MAX_SESSION_PORTS, 0);
-
-/// Which `SESSION_PORTS` entry a socket holds, found again when it is released.
-#[map(name = "PORT_HOLDERS")]
-static PORT_HOLDERS: HashMap<u64, SessionPort> = HashMap::pinned(MAX_SESSION_PORTS, 0);
-
 #[cgroup_sock_addr(connect4)]
 pub fn connect4(ctx: SockAddrContext) -> i32 {
     verdict(&ctx, ipv4_dest(&ctx), FAMILY_INET, HOOK_CONNECT)
@@ -134,7 +127,7 @@ pub fn post_bind6(ctx: SockContext) -> i32 {
     bound(&ctx, addr, FAMILY_INET6)
 }
 
-/// A port is bound: refused when reserved, else remembered as the session's own.
+/// A port is bound: refused when it is reserved.
 #[inline(always)]
 fn bound(ctx: &SockContext, addr: [u8; 16], family: u16) -> i32 {
     bump(counters::BINDS);
@@ -157,43 +150,19 @@ fn bound(ctx: &SockContext, addr: [u8; 16], family: u16) -> i32 {
         record(sk.cast(), protocol, &rule, addr, port, family, HOOK_BIND, true);
         return REFUSE;
     }
-    // SAFETY: both helpers are valid in cgroup_sock programs; the cookie helper takes the ctx.
-    let (cookie, cgroup_id) = unsafe {
-        (
-            bpf_get_socket_cookie(sk.cast()),
-            bpf_get_current_cgroup_id(),
-        )
-    };
-    let key = SessionPort {
-        cgroup_id,
-        port,
-        _pad: [0; 6],
-    };
-    if PORT_HOLDERS.insert(&cookie, &key, 0).is_err() {
-        bump(counters::OWN_PORT_FULL);
-    } else if SESSION_PORTS.insert(&key, &cookie, 0).is_err() {
-        let _ = PORT_HOLDERS.remove(&cookie);
-        bump(counters::OWN_PORT_FULL);
-    }
     ALLOW
 }
 
-/// A socket goes away: the port it held is no longer the session's (another process may bind
-/// it next, and the session must not reach that one).
-#[cgroup_sock(sock_release)]
-pub fn sock_release(ctx: SockContext) -> i32 {
-    // SAFETY: valid in cgroup_sock programs; takes the ctx.
-    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock.cast()) };
-    // SAFETY: map values are plain Copy data, copied out at once.
-    let Some(&key) = (unsafe { PORT_HOLDERS.get(&cookie) }) else {
-        return ALLOW;
-    };
-    // Another socket of the session may have bound the same port since (SO_REUSEPORT, or UDP
-    // beside TCP): its entry stays.
-    if unsafe { SESSION_PORTS.get(&key) }.copied() == Some(cookie) {
-        let _ = SESSION_PORTS.remove(&key);
+/// Marks every socket a session makes as the session's: its priority becomes the session's
+/// tag (an unprivileged process may set only 0 to 6; the tag's low bits are 0, so queueing
+/// disciplines treat it as best effort).
+#[cgroup_sock(sock_create)]
+pub fn sock_create(ctx: SockContext) -> i32 {
+    // SAFETY: valid in cgroup_sock programs; priority is writable at sock_create.
+    unsafe {
+        let tag = session_tag(bpf_get_current_cgroup_id());
+        core::ptr::write_volatile(&mut (*ctx.sock).priority, tag);
     }
-    let _ = PORT_HOLDERS.remove(&cookie);
     ALLOW
 }
 
@@ -267,7 +236,7 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
         bump(counters::UNMATCHED);
         return ALLOW;
     }
-    if rule.server_index == HOST_LOCAL_INDEX && own_port(port) {
+    if rule.server_index == HOST_LOCAL_INDEX && own_port(ctx, addr, port) {
         bump(counters::OWN_PORT);
         return ALLOW;
     }
@@ -292,17 +261,43 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
     }
 }
 
-/// Whether the calling task's cgroup holds `port` through a socket it bound (see [`bound`]).
+/// Whether the socket that would take this connect or datagram now (looked up by address, port
+/// and the caller's protocol) was made by the caller's session ([`sock_create`]).
 #[inline(always)]
-fn own_port(port: u16) -> bool {
-    let key = SessionPort {
-        // SAFETY: valid in cgroup_sock_addr programs.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-        port,
-        _pad: [0; 6],
+fn own_port(ctx: &SockAddrContext, addr: [u8; 16], port: u16) -> bool {
+    // SAFETY: valid in cgroup_sock_addr programs.
+    let tag = session_tag(unsafe { bpf_get_current_cgroup_id() });
+    // SAFETY: an all-zero tuple is valid; the fields set below are plain integers.
+    let mut tuple: bpf_sock_tuple = unsafe { core::mem::zeroed() };
+    let v4 = addr[..10].iter().all(|&b| b == 0) && addr[10] == 0xff && addr[11] == 0xff;
+    let size = if v4 {
+        tuple.__bindgen_anon_1.ipv4.daddr =
+            u32::from_ne_bytes([addr[12], addr[13], addr[14], addr[15]]);
+        tuple.__bindgen_anon_1.ipv4.dport = port.to_be();
+        12
+    } else {
+        let word = |i: usize| u32::from_ne_bytes([addr[i], addr[i + 1], addr[i + 2], addr[i + 3]]);
+        tuple.__bindgen_anon_1.ipv6.daddr = [word(0), word(4), word(8), word(12)];
+        tuple.__bindgen_anon_1.ipv6.dport = port.to_be();
+        36
     };
-    // SAFETY: only presence is read.
-    unsafe { SESSION_PORTS.get(&key) }.is_some()
+    // BPF_F_CURRENT_NETNS: the caller's network namespace.
+    let netns = u64::MAX;
+    // SAFETY: the helpers get the program's context and a tuple of the size given; a socket
+    // they return is released on the one path that follows.
+    unsafe {
+        let sk = if protocol(ctx) == 17 {
+            bpf_sk_lookup_udp(sock_addr(ctx), &mut tuple, size, netns, 0)
+        } else {
+            bpf_sk_lookup_tcp(sock_addr(ctx), &mut tuple, size, netns, 0)
+        };
+        if sk.is_null() {
+            return false;
+        }
+        let priority = core::ptr::read_volatile(&(*sk).priority);
+        bpf_sk_release(sk.cast());
+        priority == tag
+    }
 }
 
 /// A sock_addr program's context, as the socket helpers take it.

@@ -111,8 +111,8 @@ fn bench_connect() {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         s.send_to(b"x", udp_addr).unwrap();
     };
-    // A listener bound and closed: `post_bind4` remembers its port as the session's own,
-    // `sock_release` forgets it.
+    // A listener made (`sock_create` marks it the session's), bound (`post_bind4` checks its
+    // port) and closed.
     let bind = move || drop(TcpListener::bind("127.0.0.1:0").unwrap());
     // The kernel counts each program's runs and run time while this fd is open.
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);

@@ -54,6 +54,33 @@ impl Drop for Lan {
     }
 }
 
+/// A prefix routed to this host (`ip route add local NET dev lo`): every address in it reaches
+/// the host's listeners. Removed on drop.
+struct LocalRoute {
+    net: &'static str,
+}
+
+impl LocalRoute {
+    fn new(net: &'static str) -> LocalRoute {
+        let out = Command::new("ip")
+            .args(["route", "add", "local", net, "dev", "lo"])
+            .output()
+            .expect("ip route");
+        assert!(out.status.success(), "ip route add local {net}: {out:?}");
+        LocalRoute { net }
+    }
+}
+
+impl Drop for LocalRoute {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args([
+                "route", "del", "local", self.net, "dev", "lo", "table", "local",
+            ])
+            .output();
+    }
+}
+
 /// A server that accepts and closes, on `addr` (port 0: any); returns its port.
 fn listener(addr: &str) -> u16 {
     let socket = TcpListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
@@ -95,7 +122,9 @@ fn free_port() -> u16 {
 
 /// Takes each `KIND ADDR PORT` of its arguments and prints `KIND ADDR PORT RESULT`: `tcp` is a
 /// connect, `udp` a datagram sent with `sendto` (broadcast allowed on the socket), `own` binds
-/// `127.0.0.1:0`, connects to what it bound, then connects again after closing it.
+/// `127.0.0.1:0`, connects to what it bound, then connects again after closing it. `viaudp` and
+/// `via2` first hold the port themselves another way (a UDP socket on it; a TCP socket bound to
+/// `127.0.0.2`), then connect over TCP to `ADDR:PORT`, a host service's.
 const PROBE: &str = r#"
 import errno, socket, sys
 def outcome(f):
@@ -138,6 +167,12 @@ for i in range(0, len(args), 3):
         server.close()
         print("own", addr, "closed", outcome(lambda: tcp("127.0.0.1", bound)), flush=True)
         continue
+    if kind in ("viaudp", "via2"):
+        held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "viaudp" else socket.SOCK_STREAM)
+        held.bind(("0.0.0.0" if kind == "viaudp" else "127.0.0.2", port))
+        print(kind, addr, port, outcome(lambda: tcp(addr, port)), flush=True)
+        held.close()
+        continue
     print(kind, addr, port, outcome(lambda: (tcp if kind == "tcp" else udp)(addr, port)), flush=True)
 "#;
 
@@ -162,10 +197,26 @@ fn outcome_of(stdout: &str, kind: &str, addr: &str, port: u16) -> String {
 fn privileged_a_session_reaches_neither_the_host_nor_the_networks_around_it() {
     assert!(is_root());
     let _lan = Lan::new("twb-host", "10.213.1.1/24");
+    // An address given a broadcast address of its own, and a prefix routed to the host.
+    let out = Command::new("ip")
+        .args([
+            "addr",
+            "add",
+            "203.0.113.1/24",
+            "broadcast",
+            "203.0.113.77",
+            "dev",
+            "twb-host",
+        ])
+        .output()
+        .expect("ip addr");
+    assert!(out.status.success(), "{out:?}");
+    let _routed = LocalRoute::new("198.18.77.0/24");
     let service = listener("[::]:0");
     let backend = listener("10.213.1.1:0");
     let published = forwarder(format!("10.213.1.1:{backend}"));
-    let allowed = listener("127.0.0.1:0");
+    // Dual-stack: without toolwall it answers on every local address.
+    let allowed = listener("[::]:0");
     let daemon = Daemon::start(&format!(
         "sandbox:\n  mcp:\n    servers:\n      - id: published\n        type: http\n        url: http://127.0.0.1:{published}/mcp\n      - id: allowed\n        type: http\n        url: http://127.0.0.1:{allowed}/mcp\n"
     ));
@@ -176,8 +227,11 @@ fn privileged_a_session_reaches_neither_the_host_nor_the_networks_around_it() {
         .expect("port")
         .parse()
         .expect("port");
+    // Another service on the proxy's port, at another address of the host.
+    listener(&format!("10.213.1.1:{proxy_port}"));
 
     // What a host service looks like from a session, in every form of the host's address.
+    let only_loopback = listener("127.0.0.1:0");
     let refused_tcp: Vec<(&str, String, u16)> = [
         "127.0.0.1",
         "127.9.9.9",
@@ -186,10 +240,14 @@ fn privileged_a_session_reaches_neither_the_host_nor_the_networks_around_it() {
         "0.0.0.0",
         "::",
         "10.213.1.1",
+        "198.18.77.5",
     ]
     .into_iter()
     .map(|a| ("tcp", a.to_owned(), service))
     .chain([("tcp", "10.213.1.1".to_owned(), backend)])
+    // Holding the port number another way opens nothing of the host.
+    .chain([("viaudp", "127.0.0.1".to_owned(), service)])
+    .chain([("via2", "127.0.0.1".to_owned(), only_loopback)])
     .collect();
     let refused_udp: Vec<(&str, String, u16)> = [
         "255.255.255.255",
@@ -197,6 +255,7 @@ fn privileged_a_session_reaches_neither_the_host_nor_the_networks_around_it() {
         "224.0.0.1",
         "127.0.0.1",
         "ff02::1%twb-host",
+        "203.0.113.77",
     ]
     .into_iter()
     .map(|a| ("udp", a.to_owned(), service))
@@ -206,6 +265,14 @@ fn privileged_a_session_reaches_neither_the_host_nor_the_networks_around_it() {
         ("tcp", "127.0.0.1".to_owned(), allowed),
         ("tcp", "127.0.0.1".to_owned(), proxy_port),
     ];
+    // Let through at the address they were declared at, not at the host's others.
+    let refused_tcp: Vec<(&str, String, u16)> = refused_tcp
+        .into_iter()
+        .chain([
+            ("tcp", "::1".to_owned(), allowed),
+            ("tcp", "10.213.1.1".to_owned(), proxy_port),
+        ])
+        .collect();
     let mut cases = refused_tcp.clone();
     cases.extend(refused_udp.clone());
     cases.extend(through.clone());
@@ -323,6 +390,19 @@ fn privileged_a_session_cannot_take_the_proxy_port_while_the_daemon_restarts() {
     );
 
     let mut daemon = Daemon::start(&format!("proxy:\n  listen: 127.0.0.1:{port}\n"));
+    // Kept from every port the kernel picks itself (a listen() without bind() never gets it).
+    let reserved =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").expect("sysctl");
+    let listed = |p: u16| {
+        reserved.trim().split(',').any(|part| {
+            let (low, high) = part.split_once('-').unwrap_or((part, part));
+            (low.parse().unwrap_or(u16::MAX)..=high.parse().unwrap_or(0)).contains(&p)
+        })
+    };
+    assert!(
+        listed(port),
+        "{port} not in ip_local_reserved_ports {reserved:?}"
+    );
     let squatter = exec(
         &daemon,
         &["--user", "nobody", "--session", "squatter"],

@@ -160,7 +160,7 @@ impl Metrics {
         let kernel = Family::<CounterLabels, Gauge>::default();
         registry.register(
             "kernel",
-            "The kernel layer's counters since the daemon started (connects, unmatched, flagged, denied, ring_drops, summarised, egress_drops, binds, own_port, own_port_full)",
+            "The kernel layer's counters since the daemon started (connects, unmatched, flagged, denied, ring_drops, summarised, egress_drops, binds, own_port)",
             kernel.clone(),
         );
         let export = Family::<CounterLabels, Gauge>::default();
@@ -278,7 +278,6 @@ impl Metrics {
                 ("egress_drops", c.egress_drops),
                 ("binds", c.binds),
                 ("own_port", c.own_port),
-                ("own_port_full", c.own_port_full),
             ] {
                 self.kernel
                     .get_or_create(&CounterLabels {

@@ -227,7 +227,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
             layers.push(LayerStatus::on(
                 "kernel",
                 &format!(
-                    "cgroup/connect4 + connect6 + sendmsg4 + sendmsg6 + post_bind4 + post_bind6 + sock_release ready, pinned under {}; attached to each session's cgroup by `toolwall exec`; session boundary: {}",
+                    "cgroup/connect4 + connect6 + sendmsg4 + sendmsg6 + post_bind4 + post_bind6 + sock_create ready, pinned under {}; attached to each session's cgroup by `toolwall exec`; session boundary: {}",
                     config.netmon.pin_dir.display(),
                     boundary_summary(&effective)
                 ),

@@ -6,8 +6,9 @@
 //! an exact address before a range and a port before "any port", so a declared server the
 //! policy allows (a FLAG rule), toolwall's own endpoints, the resolvers and the owner's
 //! `netmon.egress.allow` (PASS rules) are exceptions to them by construction, and a server the
-//! policy denies stays denied. A port the session bound itself is the one exception the kernel
-//! makes on its own (`SESSION_PORTS`), and only on the host's own addresses.
+//! policy denies stays denied. A socket the session made itself is the one exception the kernel
+//! makes on its own, and only on the host's own addresses: the socket that would take the
+//! connect is looked up, and must carry the session's tag (`sock_create`).
 
 use std::{
     collections::BTreeMap,
@@ -16,7 +17,10 @@ use std::{
 
 use agent_common::rule::{HOST_LOCAL_INDEX, LOCAL_NET_INDEX, UNLISTED_INDEX, is_boundary};
 
-use super::rules::{Rule, RuleAction, is_local, mask};
+use super::{
+    routes::LocalTable,
+    rules::{Rule, RuleAction, is_local, mask},
+};
 
 /// What the boundary refuses (from `netmon.egress.mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,11 +51,12 @@ const LOCAL_NETS: [(IpAddr, u8); 11] = [
     (IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8),
 ];
 
-/// The boundary's refusals for `mode`, on every port. `broadcasts` are the directed broadcast
-/// addresses of the host's IPv4 subnets ([`super::local::subnet_broadcasts`]). The host rule is
-/// one address: laying it out widens it to loopback, the unspecified addresses and every
-/// interface address ([`super::rules::widen_local`]), kept current as they change.
-pub(crate) fn refusals(mode: BoundaryMode, broadcasts: &[Ipv4Addr]) -> Vec<Rule> {
+/// The boundary's refusals for `mode`, on every port. `table` is the kernel's local routing
+/// table ([`super::routes::local_table`]): its local prefixes are the host too, its broadcast
+/// addresses the network around it. The host rule is one address: laying it out widens it to
+/// loopback, the unspecified addresses and every interface address
+/// ([`super::rules::widen_local`]), kept current as they change.
+pub(crate) fn refusals(mode: BoundaryMode, table: &LocalTable) -> Vec<Rule> {
     if mode == BoundaryMode::Off {
         return Vec::new();
     }
@@ -64,6 +69,12 @@ pub(crate) fn refusals(mode: BoundaryMode, broadcasts: &[Ipv4Addr]) -> Vec<Rule>
     };
     let mut out = vec![deny(IpAddr::V4(Ipv4Addr::LOCALHOST), 32, HOST_LOCAL_INDEX)];
     out.extend(
+        table
+            .local
+            .iter()
+            .map(|&(addr, prefix)| deny(addr, prefix, HOST_LOCAL_INDEX)),
+    );
+    out.extend(
         LOCAL_NETS
             .iter()
             .map(|&(addr, prefix)| deny(addr, prefix, LOCAL_NET_INDEX)),
@@ -71,10 +82,11 @@ pub(crate) fn refusals(mode: BoundaryMode, broadcasts: &[Ipv4Addr]) -> Vec<Rule>
     // Loopback's own "broadcast" (127.255.255.255 of 127.0.0.1/8) is the host: a rule on it
     // would be widened over the host rule's addresses.
     out.extend(
-        broadcasts
+        table
+            .broadcast
             .iter()
-            .filter(|b| !b.is_loopback())
-            .map(|&b| deny(IpAddr::V4(b), 32, LOCAL_NET_INDEX)),
+            .filter(|b| !is_local(**b, &[]))
+            .map(|&b| deny(b, if b.is_ipv4() { 32 } else { 128 }, LOCAL_NET_INDEX)),
     );
     if mode == BoundaryMode::Allowlist {
         // `::/0` covers the IPv4-mapped space too.
@@ -126,3 +138,77 @@ fn mapped(addr: IpAddr, prefix: u8) -> (Ipv6Addr, u32) {
 
 #[cfg(test)]
 mod tests;
+
+/// The kernel's `net.ipv4.ip_local_reserved_ports` (IPv6 too): ports a `listen()`, `connect()`
+/// or `sendto()` without `bind()` is never given. The bind hooks see only explicit binds, so
+/// without this a session calling `listen()` in a loop lands on a reserved port that is free
+/// (a declared server that is down, toolwall's own while the daemon restarts).
+const RESERVED_SYSCTL: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
+
+/// Adds `ports` to the kernel's reserved ports and takes back those this daemon added before
+/// that are no longer wanted (`added` remembers them); the host's own entries are kept.
+pub(crate) fn reserve_from_autobind(
+    ports: &BTreeMap<u16, u32>,
+    added: &mut std::collections::BTreeSet<u16>,
+) -> std::io::Result<()> {
+    let current = std::fs::read_to_string(RESERVED_SYSCTL)?;
+    let (text, now_added) = merged_reserved(&current, ports.keys().copied(), added);
+    if text != current.trim() {
+        std::fs::write(RESERVED_SYSCTL, &text)?;
+    }
+    *added = now_added;
+    Ok(())
+}
+
+/// The sysctl's new text: what it lists, less what this daemon added and no longer wants,
+/// plus `wanted`; and the ports this daemon has added after that.
+fn merged_reserved(
+    current: &str,
+    wanted: impl Iterator<Item = u16>,
+    added: &std::collections::BTreeSet<u16>,
+) -> (String, std::collections::BTreeSet<u16>) {
+    let mut listed = std::collections::BTreeSet::new();
+    for part in current.trim().split(',').filter(|p| !p.is_empty()) {
+        let (low, high) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(low), Ok(high)) = (low.trim().parse::<u16>(), high.trim().parse::<u16>()) {
+            listed.extend(low..=high);
+        }
+    }
+    let wanted: std::collections::BTreeSet<u16> = wanted.filter(|&p| p != 0).collect();
+    let host_own: std::collections::BTreeSet<u16> = listed
+        .iter()
+        .copied()
+        .filter(|p| !added.contains(p) || wanted.contains(p))
+        .collect();
+    let now_added: std::collections::BTreeSet<u16> = wanted
+        .iter()
+        .copied()
+        .filter(|p| !listed.contains(p) || added.contains(p))
+        .collect();
+    let all: std::collections::BTreeSet<u16> = host_own.union(&wanted).copied().collect();
+    // As ranges, the sysctl's own form.
+    let mut parts: Vec<String> = Vec::new();
+    let mut run: Option<(u16, u16)> = None;
+    for port in all {
+        run = match run {
+            Some((low, high)) if high.checked_add(1) == Some(port) => Some((low, port)),
+            Some((low, high)) => {
+                parts.push(range_text(low, high));
+                Some((port, port))
+            }
+            None => Some((port, port)),
+        };
+    }
+    if let Some((low, high)) = run {
+        parts.push(range_text(low, high));
+    }
+    (parts.join(","), now_added)
+}
+
+fn range_text(low: u16, high: u16) -> String {
+    if low == high {
+        low.to_string()
+    } else {
+        format!("{low}-{high}")
+    }
+}

@@ -3,8 +3,9 @@
 //! A server listening on `0.0.0.0` or `[::]` answers on every address of every interface, so a
 //! rule on `127.0.0.1:P` must cover `192.0.2.2:P`, `[fd00::2]:P` and `[fe80::…%eth0]:P` too
 //! (otherwise a session reaches a denied local server through another of the host's
-//! addresses). The list is read with `getifaddrs(3)`; changes arrive as rtnetlink
-//! address notifications (`RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR`), not by polling.
+//! addresses). The list is read with `getifaddrs(3)`; changes arrive as rtnetlink address and
+//! route notifications (`RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR` and the route groups, for
+//! [`super::routes`]), not by polling.
 
 use std::{
     io,
@@ -42,31 +43,6 @@ pub(crate) fn local_addresses() -> io::Result<Vec<IpAddr>> {
     out.sort();
     out.dedup();
     Ok(out)
-}
-
-/// The directed broadcast address of every IPv4 subnet configured here (`10.0.0.255` for
-/// `10.0.0.5/24`), sorted: a datagram sent there reaches every host of the subnet, and an
-/// address outside the private ranges is not covered by them.
-pub(crate) fn subnet_broadcasts() -> io::Result<Vec<Ipv4Addr>> {
-    let mut out = Vec::new();
-    each_interface_address(|entry| {
-        // SAFETY: as in `local_addresses`; the netmask is a sockaddr of the address's family.
-        let (addr, mask) = unsafe { (sockaddr_ip(entry.ifa_addr), sockaddr_ip(entry.ifa_netmask)) };
-        if let (Some(IpAddr::V4(addr)), Some(IpAddr::V4(mask))) = (addr, mask)
-            && let Some(broadcast) = directed_broadcast(addr, mask)
-        {
-            out.push(broadcast);
-        }
-    })?;
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
-
-/// The broadcast address of `addr`'s subnet, none for a /31 or /32 (no broadcast there).
-fn directed_broadcast(addr: Ipv4Addr, mask: Ipv4Addr) -> Option<Ipv4Addr> {
-    let mask = u32::from(mask);
-    (mask.leading_ones() <= 30 && mask != 0).then(|| Ipv4Addr::from(u32::from(addr) | !mask))
 }
 
 /// Calls `visit` with each entry of `getifaddrs(3)`.
@@ -137,7 +113,10 @@ impl AddressChanges {
         // SAFETY: a zeroed sockaddr_nl is valid; we set family and groups.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         addr.nl_family = libc::AF_NETLINK as u16;
-        addr.nl_groups = (libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR) as u32;
+        addr.nl_groups = (libc::RTMGRP_IPV4_IFADDR
+            | libc::RTMGRP_IPV6_IFADDR
+            | libc::RTMGRP_IPV4_ROUTE
+            | libc::RTMGRP_IPV6_ROUTE) as u32;
         // SAFETY: bind with a sockaddr_nl of its own size.
         let rc = unsafe {
             libc::bind(
@@ -205,28 +184,6 @@ mod tests {
                 "fe80::1".parse().expect("ip")
             ]
         );
-    }
-
-    #[test]
-    fn a_subnet_broadcast_is_its_last_address() {
-        let at = |a: &str, m: &str| {
-            super::directed_broadcast(a.parse().expect("ip"), m.parse().expect("mask"))
-        };
-        assert_eq!(
-            at("10.0.0.5", "255.255.255.0"),
-            Some("10.0.0.255".parse().expect("ip"))
-        );
-        assert_eq!(
-            at("198.51.100.9", "255.255.255.252"),
-            Some("198.51.100.11".parse().expect("ip"))
-        );
-        assert_eq!(
-            at("198.51.100.9", "255.255.255.254"),
-            None,
-            "a /31 has no broadcast"
-        );
-        assert_eq!(at("127.0.0.1", "255.255.255.255"), None);
-        assert_eq!(at("192.0.2.1", "0.0.0.0"), None);
     }
 
     #[test]

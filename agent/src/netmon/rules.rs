@@ -99,12 +99,16 @@ pub(crate) fn is_local(addr: IpAddr, locals: &[IpAddr]) -> bool {
 }
 
 /// Widens single-address rules on a local address to every local address; other rules pass
-/// unchanged.
+/// unchanged. Under the session boundary only refusals are widened: a server or toolwall
+/// endpoint let through is let through on the address it was declared at (the boundary refuses
+/// the host's other addresses, where another service may listen on the same port).
 pub(crate) fn widen_local(rules: &[Rule], locals: &[IpAddr]) -> Vec<Rule> {
+    let boundary = rules.iter().any(|r| is_boundary(r.server_index));
     let mut out = Vec::with_capacity(rules.len());
     for rule in rules {
         let single = rule.prefix == if rule.addr.is_ipv4() { 32 } else { 128 };
-        if !(single && is_local(rule.addr, locals)) {
+        let widens = rule.action == RuleAction::Deny || !boundary;
+        if !(single && widens && is_local(rule.addr, locals)) {
             out.push(*rule);
             continue;
         }
@@ -128,6 +132,37 @@ pub(crate) fn widen_local(rules: &[Rule], locals: &[IpAddr]) -> Vec<Rule> {
     out
 }
 
+/// The kernel looks a destination's port up before "any port", in ranges as in single
+/// addresses, so a wide rule on one port (DNS to anywhere, `0.0.0.0/0:443` allowed) would beat
+/// the boundary's any-port refusal of a narrower range (`127.0.0.0/8`, `10.0.0.0/8`) on that
+/// port. Each such range gets its refusal again on each of those ports; what is narrower still
+/// (an exception on the port) keeps winning by its longer prefix.
+fn close_port_gaps(mut rules: Vec<Rule>) -> Vec<Rule> {
+    let ranges: Vec<Rule> = rules
+        .iter()
+        .filter(|r| is_boundary(r.server_index) && r.port == 0)
+        .copied()
+        .collect();
+    let mut extra = Vec::new();
+    for wide in rules
+        .iter()
+        .filter(|r| !is_boundary(r.server_index) && r.port != 0)
+    {
+        let (wide_addr, wide_bits) = wide.mapped();
+        for range in &ranges {
+            let (addr, bits) = range.mapped();
+            if wide_bits < bits && mask(addr, wide_bits) == mask(wide_addr, wide_bits) {
+                extra.push(Rule {
+                    port: wide.port,
+                    ..*range
+                });
+            }
+        }
+    }
+    rules.extend(extra);
+    rules
+}
+
 /// The contents both maps should have for a rule set.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct MapContents {
@@ -146,7 +181,7 @@ impl MapContents {
     /// is dropped (an exact PASS would otherwise shadow a wider DENY in the kernel's lookup).
     pub(crate) fn from_rules(rules: &[Rule], locals: &[IpAddr]) -> Self {
         let mut out = MapContents::default();
-        let widened = widen_local(rules, locals);
+        let widened = close_port_gaps(widen_local(rules, locals));
         let (passes, others): (Vec<Rule>, Vec<Rule>) = widened
             .into_iter()
             .partition(|r| r.action == RuleAction::Pass);

@@ -48,7 +48,6 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
                 "connects": c.connects, "unmatched": c.unmatched, "flagged": c.flagged,
                 "denied": c.denied, "ring_drops": c.ring_drops, "summarised": c.summarised,
                 "egress_drops": c.egress_drops, "binds": c.binds, "own_port": c.own_port,
-                "own_port_full": c.own_port_full,
             })),
     });
     // Inside a session: nothing of other sessions (the kernel's counters are the host's, every

@@ -7,8 +7,11 @@ use agent_common::rule::{
     ACTION_DENY, ACTION_FLAG, ACTION_PASS, HOST_LOCAL_INDEX, LOCAL_NET_INDEX, UNLISTED_INDEX,
 };
 
-use super::{BoundaryMode, refusals, reserved_ports};
-use crate::netmon::rules::{MapContents, Rule, RuleAction};
+use super::{BoundaryMode, merged_reserved, refusals, reserved_ports};
+use crate::netmon::{
+    routes::LocalTable,
+    rules::{MapContents, Rule, RuleAction},
+};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")
@@ -31,9 +34,19 @@ fn laid_out(mode: BoundaryMode) -> MapContents {
             action: RuleAction::Pass,
         },
     ];
-    // As the host lists them: loopback's /8 has a "broadcast" too.
-    let broadcasts = ["198.51.100.255", "127.255.255.255"].map(|b| b.parse().expect("ip"));
-    rules.extend(refusals(mode, &broadcasts));
+    // As the kernel's local table lists them: loopback's /8 has a "broadcast" too, and a
+    // prefix routed to the host is the host.
+    let table = LocalTable {
+        local: vec![
+            (ip("127.0.0.0"), 8),
+            (ip("198.18.77.0"), 24),
+            (ip("2001:db8:77::"), 64),
+        ],
+        broadcast: ["198.51.100.255", "127.255.255.255", "203.0.113.77"]
+            .map(ip)
+            .to_vec(),
+    };
+    rules.extend(refusals(mode, &table));
     MapContents::from_rules(&rules, &locals)
 }
 
@@ -66,6 +79,10 @@ fn the_host_and_the_networks_around_it_are_refused_in_every_form() {
         ("fe80::1", 22, net),
         ("255.255.255.255", 9999, net),
         ("198.51.100.255", 9999, net),
+        ("203.0.113.77", 9999, net),
+        ("198.18.77.5", 80, host),
+        ("::ffff:198.18.77.5", 80, host),
+        ("2001:db8:77::5", 80, host),
         ("224.0.0.1", 9999, net),
         ("239.255.255.250", 1900, net),
         ("ff02::1", 9999, net),
@@ -87,11 +104,27 @@ fn the_host_and_the_networks_around_it_are_refused_in_every_form() {
 fn servers_toolwall_and_allow_entries_are_exceptions_and_a_denied_server_stays_denied() {
     for mode in [BoundaryMode::LocalDeny, BoundaryMode::Allowlist] {
         let map = laid_out(mode);
-        // The allowed server, on every local address it answers on.
-        for addr in ["127.0.0.1", "::1", "198.51.100.7", "0.0.0.0"] {
+        // Let through at the address they were declared at, in both its forms ...
+        for addr in ["127.0.0.1", "::ffff:127.0.0.1"] {
             assert_eq!(outcome(&map, addr, 3001), Some((0, ACTION_FLAG)), "{addr}");
-            assert_eq!(outcome(&map, addr, 3002), Some((1, ACTION_DENY)), "{addr}");
             assert_eq!(outcome(&map, addr, 8787), Some((2, ACTION_PASS)), "{addr}");
+        }
+        // ... not at the host's other addresses, where another service may hold the port.
+        for addr in ["::1", "198.51.100.7", "0.0.0.0", "127.0.0.2"] {
+            assert_eq!(
+                outcome(&map, addr, 3001),
+                Some((HOST_LOCAL_INDEX, ACTION_DENY)),
+                "{addr}"
+            );
+            assert_eq!(
+                outcome(&map, addr, 8787),
+                Some((HOST_LOCAL_INDEX, ACTION_DENY)),
+                "{addr}"
+            );
+        }
+        // A denied server is denied on every local address.
+        for addr in ["127.0.0.1", "::1", "198.51.100.7", "0.0.0.0", "127.0.0.2"] {
+            assert_eq!(outcome(&map, addr, 3002), Some((1, ACTION_DENY)), "{addr}");
         }
         assert_eq!(outcome(&map, "10.1.2.3", 5432), Some((3, ACTION_PASS)));
         assert_eq!(
@@ -105,13 +138,17 @@ fn servers_toolwall_and_allow_entries_are_exceptions_and_a_denied_server_stays_d
 #[test]
 fn an_allow_entry_on_the_same_key_as_the_boundary_wins_but_never_over_a_server_deny() {
     let locals = [ip("127.0.0.1")];
-    let mut rules = refusals(BoundaryMode::LocalDeny, &[]);
+    let mut rules = refusals(BoundaryMode::LocalDeny, &LocalTable::default());
     // `netmon.egress.allow: ["127.0.0.1"]`: the whole host, every port.
     rules.push(Rule::exact(ip("127.0.0.1"), 0, 7, RuleAction::Pass));
     rules.push(Rule::exact(ip("127.0.0.1"), 3002, 1, RuleAction::Deny));
     let map = MapContents::from_rules(&rules, &locals);
     assert_eq!(outcome(&map, "127.0.0.1", 22), Some((7, ACTION_PASS)));
-    assert_eq!(outcome(&map, "::1", 22), Some((7, ACTION_PASS)));
+    assert_eq!(
+        outcome(&map, "::1", 22),
+        Some((HOST_LOCAL_INDEX, ACTION_DENY)),
+        "an allow entry opens the address it names"
+    );
     assert_eq!(outcome(&map, "127.0.0.1", 3002), Some((1, ACTION_DENY)));
 }
 
@@ -131,7 +168,11 @@ fn allowlist_mode_refuses_everything_unlisted_and_off_refuses_nothing() {
         Some((HOST_LOCAL_INDEX, ACTION_DENY)),
         "the host keeps its own index: a port the session bound stays reachable"
     );
-    assert!(refusals(BoundaryMode::Off, &["10.0.0.255".parse().expect("v4")]).is_empty());
+    let table = LocalTable {
+        local: vec![(ip("198.18.77.0"), 24)],
+        broadcast: vec![ip("10.0.0.255")],
+    };
+    assert!(refusals(BoundaryMode::Off, &table).is_empty());
     let off = laid_out(BoundaryMode::Off);
     assert_eq!(outcome(&off, "127.0.0.1", 22), None);
     assert_eq!(outcome(&off, "10.0.0.1", 80), None);
@@ -156,10 +197,73 @@ fn reserved_ports_are_those_of_rules_on_this_host() {
         Rule::exact(ip("93.184.216.34"), 443, 4, RuleAction::Deny),
         Rule::exact(ip("10.0.0.9"), 8080, 5, RuleAction::Flag),
     ];
-    rules.extend(refusals(BoundaryMode::Allowlist, &[]));
+    rules.extend(refusals(BoundaryMode::Allowlist, &LocalTable::default()));
     let ports = reserved_ports(&rules, &locals);
     assert_eq!(
         ports.into_iter().collect::<Vec<_>>(),
         vec![(3001, 0), (3002, 1), (8787, 2), (18081, 3)]
     );
+}
+
+#[test]
+fn a_wide_rule_on_one_port_does_not_open_the_host_or_the_networks_on_that_port() {
+    let locals = [ip("127.0.0.1"), ip("198.51.100.7")];
+    for mode in [BoundaryMode::LocalDeny, BoundaryMode::Allowlist] {
+        let mut rules = refusals(mode, &LocalTable::default());
+        // `netmon.dns.other_resolvers: flag`: DNS to anywhere is recorded; the resolver is
+        // let through.
+        rules.push(Rule {
+            addr: ip("::"),
+            prefix: 0,
+            port: 53,
+            server_index: 0,
+            action: RuleAction::Flag,
+        });
+        rules.push(Rule::exact(ip("127.0.0.53"), 53, 1, RuleAction::Pass));
+        // `netmon.egress.allow: ["0.0.0.0/0:443"]`.
+        rules.push(Rule {
+            addr: ip("0.0.0.0"),
+            prefix: 0,
+            port: 443,
+            server_index: 2,
+            action: RuleAction::Pass,
+        });
+        let map = MapContents::from_rules(&rules, &locals);
+        let host = Some((HOST_LOCAL_INDEX, ACTION_DENY));
+        let net = Some((LOCAL_NET_INDEX, ACTION_DENY));
+        for (addr, port, want) in [
+            ("127.0.0.53", 53, Some((1, ACTION_PASS))),
+            ("127.0.0.2", 53, host),
+            ("::ffff:127.0.0.2", 53, host),
+            ("10.77.0.2", 53, net),
+            ("224.0.0.251", 53, net),
+            ("9.9.9.9", 53, Some((0, ACTION_FLAG))),
+            ("127.0.0.2", 443, host),
+            ("127.200.1.1", 443, host),
+            ("10.0.0.1", 443, net),
+            ("93.184.216.34", 443, Some((2, ACTION_PASS))),
+        ] {
+            assert_eq!(outcome(&map, addr, port), want, "{mode:?} {addr}:{port}");
+        }
+    }
+}
+
+#[test]
+fn reserved_ports_join_the_hosts_own_and_leave_them_as_they_were() {
+    let none = std::collections::BTreeSet::new();
+    let (text, added) =
+        merged_reserved("8080,9000-9002\n", [18080, 18081, 3001].into_iter(), &none);
+    assert_eq!(text, "3001,8080,9000-9002,18080-18081");
+    assert_eq!(
+        added.into_iter().collect::<Vec<_>>(),
+        vec![3001, 18080, 18081]
+    );
+    // The server at 3001 is no longer declared: its port is given back, the host's kept; a
+    // port the host listed itself is never taken back.
+    let had: std::collections::BTreeSet<u16> = [3001, 18080, 18081].into_iter().collect();
+    let (text, added) = merged_reserved(&text, [18080, 18081, 8080].into_iter(), &had);
+    assert_eq!(text, "8080,9000-9002,18080-18081");
+    assert_eq!(added.into_iter().collect::<Vec<_>>(), vec![18080, 18081]);
+    let (text, _) = merged_reserved("", std::iter::empty(), &none);
+    assert_eq!(text, "");
 }

@@ -39,10 +39,9 @@ pub struct Counters {
     pub egress_drops: u64,
     /// Binds of sessions that got their port.
     pub binds: u64,
-    /// Connects and datagrams to the host let through because the session holds the port.
+    /// Connects and datagrams to the host let through because the socket taking them is the
+    /// session's own.
     pub own_port: u64,
-    /// Bound ports that found no room to be remembered (unreachable from their session).
-    pub own_port_full: u64,
 }
 
 /// A key's summary, summed over CPUs: connections over their key's burst (or that found the
@@ -289,7 +288,6 @@ impl KernelMonitor {
             egress_drops: sum(counters::EGRESS_DROPS)?,
             binds: sum(counters::BINDS)?,
             own_port: sum(counters::OWN_PORT)?,
-            own_port_full: sum(counters::OWN_PORT_FULL)?,
         })
     }
 }

@@ -90,13 +90,13 @@ pub(crate) const PROGRAMS: [&str; 7] = [
     "sendmsg6",
     "post_bind4",
     "post_bind6",
-    "sock_release",
+    "sock_create",
 ];
 
-/// Which of [`PROGRAMS`] are `cgroup_sock` programs (the bind and release hooks); the others
-/// are `cgroup_sock_addr` ones.
+/// Which of [`PROGRAMS`] are `cgroup_sock` programs (the bind and socket creation hooks); the
+/// others are `cgroup_sock_addr` ones.
 fn is_sock_program(name: &str) -> bool {
-    matches!(name, "post_bind4" | "post_bind6" | "sock_release")
+    matches!(name, "post_bind4" | "post_bind6" | "sock_create")
 }
 
 /// The `cgroup_skb` programs attached to egress-limited cgroups only (daemon-run stdio

@@ -1,10 +1,8 @@
-//! The bind programs' maps: the ports no session may bind, and the ports sessions hold.
+//! The bind programs' map: the ports no session may bind.
 
 use std::collections::BTreeMap;
 
-use agent_common::rule::{
-    PORT_HOLDERS_MAP, RESERVED_PORTS_MAP, ReservedPort, SESSION_PORTS_MAP, SessionPort,
-};
+use agent_common::rule::{RESERVED_PORTS_MAP, ReservedPort};
 use aya::maps::HashMap;
 
 use super::{KernelMonitor, NetmonError, map_err};
@@ -31,34 +29,6 @@ impl KernelMonitor {
             .collect();
         for port in stale {
             remove(&mut reserved, &port, RESERVED_PORTS_MAP)?;
-        }
-        Ok(())
-    }
-
-    /// Forgets the ports a closed session's cgroup held (its sockets' release normally did).
-    pub fn forget_session_ports(&mut self, cgroup_id: u64) -> Result<(), NetmonError> {
-        let map = self
-            .ebpf
-            .map_mut(SESSION_PORTS_MAP)
-            .ok_or(NetmonError::Missing("SESSION_PORTS map"))?;
-        let mut ports =
-            HashMap::<_, SessionPort, u64>::try_from(map).map_err(map_err(SESSION_PORTS_MAP))?;
-        let ours: Vec<(SessionPort, u64)> = ports
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(key, _)| key.cgroup_id == cgroup_id)
-            .collect();
-        for (key, _) in &ours {
-            remove(&mut ports, key, SESSION_PORTS_MAP)?;
-        }
-        let map = self
-            .ebpf
-            .map_mut(PORT_HOLDERS_MAP)
-            .ok_or(NetmonError::Missing("PORT_HOLDERS map"))?;
-        let mut holders =
-            HashMap::<_, u64, SessionPort>::try_from(map).map_err(map_err(PORT_HOLDERS_MAP))?;
-        for (_, cookie) in &ours {
-            remove(&mut holders, cookie, PORT_HOLDERS_MAP)?;
         }
         Ok(())
     }

@@ -54,6 +54,8 @@ pub(crate) struct NetmonService {
     backlog: Arc<Mutex<backlog::Backlog>>,
     /// What the session boundary refuses (`netmon.egress.mode`).
     boundary: BoundaryMode,
+    /// The ports this daemon added to the kernel's reserved ports.
+    reserved_added: Arc<Mutex<std::collections::BTreeSet<u16>>>,
 }
 
 impl NetmonService {
@@ -86,6 +88,7 @@ impl NetmonService {
             egress_owners: Arc::new(RwLock::new(HashMap::new())),
             backlog: Arc::default(),
             boundary,
+            reserved_added: Arc::default(),
         };
         service.resync().await?;
         // Before the reader starts: events a pinned session left in the ring are read with
@@ -236,15 +239,24 @@ impl NetmonService {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let broadcasts = match self.boundary {
-            BoundaryMode::Off => Vec::new(),
-            _ => super::local::subnet_broadcasts().unwrap_or_else(|error| {
-                tracing::error!(%error, "cannot list the host's subnets; datagrams to their broadcast addresses are refused only inside the private ranges");
-                Vec::new()
+        let table = match self.boundary {
+            BoundaryMode::Off => Default::default(),
+            _ => super::routes::local_table().unwrap_or_else(|error| {
+                tracing::error!(%error, "cannot read the kernel's local routing table; the host is its interface addresses only, and datagrams to broadcast addresses outside the private ranges are not refused");
+                Default::default()
             }),
         };
-        rules.extend(boundary::refusals(self.boundary, &broadcasts));
+        rules.extend(boundary::refusals(self.boundary, &table));
         let reserved = boundary::reserved_ports(&rules, &locals);
+        {
+            let mut added = self
+                .reserved_added
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Err(error) = boundary::reserve_from_autobind(&reserved, &mut added) {
+                tracing::error!(%error, "cannot add toolwall's ports to net.ipv4.ip_local_reserved_ports; a session's listen() without bind() may be given one of them while it is free");
+            }
+        }
         let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
         monitor.sync_rules(&rules, &locals)?;
         monitor.sync_reserved_ports(&reserved)

@@ -169,7 +169,6 @@ impl NetmonService {
             let mut monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
             monitor.detach(name)?;
             monitor.forget_egress(id)?;
-            monitor.forget_session_ports(id)?;
         }
         self.egress_owners
             .write()

@@ -106,19 +106,22 @@ pub(crate) fn client_socket(server: SocketAddr, client: SocketAddr) -> io::Resul
     let fd = send_request(&request)?;
     // One answer: the socket's message (with its attributes), or an error.
     let mut answer = [0u8; 8192];
+    let got = receive(&fd, &mut answer)?;
+    parse_answer(&answer[..got])
+}
+
+/// One datagram of answers into `buf`; its length.
+fn receive(fd: &std::os::fd::OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: the buffer is writable for its whole length.
     let got = unsafe {
         libc::recv(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            answer.as_mut_ptr().cast(),
-            answer.len(),
+            std::os::fd::AsRawFd::as_raw_fd(fd),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
             0,
         )
     };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    parse_answer(&answer[..got as usize])
+    usize::try_from(got).map_err(|_| io::Error::last_os_error())
 }
 
 /// Opens a sock_diag socket and sends `request` on it.
@@ -192,19 +195,8 @@ pub(crate) fn tcp_listeners(port: u16) -> io::Result<Vec<Listener>> {
         let fd = send_request(&request)?;
         let mut buf = vec![0u8; 32 * 1024];
         'dump: loop {
-            // SAFETY: the buffer is writable for its whole length.
-            let got = unsafe {
-                libc::recv(
-                    std::os::fd::AsRawFd::as_raw_fd(&fd),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    0,
-                )
-            };
-            if got < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let mut rest = &buf[..got as usize];
+            let got = receive(&fd, &mut buf)?;
+            let mut rest = &buf[..got];
             if rest.is_empty() {
                 break;
             }
@@ -268,40 +260,30 @@ pub(crate) fn port_holders(port: u16) -> io::Result<Vec<Holder>> {
     if out.is_empty() {
         return Ok(out);
     }
-    let needles: Vec<String> = listeners
-        .iter()
-        .map(|l| format!("socket:[{}]", l.inode))
-        .collect();
-    for entry in std::fs::read_dir("/proc")?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
+    for process in procfs::process::all_processes()
+        .map_err(io::Error::other)?
+        .flatten()
+    {
+        let Ok(fds) = process.fd() else {
             continue;
         };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+        let held = fds.flatten().find_map(|fd| match fd.target {
+            procfs::process::FDTarget::Socket(inode) => {
+                listeners.iter().position(|l| u64::from(l.inode) == inode)
+            }
+            _ => None,
+        });
+        let Some(at) = held else {
             continue;
         };
-        for fd in fds.flatten() {
-            let Ok(link) = std::fs::read_link(fd.path()) else {
-                continue;
-            };
-            let Some(at) = needles.iter().position(|n| link.as_os_str() == n.as_str()) else {
-                continue;
-            };
-            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
-            let cgroup = cgroup
-                .lines()
-                .find_map(|l| l.strip_prefix("0::"))
-                .unwrap_or("?")
-                .to_owned();
-            out[at]
-                .processes
-                .push((pid, comm.trim().to_owned(), cgroup));
-            break;
-        }
+        let comm = process.stat().map(|s| s.comm).unwrap_or_default();
+        let cgroup = process
+            .cgroups()
+            .ok()
+            .and_then(|c| c.0.into_iter().find(|g| g.hierarchy == 0))
+            .map_or_else(|| "?".to_owned(), |g| g.pathname);
+        let pid = u32::try_from(process.pid).unwrap_or_default();
+        out[at].processes.push((pid, comm, cgroup));
     }
     Ok(out)
 }

@@ -391,8 +391,14 @@ fn privileged_a_session_cannot_take_the_proxy_port_while_the_daemon_restarts() {
 
     let mut daemon = Daemon::start(&format!("proxy:\n  listen: 127.0.0.1:{port}\n"));
     // Kept from every port the kernel picks itself (a listen() without bind() never gets it).
-    let reserved =
-        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").expect("sysctl");
+    // In one read: the kernel's handler does not continue a read where an earlier one stopped.
+    let mut buf = vec![0u8; 1 << 20];
+    let got = std::io::Read::read(
+        &mut std::fs::File::open("/proc/sys/net/ipv4/ip_local_reserved_ports").expect("sysctl"),
+        &mut buf,
+    )
+    .expect("read sysctl");
+    let reserved = String::from_utf8_lossy(&buf[..got]).into_owned();
     let listed = |p: u16| {
         reserved.trim().split(',').any(|part| {
             let (low, high) = part.split_once('-').unwrap_or((part, part));

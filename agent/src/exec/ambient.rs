@@ -71,34 +71,20 @@ const SERVICES: [(&str, &str); 7] = [
 /// session, in words (`tmux server (pid 812)`), at most one per kind.
 pub(super) fn login_services(uid: u32) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Ok(processes) = procfs::process::all_processes() else {
         return found;
     };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let owner = std::os::unix::fs::MetadataExt::uid(&match entry.metadata() {
-            Ok(meta) => meta,
-            Err(_) => continue,
-        });
-        if owner != uid {
+    for process in processes.flatten() {
+        if process.uid().ok() != Some(uid) {
             continue;
         }
-        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let first = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-        let first = String::from_utf8_lossy(first);
+        let comm = process.stat().map(|s| s.comm).unwrap_or_default();
+        let cmdline = process.cmdline().unwrap_or_default();
+        let first = cmdline.first().map(String::as_str).unwrap_or_default();
         for (name, what) in SERVICES {
-            let hit = comm.trim() == name
-                || first.as_ref() == name
-                || first.starts_with(&format!("{name} "));
+            let hit = comm == name || first == name || first.starts_with(&format!("{name} "));
             if hit && !found.iter().any(|f| f.starts_with(what)) {
-                found.push(format!("{what} (pid {pid})"));
+                found.push(format!("{what} (pid {})", process.pid));
             }
         }
     }

@@ -151,7 +151,11 @@ pub(crate) fn reserve_from_autobind(
     ports: &BTreeMap<u16, u32>,
     added: &mut std::collections::BTreeSet<u16>,
 ) -> std::io::Result<()> {
-    let current = std::fs::read_to_string(RESERVED_SYSCTL)?;
+    // In one read: the kernel's handler of this file does not continue a read where an
+    // earlier one stopped (read_to_string's first 32-byte probe got only the list's start).
+    let mut buf = vec![0u8; 1 << 20];
+    let got = std::io::Read::read(&mut std::fs::File::open(RESERVED_SYSCTL)?, &mut buf)?;
+    let current = String::from_utf8_lossy(&buf[..got]).into_owned();
     let (text, now_added) = merged_reserved(&current, ports.keys().copied(), added);
     if text != current.trim() {
         std::fs::write(RESERVED_SYSCTL, &text)?;

@@ -12,8 +12,8 @@
 //! seen too) is refused when the port is one of toolwall's own listeners or a declared server's
 //! on this host (`RESERVED_PORTS`): a session cannot squat them while their owner restarts.
 //! Every socket a session makes is marked as its own (`sock_create` sets its priority to the
-//! session's tag, a value only CAP_NET_ADMIN could set), so a connect to the host is let through
-//! when the socket that would take it — looked up by address, port and protocol at that moment —
+//! session's tag, a value only CAP_NET_ADMIN could set), so a TCP connect to the host is let
+//! through when the listener that would take it — looked up by address and port at that moment —
 //! is one of the session's: the agent reaches its own dev server and nothing else of the host.
 //!
 //! Every map is pinned by name (the daemon loads with a pin directory on bpffs), so the programs
@@ -40,7 +40,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_get_socket_cookie, bpf_ktime_get_ns,
-        bpf_sk_lookup_tcp, bpf_sk_lookup_udp, bpf_sk_release, bpf_skb_ancestor_cgroup_id,
+        bpf_sk_lookup_tcp, bpf_sk_release, bpf_skb_ancestor_cgroup_id,
     },
     macros::{cgroup_skb, cgroup_sock, cgroup_sock_addr, map},
     maps::{lpm_trie::Key, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -236,7 +236,9 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
         bump(counters::UNMATCHED);
         return ALLOW;
     }
-    if rule.server_index == HOST_LOCAL_INDEX && own_port(ctx, addr, port) {
+    // TCP only: a connected UDP socket is checked once, at connect(), and its later datagrams
+    // go to whatever holds the port then; a UDP port is shared under SO_REUSEADDR.
+    if rule.server_index == HOST_LOCAL_INDEX && protocol(ctx) == 6 && own_port(ctx, addr, port) {
         bump(counters::OWN_PORT);
         return ALLOW;
     }
@@ -261,8 +263,8 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
     }
 }
 
-/// Whether the socket that would take this connect or datagram now (looked up by address, port
-/// and the caller's protocol) was made by the caller's session ([`sock_create`]).
+/// Whether the listener that would take this TCP connect now (looked up by address and port)
+/// was made by the caller's session ([`sock_create`]).
 #[inline(always)]
 fn own_port(ctx: &SockAddrContext, addr: [u8; 16], port: u16) -> bool {
     // SAFETY: valid in cgroup_sock_addr programs.
@@ -286,11 +288,7 @@ fn own_port(ctx: &SockAddrContext, addr: [u8; 16], port: u16) -> bool {
     // SAFETY: the helpers get the program's context and a tuple of the size given; a socket
     // they return is released on the one path that follows.
     unsafe {
-        let sk = if protocol(ctx) == 17 {
-            bpf_sk_lookup_udp(sock_addr(ctx), &mut tuple, size, netns, 0)
-        } else {
-            bpf_sk_lookup_tcp(sock_addr(ctx), &mut tuple, size, netns, 0)
-        };
+        let sk = bpf_sk_lookup_tcp(sock_addr(ctx), &mut tuple, size, netns, 0);
         if sk.is_null() {
             return false;
         }

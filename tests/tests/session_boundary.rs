@@ -124,7 +124,9 @@ fn free_port() -> u16 {
 /// connect, `udp` a datagram sent with `sendto` (broadcast allowed on the socket), `own` binds
 /// `127.0.0.1:0`, connects to what it bound, then connects again after closing it. `viaudp` and
 /// `via2` first hold the port themselves another way (a UDP socket on it; a TCP socket bound to
-/// `127.0.0.2`), then connect over TCP to `ADDR:PORT`, a host service's.
+/// `127.0.0.2`), then connect over TCP to `ADDR:PORT`, a host service's. `ownudp` connects a
+/// UDP socket to a UDP socket of its own (an own UDP service is not let through: a connected
+/// UDP socket is checked only at its connect).
 const PROBE: &str = r#"
 import errno, socket, sys
 def outcome(f):
@@ -166,6 +168,20 @@ for i in range(0, len(args), 3):
         print("own", addr, "bound", outcome(lambda: tcp("127.0.0.1", bound)), flush=True)
         server.close()
         print("own", addr, "closed", outcome(lambda: tcp("127.0.0.1", bound)), flush=True)
+        continue
+    if kind == "ownudp":
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        server.bind(("127.0.0.1", 0))
+        bound = server.getsockname()[1]
+        def connected():
+            client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                client.connect(("127.0.0.1", bound))
+                client.send(b"x")
+            finally:
+                client.close()
+        print(kind, addr, port, outcome(connected), flush=True)
+        server.close()
         continue
     if kind in ("viaudp", "via2"):
         held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "viaudp" else socket.SOCK_STREAM)
@@ -248,6 +264,7 @@ fn privileged_a_session_reaches_neither_the_host_nor_the_networks_around_it() {
     // Holding the port number another way opens nothing of the host.
     .chain([("viaudp", "127.0.0.1".to_owned(), service)])
     .chain([("via2", "127.0.0.1".to_owned(), only_loopback)])
+    .chain([("ownudp", "-".to_owned(), 0)])
     .collect();
     let refused_udp: Vec<(&str, String, u16)> = [
         "255.255.255.255",

@@ -95,14 +95,19 @@ pub(crate) fn refusals(mode: BoundaryMode, table: &LocalTable) -> Vec<Rule> {
     out
 }
 
-/// The ports no session may bind: every port a rule of a server, of toolwall itself or of a
-/// resolver names on this host (a single local address, or a range holding one), with the
-/// `server_index` to report. A session holding one of them while its owner restarts would
-/// receive what was meant for it (a proxy's requests with their keys, a server's calls).
-pub(crate) fn reserved_ports(rules: &[Rule], locals: &[IpAddr]) -> BTreeMap<u16, u32> {
+/// The ports no session may bind: every port a rule of a listener (`is_listener`: a declared
+/// server, toolwall's own API and proxy) names on this host (a single local address, or a range
+/// holding one), with the `server_index` to report. A session holding one of them while its
+/// owner restarts would receive what was meant for it (a proxy's requests with their keys, a
+/// server's calls).
+pub(crate) fn reserved_ports(
+    rules: &[Rule],
+    locals: &[IpAddr],
+    is_listener: impl Fn(u32) -> bool,
+) -> BTreeMap<u16, u32> {
     let mut out = BTreeMap::new();
     for rule in rules {
-        if rule.port == 0 || is_boundary(rule.server_index) {
+        if rule.port == 0 || is_boundary(rule.server_index) || !is_listener(rule.server_index) {
             continue;
         }
         if holds_local(rule, locals) {
@@ -145,18 +150,32 @@ mod tests;
 /// (a declared server that is down, toolwall's own while the daemon restarts).
 const RESERVED_SYSCTL: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
 
-/// Adds `ports` to the kernel's reserved ports and takes back those this daemon added before
-/// that are no longer wanted (`added` remembers them); the host's own entries are kept.
+/// Adds the `ports` that lie in the kernel's ephemeral range (the only ones it could hand out)
+/// to its reserved ports, and takes back those this daemon added before that are no longer
+/// wanted (`added` remembers them); the host's own entries are kept. With no `ports`, gives back
+/// all this daemon added (a clean stop: the ephemeral range is not left to shrink).
 pub(crate) fn reserve_from_autobind(
     ports: &BTreeMap<u16, u32>,
     added: &mut std::collections::BTreeSet<u16>,
 ) -> std::io::Result<()> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?;
+    let mut bounds = range.split_whitespace().map(str::parse::<u16>);
+    let (Some(Ok(low)), Some(Ok(high))) = (bounds.next(), bounds.next()) else {
+        return Err(std::io::Error::other(
+            "ip_local_port_range is not two ports",
+        ));
+    };
+    let ports: Vec<u16> = ports
+        .keys()
+        .copied()
+        .filter(|p| (low..=high).contains(p))
+        .collect();
     // In one read: the kernel's handler of this file does not continue a read where an
     // earlier one stopped (read_to_string's first 32-byte probe got only the list's start).
     let mut buf = vec![0u8; 1 << 20];
     let got = std::io::Read::read(&mut std::fs::File::open(RESERVED_SYSCTL)?, &mut buf)?;
     let current = String::from_utf8_lossy(&buf[..got]).into_owned();
-    let (text, now_added) = merged_reserved(&current, ports.keys().copied(), added);
+    let (text, now_added) = merged_reserved(&current, ports.into_iter(), added);
     if text != current.trim() {
         std::fs::write(RESERVED_SYSCTL, &text)?;
     }

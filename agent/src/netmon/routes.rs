@@ -1,8 +1,9 @@
-//! The kernel's `local` routing table: every destination this host takes as its own. An
-//! interface address is one entry, but so is a whole prefix (`ip route add local
-//! 198.18.0.0/24 dev lo`: every address in it reaches the host's listeners), and the broadcast
-//! addresses the kernel delivers to the host (each subnet's, whatever `broadcast` an address was
-//! given). Read with an `RTM_GETROUTE` dump over rtnetlink.
+//! The kernel's `local` and `broadcast` routes, in every routing table: every destination this
+//! host takes as its own. An interface address is one entry, but so is a whole prefix (`ip route
+//! add local 198.18.0.0/24 dev lo`, in the local table or any other: every address in it reaches
+//! the host's listeners), and the broadcast addresses the kernel delivers to the host (each
+//! subnet's, whatever `broadcast` an address was given). Read with an `RTM_GETROUTE` dump over
+//! rtnetlink.
 
 use std::{
     io,
@@ -19,15 +20,13 @@ pub(crate) struct LocalTable {
     pub broadcast: Vec<IpAddr>,
 }
 
-const RT_TABLE_LOCAL: u8 = 255;
 const RTN_LOCAL: u8 = 2;
 const RTN_BROADCAST: u8 = 3;
 const RTA_DST: u16 = 1;
-const RTA_TABLE: u16 = 15;
 /// `struct rtmsg`: family, dst_len, src_len, tos, table, protocol, scope, type, flags (u32).
 const RTMSG_LEN: usize = 12;
 
-/// Reads the local table of this network namespace (both families).
+/// Reads the local and broadcast routes of this network namespace (every table, both families).
 pub(crate) fn local_table() -> io::Result<LocalTable> {
     // SAFETY: plain socket(2); the descriptor is owned right away.
     let raw = unsafe {
@@ -108,12 +107,13 @@ fn parse_messages(mut rest: &[u8], table: &mut LocalTable) -> io::Result<bool> {
     Ok(false)
 }
 
-/// One route message: kept when it is a local or broadcast route of the local table.
+/// One route message: kept when it is a local or broadcast route (of whichever table: a rule
+/// may send a destination to any of them).
 fn route(message: &[u8], table: &mut LocalTable) -> io::Result<()> {
     let rtm = message
         .get(16..16 + RTMSG_LEN)
         .ok_or_else(|| bad("a short route"))?;
-    let (family, dst_len, mut table_id, kind) = (rtm[0], rtm[1], rtm[4], rtm[7]);
+    let (family, dst_len, kind) = (rtm[0], rtm[1], rtm[7]);
     let mut dst: Option<IpAddr> = None;
     let mut at = 16 + RTMSG_LEN;
     while at + 4 <= message.len() {
@@ -136,16 +136,9 @@ fn route(message: &[u8], table: &mut LocalTable) -> io::Result<()> {
                     _ => None,
                 }
             }
-            RTA_TABLE if value.len() == 4 => {
-                let id = u32::from_ne_bytes(value.try_into().map_err(|_| bad("a table"))?);
-                table_id = u8::try_from(id).unwrap_or(0);
-            }
             _ => {}
         }
         at += (attr_len + 3) & !3;
-    }
-    if table_id != RT_TABLE_LOCAL {
-        return Ok(());
     }
     let Some(dst) = dst else {
         return Ok(());

@@ -197,8 +197,11 @@ fn reserved_ports_are_those_of_rules_on_this_host() {
         Rule::exact(ip("93.184.216.34"), 443, 4, RuleAction::Deny),
         Rule::exact(ip("10.0.0.9"), 8080, 5, RuleAction::Flag),
     ];
+    // An allow entry and a resolver on this host: destinations, not listeners.
+    rules.push(Rule::exact(ip("127.0.0.1"), 5432, 6, RuleAction::Pass));
+    rules.push(Rule::exact(ip("127.0.0.53"), 53, 7, RuleAction::Pass));
     rules.extend(refusals(BoundaryMode::Allowlist, &LocalTable::default()));
-    let ports = reserved_ports(&rules, &locals);
+    let ports = reserved_ports(&rules, &locals, |index| index < 6);
     assert_eq!(
         ports.into_iter().collect::<Vec<_>>(),
         vec![(3001, 0), (3002, 1), (8787, 2), (18081, 3)]

@@ -195,6 +195,15 @@ impl NetmonService {
     /// sessions are closed, this daemon's or the next one's.
     pub(crate) async fn shutdown(&self) {
         let _ = self.stop.send(true);
+        {
+            let mut added = self
+                .reserved_added
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Err(error) = boundary::reserve_from_autobind(&Default::default(), &mut added) {
+                tracing::warn!(%error, ports = ?*added, "cannot give back the ports added to net.ipv4.ip_local_reserved_ports");
+            }
+        }
         let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
         let mut tasks = tasks.into_iter();
         if let Some(read) = tasks.next() {
@@ -247,7 +256,13 @@ impl NetmonService {
             }),
         };
         rules.extend(boundary::refusals(self.boundary, &table));
-        let reserved = boundary::reserved_ports(&rules, &locals);
+        // Listeners: declared network servers and toolwall's own API and proxy.
+        let listener = |index: u32| {
+            endpoints
+                .get(index as usize)
+                .is_some_and(|e| matches!(e.kind.as_str(), "http" | "sse" | "api" | "toolwall"))
+        };
+        let reserved = boundary::reserved_ports(&rules, &locals, listener);
         {
             let mut added = self
                 .reserved_added

@@ -123,20 +123,17 @@ fn route(message: &[u8], table: &mut LocalTable) -> io::Result<()> {
             return Err(bad("a malformed attribute"));
         }
         let value = &message[at + 4..at + attr_len];
-        match attr_type {
-            RTA_DST => {
-                dst = match (i32::from(family), value.len()) {
-                    (libc::AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::new(
-                        value[0], value[1], value[2], value[3],
-                    ))),
-                    (libc::AF_INET6, 16) => {
-                        let octets: [u8; 16] = value.try_into().map_err(|_| bad("an address"))?;
-                        Some(IpAddr::V6(Ipv6Addr::from(octets)))
-                    }
-                    _ => None,
+        if attr_type == RTA_DST {
+            dst = match (i32::from(family), value.len()) {
+                (libc::AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::new(
+                    value[0], value[1], value[2], value[3],
+                ))),
+                (libc::AF_INET6, 16) => {
+                    let octets: [u8; 16] = value.try_into().map_err(|_| bad("an address"))?;
+                    Some(IpAddr::V6(Ipv6Addr::from(octets)))
                 }
-            }
-            _ => {}
+                _ => None,
+            };
         }
         at += (attr_len + 3) & !3;
     }

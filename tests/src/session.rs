@@ -43,6 +43,26 @@ pub fn exec(daemon: &Daemon, args: &[&str], script: &Path, script_args: &[String
     cmd
 }
 
+/// [`exec`] as `nobody` in session `session`; the agent's stdout, once it exited with 0.
+pub fn exec_nobody(
+    daemon: &Daemon,
+    session: &str,
+    script: &Path,
+    script_args: &[String],
+) -> String {
+    let out = exec(
+        daemon,
+        &["--user", "nobody", "--session", session],
+        script,
+        script_args,
+    )
+    .output()
+    .expect("exec");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "exec failed: {stderr}\n{stdout}");
+    stdout
+}
+
 /// The same agent without toolwall, as `nobody`: the control that shows a route works, so a
 /// refusal under `toolwall exec` is toolwall's.
 pub fn without_toolwall(script: &Path, script_args: &[String]) -> Output {

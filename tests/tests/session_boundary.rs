@@ -14,7 +14,7 @@ use std::{
 
 use toolwall_tests::{
     Daemon, is_root,
-    session::{events, exec, shared_dir, text, without_toolwall, write_agent},
+    session::{events, exec, exec_nobody, shared_dir, text, without_toolwall, write_agent},
 };
 
 /// A veth pair with a private address of this host on one end: the backend a published port
@@ -308,16 +308,7 @@ fn privileged_a_session_reaches_neither_the_host_nor_the_networks_around_it() {
         );
     }
 
-    let out = exec(
-        &daemon,
-        &["--user", "nobody", "--session", "boundary"],
-        &agent,
-        &args,
-    )
-    .output()
-    .expect("exec");
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "exec failed: {stderr}\n{stdout}");
+    let stdout = exec_nobody(&daemon, "boundary", &agent, &args);
     for (kind, addr, port) in refused_tcp.iter().chain(&refused_udp) {
         assert_eq!(
             outcome_of(&stdout, kind, addr, *port),
@@ -494,16 +485,7 @@ fn privileged_allowlist_mode_refuses_every_destination_not_listed() {
     assert_eq!(outcome_of(&plain, "tcp", "10.213.3.1", other), "THROUGH");
     assert_ne!(outcome_of(&plain, away.0, &away.1, away.2), "EPERM");
 
-    let out = exec(
-        &daemon,
-        &["--user", "nobody", "--session", "listed"],
-        &agent,
-        &args,
-    )
-    .output()
-    .expect("exec");
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "exec failed: {stderr}\n{stdout}");
+    let stdout = exec_nobody(&daemon, "listed", &agent, &args);
     assert_eq!(outcome_of(&stdout, "tcp", "10.213.3.1", listed), "THROUGH");
     assert_eq!(outcome_of(&stdout, "tcp", "10.213.3.1", other), "EPERM");
     assert_eq!(outcome_of(&stdout, away.0, &away.1, away.2), "EPERM");

@@ -147,7 +147,16 @@ fn bound(ctx: &SockContext, addr: [u8; 16], family: u16) -> i32 {
             action: ACTION_DENY,
             _pad: [0; 3],
         };
-        record(sk.cast(), protocol, &rule, addr, port, family, HOOK_BIND, true);
+        record(
+            sk.cast(),
+            protocol,
+            &rule,
+            addr,
+            port,
+            family,
+            HOOK_BIND,
+            true,
+        );
         return REFUSE;
     }
     ALLOW
@@ -223,7 +232,16 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
             action: ACTION_DENY,
             _pad: [0; 3],
         };
-        record(sock_addr(ctx), protocol(ctx), &rule, addr, port, family, hook, true);
+        record(
+            sock_addr(ctx),
+            protocol(ctx),
+            &rule,
+            addr,
+            port,
+            family,
+            hook,
+            true,
+        );
         return REFUSE;
     }
 
@@ -248,7 +266,16 @@ fn verdict(ctx: &SockAddrContext, addr: [u8; 16], family: u16, hook: u8) -> i32 
     } else {
         counters::FLAGGED
     });
-    record(sock_addr(ctx), protocol(ctx), &rule, addr, port, family, hook, deny);
+    record(
+        sock_addr(ctx),
+        protocol(ctx),
+        &rule,
+        addr,
+        port,
+        family,
+        hook,
+        deny,
+    );
     if deny {
         debug!(ctx, "toolwall: port {} denied (hook {})", port, hook);
     }
@@ -503,8 +530,9 @@ fn record(
             match SUMMARY.get_ptr_mut(&key) {
                 Some(slot) => slot,
                 None => {
-                    if !emit(ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id)
-                    {
+                    if !emit(
+                        ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id,
+                    ) {
                         bump(counters::RING_DROPS);
                     }
                     return;
@@ -520,7 +548,9 @@ fn record(
     }
     summary.in_window += 1;
     if summary.in_window <= BURST
-        && emit(ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id)
+        && emit(
+            ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id,
+        )
     {
         return;
     }

@@ -18,6 +18,9 @@ const CLAUDE_QUIET: &[(&str, &str)] = &[
     // Its MCP servers get time to start on a busy machine (a Python server under load took
     // longer than Claude Code's default and its tools were not offered).
     ("MCP_TIMEOUT", "60000"),
+    // and `-p` waits for them: by default it starts the first turn while they still connect,
+    // offering only a `WaitForMcpServers` tool, and a slow server's tools miss that turn.
+    ("MCP_CONNECTION_NONBLOCKING", "0"),
     ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
     ("DISABLE_AUTOUPDATER", "1"),
     ("DISABLE_TELEMETRY", "1"),
@@ -211,6 +214,12 @@ fn codex_args(command: &str, args: &[String], prompt: &str) -> Vec<String> {
         format!("mcp_servers.everything.command={command:?}"),
         "-c".to_owned(),
         format!("mcp_servers.everything.args=[{args}]"),
+        // The first turn waits for the server (by default it starts without a server still
+        // connecting on a busy machine, and its tools miss that turn), given time to start.
+        "-c".to_owned(),
+        "mcp_servers.everything.required=true".to_owned(),
+        "-c".to_owned(),
+        "mcp_servers.everything.startup_timeout_sec=60".to_owned(),
         prompt.to_owned(),
     ])
     .collect()
@@ -814,7 +823,18 @@ app.run("stdio")
         turns.iter().any(|t| t["json"]["tools"]
             .to_string()
             .contains("mcp__everything__echo")),
-        "echo stays offered"
+        "echo stays offered: {:#?}\nagent's stderr: {}",
+        turns
+            .iter()
+            .map(|t| t["json"]["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|tool| tool["name"].to_string())
+                .collect::<Vec<_>>()
+                .join(" "))
+            .collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stderr)
     );
     let history = last["json"]["messages"].to_string();
     assert!(history.contains("Echo: hi"), "{history}");

@@ -1,4 +1,5 @@
-//! The event a connect, sendmsg or bind program sends to user space through the `EVENTS` ring buffer.
+//! The event a connect, sendmsg, bind or Unix socket program sends to user space through the
+//! `EVENTS` ring buffer.
 
 /// Length of the task's `comm`, as in the kernel's `TASK_COMM_LEN`.
 pub const COMM_LEN: usize = 16;
@@ -16,6 +17,16 @@ pub const HOOK_SENDMSG: u8 = 2;
 /// address and port are the ones bound.
 pub const HOOK_BIND: u8 = 3;
 
+/// The event came from a Unix socket `connect()` (`cgroup/connect_unix`): a
+/// [`crate::unix::UnixEvent`].
+pub const HOOK_UNIX_CONNECT: u8 = 4;
+/// The event came from a Unix datagram sent to an address (`cgroup/sendmsg_unix`): a
+/// [`crate::unix::UnixEvent`].
+pub const HOOK_UNIX_SEND: u8 = 5;
+
+/// `AF_UNIX`, as the kernel spells it. A summary of Unix refusals (which has no room for the
+/// whole name) carries the name's first sixteen bytes as its address and its length as its port.
+pub const FAMILY_UNIX: u16 = 1;
 /// `AF_INET`, as the kernel spells it.
 pub const FAMILY_INET: u16 = 2;
 /// `AF_INET6`, as the kernel spells it.

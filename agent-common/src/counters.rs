@@ -28,8 +28,11 @@ pub const BINDS: u32 = 8;
 /// Connects and datagrams to one of the host's own addresses let through because the socket
 /// that takes them is the session's own (an agent's own dev server).
 pub const OWN_PORT: u32 = 9;
+/// Every Unix socket `connect()` and datagram sent to an address of a session
+/// (`connect_unix`, `sendmsg_unix`).
+pub const UNIX_CONNECTS: u32 = 10;
 /// Number of slots in the `COUNTERS` map.
-pub const COUNT: u32 = 10;
+pub const COUNT: u32 = 11;
 
 /// Map name of the per-CPU counter array.
 pub const MAP_NAME: &str = "COUNTERS";

@@ -9,6 +9,7 @@ pub mod connect;
 pub mod counters;
 pub mod rule;
 pub mod summary;
+pub mod unix;
 
 #[cfg(feature = "user")]
 mod user;

@@ -116,10 +116,14 @@ pub const LOCAL_NET_INDEX: u32 = u32::MAX - 2;
 /// (`netmon.egress.mode: allowlist`).
 pub const UNLISTED_INDEX: u32 = u32::MAX - 3;
 
+/// `server_index` of a session's refused Unix socket connects and datagrams: to a name not
+/// listed ([`crate::unix`]).
+pub const UNIX_INDEX: u32 = u32::MAX - 4;
+
 /// Whether a `server_index` is one of the session boundary's own rules (not a server's); its
 /// PASS exceptions carve out of all of them alike.
 pub const fn is_boundary(server_index: u32) -> bool {
-    server_index >= UNLISTED_INDEX && server_index < EGRESS_INDEX
+    server_index >= UNIX_INDEX && server_index < EGRESS_INDEX
 }
 
 /// Key of `RESERVED_PORTS`: a port no session may bind (toolwall's own listeners', a declared

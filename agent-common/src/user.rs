@@ -4,6 +4,7 @@ use crate::{
     connect::ConnectEvent,
     rule::{CidrKey, EgressKey, EndpointKey, EndpointRule},
     summary::{SummaryKey, SummarySeen, SummaryValue},
+    unix::UnixName,
 };
 
 // SAFETY: all are #[repr(C)], Copy, contain only integers and byte arrays, and have explicit
@@ -16,3 +17,4 @@ unsafe impl aya::Pod for ConnectEvent {}
 unsafe impl aya::Pod for SummaryKey {}
 unsafe impl aya::Pod for SummaryValue {}
 unsafe impl aya::Pod for SummarySeen {}
+unsafe impl aya::Pod for UnixName {}

@@ -16,11 +16,19 @@
 //! through when the listener that would take it — looked up by address and port at that moment —
 //! is one of the session's: the agent reaches its own dev server and nothing else of the host.
 //!
+//! Every Unix socket `connect()` and every datagram sent to a Unix socket address
+//! (`cgroup/connect_unix`, `cgroup/sendmsg_unix`: `unix.rs`) is decided by the name it goes to,
+//! pathname and abstract alike: a name the daemon listed (`UNIX_LISTED`: its API socket,
+//! `exec.allow_unix`) is reached, any other — the user's tmux server, a forwarder, a bus — is
+//! refused with EPERM and recorded.
+//!
 //! Every map is pinned by name (the daemon loads with a pin directory on bpffs), so the programs
 //! and their rules outlive a daemon that dies, and the next daemon reads the same maps
 //! (`agent/src/netmon/pins.rs`).
 #![no_std]
 #![no_main]
+
+mod unix;
 
 use agent_common::{
     connect::{
@@ -491,9 +499,7 @@ fn lookup(addr: [u8; 16], port: u16) -> Option<EndpointRule> {
         .copied()
 }
 
-/// Sends the event, or counts it in its key's summary when the key is over its burst or the
-/// ring is full (agent-common/src/summary.rs). Only a key the summary map has no room for can
-/// lose an event, and that is counted (`RING_DROPS`).
+/// Sends a connect, sendmsg or bind event (see [`summarised`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn record(
@@ -521,18 +527,36 @@ fn record(
         protocol,
         _pad: 0,
     };
-    let slot = match SUMMARY.get_ptr_mut(&key) {
+    summarised(&key, now, addr, port, family, || {
+        emit(
+            ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id,
+        )
+    });
+}
+
+/// Sends the event through `send`, or counts it in its key's summary (last seen at `addr`,
+/// `port`, `family`) when the key is over its burst or the ring is full
+/// (agent-common/src/summary.rs). Only a key the summary map has no room for can lose an
+/// event, and that is counted (`RING_DROPS`).
+#[inline(always)]
+fn summarised(
+    key: &SummaryKey,
+    now: u64,
+    addr: [u8; 16],
+    port: u16,
+    family: u16,
+    send: impl Fn() -> bool,
+) {
+    let slot = match SUMMARY.get_ptr_mut(key) {
         Some(slot) => slot,
         None => {
             // A per-CPU entry: inserting from a program sets this CPU's share; another CPU
             // may have made the entry first, which is fine.
-            let _ = SUMMARY.insert(&key, &blank_summary(now), 0);
-            match SUMMARY.get_ptr_mut(&key) {
+            let _ = SUMMARY.insert(key, &blank_summary(now), 0);
+            match SUMMARY.get_ptr_mut(key) {
                 Some(slot) => slot,
                 None => {
-                    if !emit(
-                        ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id,
-                    ) {
+                    if !send() {
                         bump(counters::RING_DROPS);
                     }
                     return;
@@ -547,11 +571,7 @@ fn record(
         summary.in_window = 0;
     }
     summary.in_window += 1;
-    if summary.in_window <= BURST
-        && emit(
-            ctx, protocol, rule, addr, port, family, hook, verdict, now, cgroup_id,
-        )
-    {
+    if summary.in_window <= BURST && send() {
         return;
     }
     if summary.summarised == 0 {

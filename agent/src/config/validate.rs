@@ -79,6 +79,16 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
             ));
         }
     }
+    for (i, entry) in config.exec.allow_unix.iter().enumerate() {
+        if let Err(why) = super::unix_name(entry) {
+            return Err(check.error(
+                format!("exec.allow_unix[{i}]"),
+                ("", entry.as_str(), 0),
+                why,
+                "write an absolute path such as `/run/docker.sock`, or `@name` for an abstract socket",
+            ));
+        }
+    }
     let mcp = &mut config.sandbox.mcp;
     let at = "sandbox.mcp";
 

@@ -86,8 +86,13 @@ pub(super) async fn start_netmon(
     if !config.netmon.enabled {
         return Err("disabled in the configuration (netmon.enabled: false)".into());
     }
-    let monitor =
+    let mut monitor =
         KernelMonitor::load(kernel_log, &config.netmon.pin_dir).map_err(|e| e.to_string())?;
+    if monitor.unix_missing().is_none() {
+        monitor
+            .sync_unix_listed(&unix_listed(config)?)
+            .map_err(|e| e.to_string())?;
+    }
     let mut endpoints = watched_endpoints(config, policy);
     endpoints.extend(own_endpoints(own));
     let every = Duration::from_secs(config.netmon.resolve_interval_secs.max(1));
@@ -101,6 +106,23 @@ pub(super) async fn start_netmon(
     NetmonService::start(monitor, endpoints, boundary, sink.clone(), every, watch)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The Unix sockets every session may reach: the daemon's API socket and `exec.allow_unix`.
+fn unix_listed(config: &Config) -> Result<Vec<agent_common::unix::UnixName>, String> {
+    let api = crate::config::socket_path(config.api.socket.as_deref());
+    let api =
+        agent_common::unix::UnixName::of(api.as_os_str().as_encoded_bytes()).ok_or_else(|| {
+            format!(
+                "api.socket {} is too long for a Unix socket address",
+                api.display()
+            )
+        })?;
+    let mut names = vec![api];
+    for entry in &config.exec.allow_unix {
+        names.push(crate::config::unix_name(entry)?);
+    }
+    Ok(names)
 }
 
 /// Feeds the live event stream through the correlator and publishes finished records.

@@ -64,6 +64,9 @@ struct SessionReply {
     cgroup: Option<PathBuf>,
     kernel: Option<String>,
     proxy: Option<String>,
+    /// Why the session's Unix sockets are not confined (`exec.confine: weaker` only).
+    #[serde(default)]
+    unix: Option<String>,
 }
 
 /// Runs the command in a new session; returns its exit code (128 + signal if it was killed).
@@ -73,7 +76,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let socket = crate::config::prepare_socket_dir(config.api.socket.as_deref(), false)?;
     // Before a session exists: a plan strict cannot keep fails without leaving one behind.
     let strict = match config.exec.confine {
-        crate::config::Confine::Default => None,
+        crate::config::Confine::Default | crate::config::Confine::Weaker => None,
         crate::config::Confine::Strict => {
             let home = user
                 .as_ref()
@@ -97,7 +100,8 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
     runtime.block_on(async move {
         let api = ApiClient::connect(&socket).await?;
-        let body = serde_json::to_vec(&serde_json::json!({ "name": session }))?;
+        let weaker = config.exec.confine == crate::config::Confine::Weaker;
+        let body = serde_json::to_vec(&serde_json::json!({ "name": session, "weaker": weaker }))?;
         let reply: SessionReply = serde_json::from_slice(&api.call(Method::POST, "/api/sessions", body).await?)
             .context("parse the daemon's session reply")?;
 
@@ -114,7 +118,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         let services = ambient::login_services(agent_uid);
         if !services.is_empty() {
             eprintln!(
-                "toolwall: WARNING: session {session}: the agent's user (uid {agent_uid}) runs {}; the session does not confine Unix sockets yet, so the agent can ask these to act outside it. Run agents as a user of their own (--user, exec.user)",
+                "toolwall: WARNING: session {session}: the agent's user (uid {agent_uid}) runs {}; the session refuses their sockets, but an agent of the same user can still change their files and the files they run (a shell's startup files, ~/.ssh/authorized_keys). Run agents as a user of their own (--user, exec.user)",
                 services.join(", ")
             );
         }
@@ -142,6 +146,9 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             );
             ruleset
         });
+        if let Some(why) = &reply.unix {
+            eprintln!("toolwall: WARNING: session {session}: Unix sockets not confined (exec.confine: weaker): {why}");
+        }
         match &reply.proxy {
             Some(proxy) => eprintln!("toolwall: session {session}: LLM traffic through {proxy}"),
             None => eprintln!("toolwall: WARNING: session {session}: the daemon's LLM proxy is off; LLM calls go directly to the providers, unseen"),

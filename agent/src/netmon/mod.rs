@@ -16,5 +16,5 @@ pub(crate) mod rules;
 pub(crate) mod service;
 
 pub use loader::KernelMonitor;
-pub(crate) use loader::{Counters, NetmonError, PROGRAMS};
+pub(crate) use loader::{Counters, NetmonError};
 pub use rules::{Rule, RuleAction};

@@ -21,6 +21,10 @@ pub(crate) struct ExecConfig {
     /// Under `strict`: what the agent may not read.
     #[serde(default = "default_secrets")]
     pub secrets: Vec<String>,
+    /// Unix sockets a session may connect and send to besides toolwall's API socket: absolute
+    /// paths, or `@name` for an abstract name. Every other is refused.
+    #[serde(default)]
+    pub allow_unix: Vec<String>,
 }
 
 impl Default for ExecConfig {
@@ -30,8 +34,34 @@ impl Default for ExecConfig {
             confine: Confine::default(),
             write: default_write(),
             secrets: default_secrets(),
+            allow_unix: Vec::new(),
         }
     }
+}
+
+/// One `exec.allow_unix` entry as the kernel programs key it: `/path` or `@abstract`.
+pub(crate) fn unix_name(entry: &str) -> Result<agent_common::unix::UnixName, String> {
+    let bytes: Vec<u8> = if let Some(name) = entry.strip_prefix('@') {
+        if name.is_empty() {
+            return Err(format!("{entry:?} names no abstract socket"));
+        }
+        std::iter::once(0).chain(name.bytes()).collect()
+    } else if entry.starts_with('/') {
+        if entry.contains('\0') {
+            return Err(format!("{entry:?} holds a NUL byte"));
+        }
+        entry.as_bytes().to_vec()
+    } else {
+        return Err(format!(
+            "{entry:?} is neither an absolute path nor an abstract name"
+        ));
+    };
+    agent_common::unix::UnixName::of(&bytes).ok_or_else(|| {
+        format!(
+            "{entry:?} is longer than a Unix socket address holds ({} bytes)",
+            agent_common::unix::NAME_BYTES
+        )
+    })
 }
 
 /// `exec.confine`.
@@ -43,6 +73,9 @@ pub(crate) enum Confine {
     Default,
     /// Landlock besides (`exec/strict.rs`).
     Strict,
+    /// Sessions start even where the kernel cannot confine their Unix sockets (before Linux
+    /// 6.7); `exec` refuses there otherwise.
+    Weaker,
 }
 
 /// Where the agents toolwall is tested with keep their state.

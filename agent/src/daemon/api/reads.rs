@@ -44,10 +44,16 @@ pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Respons
             "database": state.db_path,
             "sessions": state.session_names(),
             "policy": policy_report(state),
+            // Whether sessions' Unix socket connects are confined, and why not.
+            "unix_sockets": state.netmon.as_ref().map(|n| match n.unix_missing() {
+                None => json!({ "confined": true }),
+                Some(why) => json!({ "confined": false, "why": why }),
+            }),
             "kernel_counters": counters.map(|c| json!({
                 "connects": c.connects, "unmatched": c.unmatched, "flagged": c.flagged,
                 "denied": c.denied, "ring_drops": c.ring_drops, "summarised": c.summarised,
                 "egress_drops": c.egress_drops, "binds": c.binds, "own_port": c.own_port,
+                "unix_connects": c.unix_connects,
             })),
     });
     // Inside a session: nothing of other sessions (the kernel's counters are the host's, every

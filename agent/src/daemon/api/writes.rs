@@ -138,6 +138,9 @@ pub(super) async fn listed(
 #[derive(Deserialize)]
 struct SessionRequest {
     name: String,
+    /// The session may start without Unix socket confinement (`exec.confine: weaker`).
+    #[serde(default)]
+    weaker: bool,
 }
 
 pub(super) async fn open_session(
@@ -146,6 +149,15 @@ pub(super) async fn open_session(
 ) -> anyhow::Result<Response<Body>> {
     let r: SessionRequest = serde_json::from_slice(&body(req, MAX_BODY).await?)
         .context("expected {\"name\": \"...\"}")?;
+    let unix = state.netmon.as_ref().and_then(|n| n.unix_missing());
+    if let Some(why) = &unix
+        && !r.weaker
+    {
+        anyhow::bail!(
+            "session {:?} not started: the kernel cannot confine its Unix sockets ({why}), so the agent could reach any local service over one; upgrade to Linux 6.7 or later, or set `exec.confine: weaker` to start sessions without",
+            r.name
+        );
+    }
     let cgroup = state.open_session(&r.name)?;
     // Its processes' connections to the LLM proxy are the session's, and only theirs may
     // use its key (`llm/proxy/sessions.rs`): recorded before the key exists.
@@ -174,6 +186,7 @@ pub(super) async fn open_session(
             "session": r.name,
             "cgroup": cgroup,
             "kernel": kernel.map(|k| if k.on { "on".to_string() } else { format!("off: {}", k.detail) }),
+            "unix": unix,
             "proxy": proxy,
             "database": state.db_path,
         }),

@@ -42,6 +42,8 @@ pub struct Counters {
     /// Connects and datagrams to the host let through because the socket taking them is the
     /// session's own.
     pub own_port: u64,
+    /// Unix socket connects and datagrams sent to an address that the programs saw.
+    pub unix_connects: u64,
 }
 
 /// A key's summary, summed over CPUs: connections over their key's burst (or that found the
@@ -288,6 +290,7 @@ impl KernelMonitor {
             egress_drops: sum(counters::EGRESS_DROPS)?,
             binds: sum(counters::BINDS)?,
             own_port: sum(counters::OWN_PORT)?,
+            unix_connects: sum(counters::UNIX_CONNECTS)?,
         })
     }
 }

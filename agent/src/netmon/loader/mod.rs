@@ -2,6 +2,7 @@
 
 mod maps;
 mod ports;
+mod unix;
 
 use std::{
     fs::File,
@@ -133,6 +134,9 @@ pub struct KernelMonitor {
     ebpf: Ebpf,
     pins: PinDir,
     sessions: std::collections::HashMap<String, Attached>,
+    /// The Unix socket programs, or why the kernel cannot run them (sessions then have no
+    /// Unix socket confinement).
+    unix: Result<unix::UnixPrograms, String>,
 }
 
 impl KernelMonitor {
@@ -181,11 +185,29 @@ impl KernelMonitor {
                 source,
             })?;
         }
+        let unix = unix::UnixPrograms::load(object, &pins.maps());
+        if let Err(why) = &unix {
+            tracing::warn!("sessions get no Unix socket confinement: {why}");
+        }
         Ok(Self {
             ebpf,
             pins,
             sessions: std::collections::HashMap::new(),
+            unix,
         })
+    }
+
+    /// Why sessions get no Unix socket confinement (a kernel before 6.7 has no Unix socket
+    /// hooks); `None` when they have it.
+    pub fn unix_missing(&self) -> Option<&str> {
+        self.unix.as_ref().err().map(String::as_str)
+    }
+
+    /// The programs every session gets, in the order of its links: [`PROGRAMS`], then the
+    /// Unix socket programs when the kernel runs them.
+    pub(crate) fn session_programs(&self) -> Vec<&'static str> {
+        let unix = self.unix.iter().flat_map(|u| u.names());
+        PROGRAMS.iter().copied().chain(unix).collect()
     }
 
     /// The pin directory (to list sessions a daemon before this one left behind).
@@ -209,9 +231,10 @@ impl KernelMonitor {
             path: pin_dir.clone(),
             source,
         })?;
-        let mut links = Vec::with_capacity(PROGRAMS.len());
+        let programs = self.session_programs();
+        let mut links = Vec::with_capacity(programs.len());
         let mut adopted = 0;
-        for name in PROGRAMS {
+        for name in programs {
             let pin = pin_dir.join(name);
             if pin.exists() {
                 match PinnedLink::from_pin(&pin) {
@@ -232,7 +255,15 @@ impl KernelMonitor {
                 what: format!("attach {name} to {}", cgroup.display()),
                 source,
             };
-            let pinned = if is_sock_program(name) {
+            let pinned = if let Ok(unix) = self.unix.as_ref()
+                && let Some(attach) = unix.attach(name, &dir, &pin)
+            {
+                attach.map_err(|source| NetmonError::Pin {
+                    what: "attach and pin",
+                    path: pin.clone(),
+                    source,
+                })?
+            } else if is_sock_program(name) {
                 let program: &mut CgroupSock = program(&mut self.ebpf, name)?;
                 let link = program
                     .attach(&dir, CgroupAttachMode::Single)
@@ -294,22 +325,23 @@ impl KernelMonitor {
     /// The programs of a session that are no longer attached to its cgroup (someone detached
     /// a link or removed its pin), for the daemon's watch; [`Self::attach`] puts them back.
     pub fn detached(&self, session: &str) -> Vec<&'static str> {
+        let programs = self.session_programs();
         let Some(attached) = self.sessions.get(session) else {
-            return PROGRAMS.to_vec();
+            return programs;
         };
         // What cannot be read (out of descriptors, say) is not reported as detached: a false
         // alert each second is what exhausting the daemon's descriptors would get otherwise.
         let Some(want) = cgroup_id(&attached.cgroup) else {
             return Vec::new();
         };
-        PROGRAMS
-            .iter()
+        programs
+            .into_iter()
             .zip(&attached.links)
             .filter(|(_, (pin, _))| match super::pins::link_cgroup(pin) {
                 Ok(id) => id != want,
                 Err(e) => e.kind() == std::io::ErrorKind::NotFound,
             })
-            .map(|(name, _)| *name)
+            .map(|(name, _)| name)
             .collect()
     }
 

@@ -35,7 +35,7 @@ impl KernelMonitor {
 }
 
 /// Removes a key; one already gone (the kernel side removed it meanwhile) is not an error.
-fn remove<K: aya::Pod, V: aya::Pod>(
+pub(super) fn remove<K: aya::Pod, V: aya::Pod>(
     map: &mut HashMap<&mut aya::maps::MapData, K, V>,
     key: &K,
     name: &'static str,

@@ -278,6 +278,15 @@ impl NetmonService {
     }
 
     /// Counters, for the health endpoint and drop reports.
+    /// Why sessions get no Unix socket confinement; `None` when they have it.
+    pub(crate) fn unix_missing(&self) -> Option<String> {
+        self.monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unix_missing()
+            .map(str::to_owned)
+    }
+
     pub(crate) fn counters(&self) -> Result<super::Counters, NetmonError> {
         self.monitor
             .lock()

@@ -15,8 +15,9 @@ impl NetmonService {
     /// boundary (kind `boundary`), or for a refused egress the declared stdio server whose
     /// cgroup it came from.
     fn server_of(&self, server_index: u32, cgroup_id: u64) -> (String, String) {
-        use agent_common::rule::{HOST_LOCAL_INDEX, LOCAL_NET_INDEX, UNLISTED_INDEX};
+        use agent_common::rule::{HOST_LOCAL_INDEX, LOCAL_NET_INDEX, UNIX_INDEX, UNLISTED_INDEX};
         let boundary = match server_index {
+            UNIX_INDEX => Some("toolwall:unix"),
             HOST_LOCAL_INDEX => Some("toolwall:host"),
             LOCAL_NET_INDEX => Some("toolwall:local-network"),
             UNLISTED_INDEX => Some("toolwall:unlisted"),
@@ -181,10 +182,19 @@ impl NetmonService {
                     summary.seen.last_ns
                 };
                 let (server_id, server_type) = self.server_of(key.server_index, key.cgroup_id);
-                let dest = std::net::SocketAddr::new(
-                    crate::netmon::events::dest_ip(&last.addr),
-                    last.port,
-                );
+                let dest = if last.family == agent_common::connect::FAMILY_UNIX {
+                    // The name's first sixteen bytes and its length.
+                    let len = usize::from(last.port);
+                    let shown = crate::netmon::events::unix_name(&last.addr[..len.min(16)]);
+                    if len > 16 {
+                        format!("{shown}…")
+                    } else {
+                        shown
+                    }
+                } else {
+                    std::net::SocketAddr::new(crate::netmon::events::dest_ip(&last.addr), last.port)
+                        .to_string()
+                };
                 let comm = String::from_utf8_lossy(
                     last.comm.split(|b| *b == 0).next().unwrap_or_default(),
                 )
@@ -193,7 +203,7 @@ impl NetmonService {
                     policy_revision: None,
                     timestamp: clock.wall(last.last_ns),
                     session_id: session.clone().unwrap_or_default(),
-                    remote_addr: dest.to_string(),
+                    remote_addr: dest,
                     server_id,
                     server_type,
                     action: if key.verdict == agent_common::connect::VERDICT_DENIED {
@@ -238,6 +248,8 @@ fn protocol_name(protocol: u8, hook: u8) -> String {
         (17, agent_common::connect::HOOK_SENDMSG) => "udp-sendmsg".into(),
         (6, agent_common::connect::HOOK_BIND) => "tcp-bind".into(),
         (17, agent_common::connect::HOOK_BIND) => "udp-bind".into(),
+        (_, agent_common::connect::HOOK_UNIX_CONNECT) => "unix-connect".into(),
+        (_, agent_common::connect::HOOK_UNIX_SEND) => "unix-sendmsg".into(),
         (6, _) => "tcp".into(),
         (17, _) => "udp".into(),
         (n, _) => n.to_string(),
@@ -245,10 +257,10 @@ fn protocol_name(protocol: u8, hook: u8) -> String {
 }
 
 fn family_name(family: u16) -> String {
-    if family == agent_common::connect::FAMILY_INET {
-        "ipv4".into()
-    } else {
-        "ipv6".into()
+    match family {
+        agent_common::connect::FAMILY_INET => "ipv4".into(),
+        agent_common::connect::FAMILY_UNIX => "unix".into(),
+        _ => "ipv6".into(),
     }
 }
 

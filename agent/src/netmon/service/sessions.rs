@@ -119,9 +119,14 @@ impl NetmonService {
             }
             let links = self.register(&name, &cgroup)?;
             let processes = cgroup.processes().map(|p| p.len()).unwrap_or(0);
+            let programs = self
+                .monitor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .session_programs()
+                .len();
             let detail = format!(
-                "re-adopted session {name:?} left pinned by an earlier daemon: {links} of {} programs were still attached, {processes} processes in it",
-                crate::netmon::PROGRAMS.len()
+                "re-adopted session {name:?} left pinned by an earlier daemon: {links} of {programs} programs were still attached, {processes} processes in it"
             );
             tracing::warn!("{detail}");
             self.alert(&name, "session_adopted", detail, None, Action::Allow);

@@ -114,6 +114,18 @@ fn bench_connect() {
     // A listener made (`sock_create` marks it the session's), bound (`post_bind4` checks its
     // port) and closed.
     let bind = move || drop(TcpListener::bind("127.0.0.1:0").unwrap());
+    // A Unix connect to a listed name (`connect_unix` reads and looks the name up, then lets
+    // it through).
+    let unix_dir = tempfile::tempdir().unwrap();
+    let unix_path = unix_dir.path().join("bench.sock");
+    let unix_listener = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+    std::thread::spawn(move || {
+        for stream in unix_listener.incoming() {
+            drop(stream);
+        }
+    });
+    let unix_target = unix_path.clone();
+    let unix = move || drop(std::os::unix::net::UnixStream::connect(&unix_target).unwrap());
     // The kernel counts each program's runs and run time while this fd is open.
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime);
     if let Err(error) = &stats {
@@ -125,6 +137,9 @@ fn bench_connect() {
     let pins = std::path::PathBuf::from(format!("/sys/fs/bpf/toolwall-{session}"));
     let mut monitor = KernelMonitor::load(false, &pins).unwrap();
     monitor.attach(&session, cgroup.path()).unwrap();
+    let listed =
+        agent_common::unix::UnixName::of(unix_path.as_os_str().as_encoded_bytes()).unwrap();
+    monitor.sync_unix_listed(&[listed]).unwrap();
     let mut ring = monitor.take_event_ring().unwrap();
     let me = std::process::id().to_string();
     for (proto, addr, connect) in [
@@ -132,6 +147,8 @@ fn bench_connect() {
         ("UDP", udp_addr, &udp as &dyn Fn()),
         ("UDP sendto", udp_addr, &sendto as &dyn Fn()),
         ("TCP bind", tcp_addr, &bind as &dyn Fn()),
+        // Its "FLAG match" rounds are listed-name rounds too: no IP rule applies to it.
+        ("Unix connect", tcp_addr, &unix as &dyn Fn()),
     ] {
         let flag = [Rule::exact(addr.ip(), addr.port(), 0, RuleAction::Flag)];
         // The three cases take turns, round after round, so the noise of a shared machine

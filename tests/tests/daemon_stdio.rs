@@ -924,8 +924,12 @@ fn privileged_a_request_handed_to_another_session_starts_nothing() {
     assert!(is_root());
     let dir = shared_dir();
     let agent = write(dir.path(), "handoff.py", HAND_OFF);
-    let daemon = Daemon::start("sandbox:\n  mcp:\n    fail_closed: false\n");
     let name = format!("toolwall-handoff-{}", std::process::id());
+    // Sessions reach no Unix socket of another unless it is listed: listed here, so the
+    // hand-off happens and the daemon's own check is what is tested.
+    let daemon = Daemon::start(&format!(
+        "sandbox:\n  mcp:\n    fail_closed: false\nexec:\n  allow_unix: [\"@{name}\"]\n"
+    ));
     let exec = |session: &str, role: &str| {
         exec_nobody(&daemon, session, &agent, dir.path())
             .args([role, &name])
@@ -1530,18 +1534,22 @@ fn privileged_a_sessions_llm_key_works_only_from_its_own_processes() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
-    let mut daemon = Daemon::start(&format!(
-        "proxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: http://127.0.0.1:{llm_port}\n\
-         sandbox:\n  mcp:\n    servers:\n      - id: everything\n        type: stdio\n        command: /bin/true\n"
-    ));
-    let agent = write(dir.path(), "agent.py", KEYLESS_AGENT);
-    let thief = write(dir.path(), "thief.py", KEY_THIEF);
-    let (said, done) = (dir.path().join("said"), dir.path().join("done"));
     let (hand, closed, held) = (
         dir.path().join("hand.sock"),
         dir.path().join("closed"),
         dir.path().join("held"),
     );
+    // The hand-off socket is listed (sessions reach no other Unix socket), so the connection
+    // does leave the session and the proxy's own check is what is tested.
+    let mut daemon = Daemon::start(&format!(
+        "proxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: http://127.0.0.1:{llm_port}\n\
+         sandbox:\n  mcp:\n    servers:\n      - id: everything\n        type: stdio\n        command: /bin/true\n\
+         exec:\n  allow_unix: [{:?}]\n",
+        hand.display().to_string()
+    ));
+    let agent = write(dir.path(), "agent.py", KEYLESS_AGENT);
+    let thief = write(dir.path(), "thief.py", KEY_THIEF);
+    let (said, done) = (dir.path().join("said"), dir.path().join("done"));
     let mut holder = Command::new("/usr/bin/python3")
         .arg("-c")
         .arg(HOLDER)

@@ -6,7 +6,9 @@
 //! The kernel runs them before it looks the name up, pathname and abstract alike, so a
 //! refused call never reaches the socket: the user's tmux server, a forwarder, a bus. A name
 //! the daemon listed (`UNIX_LISTED`: its API socket, `exec.allow_unix`) is let through. A
-//! `socketpair()` and a socket the session inherited connected are never asked.
+//! `socketpair()` and a socket made outside the session (inherited, or passed in) are never
+//! asked. Daemon-run stdio servers are decided alike: their `egress:` declarations name IP
+//! destinations only.
 
 use agent_common::{
     connect::{COMM_LEN, FAMILY_UNIX, HOOK_UNIX_CONNECT, HOOK_UNIX_SEND, VERDICT_DENIED},
@@ -17,16 +19,16 @@ use agent_common::{
 };
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_get_socket_cookie, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, generated,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_uid_gid, bpf_get_socket_cookie, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        generated,
     },
     macros::{cgroup_sock_addr, map},
     maps::{HashMap, PerCpuArray},
     programs::SockAddrContext,
 };
 
-use crate::{bump, limited_scope, summarised, ALLOW, EVENTS, REFUSE};
+use crate::{bump, summarised, ALLOW, EVENTS, REFUSE};
 
 /// Unix socket names every session may reach.
 #[map(name = "UNIX_LISTED")]
@@ -73,14 +75,6 @@ fn unix_verdict(ctx: &SockAddrContext, hook: u8) -> i32 {
     let read = read_name(ctx, scratch);
     // SAFETY: map values are plain Copy data; only presence is read.
     if read && unsafe { UNIX_LISTED.get(&scratch.name) }.is_some() {
-        return ALLOW;
-    }
-    // A daemon-run stdio server is limited by its own declaration.
-    let scope = limited_scope(|level| {
-        // SAFETY: valid in cgroup_sock_addr programs.
-        unsafe { bpf_get_current_ancestor_cgroup_id(level) }
-    });
-    if scope != 0 {
         return ALLOW;
     }
     if !read {

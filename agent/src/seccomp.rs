@@ -1,6 +1,8 @@
 //! The system calls a stdio server the daemon runs may not make (otherwise a server limited
 //! to no egress can attach gdb to a process of its user outside every toolwall cgroup and send
-//! from there, and leave a process there that its kill never reaches).
+//! from there, and leave a process there that its kill never reaches), and those an agent may
+//! not make: a user namespace of its own would let it mount or chroot so that a Unix socket
+//! name the kernel programs let through resolves to another socket (`tests/tests/session_unix.rs`).
 //!
 //! Refused with EPERM: reaching into other processes (`ptrace`, `process_vm_readv`/`writev`,
 //! `pidfd_getfd`), joining a namespace another process made (`setns`: an agent could pass one
@@ -16,8 +18,24 @@ use seccompiler::{
     SeccompRule,
 };
 
-/// The filters, built before the fork (building allocates; installing does not).
+/// A server's filters, built before the fork (building allocates; installing does not).
 pub(crate) fn server_filters() -> anyhow::Result<Vec<BpfProgram>> {
+    filters(&[
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
+    ])
+}
+
+/// An agent's filters: no user namespace, made or joined. Tracing stays (its own children are
+/// all its PID namespace shows it).
+pub(crate) fn agent_filters() -> anyhow::Result<Vec<BpfProgram>> {
+    filters(&[])
+}
+
+/// Refuses `also` and every way to a user namespace.
+fn filters(also: &[i64]) -> anyhow::Result<Vec<BpfProgram>> {
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|e| anyhow::anyhow!("seccomp on {}: {e}", std::env::consts::ARCH))?;
@@ -29,18 +47,14 @@ pub(crate) fn server_filters() -> anyhow::Result<Vec<BpfProgram>> {
             libc::CLONE_NEWUSER as u64,
         )?])?)
     };
-    let mut refused: BTreeMap<i64, Vec<SeccompRule>> = [
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        libc::SYS_pidfd_getfd,
-        // A namespace another process made (a user namespace the agent passed over a socket)
-        // would give back what `unshare` below refuses.
-        libc::SYS_setns,
-    ]
-    .into_iter()
-    .map(|nr| (nr, Vec::new()))
-    .collect();
+    // A namespace another process made (a user namespace passed over a socket) would give
+    // back what `unshare` below refuses.
+    let mut refused: BTreeMap<i64, Vec<SeccompRule>> = also
+        .iter()
+        .copied()
+        .chain([libc::SYS_setns])
+        .map(|nr| (nr, Vec::new()))
+        .collect();
     refused.insert(libc::SYS_unshare, vec![new_user()?]);
     refused.insert(libc::SYS_clone, vec![new_user()?]);
     let eperm = SeccompFilter::new(

@@ -34,9 +34,10 @@ time.sleep(600)
 "#;
 
 /// Connects (or sends, for `.dgram`) to every name on its command line; prints `NAME ok` or
-/// `NAME errno`. Then asks the tmux server at `TMUX_SOCKET` for a window running `touch MARK`.
+/// `NAME errno`. Then asks the tmux server at `TMUX_SOCKET` for a window running `touch MARK`,
+/// and makes a user namespace (in which it could mount another socket over a listed name).
 const AGENT: &str = r#"
-import os, socket, subprocess, sys
+import ctypes, os, socket, subprocess, sys
 tmux_socket, mark = sys.argv[1], sys.argv[2]
 for name in sys.argv[3:]:
     address = "\0" + name[1:] if name.startswith("@") else name
@@ -51,6 +52,12 @@ for name in sys.argv[3:]:
 done = subprocess.run(["tmux", "-S", tmux_socket, "new-window", "touch " + mark],
                       capture_output=True, text=True)
 print("tmux", done.returncode, done.stderr.strip().replace("\n", " "))
+if os.fork() == 0:
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.unshare(0x10000000)
+    print("userns", rc, ctypes.get_errno(), flush=True)
+    os._exit(0)
+os.wait()
 "#;
 
 struct Killed(Child);
@@ -129,6 +136,11 @@ fn privileged_a_session_reaches_no_unix_socket_it_was_not_given() {
         wait_for(&mark),
         "control: tmux ran the window outside:\n{stdout}"
     );
+    assert_eq!(
+        outcome(&stdout, "userns"),
+        "0 0",
+        "control: {stdout}{stderr}"
+    );
     std::fs::remove_file(&mark).expect("remove the control's mark");
 
     let daemon = Daemon::start(&format!(
@@ -145,6 +157,11 @@ fn privileged_a_session_reaches_no_unix_socket_it_was_not_given() {
     assert!(
         !outcome(&stdout, "tmux").starts_with("0 "),
         "tmux refused: {stdout}"
+    );
+    assert_eq!(
+        outcome(&stdout, "userns"),
+        "-1 1",
+        "no user namespace, so no mount over a listed name: {stdout}"
     );
     std::thread::sleep(Duration::from_millis(500));
     assert!(

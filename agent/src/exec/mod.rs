@@ -159,6 +159,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
                 // After the cgroup is entered (closures run in the order they were added).
                 confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit, landlock)?;
+                crate::seccomp::apply_on_spawn(&mut cmd, crate::seccomp::agent_filters()?);
                 Some(procs)
             }
             None => {
@@ -167,6 +168,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     reply.kernel.as_deref().unwrap_or("off")
                 );
                 confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit, landlock)?;
+                crate::seccomp::apply_on_spawn(&mut cmd, crate::seccomp::agent_filters()?);
                 None
             }
         };

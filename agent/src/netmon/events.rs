@@ -41,14 +41,17 @@ impl std::fmt::Display for Dest {
     }
 }
 
-/// A Unix socket name for the record: a pathname as it is, an abstract name as `@` and the rest;
-/// bytes that are not printable ASCII escaped (`\0`, `\xNN`), so a name cannot forge what a
-/// reader of the record sees. An empty name is an address the program could not read.
+/// A Unix socket name for the record, in a form no other kind of name can take: an absolute
+/// pathname as it is, a relative one after `./`, an abstract name as `@` and the rest; bytes
+/// that are not printable ASCII escaped (`\0`, `\xNN`). So a relative path named `@listed`
+/// or `(unreadable address)` cannot pass for the abstract name or the sentinel. An empty name
+/// is an address the program could not read.
 pub(crate) fn unix_name(bytes: &[u8]) -> String {
     match bytes.split_first() {
         None => "(unreadable address)".to_owned(),
         Some((0, rest)) => format!("@{}", rest.escape_ascii()),
-        Some(_) => bytes.escape_ascii().to_string(),
+        Some((b'/', _)) => bytes.escape_ascii().to_string(),
+        Some(_) => format!("./{}", bytes.escape_ascii()),
     }
 }
 
@@ -241,5 +244,7 @@ mod tests {
         assert_eq!(c.raw.server_index, UNIX_INDEX);
         assert_eq!(unix_name(b"/tmp/tmux-0/default"), "/tmp/tmux-0/default");
         assert_eq!(unix_name(b""), "(unreadable address)");
+        assert_eq!(unix_name(b"@listed"), "./@listed");
+        assert_eq!(unix_name(b"(unreadable address)"), "./(unreadable address)");
     }
 }

@@ -17,25 +17,37 @@ impl KernelMonitor {
             .ok_or(NetmonError::Missing("RESERVED_PORTS map"))?;
         let mut reserved =
             HashMap::<_, ReservedPort, u32>::try_from(map).map_err(map_err(RESERVED_PORTS_MAP))?;
-        for (port, index) in ports {
-            reserved
-                .insert(port, index, 0)
-                .map_err(map_err(RESERVED_PORTS_MAP))?;
-        }
-        let stale: Vec<ReservedPort> = reserved
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|port| !ports.contains_key(port))
-            .collect();
-        for port in stale {
-            remove(&mut reserved, &port, RESERVED_PORTS_MAP)?;
-        }
-        Ok(())
+        make_exactly(
+            &mut reserved,
+            ports.iter().map(|(k, v)| (*k, *v)),
+            RESERVED_PORTS_MAP,
+        )
     }
 }
 
+/// Makes a hash map hold exactly `wanted`: every wanted entry written first, then every other
+/// key removed, so a key that stays is never briefly missing.
+pub(super) fn make_exactly<K: aya::Pod + PartialEq, V: aya::Pod>(
+    map: &mut HashMap<&mut aya::maps::MapData, K, V>,
+    wanted: impl Iterator<Item = (K, V)> + Clone,
+    name: &'static str,
+) -> Result<(), NetmonError> {
+    for (key, value) in wanted.clone() {
+        map.insert(key, value, 0).map_err(map_err(name))?;
+    }
+    let stale: Vec<K> = map
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|key| !wanted.clone().any(|(k, _)| k == *key))
+        .collect();
+    for key in stale {
+        remove(map, &key, name)?;
+    }
+    Ok(())
+}
+
 /// Removes a key; one already gone (the kernel side removed it meanwhile) is not an error.
-pub(super) fn remove<K: aya::Pod, V: aya::Pod>(
+fn remove<K: aya::Pod, V: aya::Pod>(
     map: &mut HashMap<&mut aya::maps::MapData, K, V>,
     key: &K,
     name: &'static str,

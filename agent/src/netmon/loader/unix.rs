@@ -22,7 +22,7 @@ use aya::{
 };
 use aya_obj::generated::{bpf_attach_type, bpf_attr, bpf_cmd, bpf_prog_type};
 
-use super::{KernelMonitor, NetmonError, map_err, ports::remove};
+use super::{KernelMonitor, NetmonError, map_err, ports::make_exactly};
 
 /// Each Unix program and the attach type it is loaded and attached with.
 const PROGRAMS: [(&str, bpf_attach_type); 2] = [
@@ -237,19 +237,6 @@ impl KernelMonitor {
             .ok_or(NetmonError::Missing("UNIX_LISTED map"))?;
         let mut listed =
             HashMap::<_, UnixName, u32>::try_from(map).map_err(map_err(UNIX_LISTED_MAP))?;
-        for name in names {
-            listed
-                .insert(name, 1, 0)
-                .map_err(map_err(UNIX_LISTED_MAP))?;
-        }
-        let stale: Vec<UnixName> = listed
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|name| !names.contains(name))
-            .collect();
-        for name in stale {
-            remove(&mut listed, &name, UNIX_LISTED_MAP)?;
-        }
-        Ok(())
+        make_exactly(&mut listed, names.iter().map(|n| (*n, 1)), UNIX_LISTED_MAP)
     }
 }

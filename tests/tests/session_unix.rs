@@ -52,12 +52,15 @@ for name in sys.argv[3:]:
 done = subprocess.run(["tmux", "-S", tmux_socket, "new-window", "touch " + mark],
                       capture_output=True, text=True)
 print("tmux", done.returncode, done.stderr.strip().replace("\n", " "))
+libc = ctypes.CDLL(None, use_errno=True)
 if os.fork() == 0:
-    libc = ctypes.CDLL(None, use_errno=True)
     rc = libc.unshare(0x10000000)
     print("userns", rc, ctypes.get_errno(), flush=True)
     os._exit(0)
 os.wait()
+# The session's pid 1 (toolwall's init, outside the agent's seccomp filter) cannot be traced.
+rc = libc.ptrace(0x4206, 1, None, None)  # PTRACE_SEIZE: no stop, gone when the agent exits
+print("trace-init", rc, ctypes.get_errno(), flush=True)
 "#;
 
 struct Killed(Child);
@@ -143,6 +146,8 @@ fn privileged_a_session_reaches_no_unix_socket_it_was_not_given() {
     );
     std::fs::remove_file(&mark).expect("remove the control's mark");
 
+    // Even where the host lets a process trace others of its user that changed ids.
+    let _dumpable = Sysctl::set("/proc/sys/fs/suid_dumpable", "1");
     let daemon = Daemon::start(&format!(
         "exec:\n  allow_unix: [{:?}, {:?}]\n",
         listed[0], listed[1]
@@ -162,6 +167,11 @@ fn privileged_a_session_reaches_no_unix_socket_it_was_not_given() {
         outcome(&stdout, "userns"),
         "-1 1",
         "no user namespace, so no mount over a listed name: {stdout}"
+    );
+    assert_eq!(
+        outcome(&stdout, "trace-init"),
+        "-1 1",
+        "the session's init cannot be traced: {stdout}"
     );
     std::thread::sleep(Duration::from_millis(500));
     assert!(
@@ -210,6 +220,26 @@ fn scopeguard(socket: &str) -> impl Drop + '_ {
         }
     }
     Stop(socket)
+}
+
+/// A sysctl set for the test's length, put back when dropped.
+struct Sysctl {
+    path: &'static str,
+    was: String,
+}
+
+impl Sysctl {
+    fn set(path: &'static str, value: &str) -> Sysctl {
+        let was = std::fs::read_to_string(path).expect("read sysctl");
+        std::fs::write(path, value).expect("write sysctl");
+        Sysctl { path, was }
+    }
+}
+
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path, self.was.trim());
+    }
 }
 
 /// Whether `path` appears within 5 s.

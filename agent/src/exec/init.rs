@@ -37,6 +37,10 @@ pub(super) unsafe fn become_init() -> std::io::Result<()> {
     }
     AGENT.store(agent, Ordering::Relaxed);
     unsafe {
+        // Not dumpable whatever `fs.suid_dumpable` says: this process carries none of the
+        // agent's seccomp filter (installed after the fork), so an agent that could trace it or
+        // write its memory could run code here that makes a user namespace.
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
         action.sa_flags = libc::SA_RESTART;

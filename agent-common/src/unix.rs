@@ -60,6 +60,12 @@ pub const UNIX_LISTED_MAP: &str = "UNIX_LISTED";
 /// Capacity of [`UNIX_LISTED_MAP`].
 pub const MAX_UNIX_LISTED: u32 = 1024;
 
+/// Names every session may reach whatever the configuration says: glibc's name service cache
+/// (nscd), in both spellings of its path. Every glibc program that looks up a user, group or
+/// host asks it first (bash does when `SHELL` is unset); it answers read-only from the databases
+/// an agent can read in `/etc`, so refusing it would only record one refusal per lookup.
+pub const ALWAYS_LISTED: [&[u8]; 2] = [b"/run/nscd/socket", b"/var/run/nscd/socket"];
+
 /// One refused Unix socket connect or datagram, as the ring carries it (told apart from a
 /// [`crate::connect::ConnectEvent`] by its size).
 #[repr(C)]

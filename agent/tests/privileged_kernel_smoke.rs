@@ -12,6 +12,9 @@ use toolwall::{KernelMonitor, SessionCgroup};
 fn run_in(cgroup: &SessionCgroup, script: &str) {
     let mut cmd = Command::new("bash");
     cmd.args(["-c", script]);
+    // Without SHELL, bash asks glibc for its user's shell, and glibc first asks nscd over a
+    // Unix socket: a lookup every session makes, which must not count as a refusal.
+    cmd.env_remove("SHELL");
     let _procs = cgroup
         .enter_on_spawn(&mut cmd)
         .expect("prepare cgroup entry");

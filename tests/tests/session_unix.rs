@@ -1,8 +1,8 @@
 //! A session reaches no Unix socket it was not given: from inside `toolwall exec --user
 //! nobody`, the user's tmux server, a forwarder's pathname and abstract sockets and a datagram
 //! socket are refused and recorded, while toolwall's API socket and the names `exec.allow_unix`
-//! lists are reached. Each route is first taken without toolwall (the control), so a refusal is
-//! shown to be toolwall's.
+//! lists are reached, and glibc's name service cache is not refused. Each route is first taken
+//! without toolwall (the control), so a refusal is shown to be toolwall's.
 
 use std::{
     process::{Child, Command},
@@ -49,6 +49,11 @@ for name in sys.argv[3:]:
         print(name, "ok")
     except OSError as e:
         print(name, e.errno)
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect("/var/run/nscd/socket")
+    print("nscd ok")
+except OSError as e:
+    print("nscd", e.errno)
 done = subprocess.run(["tmux", "-S", tmux_socket, "new-window", "touch " + mark],
                       capture_output=True, text=True)
 print("tmux", done.returncode, done.stderr.strip().replace("\n", " "))
@@ -113,6 +118,8 @@ fn privileged_a_session_reaches_no_unix_socket_it_was_not_given() {
         .args(["tmux", "-f", "/dev/null", "-S", &tmux_socket])
         .args(["new-session", "-d", "-s", "host", "sleep 600"])
         .env("HOME", dir.path())
+        // Its windows run in this shell (nobody's login shell runs nothing).
+        .env("SHELL", "/bin/sh")
         .output()
         .expect("tmux");
     assert!(tmux.status.success(), "tmux server: {tmux:?}");
@@ -159,6 +166,11 @@ fn privileged_a_session_reaches_no_unix_socket_it_was_not_given() {
     for name in &listed {
         assert_eq!(outcome(&stdout, name), "ok", "{name} is listed:\n{stdout}");
     }
+    // glibc's name service cache is always listed: reached where it runs, ENOENT where not.
+    assert!(
+        ["ok", "2"].contains(&outcome(&stdout, "nscd")),
+        "nscd is not refused: {stdout}"
+    );
     assert!(
         !outcome(&stdout, "tmux").starts_with("0 "),
         "tmux refused: {stdout}"
@@ -206,6 +218,12 @@ fn privileged_a_session_reaches_no_unix_socket_it_was_not_given() {
             .iter()
             .all(|e| !listed.iter().any(|l| e["remote_addr"] == l.as_str())),
         "listed names pass unrecorded: {recorded:#?}"
+    );
+    assert!(
+        recorded
+            .iter()
+            .all(|e| !e["remote_addr"].as_str().unwrap_or("").contains("nscd")),
+        "nscd passes unrecorded: {recorded:#?}"
     );
 }
 

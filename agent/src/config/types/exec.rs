@@ -21,8 +21,9 @@ pub(crate) struct ExecConfig {
     /// Under `strict`: what the agent may not read.
     #[serde(default = "default_secrets")]
     pub secrets: Vec<String>,
-    /// Unix sockets a session may connect and send to besides toolwall's API socket: absolute
-    /// paths, or `@name` for an abstract name. Every other is refused.
+    /// Unix sockets a session may connect and send to besides toolwall's API socket and nscd's
+    /// (`agent_common::unix::ALWAYS_LISTED`): absolute paths, or `@name` for an abstract name.
+    /// Every other is refused.
     #[serde(default)]
     pub allow_unix: Vec<String>,
 }

@@ -189,12 +189,16 @@ impl KernelMonitor {
         if let Err(why) = &unix {
             tracing::warn!("sessions get no Unix socket confinement: {why}");
         }
-        Ok(Self {
+        let mut monitor = Self {
             ebpf,
             pins,
             sessions: std::collections::HashMap::new(),
             unix,
-        })
+        };
+        if monitor.unix.is_ok() {
+            monitor.list_always_listed()?;
+        }
+        Ok(monitor)
     }
 
     /// Why sessions get no Unix socket confinement (a kernel before 6.7 has no Unix socket

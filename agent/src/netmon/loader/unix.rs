@@ -15,7 +15,7 @@ use std::{
     path::Path,
 };
 
-use agent_common::unix::{UNIX_LISTED_MAP, UnixName};
+use agent_common::unix::{ALWAYS_LISTED, UNIX_LISTED_MAP, UnixName};
 use aya::{
     maps::{HashMap, MapData},
     programs::links::PinnedLink,
@@ -227,16 +227,38 @@ fn obj_pin(fd: &OwnedFd, path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// [`ALWAYS_LISTED`] as keys.
+fn always_listed() -> impl Iterator<Item = UnixName> + Clone {
+    ALWAYS_LISTED.iter().filter_map(|name| UnixName::of(name))
+}
+
 impl KernelMonitor {
-    /// Makes `UNIX_LISTED` hold exactly `names` (toolwall's API socket, `exec.allow_unix`):
-    /// new entries first, so a name that stays listed is never briefly refused.
+    /// Makes `UNIX_LISTED` hold exactly [`ALWAYS_LISTED`] and `names` (toolwall's API socket,
+    /// `exec.allow_unix`): new entries first, so a name that stays listed is never briefly
+    /// refused.
     pub fn sync_unix_listed(&mut self, names: &[UnixName]) -> Result<(), NetmonError> {
+        let mut listed = self.unix_listed_map()?;
+        let wanted = always_listed().chain(names.iter().copied()).map(|n| (n, 1));
+        make_exactly(&mut listed, wanted, UNIX_LISTED_MAP)
+    }
+
+    /// Adds [`ALWAYS_LISTED`] at load, leaving the names a daemon before this one listed until
+    /// [`Self::sync_unix_listed`] replaces them.
+    pub(super) fn list_always_listed(&mut self) -> Result<(), NetmonError> {
+        let mut listed = self.unix_listed_map()?;
+        for name in always_listed() {
+            listed
+                .insert(name, 1, 0)
+                .map_err(map_err(UNIX_LISTED_MAP))?;
+        }
+        Ok(())
+    }
+
+    fn unix_listed_map(&mut self) -> Result<HashMap<&mut MapData, UnixName, u32>, NetmonError> {
         let map = self
             .ebpf
             .map_mut(UNIX_LISTED_MAP)
             .ok_or(NetmonError::Missing("UNIX_LISTED map"))?;
-        let mut listed =
-            HashMap::<_, UnixName, u32>::try_from(map).map_err(map_err(UNIX_LISTED_MAP))?;
-        make_exactly(&mut listed, names.iter().map(|n| (*n, 1)), UNIX_LISTED_MAP)
+        HashMap::try_from(map).map_err(map_err(UNIX_LISTED_MAP))
     }
 }

@@ -192,6 +192,7 @@ pub(super) async fn run(
             crate::exec::Pids::Host
         },
         None,
+        None,
     )?;
     // The working directory is entered as the server's user, after the ids changed (std's
     // `current_dir` would enter it as root, before them): root must not open for an agent a

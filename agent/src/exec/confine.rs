@@ -205,12 +205,14 @@ pub(crate) fn own_pid_namespace_for_children() -> std::io::Result<()> {
 /// runs outside the agent's session, so it must not get back what the agent lost. `ids`: the
 /// uid, gid and groups to run as. `pids`: see [`Pids`]. `landlock`: a ruleset to restrict the
 /// process to (`exec.confine: strict`, [`super::strict`]), applied once `no_new_privs` is set.
+/// `private`: the agent's own temporary directories ([`super::private`]; root only).
 pub(crate) fn confine_on_spawn(
     cmd: &mut std::process::Command,
     ids: Option<(u32, u32, Vec<libc::gid_t>)>,
     also_dropped: &'static [(u32, &'static str)],
     pids: Pids,
     landlock: Option<std::os::fd::OwnedFd>,
+    private: Option<super::private::PrivateDirs>,
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
@@ -285,6 +287,9 @@ pub(crate) fn confine_on_spawn(
                             std::ptr::null(),
                         ))?;
                     }
+                }
+                if let Some(private) = &private {
+                    private.attach()?;
                 }
             }
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;

@@ -15,6 +15,7 @@
 mod ambient;
 mod confine;
 mod init;
+mod private;
 mod reach;
 mod strict;
 
@@ -74,7 +75,30 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(args.config.as_deref())?;
     let user = agent_user(&args, &config)?;
     let socket = crate::config::prepare_socket_dir(config.api.socket.as_deref(), false)?;
-    // Before a session exists: a plan strict cannot keep fails without leaving one behind.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    // Before a session exists: what cannot be made fails without leaving one behind.
+    let private = if root {
+        // SAFETY: getuid and getgid have no preconditions.
+        let (uid, gid) = user.as_ref().map_or_else(
+            || unsafe { (libc::getuid(), libc::getgid()) },
+            |u| (u.uid, u.gid),
+        );
+        let cwd = std::env::current_dir().context("the working directory")?;
+        let sockets: Vec<PathBuf> = std::iter::once(socket.clone())
+            .chain(
+                config
+                    .exec
+                    .allow_unix
+                    .iter()
+                    .filter(|n| n.starts_with('/'))
+                    .map(PathBuf::from),
+            )
+            .collect();
+        Some(private::PrivateDirs::make(&cwd, &sockets, uid, gid)?)
+    } else {
+        None
+    };
     let strict = match config.exec.confine {
         crate::config::Confine::Default | crate::config::Confine::Weaker => None,
         crate::config::Confine::Strict => {
@@ -86,7 +110,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             let cwd =
                 std::env::current_dir().context("exec.confine strict: the working directory")?;
             let plan = strict::Plan::new(&cwd, &home, &config.exec.write, &config.exec.secrets)?;
-            let ruleset = strict::ruleset(&plan)?;
+            let ruleset = strict::ruleset(&plan, private.iter().flat_map(|p| p.roots()))?;
             Some((plan, ruleset))
         }
     };
@@ -146,6 +170,12 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             );
             ruleset
         });
+        if let Some(private) = &private {
+            eprintln!(
+                "toolwall: session {session}: private to the agent (empty, gone when it ends): {}",
+                private.paths().map(|p| p.to_string_lossy()).collect::<Vec<_>>().join(", ")
+            );
+        }
         if let Some(why) = &reply.unix {
             eprintln!("toolwall: WARNING: session {session}: Unix sockets not confined (exec.confine: weaker): {why}");
         }
@@ -158,7 +188,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("toolwall: session {session}: cgroup {} watched by the kernel layer", path.display());
                 let procs = SessionCgroup::at(path).enter_on_spawn(&mut cmd)?;
                 // After the cgroup is entered (closures run in the order they were added).
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit, landlock)?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit, landlock, private)?;
                 crate::seccomp::apply_on_spawn(&mut cmd, crate::seccomp::agent_filters()?);
                 Some(procs)
             }
@@ -167,7 +197,7 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     "toolwall: WARNING: session {session}: kernel layer {}; connections are not watched",
                     reply.kernel.as_deref().unwrap_or("off")
                 );
-                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit, landlock)?;
+                confine_on_spawn(&mut cmd, user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone())), &[], Pids::OwnUnderInit, landlock, private)?;
                 crate::seccomp::apply_on_spawn(&mut cmd, crate::seccomp::agent_filters()?);
                 None
             }

@@ -177,9 +177,13 @@ fn rules(plan: &Plan) -> Vec<(PathBuf, Grant)> {
 }
 
 /// Builds the Landlock ruleset for `plan` (before the fork: it allocates); the child applies it
-/// with `landlock_restrict_self` ([`super::confine_on_spawn`]). Errors when this kernel lacks
-/// Landlock ABI 6.
-pub(crate) fn ruleset(plan: &Plan) -> anyhow::Result<OwnedFd> {
+/// with `landlock_restrict_self` ([`super::confine_on_spawn`]). `private`: the roots of the
+/// agent's private temporary directories ([`super::private`]), writable like the host's ones
+/// they cover. Errors when this kernel lacks Landlock ABI 6.
+pub(crate) fn ruleset<'a>(
+    plan: &Plan,
+    private: impl Iterator<Item = std::os::fd::BorrowedFd<'a>>,
+) -> anyhow::Result<OwnedFd> {
     let all = AccessFs::from_all(ABI_NEEDED);
     let mut created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -207,6 +211,11 @@ pub(crate) fn ruleset(plan: &Plan) -> anyhow::Result<OwnedFd> {
         created = created
             .add_rule(PathBeneath::new(fd, rights))
             .with_context(|| format!("exec.confine strict: a rule on {}", path.display()))?;
+    }
+    for root in private {
+        created = created
+            .add_rule(PathBeneath::new(root, all))
+            .context("exec.confine strict: a rule on a private temporary directory")?;
     }
     let fd: Option<OwnedFd> = created.into();
     fd.context("exec.confine strict: Landlock gave no ruleset")

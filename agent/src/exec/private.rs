@@ -1,0 +1,336 @@
+//! Private temporary directories for an agent: in its own mount namespace, `/tmp`, `/var/tmp`,
+//! `/dev/shm` and its user's `/run/user/<uid>` are empty tmpfs of its own, so nothing it leaves
+//! there reaches the host's processes (a socket, a script another user's job runs, a file a
+//! service reads) and nothing of the host's there reaches it (a forwarder's socket, a runtime
+//! directory's keys, another session's files). A working directory inside one of them is kept:
+//! the host's directory is mounted at the same path in the private one; so are the API socket's
+//! directory and the Unix sockets `exec.allow_unix` lists (`tests/tests/session_private.rs`).
+//!
+//! The file systems are made and the working directory's tree is copied here, before the fork
+//! (with the new mount API, as detached mounts), so that `exec.confine: strict` can grant
+//! writes below them ([`super::strict::ruleset`]) and the child only has to attach them.
+
+use std::{
+    ffi::CString,
+    os::{
+        fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
+        unix::ffi::OsStrExt,
+    },
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+
+/// The temporary directories every user may write, made private.
+const SHARED: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+
+/// What [`PrivateDirs::attach`] mounts, made before the fork (the child may not allocate).
+pub(crate) struct PrivateDirs {
+    /// Each directory and its new file system, detached.
+    mounts: Vec<(CString, OwnedFd)>,
+    /// What the agent needs of the host's under them, outermost first.
+    kept: Vec<Kept>,
+    /// The working directory, to enter anew when it lies under one of them (the process
+    /// still stands in the covered directory until it does).
+    cwd: Option<CString>,
+}
+
+/// A path of the host's kept under a private directory: its copy, detached, the directories to
+/// make above it in the private one, and whether it is a directory (else a file is made to
+/// mount it on).
+struct Kept {
+    path: CString,
+    parents: Vec<CString>,
+    tree: OwnedFd,
+    is_dir: bool,
+}
+
+impl PrivateDirs {
+    /// Makes them for an agent of `uid`/`gid` started in `cwd`, keeping where they lie under
+    /// them `cwd` and the directory of each of `sockets` (the API socket, listed Unix sockets;
+    /// so that one made anew is still reached), or the socket itself when its directory is a
+    /// private one; root only (the caller's mount namespace is the host's, so nothing is
+    /// mounted here).
+    pub(crate) fn make(
+        cwd: &Path,
+        sockets: &[PathBuf],
+        uid: u32,
+        gid: u32,
+    ) -> anyhow::Result<PrivateDirs> {
+        let cwd = cwd
+            .canonicalize()
+            .with_context(|| format!("the working directory {}", cwd.display()))?;
+        let mut dirs: Vec<(PathBuf, String)> = SHARED
+            .iter()
+            .map(|d| (PathBuf::from(d), "1777".to_owned()))
+            .collect();
+        dirs.push((PathBuf::from(format!("/run/user/{uid}")), "0700".to_owned()));
+        // A symbolic link (`/var/tmp -> /tmp` on some hosts) is covered by its target.
+        dirs.retain(|(d, _)| d.is_dir() && !d.is_symlink());
+        let roots: Vec<&Path> = dirs.iter().map(|(d, _)| d.as_path()).collect();
+        // A socket not made yet is kept by its directory only (a file needs one to mount on).
+        let socket_dirs = sockets.iter().filter_map(|socket| {
+            let dir = socket.parent()?.canonicalize().ok()?;
+            if roots.contains(&dir.as_path()) {
+                socket.canonicalize().ok()
+            } else {
+                Some(dir)
+            }
+        });
+        let mut kept = Vec::new();
+        for (dir, path) in to_keep(&roots, std::iter::once(cwd.clone()).chain(socket_dirs)) {
+            kept.push(Kept {
+                path: c_path(&path)?,
+                parents: parents_below(&path, &dir)
+                    .iter()
+                    .map(|p| c_path(p))
+                    .collect::<anyhow::Result<_>>()?,
+                tree: open_tree(&path)
+                    .with_context(|| format!("keep {} for the agent", path.display()))?,
+                is_dir: path.is_dir(),
+            });
+        }
+        let cwd = roots
+            .iter()
+            .any(|r| cwd.starts_with(r))
+            .then(|| c_path(&cwd))
+            .transpose()?;
+        let mut mounts = Vec::with_capacity(dirs.len());
+        for (dir, mode) in dirs {
+            let owner = dir.starts_with("/run/user").then_some((uid, gid));
+            let fs = tmpfs(&mode, owner)
+                .with_context(|| format!("make a private {} (tmpfs)", dir.display()))?;
+            mounts.push((c_path(&dir)?, fs));
+        }
+        Ok(PrivateDirs { mounts, kept, cwd })
+    }
+
+    /// The new file systems' roots, for `exec.confine: strict`'s write rules (the host's
+    /// directories they cover are out of the agent's reach anyway).
+    pub(crate) fn roots(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
+        self.mounts
+            .iter()
+            .map(|(_, fd)| std::os::fd::AsFd::as_fd(fd))
+    }
+
+    /// The directories made private, for the session's banner.
+    pub(crate) fn paths(&self) -> impl Iterator<Item = &std::ffi::CStr> {
+        self.mounts.iter().map(|(path, _)| path.as_c_str())
+    }
+
+    /// Attaches them. Runs in the child between fork and exec, in its own mount namespace
+    /// (after the root was made a slave, so nothing goes back to the host): system calls only,
+    /// no allocation.
+    pub(crate) fn attach(&self) -> std::io::Result<()> {
+        for (path, fs) in &self.mounts {
+            move_mount(fs.as_raw_fd(), path)?;
+        }
+        for kept in &self.kept {
+            for dir in kept.parents.iter().chain(kept.is_dir.then_some(&kept.path)) {
+                // SAFETY: mkdir(2) with a valid path; one that exists is fine.
+                if unsafe { libc::mkdir(dir.as_ptr(), 0o755) } != 0
+                    && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if !kept.is_dir {
+                // SAFETY: open(2) with a valid path; the descriptor is closed at once.
+                let fd = unsafe {
+                    libc::open(
+                        kept.path.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o600,
+                    )
+                };
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // SAFETY: fd was just opened here.
+                unsafe { libc::close(fd) };
+            }
+            move_mount(kept.tree.as_raw_fd(), &kept.path)?;
+        }
+        if let Some(cwd) = &self.cwd {
+            // SAFETY: chdir(2) with a valid path.
+            if unsafe { libc::chdir(cwd.as_ptr()) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What to keep of `wanted`, outermost first, with the private directory (of `roots`) it lies
+/// in: what lies strictly under one, and not under another kept (which brings it along).
+fn to_keep(roots: &[&Path], wanted: impl Iterator<Item = PathBuf>) -> Vec<(PathBuf, PathBuf)> {
+    let mut wanted: Vec<(PathBuf, PathBuf)> = wanted
+        .filter_map(|p| {
+            let root = roots.iter().find(|r| p.starts_with(r) && p != **r)?;
+            Some((root.to_path_buf(), p))
+        })
+        .collect();
+    wanted.sort_by_key(|(_, p)| p.components().count());
+    let mut kept: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for (root, path) in wanted {
+        if !kept.iter().any(|(_, k)| path.starts_with(k)) {
+            kept.push((root, path));
+        }
+    }
+    kept
+}
+
+/// The directories strictly between `dir` and `cwd`, outermost first.
+fn parents_below(cwd: &Path, dir: &Path) -> Vec<PathBuf> {
+    let mut parents: Vec<PathBuf> = cwd
+        .ancestors()
+        .skip(1)
+        .take_while(|p| p.starts_with(dir) && *p != dir)
+        .map(Path::to_path_buf)
+        .collect();
+    parents.reverse();
+    parents
+}
+
+fn c_path(path: &Path) -> anyhow::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| anyhow::anyhow!("{} holds a NUL byte", path.display()))
+}
+
+fn fd_of(rc: libc::c_long) -> std::io::Result<OwnedFd> {
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the system call returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as libc::c_int) })
+}
+
+/// A detached tmpfs of `mode` (and `owner`), not setuid, no devices.
+fn tmpfs(mode: &str, owner: Option<(u32, u32)>) -> std::io::Result<OwnedFd> {
+    // SAFETY: fsopen with a NUL-terminated name.
+    let context =
+        fd_of(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), libc::FSOPEN_CLOEXEC) })?;
+    let set = |key: &std::ffi::CStr, value: &str| -> std::io::Result<()> {
+        let value = CString::new(value).map_err(std::io::Error::other)?;
+        // SAFETY: fsconfig with NUL-terminated key and value on the context just opened.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                context.as_raw_fd(),
+                libc::FSCONFIG_SET_STRING,
+                key.as_ptr(),
+                value.as_ptr(),
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    set(c"source", "toolwall-private")?;
+    set(c"mode", mode)?;
+    if let Some((uid, gid)) = owner {
+        set(c"uid", &uid.to_string())?;
+        set(c"gid", &gid.to_string())?;
+    }
+    // SAFETY: fsconfig's create command takes no key or value.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            context.as_raw_fd(),
+            libc::FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fsmount of the created context.
+    fd_of(unsafe {
+        libc::syscall(
+            libc::SYS_fsmount,
+            context.as_raw_fd(),
+            libc::FSMOUNT_CLOEXEC,
+            libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        )
+    })
+}
+
+/// A detached copy of the mount tree at `path`.
+fn open_tree(path: &Path) -> anyhow::Result<OwnedFd> {
+    let path = c_path(path)?;
+    // SAFETY: open_tree with a NUL-terminated path.
+    Ok(fd_of(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as libc::c_uint,
+        )
+    })?)
+}
+
+/// Attaches the detached mount `fd` at `path`.
+fn move_mount(fd: libc::c_int, path: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: move_mount of a detached mount onto a NUL-terminated path.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_directories_above_a_working_directory_are_made_outermost_first() {
+        let parents = parents_below(Path::new("/tmp/a/b/project"), Path::new("/tmp"));
+        assert_eq!(
+            parents,
+            [PathBuf::from("/tmp/a"), PathBuf::from("/tmp/a/b")],
+            "made in this order before the working directory is mounted"
+        );
+        assert!(parents_below(Path::new("/tmp/project"), Path::new("/tmp")).is_empty());
+        assert!(parents_below(Path::new("/tmp"), Path::new("/tmp")).is_empty());
+    }
+
+    #[test]
+    fn only_what_lies_under_a_private_directory_is_kept_and_only_once() {
+        let roots = [Path::new("/tmp"), Path::new("/dev/shm")];
+        let kept = to_keep(
+            &roots,
+            [
+                "/tmp/project/sockets", // under the working directory: comes with it
+                "/tmp/project",
+                "/tmp",         // the private directory itself: nothing to keep
+                "/srv/project", // not under one
+                "/tmpfoo/x",    // a sibling by name only
+                "/dev/shm/s.sock",
+            ]
+            .into_iter()
+            .map(PathBuf::from),
+        );
+        let kept: Vec<(&str, &str)> = kept
+            .iter()
+            .map(|(r, p)| (r.to_str().unwrap(), p.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            kept,
+            [("/tmp", "/tmp/project"), ("/dev/shm", "/dev/shm/s.sock")]
+        );
+    }
+}

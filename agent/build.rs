@@ -24,6 +24,10 @@ fn main() {
     let object = out_dir.join("toolwall.bpf.o");
 
     println!("cargo:rerun-if-env-changed=TOOLWALL_EBPF");
+    // A build whose object differs from this one by a constant only (`--cfg toolwall_variant`):
+    // the other build `tests/tests/session_upgrade.rs` upgrades from.
+    println!("cargo:rerun-if-env-changed=TOOLWALL_EBPF_VARIANT");
+    let variant = env::var_os("TOOLWALL_EBPF_VARIANT").is_some_and(|v| !v.is_empty());
     for dir in ["../agent-ebpf/src", "../agent-common/src"] {
         println!("cargo:rerun-if-changed={dir}");
     }
@@ -54,7 +58,7 @@ fn main() {
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir.join("../target"))
-        .join("ebpf");
+        .join(if variant { "ebpf-variant" } else { "ebpf" });
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&ebpf_dir)
@@ -77,7 +81,14 @@ fn main() {
         .env("RUSTDOC", "/usr/bin/rustdoc")
         // aya-ebpf uses feature(asm_experimental_arch); allow it for that crate only.
         .env("RUSTC_BOOTSTRAP", "aya_ebpf")
-        .env("RUSTFLAGS", "-C debuginfo=2 -C link-arg=--btf")
+        .env(
+            "RUSTFLAGS",
+            if variant {
+                "-C debuginfo=2 -C link-arg=--btf --cfg toolwall_variant"
+            } else {
+                "-C debuginfo=2 -C link-arg=--btf"
+            },
+        )
         .env("PATH", path_with(linker.parent().unwrap_or(Path::new("/"))));
     let status = cmd.status().expect("run cargo for agent-ebpf");
     assert!(

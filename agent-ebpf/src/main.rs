@@ -642,12 +642,17 @@ fn emit(
         protocol,
         verdict,
         hook,
-        _pad: [0; 5],
+        _pad: [BUILD_VARIANT, 0, 0, 0, 0],
         comm,
     });
     entry.submit(0);
     true
 }
+
+/// 0, or 1 in the build `tests/tests/session_upgrade.rs` upgrades from (`--cfg
+/// toolwall_variant`, agent/build.rs): a difference in a constant, so that build's object, and
+/// its pins' directory, is another.
+const BUILD_VARIANT: u8 = if cfg!(toolwall_variant) { 1 } else { 0 };
 
 #[inline(always)]
 fn bump(index: u32) {

@@ -77,6 +77,21 @@ pub fn conformance_modules() -> PathBuf {
     peers_dir().join("conformance/node_modules")
 }
 
+/// Agents `toolwall exec` starts as root get a `/tmp` of their own, so a test run as root that
+/// hands them files (scripts, sockets, the daemon's API socket) keeps its temporary files
+/// elsewhere: `cargo xtask test` sets `TMPDIR`.
+fn assert_agents_see_temp_files() {
+    let tmp = std::env::temp_dir();
+    assert!(
+        !is_root()
+            || !["/tmp", "/var/tmp", "/dev/shm"]
+                .iter()
+                .any(|d| tmp.starts_with(d)),
+        "TMPDIR is {}: agents under `toolwall exec` would not see the test's files there (their /tmp is private); set TMPDIR to a directory others can enter, as `cargo xtask test` does (/var/lib/toolwall-tests)",
+        tmp.display()
+    );
+}
+
 /// Whether this process runs as root (privileged tests need it).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -115,17 +130,23 @@ impl Daemon {
     /// [`Self::start`], with `toolwall run ...` started as the arguments of `wrapper` (say,
     /// `unshare -m ...` to give the daemon a private `/etc/hosts`).
     pub fn start_wrapped(extra: &str, wrapper: &[String]) -> Daemon {
-        Self::start_full(extra, wrapper, None)
+        Self::start_full(extra, wrapper, None, &toolwall_bin())
+    }
+
+    /// [`Self::start`] of another toolwall binary (another build).
+    pub fn start_of(extra: &str, bin: &Path) -> Daemon {
+        Self::start_full(extra, &[], None, bin)
     }
 
     /// [`Self::start`], with the event database at `db` (say, on a small tmpfs).
     pub fn start_with_db(extra: &str, db: PathBuf) -> Daemon {
-        Self::start_full(extra, &[], Some(db))
+        Self::start_full(extra, &[], Some(db), &toolwall_bin())
     }
 
-    fn start_full(extra: &str, wrapper: &[String], db: Option<PathBuf>) -> Daemon {
+    fn start_full(extra: &str, wrapper: &[String], db: Option<PathBuf>, bin: &Path) -> Daemon {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static DAEMONS: AtomicUsize = AtomicUsize::new(0);
+        assert_agents_see_temp_files();
         let dir = tempfile::tempdir().expect("temp dir");
         // Agents run as other users (`toolwall exec --user`) reach the socket in here.
         std::fs::set_permissions(
@@ -160,7 +181,7 @@ impl Daemon {
             db.display()
         );
         std::fs::write(&config, yaml).expect("write config");
-        let (child, api, proxy) = launch(&dir, &config, "stderr", wrapper);
+        let (child, api, proxy) = launch(&dir, &config, "stderr", wrapper, bin);
         Daemon {
             child,
             api,
@@ -176,7 +197,12 @@ impl Daemon {
     /// Starts `toolwall run` again on this daemon's configuration, after [`Self::kill9`]; its
     /// stderr goes to `stderr_name` in its directory.
     pub fn relaunch(&mut self, stderr_name: &str) {
-        let (child, api, proxy) = launch(&self.dir, &self.config, stderr_name, &[]);
+        self.relaunch_of(stderr_name, &toolwall_bin());
+    }
+
+    /// [`Self::relaunch`] of another toolwall binary (an upgrade).
+    pub fn relaunch_of(&mut self, stderr_name: &str, bin: &Path) {
+        let (child, api, proxy) = launch(&self.dir, &self.config, stderr_name, &[], bin);
         self.child = child;
         self.api = api;
         self.proxy = proxy;
@@ -230,15 +256,16 @@ fn launch(
     config: &Path,
     stderr_name: &str,
     wrapper: &[String],
+    bin: &Path,
 ) -> (std::process::Child, String, Option<String>) {
     use std::io::BufRead;
     let mut command = match wrapper.split_first() {
         Some((program, args)) => {
             let mut c = std::process::Command::new(program);
-            c.args(args).arg(toolwall_bin());
+            c.args(args).arg(bin);
             c
         }
-        None => std::process::Command::new(toolwall_bin()),
+        None => std::process::Command::new(bin),
     };
     let mut child = command
         .args(["run", "--config"])

@@ -2,6 +2,8 @@
 
 use std::{path::Path, process::Command};
 
+use anyhow::Context;
+
 use crate::{
     peers, setup,
     step::{self, timed},
@@ -12,7 +14,11 @@ use crate::{
 fn e2e_env(cmd: &mut Command) -> &mut Command {
     let target = step::target_dir();
     cmd.env("TOOLWALL_BIN", target.join("debug/toolwall"))
-        .env("TOOLWALL_PEERS_DIR", target.join("peers"))
+        .env("TOOLWALL_PEERS_DIR", target.join("peers"));
+    if step::is_root() {
+        cmd.env("TMPDIR", TESTS_TMP);
+    }
+    cmd
 }
 
 /// Every check, in order of cost; stops at the first failure.
@@ -21,6 +27,9 @@ pub fn test() -> anyhow::Result<()> {
     peers::install()?;
     let nextest = tools::nextest()?;
     eprintln!("xtask: the tests run with {}", nextest.display());
+    if step::is_root() {
+        tests_tmp()?;
+    }
     timed("cargo fmt --check", || {
         step::cargo(&["fmt", "--all", "--check"])?;
         step::cargo(&["fmt", "--manifest-path", "agent-ebpf/Cargo.toml", "--check"])
@@ -70,10 +79,12 @@ fn privileged(nextest: &Path) -> anyhow::Result<()> {
     }
     // The package test installs and runs what `cargo xtask package` built.
     let deb = crate::package::package()?;
+    let variant = variant()?;
     timed("privileged tests (root: real cgroups, real eBPF)", || {
         step::run(e2e_env(
             tools::nextest_command(nextest)
                 .env("TOOLWALL_DEB", &deb)
+                .env("TOOLWALL_VARIANT_BIN", &variant)
                 .args([
                     "run",
                     "--workspace",
@@ -89,6 +100,46 @@ fn privileged(nextest: &Path) -> anyhow::Result<()> {
         ))
     })
 }
+
+/// A toolwall whose eBPF object differs from this one's by a constant (`TOOLWALL_EBPF_VARIANT`,
+/// agent/build.rs): the old daemon `tests/tests/session_upgrade.rs` upgrades from. Built in
+/// the same target directory and copied aside; the test run rebuilds the binary under test.
+fn variant() -> anyhow::Result<std::path::PathBuf> {
+    let target = step::target_dir();
+    let copy = target.join("variant/toolwall");
+    timed(
+        "cargo build -p agent with another eBPF object (the upgrade test's old build)",
+        || {
+            step::run(
+                Command::new(step::cargo_bin())
+                    .args(["build", "-p", "agent"])
+                    .env("TOOLWALL_EBPF_VARIANT", "1"),
+            )?;
+            std::fs::create_dir_all(target.join("variant"))?;
+            std::fs::copy(target.join("debug/toolwall"), &copy)
+                .with_context(|| format!("copy the variant to {}", copy.display()))?;
+            Ok(())
+        },
+    )?;
+    Ok(copy)
+}
+
+/// Where the tests run as root keep their files: not under `/tmp`, which an agent under
+/// `toolwall exec` sees as a private directory of its own, and open to the users the tests run
+/// agents as. Emptied first, so that a run sees nothing of the one before.
+fn tests_tmp() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Path::new(TESTS_TMP);
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("empty {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+        .with_context(|| format!("chmod {}", dir.display()))
+}
+
+/// See [`tests_tmp`]; `tests/src/lib.rs` checks that tests run as root were given it.
+const TESTS_TMP: &str = "/var/lib/toolwall-tests";
 
 /// The benchmarks: each prints its baseline and its ratio to it, measured in the same run. The
 /// MCP latency group drives the release binary and the real peers, so both come first.

@@ -76,6 +76,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<Connect> {
     })
 }
 
+/// [`decode`] of a record exactly as long as one of this build's events: for another build's
+/// ring, whose events may be laid out otherwise.
+pub(crate) fn decode_exact(bytes: &[u8]) -> Option<Connect> {
+    [size_of::<UnixEvent>(), size_of::<ConnectEvent>()]
+        .contains(&bytes.len())
+        .then(|| decode(bytes))
+        .flatten()
+}
+
 /// A Unix socket refusal, in a connect event's terms (family [`FAMILY_UNIX`], no address).
 fn decode_unix(bytes: &[u8]) -> Connect {
     // SAFETY: the caller checked the length; UnixEvent is plain old data valid for any bytes.

@@ -8,8 +8,9 @@
 //! ring with what it holds) and re-adopts every pinned session.
 //!
 //! `<build>` is a digest of the embedded object: aya reuses a pinned map by name without
-//! checking its layout, so a daemon of another build must never open these maps. It reports the
-//! other build's sessions and leaves their programs denying instead.
+//! checking its layout, so a daemon of another build must never load its programs onto these
+//! maps. It takes the other build's sessions over instead (`service/takeover.rs`): its own
+//! programs attached first, then the other build's links unpinned and its ring read empty.
 
 use std::{
     fs::File,
@@ -105,18 +106,7 @@ impl PinDir {
             if !free || !list_dirs(&build.join("sessions")).is_ok_and(|s| s.is_empty()) {
                 continue;
             }
-            let maps = build.join("maps");
-            let removed = list_entries(&maps)
-                .map(|names| {
-                    names
-                        .into_iter()
-                        .all(|name| std::fs::remove_file(maps.join(name)).is_ok())
-                })
-                .unwrap_or(true)
-                && [maps, build.join("sessions"), build.clone()]
-                    .iter()
-                    .all(|d| std::fs::remove_dir(d).is_ok());
-            if removed {
+            if remove_build(&build).is_ok() {
                 tracing::info!(build = %build.display(), "removed the unused pins of another toolwall build");
             } else {
                 tracing::warn!(build = %build.display(), "could not remove the unused pins of another toolwall build");
@@ -139,22 +129,24 @@ impl PinDir {
         list_dirs(&self.build.join("sessions"))
     }
 
-    /// Session directories pinned by other builds of toolwall: their programs still enforce,
-    /// but this daemon cannot read their maps.
-    pub fn foreign_sessions(&self) -> Vec<PathBuf> {
+    /// Other builds' pins that hold sessions, each locked when no daemon of that build runs
+    /// (so none starts while this one takes its sessions over).
+    pub(crate) fn other_builds(&self) -> Vec<OtherBuild> {
         let Ok(builds) = list_dirs(&self.root) else {
             return Vec::new();
         };
         builds
             .into_iter()
             .map(|b| self.root.join(b))
-            .filter(|b| *b != self.build)
-            .flat_map(|b| {
-                let sessions = b.join("sessions");
-                list_dirs(&sessions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(move |s| sessions.join(s))
+            .filter(|b| {
+                *b != self.build && list_dirs(&b.join("sessions")).is_ok_and(|s| !s.is_empty())
+            })
+            .map(|dir| {
+                let lock = File::open(&dir).ok().filter(|f| {
+                    // SAFETY: flock on a descriptor we own; released when the file closes.
+                    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+                });
+                OtherBuild { dir, lock }
             })
             .collect()
     }
@@ -165,18 +157,84 @@ impl PinDir {
         if !self.sessions()?.is_empty() {
             return Ok(false);
         }
-        let maps = self.maps();
-        for name in list_entries(&maps)? {
-            let path = maps.join(name);
-            std::fs::remove_file(&path).map_err(io_err("unpin", &path))?;
-        }
-        for dir in [maps, self.build.join("sessions"), self.build.clone()] {
-            std::fs::remove_dir(&dir).map_err(io_err("remove", &dir))?;
-        }
+        remove_build(&self.build)?;
         // Other builds' pins keep the root; then it stays.
         let _ = std::fs::remove_dir(&self.root);
         Ok(true)
     }
+}
+
+/// Another build's pin directory ([`PinDir::other_builds`]).
+#[derive(Debug)]
+pub(crate) struct OtherBuild {
+    dir: PathBuf,
+    /// Held while no daemon of that build runs.
+    lock: Option<File>,
+}
+
+impl OtherBuild {
+    /// Its directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether no daemon of that build runs (this one holds its lock).
+    pub(crate) fn is_free(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    /// The sessions pinned there.
+    pub(crate) fn sessions(&self) -> Vec<String> {
+        list_dirs(&self.dir.join("sessions")).unwrap_or_default()
+    }
+
+    /// The pins of one session's links.
+    pub(crate) fn links(&self, session: &str) -> Vec<PathBuf> {
+        let dir = self.dir.join("sessions").join(session);
+        list_entries(&dir)
+            .map(|names| names.into_iter().map(|n| dir.join(n)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Where its event ring is pinned.
+    pub(crate) fn ring(&self) -> PathBuf {
+        self.dir
+            .join("maps")
+            .join(agent_common::connect::EVENTS_MAP)
+    }
+
+    /// Unpins one session's links (the kernel detaches each as its last reference goes) and
+    /// removes its directory.
+    pub(crate) fn unpin_session(&self, session: &str) -> Result<(), PinError> {
+        for pin in self.links(session) {
+            std::fs::remove_file(&pin).map_err(io_err("unpin", &pin))?;
+        }
+        let dir = self.dir.join("sessions").join(session);
+        std::fs::remove_dir(&dir).map_err(io_err("remove", &dir))
+    }
+
+    /// Removes the whole directory once it holds no session (its maps go with the last
+    /// reference to them).
+    pub(crate) fn remove_if_empty(&self) -> Result<bool, PinError> {
+        if !self.sessions().is_empty() {
+            return Ok(false);
+        }
+        remove_build(&self.dir)?;
+        Ok(true)
+    }
+}
+
+/// Unpins a build's maps and removes its directories (its sessions' are empty already).
+fn remove_build(build: &Path) -> Result<(), PinError> {
+    let maps = build.join("maps");
+    for name in list_entries(&maps)? {
+        let path = maps.join(name);
+        std::fs::remove_file(&path).map_err(io_err("unpin", &path))?;
+    }
+    for dir in [maps, build.join("sessions"), build.to_path_buf()] {
+        std::fs::remove_dir(&dir).map_err(io_err("remove", &dir))?;
+    }
+    Ok(())
 }
 
 /// The id of the cgroup a pinned cgroup link is attached to; 0 once it was detached (by

@@ -7,6 +7,7 @@ mod backlog;
 mod report;
 mod resolve;
 mod sessions;
+mod takeover;
 
 use std::{
     collections::{HashMap, HashSet},

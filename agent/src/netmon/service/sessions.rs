@@ -65,7 +65,11 @@ impl NetmonService {
         Ok(cgroup)
     }
 
-    fn register(&self, name: &str, cgroup: &SessionCgroup) -> Result<usize, SessionError> {
+    pub(super) fn register(
+        &self,
+        name: &str,
+        cgroup: &SessionCgroup,
+    ) -> Result<usize, SessionError> {
         let id = cgroup.id()?;
         let adopted = self
             .monitor
@@ -88,28 +92,14 @@ impl NetmonService {
     /// Takes over the sessions a daemon before this one left pinned (it died, or stopped while
     /// they still had processes): their programs never stopped enforcing; from now on their
     /// events are read and their programs watched again. A pinned session whose cgroup is gone
-    /// is unpinned. Sessions pinned by another build are reported, and left as they are.
+    /// is unpinned. Sessions pinned by another build are taken over (`takeover.rs`).
     pub(super) fn adopt_pinned(&self) -> Result<Vec<(String, SessionCgroup)>, SessionError> {
-        let (names, foreign) = {
-            let monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
-            (
-                monitor.pins().sessions()?,
-                monitor.pins().foreign_sessions(),
-            )
-        };
-        for path in foreign {
-            let session = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let detail = format!(
-                "session {session:?} is pinned at {} by another build of toolwall: its programs still enforce that build's last rules, but this daemon cannot read its events or change its rules; end the session's processes and remove the pins (`rm -r {}`)",
-                path.display(),
-                path.display()
-            );
-            tracing::error!("{detail}");
-            self.alert(&session, "foreign_pins", detail, None, Action::Allow);
-        }
+        let names = self
+            .monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pins()
+            .sessions()?;
         let root = crate::cgroup::cgroup2_mount()?;
         let mut adopted = Vec::new();
         for name in names {
@@ -132,6 +122,7 @@ impl NetmonService {
             self.alert(&name, "session_adopted", detail, None, Action::Allow);
             adopted.push((name, cgroup));
         }
+        adopted.extend(self.take_over_other_builds(&root));
         Ok(adopted)
     }
 

@@ -19,7 +19,11 @@ mod private;
 mod reach;
 mod strict;
 
-use std::{ffi::OsString, path::PathBuf, process::ExitCode};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use anyhow::Context;
 use clap::Args;
@@ -145,6 +149,16 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 "toolwall: WARNING: session {session}: the agent's user (uid {agent_uid}) runs {}; the session refuses their sockets, but an agent of the same user can still change their files and the files they run (a shell's startup files, ~/.ssh/authorized_keys). Run agents as a user of their own (--user, exec.user)",
                 services.join(", ")
             );
+        }
+        if let Some(user) = &user {
+            let who = reach::Who { name: &user.name, uid: user.uid, gid: user.gid, groups: &user.groups };
+            // A socket right in a private directory is a mount point there: not renamed.
+            let squattable = config.exec.allow_unix.iter().map(Path::new).filter(|p| p.is_absolute())
+                .filter(|p| !p.parent().is_some_and(|d| private.as_ref().is_some_and(|v| v.is_root(d))))
+                .filter_map(|p| reach::squattable(p, &who));
+            for warning in squattable {
+                eprintln!("toolwall: WARNING: session {session}: {warning}");
+            }
         }
         if let Some(user) = &user {
             cmd.env("HOME", &user.home)

@@ -113,6 +113,13 @@ impl PrivateDirs {
             .map(|(_, fd)| std::os::fd::AsFd::as_fd(fd))
     }
 
+    /// Whether `dir` is one of the directories made private.
+    pub(crate) fn is_root(&self, dir: &Path) -> bool {
+        self.mounts
+            .iter()
+            .any(|(path, _)| path.as_bytes() == dir.as_os_str().as_bytes())
+    }
+
     /// The directories made private, for the session's banner.
     pub(crate) fn paths(&self) -> impl Iterator<Item = &std::ffi::CStr> {
         self.mounts.iter().map(|(path, _)| path.as_c_str())

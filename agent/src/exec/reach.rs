@@ -1,5 +1,6 @@
-//! Why the agent's user cannot start the agent: the first directory on the way it may not
-//! enter, or the file it may not execute, said with owner and mode and what to do.
+//! What the agent's user may do by the mode bits: why it cannot start the agent (the first
+//! directory on the way it may not enter, or the file it may not execute), and which listed Unix
+//! socket it could put its own in place of; each said with owner and mode and what to do.
 //!
 //! `exec` started by root runs the agent as another user, and a program under root's home (a
 //! build directory, `~/.local/bin`) is out of that user's reach; the kernel's bare "Permission
@@ -89,7 +90,37 @@ fn blocked(path: &Path, cwd: &Path, who: &Who<'_>) -> Option<String> {
     })
 }
 
-/// Whether the mode bits give `who` the `want` bits (1 = x) on a file with `meta`.
+/// Why `who` could take the place of the listed Unix socket `socket` (`exec.allow_unix`), or
+/// `None`. Its directory being writable by `who`, without the sticky bit it could rename the
+/// socket and bind its own there; with it, bind the name while the service's socket is missing,
+/// or replace a socket of its own. Either way clients outside the session would then connect to
+/// the agent.
+pub(super) fn squattable(socket: &Path, who: &Who<'_>) -> Option<String> {
+    let dir = socket.parent()?;
+    let meta = std::fs::metadata(dir).ok()?;
+    if !allowed(&meta, who, 0o3) {
+        return None;
+    }
+    let how = if meta.mode() & 0o1000 == 0 {
+        "could rename it and bind a socket of its own there"
+    } else {
+        match std::fs::symlink_metadata(socket) {
+            Err(_) => "could bind the name while it is missing",
+            Ok(own) if own.uid() == who.uid => "owns it and could bind another in its place",
+            Ok(_) => return None,
+        }
+    };
+    Some(format!(
+        "exec.allow_unix lists {}, but user {} (uid {}) may write its directory {} ({}) and {how}, so clients outside the session would reach the agent; list sockets in directories only their service can write",
+        socket.display(),
+        who.name,
+        who.uid,
+        dir.display(),
+        describe(&meta)
+    ))
+}
+
+/// Whether the mode bits give `who` the `want` bits (1 = x, 2 = w) on a file with `meta`.
 fn allowed(meta: &std::fs::Metadata, who: &Who<'_>, want: u32) -> bool {
     if who.uid == 0 {
         return true;
@@ -166,5 +197,31 @@ mod tests {
         let said =
             explain(OsStr::new("agent"), Some(&path_var), top.path(), &NOBODY).expect("a refusal");
         assert!(said.contains("may not execute"), "{said}");
+    }
+
+    #[test]
+    fn a_listed_socket_the_agent_could_replace_is_named() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("run");
+        std::fs::create_dir(&dir).unwrap();
+        let socket = dir.join("service.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        chmod(top.path(), 0o755);
+        // Only its service may write the directory: nothing to say.
+        chmod(&dir, 0o755);
+        assert_eq!(squattable(&socket, &NOBODY), None);
+        // Anyone may: the socket can be renamed and replaced.
+        chmod(&dir, 0o777);
+        let said = squattable(&socket, &NOBODY).expect("a warning");
+        assert!(said.contains("could rename it"), "{said}");
+        assert!(said.contains("mode 0777"), "{said}");
+        // Sticky, with the service's socket there: it cannot be renamed by others.
+        chmod(&dir, 0o1777);
+        assert_eq!(squattable(&socket, &NOBODY), None);
+        // Sticky, with the socket missing: its name can be taken.
+        drop(listener);
+        std::fs::remove_file(&socket).unwrap();
+        let said = squattable(&socket, &NOBODY).expect("a warning");
+        assert!(said.contains("while it is missing"), "{said}");
     }
 }

@@ -270,7 +270,7 @@ impl SessionCgroup {
     }
 }
 
-fn validate_session_name(name: &str) -> Result<(), CgroupError> {
+pub(crate) fn validate_session_name(name: &str) -> Result<(), CgroupError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name != "."

@@ -379,8 +379,9 @@ pub struct KernelAlert {
     /// The session.
     pub session_id: String,
     /// `program_detached` (put back), `process_left` (moved back), `session_adopted` (a daemon
-    /// before this one died and left it pinned), `session_taken_over` (pinned by another build,
-    /// now this one's) or `foreign_pins` (pinned by another build that could not be taken over),
+    /// before this one died and left it pinned), `adoption_failed` (such a session that could
+    /// not be), `session_taken_over` (pinned by another build, now this one's) or
+    /// `foreign_pins` (pinned by another build that could not be taken over),
     /// besides the kernel's `events_lost` and `egress_dropped`.
     pub alert: String,
     /// What happened, for a human.

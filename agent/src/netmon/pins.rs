@@ -124,6 +124,16 @@ impl PinDir {
         self.build.join("sessions").join(name)
     }
 
+    /// Unpins a session's links and removes its directory (a session whose cgroup is gone).
+    pub fn remove_session(&self, name: &str) -> Result<(), PinError> {
+        let dir = self.session(name);
+        for entry in list_entries(&dir)? {
+            let pin = dir.join(entry);
+            std::fs::remove_file(&pin).map_err(io_err("unpin", &pin))?;
+        }
+        std::fs::remove_dir(&dir).map_err(io_err("remove", &dir))
+    }
+
     /// Sessions whose links this build pinned (a daemon before this one may have died).
     pub fn sessions(&self) -> Result<Vec<String>, PinError> {
         list_dirs(&self.build.join("sessions"))
@@ -203,10 +213,14 @@ impl OtherBuild {
             .join(agent_common::connect::EVENTS_MAP)
     }
 
-    /// Unpins one session's links (the kernel detaches each as its last reference goes) and
-    /// removes its directory.
+    /// Detaches one session's links at once (whatever else holds them: an unpinned link lives
+    /// on, attached, while any descriptor of it is open), unpins them and removes its
+    /// directory.
     pub(crate) fn unpin_session(&self, session: &str) -> Result<(), PinError> {
         for pin in self.links(session) {
+            if let Err(error) = detach_link(&pin) {
+                tracing::warn!(pin = %pin.display(), %error, "could not detach another build's link before unpinning it");
+            }
             std::fs::remove_file(&pin).map_err(io_err("unpin", &pin))?;
         }
         let dir = self.dir.join("sessions").join(session);
@@ -237,50 +251,55 @@ fn remove_build(build: &Path) -> Result<(), PinError> {
     Ok(())
 }
 
-/// The id of the cgroup a pinned cgroup link is attached to; 0 once it was detached (by
-/// `bpftool link detach`, say). aya 0.14 does not expose the link's cgroup, so this asks the
-/// kernel directly: `BPF_OBJ_GET` on the pin, then `BPF_OBJ_GET_INFO_BY_FD`.
-pub(crate) fn link_cgroup(pin: &Path) -> io::Result<u64> {
+/// Detaches the pinned link at `pin` (`BPF_LINK_DETACH`): its program stops running at once,
+/// though the link object stays until its last reference goes.
+fn detach_link(pin: &Path) -> io::Result<()> {
+    const BPF_LINK_DETACH: libc::c_long = 34;
+    let fd = obj_get(pin)?;
+    // union bpf_attr, BPF_LINK_DETACH: { u32 link_fd; }
+    let mut attr = [0u64; 16];
+    attr[0] = u64::from(fd.as_raw_fd() as u32);
+    bpf(BPF_LINK_DETACH, &mut attr).map(drop)
+}
+
+/// A descriptor of the object pinned at `pin` (`BPF_OBJ_GET`).
+fn obj_get(pin: &Path) -> io::Result<std::os::fd::OwnedFd> {
     const BPF_OBJ_GET: libc::c_long = 7;
-    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     let path = std::ffi::CString::new(pin.as_os_str().as_encoded_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // union bpf_attr, BPF_OBJ_GET: { u64 pathname; u32 bpf_fd; u32 file_flags; s32 path_fd; }
     let mut attr = [0u64; 16];
     attr[0] = path.as_ptr() as u64;
-    // SAFETY: bpf(2) with a zeroed attr of the size we pass, holding a valid C string pointer.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(&attr),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = bpf(BPF_OBJ_GET, &mut attr)?;
     // SAFETY: the kernel just gave us this descriptor.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
+}
+
+/// The id of the cgroup a pinned cgroup link is attached to; 0 once it was detached (by
+/// `bpftool link detach`, say). aya 0.14 does not expose the link's cgroup, so this asks the
+/// kernel directly: `BPF_OBJ_GET` on the pin, then `BPF_OBJ_GET_INFO_BY_FD`.
+pub(crate) fn link_cgroup(pin: &Path) -> io::Result<u64> {
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    let fd = obj_get(pin)?;
     // struct bpf_link_info: u32 type, id, prog_id; then (8-aligned, at byte 16) for a cgroup
     // link { u64 cgroup_id; u32 attach_type; }.
     let mut info = [0u64; 32];
     let mut attr = [0u64; 16];
     attr[0] = u64::from(fd.as_raw_fd() as u32) | ((std::mem::size_of_val(&info) as u64) << 32);
     attr[1] = info.as_mut_ptr() as u64;
-    // SAFETY: as above; info is large enough for the length we pass.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(&attr),
-        )
-    };
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(info[2])
+}
+
+/// bpf(2) with `attr` (a zeroed `union bpf_attr` as large as the kernel reads, whatever
+/// pointers it holds valid for the call).
+fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<libc::c_long> {
+    // SAFETY: attr is as large as the size passed; the caller vouches for its pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), size_of_val(attr)) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(info[2])
+    Ok(rc)
 }
 
 /// A short digest of the eBPF object: pins of one build never meet another's maps.

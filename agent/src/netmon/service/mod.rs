@@ -317,4 +317,7 @@ pub(crate) enum SessionError {
     /// Pin trouble.
     #[error(transparent)]
     Pins(#[from] super::pins::PinError),
+    /// Another build's session that is not this daemon's to take over.
+    #[error("{0}")]
+    Foreign(String),
 }

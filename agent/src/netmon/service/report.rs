@@ -128,7 +128,9 @@ impl NetmonService {
         let process = ProcessInfo::of(c.raw.pid);
         NetworkConnection {
             policy_revision: None,
-            timestamp: Utc::now(),
+            // When the kernel saw it: an event read late (from a pinned ring a daemon before
+            // this one left) keeps its time.
+            timestamp: KtimeClock::now().wall(c.raw.ktime_ns),
             session_id: session.unwrap_or_default(),
             remote_addr: c.dest.to_string(),
             server_id,

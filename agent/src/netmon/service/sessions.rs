@@ -102,28 +102,57 @@ impl NetmonService {
             .sessions()?;
         let root = crate::cgroup::cgroup2_mount()?;
         let mut adopted = Vec::new();
+        // One session that cannot be adopted does not keep the others, or another build's, from
+        // being taken over.
         for name in names {
-            let cgroup = SessionCgroup::create_under(&root, &name)?;
-            if !cgroup.path().exists() {
-                continue;
+            match self.adopt_one(&root, &name) {
+                Ok(Some(cgroup)) => adopted.push((name, cgroup)),
+                Ok(None) => {}
+                Err(error) => {
+                    let detail = format!(
+                        "session {name:?} left pinned by an earlier daemon could not be re-adopted ({error}); its programs stay attached and enforcing the rules they last had, but its events are not read"
+                    );
+                    tracing::error!("{detail}");
+                    self.alert(&name, "adoption_failed", detail, None, Action::Allow);
+                }
             }
-            let links = self.register(&name, &cgroup)?;
-            let processes = cgroup.processes().map(|p| p.len()).unwrap_or(0);
-            let programs = self
-                .monitor
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .session_programs()
-                .len();
-            let detail = format!(
-                "re-adopted session {name:?} left pinned by an earlier daemon: {links} of {programs} programs were still attached, {processes} processes in it"
-            );
-            tracing::warn!("{detail}");
-            self.alert(&name, "session_adopted", detail, None, Action::Allow);
-            adopted.push((name, cgroup));
         }
         adopted.extend(self.take_over_other_builds(&root));
         Ok(adopted)
+    }
+
+    /// Re-adopts one session this build pinned; `None` when its cgroup is gone (its pins are
+    /// removed).
+    fn adopt_one(
+        &self,
+        root: &std::path::Path,
+        name: &str,
+    ) -> Result<Option<SessionCgroup>, SessionError> {
+        crate::cgroup::validate_session_name(name)?;
+        let cgroup = SessionCgroup::at(&root.join("toolwall").join(name));
+        if !cgroup.path().exists() {
+            tracing::info!(session = %name, "a pinned session whose cgroup is gone: its pins are removed");
+            self.monitor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pins()
+                .remove_session(name)?;
+            return Ok(None);
+        }
+        let links = self.register(name, &cgroup)?;
+        let processes = cgroup.processes().map(|p| p.len()).unwrap_or(0);
+        let programs = self
+            .monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .session_programs()
+            .len();
+        let detail = format!(
+            "re-adopted session {name:?} left pinned by an earlier daemon: {links} of {programs} programs were still attached, {processes} processes in it"
+        );
+        tracing::warn!("{detail}");
+        self.alert(name, "session_adopted", detail, None, Action::Allow);
+        Ok(Some(cgroup))
     }
 
     /// Limits a session's cgroup (a daemon-run stdio server's) to the destinations its

@@ -61,9 +61,15 @@ impl NetmonService {
                     }
                 }
             }
-            // Every link of the build that wrote to the ring is detached by now.
+            // Every link of the build that wrote to the ring is detached by now; a program that
+            // was running on another CPU at that moment may still finish its event, hence the
+            // second read after a pause.
             match ring {
-                Ok(mut ring) => self.read_other_ring(&mut ring, &build),
+                Ok(mut ring) => {
+                    self.read_other_ring(&mut ring, &build);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    self.read_other_ring(&mut ring, &build);
+                }
                 Err(error) => {
                     let detail = format!(
                         "the event ring of another build at {} could not be opened ({error}); what its programs recorded before the hand-over is lost",
@@ -73,63 +79,85 @@ impl NetmonService {
                     self.alert("", "events_lost", detail, None, Action::Allow);
                 }
             }
-            match build.remove_if_empty() {
-                Ok(_) => {}
-                Err(error) => tracing::warn!(%error, "could not remove another build's pins"),
+            if let Err(error) = build.remove_if_empty() {
+                tracing::warn!(%error, "could not remove another build's pins");
             }
         }
         taken
     }
 
-    /// One session of `build`: `None` when its cgroup is gone (its pins are removed).
+    /// One session of `build`: `None` when its cgroup is gone (its pins are removed). A live
+    /// cgroup is taken over whether its old links are still attached or were detached; a link
+    /// attached to another cgroup, or one that cannot be read, leaves the session alone.
     fn take_over(
         &self,
         build: &OtherBuild,
         name: &str,
         root: &Path,
     ) -> Result<Option<SessionCgroup>, SessionError> {
-        let path = root.join("toolwall").join(name);
-        let attached_here = path.exists() && {
-            let id = SessionCgroup::at(&path).id()?;
-            build
-                .links(name)
-                .iter()
-                .any(|pin| crate::netmon::pins::link_cgroup(pin).ok() == Some(id))
-        };
-        if !attached_here {
+        crate::cgroup::validate_session_name(name)?;
+        let cgroup = SessionCgroup::at(&root.join("toolwall").join(name));
+        if !cgroup.path().exists() {
+            tracing::info!(session = %name, build = %build.dir().display(), "another build's session whose cgroup is gone: its pins are removed");
             build.unpin_session(name)?;
             return Ok(None);
         }
-        let cgroup = SessionCgroup::create_under(root, name)?;
+        let id = cgroup.id()?;
+        for pin in build.links(name) {
+            match crate::netmon::pins::link_cgroup(&pin) {
+                Ok(linked) if linked == id || linked == 0 => {}
+                Ok(linked) => {
+                    return Err(SessionError::Foreign(format!(
+                        "{} is attached to cgroup {linked}, not to the session's ({id})",
+                        pin.display()
+                    )));
+                }
+                Err(error) => {
+                    return Err(SessionError::Foreign(format!(
+                        "{} cannot be read: {error}",
+                        pin.display()
+                    )));
+                }
+            }
+        }
         let links = self.register(name, &cgroup)?;
+        // From here the session is this daemon's: what is left of the other build is reported,
+        // and the session is watched and closed like any other.
         let (programs, own_dir) = {
             let monitor = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
             (monitor.session_programs(), monitor.pins().session(name))
         };
-        // This build's links are attached: the other build's go, its guards move here.
         let mut moved = 0;
+        let mut leftovers = Vec::new();
         for pin in build.links(name) {
             let Some(file) = pin.file_name() else {
                 continue;
             };
-            let ours = programs.iter().any(|p| std::ffi::OsStr::new(p) == file);
-            if !ours && !own_dir.join(file).exists() {
-                std::fs::rename(&pin, own_dir.join(file)).map_err(|source| {
-                    crate::netmon::pins::PinError::Io {
-                        action: "move",
-                        path: pin.clone(),
-                        source,
-                    }
-                })?;
-                moved += 1;
+            if programs.iter().any(|p| std::ffi::OsStr::new(p) == file) {
+                continue;
+            }
+            // A guard this build has no program for stays attached, beside the session's own
+            // links, under a name this build never pins.
+            let mut kept = std::ffi::OsString::from("previous-build-");
+            kept.push(file);
+            match std::fs::rename(&pin, own_dir.join(&kept)) {
+                Ok(()) => moved += 1,
+                Err(error) => leftovers.push(format!("{}: {error}", pin.display())),
             }
         }
-        build.unpin_session(name)?;
+        if let Err(error) = build.unpin_session(name) {
+            leftovers.push(error.to_string());
+        }
         let processes = cgroup.processes().map(|p| p.len()).unwrap_or(0);
         let detail = format!(
-            "took over session {name:?} from another build of toolwall ({}): this build's {} programs attached ({links} already were) before that build's were detached, {moved} of its guards kept; {processes} processes in it",
+            "took over session {name:?} from another build of toolwall ({}): this build's {} programs attached ({links} already were) before that build's were detached, {moved} of its guards kept; {processes} processes in it{}",
             build.dir().display(),
-            programs.len()
+            programs.len(),
+            if leftovers.is_empty() {
+                String::new()
+            } else {
+                format!("; left of the other build: {}", leftovers.join("; "))
+            }
         );
         tracing::warn!("{detail}");
         self.alert(name, "session_taken_over", detail, None, Action::Allow);
@@ -145,7 +173,10 @@ impl NetmonService {
             match events::decode_exact(&item) {
                 Some(connect) => {
                     let mut event = self.to_event(&connect);
-                    if !is_boundary(connect.raw.server_index) {
+                    let index = connect.raw.server_index;
+                    if !agent_common::rule::is_boundary(index)
+                        && index != agent_common::rule::EGRESS_INDEX
+                    {
                         event.server_id = "toolwall:previous-build".to_owned();
                         event.server_type = "previous-build".to_owned();
                     }
@@ -165,17 +196,4 @@ impl NetmonService {
             self.alert("", "events_lost", detail, None, Action::Allow);
         }
     }
-}
-
-/// Whether a kernel event's server index is one of the session boundary's (the same in every
-/// build) rather than a rule's.
-fn is_boundary(index: u32) -> bool {
-    use agent_common::rule::{HOST_LOCAL_INDEX, LOCAL_NET_INDEX, UNIX_INDEX, UNLISTED_INDEX};
-    [
-        UNIX_INDEX,
-        HOST_LOCAL_INDEX,
-        LOCAL_NET_INDEX,
-        UNLISTED_INDEX,
-    ]
-    .contains(&index)
 }

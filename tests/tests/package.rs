@@ -1,6 +1,6 @@
 //! The `.deb`: `cargo xtask package` builds it (`cargo xtask test` passes its path in
-//! `TOOLWALL_DEB`); here it is installed with `dpkg -i`, its unit passes `systemd-analyze
-//! verify`, its conffile passes `toolwall config check`, and the installed daemon runs under the
+//! `TOOLWALL_DEB`); here it is installed with `dpkg -i`, its units pass `systemd-analyze
+//! verify` (the socket unit holding the conffile's listen addresses), its conffile passes `toolwall config check`, and the installed daemon runs under the
 //! unit's capability bounding set and `NoNewPrivileges` (`setpriv`: this host has no systemd as
 //! PID 1 to start the unit) with every layer on, telling `NOTIFY_SOCKET` it is ready and, at
 //! SIGTERM, that it stops; what it records reaches an OTLP collector and `/metrics`. Purged
@@ -14,6 +14,7 @@ use serde_json::Value;
 use toolwall_tests::{OtlpCollector, http_unix};
 
 const UNIT: &str = "/lib/systemd/system/toolwall.service";
+const SOCKET_UNIT: &str = "/lib/systemd/system/toolwall.socket";
 
 /// Removes the package, and the daemon's pins, however the test ends.
 struct Installed {
@@ -71,7 +72,22 @@ fn privileged_the_package_installs_verifies_and_runs_under_its_units_options() {
         conffiles.contains("/etc/toolwall/toolwall.yaml"),
         "{conffiles}"
     );
-    run(Command::new("systemd-analyze").args(["verify", UNIT]));
+    run(Command::new("systemd-analyze").args(["verify", UNIT, SOCKET_UNIT]));
+    // The ports systemd holds are the ones the conffile's daemon serves, or it would refuse
+    // to start (`daemon/activation.rs`).
+    let socket_unit = std::fs::read_to_string(SOCKET_UNIT).expect("socket unit");
+    let conffile = std::fs::read_to_string("/etc/toolwall/toolwall.yaml").expect("conffile");
+    let held: Vec<&str> = socket_unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("ListenStream="))
+        .collect();
+    assert_eq!(held.len(), 2, "{socket_unit}");
+    for addr in held {
+        assert!(
+            conffile.contains(&format!("listen: {addr}\n")),
+            "{addr} is not a listen address of the conffile:\n{conffile}"
+        );
+    }
     // The README's links to docs/ hold on the host.
     for page in ["README.md", "docs/README.md", "docs/configuration.md"] {
         assert!(

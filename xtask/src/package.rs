@@ -1,5 +1,5 @@
 //! `cargo xtask package`: a `.deb` of the release binary (the eBPF object inside it), the
-//! systemd unit (`xtask/package/toolwall.service`), the embedded default configuration as the
+//! systemd units (`xtask/package/toolwall.service` and `.socket`), the embedded default configuration as the
 //! conffile `/etc/toolwall/toolwall.yaml`, and the README with docs/ — built with `dpkg-deb` from a staged
 //! tree, so nothing beyond Debian's own tools is needed.
 
@@ -48,11 +48,13 @@ pub fn package() -> anyhow::Result<PathBuf> {
             .arg("--strip-debug")
             .arg(stage.join("usr/bin/toolwall")),
     )?;
-    put(
-        "lib/systemd/system/toolwall.service",
-        &fs::read(root.join("xtask/package/toolwall.service"))?,
-        0o644,
-    )?;
+    for unit in ["toolwall.service", "toolwall.socket"] {
+        put(
+            &format!("lib/systemd/system/{unit}"),
+            &fs::read(root.join("xtask/package").join(unit))?,
+            0o644,
+        )?;
+    }
     let config = output(Command::new(&bin).args(["config", "default"]))?;
     put(
         "etc/toolwall/toolwall.yaml",

@@ -25,6 +25,7 @@ pub(super) async fn start_proxy(
     sink: &EventSink,
     session_keys: &Arc<crate::llm::proxy::SessionKeys>,
     approvals: &Arc<crate::approval::Approvals>,
+    activated: &mut super::activation::Activated,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<
     Option<(
@@ -57,16 +58,23 @@ pub(super) async fn start_proxy(
         memory_budget: usize::try_from(config.proxy.memory_budget_bytes).unwrap_or(usize::MAX),
         ..LlmProxySettings::default()
     };
-    let proxy = LlmProxy::bind(settings, gate.clone(), sink.clone())
-        .await
-        .with_context(|| {
-            format!(
-                "start the LLM proxy on {} (proxy.listen){}",
-                config.proxy.listen,
-                super::process::held_by(config.proxy.listen.port())
-            )
-        })?
-        .with_approvals(approvals.clone())?;
+    let proxy = match activated.take(config.proxy.listen) {
+        Some(held) => LlmProxy::on(
+            tokio::net::TcpListener::from_std(held).context("serve the socket systemd holds")?,
+            settings,
+            gate.clone(),
+            sink.clone(),
+        ),
+        None => LlmProxy::bind(settings, gate.clone(), sink.clone()).await,
+    }
+    .with_context(|| {
+        format!(
+            "start the LLM proxy on {} (proxy.listen){}",
+            config.proxy.listen,
+            super::process::held_by(config.proxy.listen.port())
+        )
+    })?
+    .with_approvals(approvals.clone())?;
     let addr = proxy.local_addr()?;
     let stats = proxy.stats();
     let task = tokio::spawn(proxy.run(async move {

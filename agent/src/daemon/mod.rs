@@ -5,6 +5,7 @@
 //! line per layer whether it is on, and why not when it is off. SIGINT/SIGTERM stop taking
 //! work, flush every pending event to disk, detach the kernel programs and exit 0.
 
+mod activation;
 pub(crate) mod api;
 mod audit_gate;
 mod bundle;
@@ -55,15 +56,17 @@ pub struct RunArgs {
 /// Starts the daemon and runs it until SIGINT or SIGTERM.
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     raise_descriptor_limit();
+    // Before the runtime's threads: it unsets the variables systemd set.
+    let activated = activation::Activated::from_env()?;
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
-    runtime.block_on(serve(args))
+    runtime.block_on(serve(args, activated))
 }
 
 /// How long a client of the API socket may take to send a request's head, and then its body:
 /// a slow one must not hold a descriptor for ever.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
+async fn serve(args: RunArgs, mut activated: activation::Activated) -> anyhow::Result<ExitCode> {
     // 1. config
     let config = Config::load(args.config.as_deref())?;
     let db_path = config.store_path();
@@ -177,6 +180,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         &sink,
         &session_keys,
         &approvals,
+        &mut activated,
         proxy_stopped,
     )
     .await?
@@ -208,7 +212,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     // The API's loopback listener first: the kernel layer denies sessions its address (with
     // the web token, a root agent could otherwise read every session's records and answer its
     // own calls that wait for a person).
-    let api_tcp = api::bind_http(config.api.listen).await?;
+    let api_tcp = api::bind_http(config.api.listen, &mut activated).await?;
+    activated.finish()?;
     let api_addr = api_tcp.local_addr()?;
     let own = endpoints::OwnEndpoints {
         api: api_addr,

@@ -192,11 +192,23 @@ impl LlmProxy {
         gate: Arc<dyn Gate>,
         sink: EventSink,
     ) -> anyhow::Result<Self> {
-        let anthropic = Upstream::parse(&settings.anthropic_upstream)?;
-        let openai = Upstream::parse(&settings.openai_upstream)?;
+        Upstream::parse(&settings.anthropic_upstream)?;
+        Upstream::parse(&settings.openai_upstream)?;
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        Self::on(listener, settings, gate, sink)
+    }
+
+    /// [`Self::bind`] on a listener already bound to `settings.listen` (one systemd holds).
+    pub(crate) fn on(
+        listener: TcpListener,
+        settings: LlmProxySettings,
+        gate: Arc<dyn Gate>,
+        sink: EventSink,
+    ) -> anyhow::Result<Self> {
+        let anthropic = Upstream::parse(&settings.anthropic_upstream)?;
+        let openai = Upstream::parse(&settings.openai_upstream)?;
         let upstreams = Upstreams::new()?;
         Ok(LlmProxy {
             listener,

@@ -95,8 +95,15 @@ fn remove_socket(path: &std::path::Path) {
 }
 
 /// Binds the loopback HTTP listener (before the kernel layer starts: sessions are denied its
-/// address, `daemon/mod.rs`).
-pub(crate) async fn bind_http(listen: SocketAddr) -> anyhow::Result<TcpListener> {
+/// address, `daemon/mod.rs`), or serves the one systemd holds for it.
+pub(crate) async fn bind_http(
+    listen: SocketAddr,
+    activated: &mut crate::daemon::activation::Activated,
+) -> anyhow::Result<TcpListener> {
+    if let Some(held) = activated.take(listen) {
+        return TcpListener::from_std(held)
+            .context("serve the socket systemd holds for api.listen");
+    }
     TcpListener::bind(listen).await.with_context(|| {
         format!(
             "bind the API on {listen} (api.listen){}; is another toolwall running?",

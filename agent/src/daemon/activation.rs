@@ -1,0 +1,97 @@
+//! Listening sockets handed in by systemd (`toolwall.socket`, socket activation): systemd holds
+//! the LLM proxy's and the API's TCP ports while the daemon restarts, so there is never a moment
+//! when the port is free for another process to bind (an agent's session is refused that bind
+//! by the kernel anyway; another local process is not). A passed socket is used for the setting
+//! whose address it is bound to; one that no setting names, or that is not a listening TCP
+//! socket, stops the daemon with what to fix, rather than being ignored or guessed at
+//! (`tests/tests/activation.rs`).
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+};
+
+use anyhow::Context;
+
+/// The sockets systemd passed, not yet taken by a setting.
+#[derive(Debug, Default)]
+pub(crate) struct Activated {
+    listeners: Vec<(SocketAddr, TcpListener)>,
+}
+
+impl Activated {
+    /// Takes the descriptors systemd passed this process (`LISTEN_PID`, `LISTEN_FDS`), and
+    /// unsets those variables so that no process the daemon starts sees them: call it before
+    /// any thread starts.
+    pub(crate) fn from_env() -> anyhow::Result<Activated> {
+        let fds =
+            sd_notify::listen_fds().context("read the sockets systemd passed (LISTEN_FDS)")?;
+        let mut listeners = Vec::new();
+        for fd in fds {
+            // SAFETY: systemd passed this descriptor to this process (LISTEN_PID), and nothing
+            // else in it owns the descriptor.
+            let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+            anyhow::ensure!(
+                is_tcp_listener(&owned),
+                "descriptor {fd} that systemd passed is not a listening TCP socket; toolwall.socket may hold only ListenStream= addresses of proxy.listen and api.listen"
+            );
+            let listener = TcpListener::from(owned);
+            let addr = listener
+                .local_addr()
+                .with_context(|| format!("the address of descriptor {fd} systemd passed"))?;
+            listener
+                .set_nonblocking(true)
+                .with_context(|| format!("make the socket on {addr} non-blocking"))?;
+            listeners.push((addr, listener));
+        }
+        Ok(Activated { listeners })
+    }
+
+    /// The passed listener bound to exactly `addr`, if any.
+    pub(crate) fn take(&mut self, addr: SocketAddr) -> Option<TcpListener> {
+        let at = self.listeners.iter().position(|(a, _)| *a == addr)?;
+        tracing::info!(%addr, "listening on the socket systemd holds");
+        Some(self.listeners.swap_remove(at).1)
+    }
+
+    /// Fails naming each passed socket no setting took: toolwall.socket and the configuration
+    /// disagree, and a port systemd holds would go unserved.
+    pub(crate) fn finish(self) -> anyhow::Result<()> {
+        let left: Vec<String> = self
+            .listeners
+            .iter()
+            .map(|(addr, _)| addr.to_string())
+            .collect();
+        anyhow::ensure!(
+            left.is_empty(),
+            "systemd passed sockets on {} that neither proxy.listen nor api.listen names; make toolwall.socket's ListenStream= lines and the configuration name the same addresses",
+            left.join(", ")
+        );
+        Ok(())
+    }
+}
+
+/// Whether `fd` is a stream socket of the IPv4 or IPv6 family that listens.
+fn is_tcp_listener(fd: &OwnedFd) -> bool {
+    let option = |name: libc::c_int| -> Option<libc::c_int> {
+        let mut value: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `value`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                name,
+                (&raw mut value).cast(),
+                &mut len,
+            )
+        };
+        (rc == 0).then_some(value)
+    };
+    option(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+        && matches!(
+            option(libc::SO_DOMAIN),
+            Some(libc::AF_INET | libc::AF_INET6)
+        )
+        && option(libc::SO_ACCEPTCONN) == Some(1)
+}

@@ -1,0 +1,134 @@
+//! Socket activation (`toolwall.socket`): `toolwall run` serves the LLM proxy and the API on the
+//! listening sockets systemd holds for it, so no other process can take those ports while the
+//! daemon restarts; a socket its configuration does not name stops it, saying which. Driven by
+//! systemd's own `systemd-socket-activate`, which holds the ports and execs the daemon at the
+//! first connection, as the socket unit does.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use toolwall_tests::{free_port, toolwall_bin};
+
+/// The configuration of a daemon whose proxy and API listen on `proxy` and `api`.
+fn config(dir: &Path, proxy: u16, api: u16) -> std::path::PathBuf {
+    let path = dir.join("toolwall.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "api:\n  listen: 127.0.0.1:{api}\n  socket: {}\nstore:\n  path: {}\nproxy:\n  listen: 127.0.0.1:{proxy}\nnetmon:\n  enabled: false\n",
+            dir.join("api.sock").display(),
+            dir.join("events.db").display()
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+/// `systemd-socket-activate` holding `ports`, to exec `toolwall run` at the first connection.
+fn activate(config: &Path, ports: &[u16], log: &Path) -> std::process::Child {
+    let mut cmd = Command::new("systemd-socket-activate");
+    for port in ports {
+        cmd.arg("-l").arg(format!("127.0.0.1:{port}"));
+    }
+    cmd.arg(toolwall_bin())
+        .args(["run", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"))
+        .spawn()
+        .expect("systemd-socket-activate (from systemd)")
+}
+
+/// The status line of `GET path` on `port`.
+fn get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+/// Waits until the activator is listening on `port` (before the daemon runs).
+fn wait_listening(port: u16, child: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let listening = std::fs::read_to_string("/proc/net/tcp")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains(&format!(":{port:04X} 00000000:0000 0A")));
+        if listening {
+            return;
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "systemd-socket-activate ended"
+        );
+        assert!(std::time::Instant::now() < deadline, "not listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_daemon_serves_on_the_ports_systemd_holds() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (proxy, api) = (free_port(), free_port());
+    let config = config(dir.path(), proxy, api);
+    let log = dir.path().join("daemon.log");
+    let mut daemon = activate(&config, &[proxy, api], &log);
+    wait_listening(api, &mut daemon);
+    // The first connection starts the daemon, which answers it on the socket it was handed.
+    let api_answer = get(api, "/health");
+    let proxy_answer = get(proxy, "/no-such-route");
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        api_answer.starts_with("HTTP/1.1 403"),
+        "the API answers on the held port (and wants its web token): {api_answer:?}\n{said}"
+    );
+    assert!(
+        proxy_answer.starts_with("HTTP/1.1 4"),
+        "the LLM proxy answers on the held port (and refuses a route it does not know): {proxy_answer:?}\n{said}"
+    );
+    for port in [proxy, api] {
+        assert!(
+            said.contains(&format!(
+                "listening on the socket systemd holds addr=127.0.0.1:{port}"
+            )),
+            "{port} taken from systemd, not bound anew:\n{said}"
+        );
+    }
+}
+
+#[test]
+fn a_held_port_the_configuration_does_not_name_stops_the_daemon() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (proxy, api, stray) = (free_port(), free_port(), free_port());
+    let config = config(dir.path(), proxy, api);
+    let log = dir.path().join("daemon.log");
+    let mut daemon = activate(&config, &[proxy, api, stray], &log);
+    wait_listening(stray, &mut daemon);
+    let _ = TcpStream::connect(("127.0.0.1", stray));
+    let status = daemon.wait().expect("wait");
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "systemd passed sockets on 127.0.0.1:{stray} that neither proxy.listen nor api.listen names"
+        )),
+        "{said}"
+    );
+}

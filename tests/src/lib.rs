@@ -92,6 +92,14 @@ fn assert_agents_see_temp_files() {
     );
 }
 
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 /// Whether this process runs as root (privileged tests need it).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -371,7 +371,7 @@ fn assert_confined(stdout: &str, caps_field: &str) {
         .lines()
         .find(|l| l.starts_with("CapEff"))
         .expect("caps");
-    for bit in [21, 39, 12, 38, 19] {
+    for bit in [21, 39, 12, 38, 19, 2] {
         assert!(
             !cap_bit(caps, caps_field, bit),
             "capability {bit} in {caps_field}: {caps}"

@@ -9,14 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolwall_tests::{Daemon, OtlpCollector as Collector, http_get, http_unix};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+use toolwall_tests::{Daemon, OtlpCollector as Collector, free_port, http_get, http_unix};
 
 fn now() -> String {
     let out = Command::new("date")

@@ -13,7 +13,7 @@ use std::{
 };
 
 use toolwall_tests::{
-    Daemon, is_root,
+    Daemon, free_port, is_root,
     session::{events, exec, exec_nobody, shared_dir, text, without_toolwall, write_agent},
 };
 
@@ -109,15 +109,6 @@ fn forwarder(backend: String) -> u16 {
         }
     });
     port
-}
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// Takes each `KIND ADDR PORT` of its arguments and prints `KIND ADDR PORT RESULT`: `tcp` is a

@@ -1,8 +1,10 @@
 //! An agent's temporary directories are its own: under `toolwall exec`, `/tmp`, `/var/tmp`,
-//! `/dev/shm` and its user's `/run/user/<uid>` start empty, nothing of the host's there is
-//! readable, and nothing the agent leaves there reaches the host. A working directory under
+//! `/dev/shm`, `/run/lock` and its user's `/run/user/<uid>` start empty and bounded, nothing of
+//! the host's there is readable (nor its System V objects), and nothing the agent leaves there
+//! reaches the host. A working directory under
 //! `/tmp` is kept, and the agent's writes there are the host's; so are the Unix sockets
-//! `exec.allow_unix` lists there, alone in `/tmp` or with their directory. The same agent is run first
+//! `exec.allow_unix` lists there, each by itself (not what lies beside it) and only by a path
+//! without a symbolic link. The same agent is run first
 //! without toolwall, as the same user in the same directory, to show each route works there.
 
 use std::{
@@ -20,8 +22,8 @@ use toolwall_tests::{
 /// directory; prints `NAME RESULT` (`ok` or the errno's name), its working directory and what
 /// its `/tmp` holds.
 const AGENT: &str = r##"
-import errno, os, socket, sys
-host_file, runtime_file, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+import errno, os, socket, subprocess, sys
+host_file, runtime_file, tag, shm_id = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 def outcome(name, f):
     try:
         f()
@@ -39,8 +41,13 @@ outcome("runtime", lambda: read(runtime_file))
 for d in ["/tmp", "/var/tmp", "/dev/shm"]:
     outcome("write" + d, lambda: write(os.path.join(d, "agent-" + tag)))
 outcome("project", lambda: write(os.path.join(os.getcwd(), "notes.txt")))
-for i, path in enumerate(sys.argv[4:]):
+for i, path in enumerate(sys.argv[5:]):
     outcome("listed%d" % i, lambda: socket.socket(socket.AF_UNIX).connect(path))
+outcome("beside-listed", lambda: read(os.path.join(os.path.dirname(sys.argv[5]), "other")))
+ipcs = subprocess.run(["ipcs", "-m"], capture_output=True, text=True).stdout.split()
+print("host-shm", "visible" if shm_id in ipcs else "hidden")
+st = os.statvfs("/tmp")
+print("tmp-mib", st.f_blocks * st.f_frsize // (1024 * 1024))
 print("cwd", os.getcwd())
 print("tmp-holds", ",".join(sorted(os.listdir("/tmp"))))
 "##;
@@ -61,6 +68,15 @@ impl Drop for Made {
         for path in &self.0 {
             let _ = std::fs::remove_dir_all(path).or_else(|_| std::fs::remove_file(path));
         }
+    }
+}
+
+/// Removes a System V shared memory segment on drop.
+struct RemoveShm(String);
+
+impl Drop for RemoveShm {
+    fn drop(&mut self) {
+        let _ = Command::new("ipcrm").args(["-m", &self.0]).output();
     }
 }
 
@@ -125,6 +141,12 @@ fn privileged_an_agent_gets_temporary_directories_of_its_own() {
             .chain([socket_dir.clone()])
             .collect(),
     );
+    std::fs::write(socket_dir.join("other"), "the service's\n").expect("other file");
+    std::fs::set_permissions(
+        socket_dir.join("other"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .expect("chmod");
     for path in &sockets {
         let listener = UnixListener::bind(path).expect("listen");
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -134,11 +156,33 @@ fn privileged_an_agent_gets_temporary_directories_of_its_own() {
             }
         });
     }
+    // The listed socket's directory again, by a symbolic link: not kept (the link could be
+    // turned to any directory of /tmp).
+    let link = PathBuf::from(format!("/tmp/toolwall-link-{tag}"));
+    std::os::unix::fs::symlink(&socket_dir, &link).expect("symlink");
+    let linked = link.join("service.sock");
+    let _link = Made(vec![link.clone()]);
+    // A System V segment of the host's, any user's to attach.
+    let ipcmk = Command::new("ipcmk")
+        .args(["-M", "4096", "-p", "0666"])
+        .output()
+        .expect("ipcmk");
+    let shm_id = String::from_utf8_lossy(&ipcmk.stdout)
+        .split_whitespace()
+        .last()
+        .expect("shm id")
+        .to_owned();
+    let _shm = RemoveShm(shm_id.clone());
     let args: Vec<String> = [host_file.clone(), runtime_file.clone()]
         .iter()
         .map(|p| p.display().to_string())
-        .chain([tag.clone()])
-        .chain(sockets.iter().map(|p| p.display().to_string()))
+        .chain([tag.clone(), shm_id.clone()])
+        .chain(
+            sockets
+                .iter()
+                .chain([&linked])
+                .map(|p| p.display().to_string()),
+        )
         .collect();
 
     let control = Command::new("setpriv")
@@ -159,6 +203,8 @@ fn privileged_an_agent_gets_temporary_directories_of_its_own() {
         "project",
         "listed0",
         "listed1",
+        "listed2",
+        "beside-listed",
     ] {
         assert_eq!(
             outcome(&plain, name),
@@ -166,14 +212,15 @@ fn privileged_an_agent_gets_temporary_directories_of_its_own() {
             "control: {name} works without toolwall\n{plain}{plain_err}"
         );
     }
+    assert_eq!(outcome(&plain, "host-shm"), "visible", "control: {plain}");
     for path in &written {
         assert!(path.exists(), "control: {} written", path.display());
         std::fs::remove_file(path).expect("remove the control's file");
     }
 
     let daemon = Daemon::start(&format!(
-        "exec:\n  allow_unix: [{:?}, {:?}]\n",
-        sockets[0], sockets[1]
+        "exec:\n  tmp_size_mib: 64\n  allow_unix: [{:?}, {:?}, {:?}]\n",
+        sockets[0], sockets[1], linked
     ));
     let out = exec(
         &daemon,
@@ -187,8 +234,15 @@ fn privileged_an_agent_gets_temporary_directories_of_its_own() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "exec failed: {stderr}\n{stdout}");
     assert!(
-        stderr.contains("private to the agent (empty, gone when it ends): /tmp, /var/tmp, /dev/shm, /run/user/65534"),
+        stderr.contains("private to the agent (empty, at most 64 MiB each, gone when it ends): /tmp, /var/tmp, /dev/shm, /run/lock, /run/user/65534"),
         "exec names the private directories: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "exec.allow_unix {} is not kept in the agent's private directory: its path holds a symbolic link",
+            linked.display()
+        )),
+        "exec says what it did not keep: {stderr}"
     );
     assert_eq!(outcome(&stdout, "host-tmp"), "ENOENT", "{stdout}");
     assert_eq!(outcome(&stdout, "runtime"), "ENOENT", "{stdout}");
@@ -203,6 +257,14 @@ fn privileged_an_agent_gets_temporary_directories_of_its_own() {
         assert_eq!(outcome(&stdout, name), "ok", "{name}: {stdout}");
     }
     assert_eq!(outcome(&stdout, "cwd"), project.display().to_string());
+    assert_eq!(outcome(&stdout, "listed2"), "ENOENT", "{stdout}");
+    assert_eq!(
+        outcome(&stdout, "beside-listed"),
+        "ENOENT",
+        "a listed socket is kept by itself, not with its directory: {stdout}"
+    );
+    assert_eq!(outcome(&stdout, "host-shm"), "hidden", "{stdout}");
+    assert_eq!(outcome(&stdout, "tmp-mib"), "64", "{stdout}");
     assert_eq!(
         outcome(&stdout, "tmp-holds"),
         format!(

@@ -89,6 +89,14 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
             ));
         }
     }
+    if config.exec.tmp_size_mib == 0 {
+        return Err(check.error(
+            "exec.tmp_size_mib".to_string(),
+            ("tmp_size_mib", "0", 0),
+            "a private temporary directory of 0 MiB holds nothing",
+            "write a size in MiB, e.g. 1024",
+        ));
+    }
     let mcp = &mut config.sandbox.mcp;
     let at = "sandbox.mcp";
 

@@ -20,12 +20,15 @@ pub(crate) struct AgentUser {
 
 /// The capabilities no agent keeps, root or not: each could undo the session (detach its
 /// programs, move processes out of its cgroup, read the daemon's memory).
-pub(crate) const DROPPED_CAPS: [(u32, &str); 5] = [
+pub(crate) const DROPPED_CAPS: [(u32, &str); 6] = [
     (21, "CAP_SYS_ADMIN"),
     (39, "CAP_BPF"),
     (12, "CAP_NET_ADMIN"),
     (38, "CAP_PERFMON"),
     (19, "CAP_SYS_PTRACE"),
+    // open_by_handle_at: a file by its handle, from any mount (the host's /tmp under the
+    // agent's private one).
+    (2, "CAP_DAC_READ_SEARCH"),
 ];
 
 /// What a stdio server the daemon runs loses besides [`DROPPED_CAPS`]: a root server must not
@@ -194,8 +197,8 @@ pub(crate) fn own_pid_namespace_for_children() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Confines the agent between fork and exec, after it entered its cgroup: its own cgroup and
-/// mount namespaces, with every cgroup filesystem read-only and every bpf filesystem hidden in
+/// Confines the agent between fork and exec, after it entered its cgroup: its own cgroup, IPC
+/// and mount namespaces, with every cgroup filesystem read-only and every bpf filesystem hidden in
 /// the latter (without nsdelegate, a root agent could otherwise write itself into another
 /// cgroup, or open the session's pinned links and detach them; it cannot unmount without
 /// CAP_SYS_ADMIN), `no_new_privs`, [`DROPPED_CAPS`]
@@ -233,7 +236,10 @@ pub(crate) fn confine_on_spawn(
                 }
             };
             if root {
-                check(libc::unshare(libc::CLONE_NEWCGROUP | libc::CLONE_NEWNS))?;
+                // IPC too: System V objects and POSIX message queues are the host's otherwise.
+                check(libc::unshare(
+                    libc::CLONE_NEWCGROUP | libc::CLONE_NEWNS | libc::CLONE_NEWIPC,
+                ))?;
                 // Slave: the host's later mounts still show; ours do not go back.
                 check(libc::mount(
                     std::ptr::null(),

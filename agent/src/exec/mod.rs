@@ -50,9 +50,9 @@ pub struct ExecArgs {
     /// configuration's `exec.user`.
     #[arg(long, conflicts_with = "as_root")]
     pub user: Option<String>,
-    /// Run the agent as root. It is still confined (cgroup and mount namespaces, no
-    /// CAP_SYS_ADMIN, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_PTRACE) but keeps root's other
-    /// powers (raw sockets, kernel modules, every file); prefer `--user`.
+    /// Run the agent as root. It is still confined (cgroup, IPC and mount namespaces, no
+    /// CAP_SYS_ADMIN, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH)
+    /// but keeps root's other powers (raw sockets, kernel modules, every file); prefer `--user`.
     #[arg(long)]
     pub as_root: bool,
     /// Pass this variable to the agent although it leads out of the session (a proxy, an ssh
@@ -89,17 +89,20 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             |u| (u.uid, u.gid),
         );
         let cwd = std::env::current_dir().context("the working directory")?;
-        let sockets: Vec<PathBuf> = std::iter::once(socket.clone())
-            .chain(
-                config
-                    .exec
-                    .allow_unix
-                    .iter()
-                    .filter(|n| n.starts_with('/'))
-                    .map(PathBuf::from),
-            )
+        let listed: Vec<PathBuf> = config
+            .exec
+            .allow_unix
+            .iter()
+            .filter(|n| n.starts_with('/'))
+            .map(PathBuf::from)
             .collect();
-        Some(private::PrivateDirs::make(&cwd, &sockets, uid, gid)?)
+        Some(private::PrivateDirs::make(
+            &cwd,
+            &socket,
+            &listed,
+            (uid, gid),
+            config.exec.tmp_size_mib,
+        )?)
     } else {
         None
     };
@@ -184,11 +187,18 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             );
             ruleset
         });
-        if let Some(private) = &private {
-            eprintln!(
-                "toolwall: session {session}: private to the agent (empty, gone when it ends): {}",
-                private.paths().map(|p| p.to_string_lossy()).collect::<Vec<_>>().join(", ")
-            );
+        match &private {
+            Some(private) => {
+                eprintln!(
+                    "toolwall: session {session}: private to the agent (empty, at most {} MiB each, gone when it ends): {}",
+                    config.exec.tmp_size_mib,
+                    private.paths().map(|p| p.to_string_lossy()).collect::<Vec<_>>().join(", ")
+                );
+                for note in &private.notes {
+                    eprintln!("toolwall: WARNING: session {session}: {note}");
+                }
+            }
+            None => eprintln!("toolwall: WARNING: session {session}: /tmp, /var/tmp and /dev/shm are the host's (exec was not run as root, so the agent gets no mount namespace of its own)"),
         }
         if let Some(why) = &reply.unix {
             eprintln!("toolwall: WARNING: session {session}: Unix sockets not confined (exec.confine: weaker): {why}");

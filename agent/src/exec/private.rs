@@ -1,10 +1,11 @@
 //! Private temporary directories for an agent: in its own mount namespace, `/tmp`, `/var/tmp`,
-//! `/dev/shm` and its user's `/run/user/<uid>` are empty tmpfs of its own, so nothing it leaves
-//! there reaches the host's processes (a socket, a script another user's job runs, a file a
-//! service reads) and nothing of the host's there reaches it (a forwarder's socket, a runtime
-//! directory's keys, another session's files). A working directory inside one of them is kept:
-//! the host's directory is mounted at the same path in the private one; so are the API socket's
-//! directory and the Unix sockets `exec.allow_unix` lists (`tests/tests/session_private.rs`).
+//! `/dev/shm`, `/run/lock` and its user's `/run/user/<uid>` are empty tmpfs of its own (of at
+//! most `exec.tmp_size_mib`), so nothing it leaves there reaches the host's processes (a
+//! socket, a script another user's job runs, a file a service reads) and nothing of the host's
+//! there reaches it (a forwarder's socket, a runtime directory's keys, another session's
+//! files). A working directory inside one of them is kept: the host's directory is mounted at
+//! the same path in the private one; so are the API socket's directory and the Unix sockets
+//! `exec.allow_unix` lists, each by itself (`tests/tests/session_private.rs`).
 //!
 //! The file systems are made and the working directory's tree is copied here, before the fork
 //! (with the new mount API, as detached mounts), so that `exec.confine: strict` can grant
@@ -22,7 +23,7 @@ use std::{
 use anyhow::Context;
 
 /// The temporary directories every user may write, made private.
-const SHARED: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+const SHARED: [&str; 5] = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock"];
 
 /// What [`PrivateDirs::attach`] mounts, made before the fork (the child may not allocate).
 pub(crate) struct PrivateDirs {
@@ -33,6 +34,9 @@ pub(crate) struct PrivateDirs {
     /// The working directory, to enter anew when it lies under one of them (the process
     /// still stands in the covered directory until it does).
     cwd: Option<CString>,
+    /// What the session's banner should say besides the directories: what was not made
+    /// private or not kept, and why.
+    pub(crate) notes: Vec<String>,
 }
 
 /// A path of the host's kept under a private directory: its copy, detached, the directories to
@@ -46,63 +50,109 @@ struct Kept {
 }
 
 impl PrivateDirs {
-    /// Makes them for an agent of `uid`/`gid` started in `cwd`, keeping where they lie under
-    /// them `cwd` and the directory of each of `sockets` (the API socket, listed Unix sockets;
-    /// so that one made anew is still reached), or the socket itself when its directory is a
-    /// private one; root only (the caller's mount namespace is the host's, so nothing is
-    /// mounted here).
+    /// Makes them for an agent of `uid`/`gid` started in `cwd`, each at most `size_mib`. Kept
+    /// where they lie under one: `cwd`; the directory of `api_socket` (the daemon refuses one
+    /// others may write), or the socket itself when that directory is a private one; each of
+    /// `listed` (`exec.allow_unix`) that is a socket now, by itself (its directory may hold
+    /// what is not the agent's). Every kept path is opened without following a symbolic link,
+    /// so one swapped in meanwhile is refused, not followed. Root only (the caller's mount
+    /// namespace is the host's, so nothing is mounted here).
     pub(crate) fn make(
         cwd: &Path,
-        sockets: &[PathBuf],
-        uid: u32,
-        gid: u32,
+        api_socket: &Path,
+        listed: &[PathBuf],
+        (uid, gid): (u32, u32),
+        size_mib: u64,
     ) -> anyhow::Result<PrivateDirs> {
         let cwd = cwd
             .canonicalize()
             .with_context(|| format!("the working directory {}", cwd.display()))?;
+        let mut notes = Vec::new();
         let mut dirs: Vec<(PathBuf, String)> = SHARED
             .iter()
             .map(|d| (PathBuf::from(d), "1777".to_owned()))
             .collect();
         dirs.push((PathBuf::from(format!("/run/user/{uid}")), "0700".to_owned()));
-        // A symbolic link (`/var/tmp -> /tmp` on some hosts) is covered by its target.
-        dirs.retain(|(d, _)| d.is_dir() && !d.is_symlink());
-        let roots: Vec<&Path> = dirs.iter().map(|(d, _)| d.as_path()).collect();
-        // A socket not made yet is kept by its directory only (a file needs one to mount on).
-        let socket_dirs = sockets.iter().filter_map(|socket| {
-            let dir = socket.parent()?.canonicalize().ok()?;
-            if roots.contains(&dir.as_path()) {
-                socket.canonicalize().ok()
-            } else {
-                Some(dir)
+        // A symbolic link to another of them (`/var/tmp -> /tmp`, `/var/lock -> /run/lock`) is
+        // covered by its target; one to anywhere else is said.
+        let targets: Vec<PathBuf> = dirs.iter().map(|(d, _)| d.clone()).collect();
+        dirs.retain(|(d, _)| {
+            if !d.is_symlink() {
+                return d.is_dir();
             }
+            if let Ok(target) = d.canonicalize()
+                && !targets.contains(&target)
+            {
+                notes.push(format!(
+                    "{} is a link to {}, which stays the host's",
+                    d.display(),
+                    target.display()
+                ));
+            }
+            false
         });
+        let roots: Vec<&Path> = dirs.iter().map(|(d, _)| d.as_path()).collect();
+        let under_root = |p: &Path| roots.iter().any(|r| p.starts_with(r));
+        let mut wanted = vec![cwd.clone()];
+        if let Some(dir) = api_socket.parent().and_then(|d| d.canonicalize().ok()) {
+            wanted.push(if roots.contains(&dir.as_path()) {
+                dir.join(api_socket.file_name().unwrap_or_default())
+            } else {
+                dir
+            });
+        }
+        for socket in listed.iter().filter(|p| under_root(p)) {
+            use std::os::unix::fs::FileTypeExt;
+            let why = match std::fs::symlink_metadata(socket) {
+                Err(_) => Some("it does not exist yet"),
+                Ok(meta) if !meta.file_type().is_socket() => Some("it is not a socket"),
+                Ok(_) if socket.canonicalize().ok().as_deref() != Some(socket.as_path()) => {
+                    Some("its path holds a symbolic link")
+                }
+                Ok(_) => None,
+            };
+            match why {
+                None => wanted.push(socket.clone()),
+                Some(why) => notes.push(format!(
+                    "exec.allow_unix {} is not kept in the agent's private directory: {why}",
+                    socket.display()
+                )),
+            }
+        }
         let mut kept = Vec::new();
-        for (dir, path) in to_keep(&roots, std::iter::once(cwd.clone()).chain(socket_dirs)) {
+        for (dir, path) in to_keep(&roots, wanted.into_iter()) {
+            let (tree, is_dir) = open_tree(&path)
+                .with_context(|| format!("keep {} for the agent", path.display()))?;
             kept.push(Kept {
                 path: c_path(&path)?,
                 parents: parents_below(&path, &dir)
                     .iter()
                     .map(|p| c_path(p))
                     .collect::<anyhow::Result<_>>()?,
-                tree: open_tree(&path)
-                    .with_context(|| format!("keep {} for the agent", path.display()))?,
-                is_dir: path.is_dir(),
+                tree,
+                is_dir,
             });
         }
-        let cwd = roots
-            .iter()
-            .any(|r| cwd.starts_with(r))
-            .then(|| c_path(&cwd))
-            .transpose()?;
+        if roots.contains(&cwd.as_path()) {
+            notes.push(format!(
+                "the working directory {} is the agent's private one: empty, and what the agent writes there is gone when it ends",
+                cwd.display()
+            ));
+        }
+        let cwd = under_root(&cwd).then(|| c_path(&cwd)).transpose()?;
         let mut mounts = Vec::with_capacity(dirs.len());
         for (dir, mode) in dirs {
             let owner = dir.starts_with("/run/user").then_some((uid, gid));
-            let fs = tmpfs(&mode, owner)
+            let fs = tmpfs(&mode, owner, size_mib)
                 .with_context(|| format!("make a private {} (tmpfs)", dir.display()))?;
             mounts.push((c_path(&dir)?, fs));
         }
-        Ok(PrivateDirs { mounts, kept, cwd })
+        Ok(PrivateDirs {
+            mounts,
+            kept,
+            cwd,
+            notes,
+        })
     }
 
     /// The new file systems' roots, for `exec.confine: strict`'s write rules (the host's
@@ -157,6 +207,21 @@ impl PrivateDirs {
                 unsafe { libc::close(fd) };
             }
             move_mount(kept.tree.as_raw_fd(), &kept.path)?;
+            // The copy is a peer of the host's mount: a slave, so nothing mounted under it in
+            // here goes back.
+            // SAFETY: mount(2) changing the propagation of a mount point just attached.
+            let rc = unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    kept.path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_SLAVE,
+                    std::ptr::null(),
+                )
+            };
+            if rc != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
         }
         if let Some(cwd) = &self.cwd {
             // SAFETY: chdir(2) with a valid path.
@@ -212,8 +277,8 @@ fn fd_of(rc: libc::c_long) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(rc as libc::c_int) })
 }
 
-/// A detached tmpfs of `mode` (and `owner`), not setuid, no devices.
-fn tmpfs(mode: &str, owner: Option<(u32, u32)>) -> std::io::Result<OwnedFd> {
+/// A detached tmpfs of `mode` (and `owner`) of at most `size_mib`, not setuid, no devices.
+fn tmpfs(mode: &str, owner: Option<(u32, u32)>, size_mib: u64) -> std::io::Result<OwnedFd> {
     // SAFETY: fsopen with a NUL-terminated name.
     let context =
         fd_of(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), libc::FSOPEN_CLOEXEC) })?;
@@ -237,6 +302,7 @@ fn tmpfs(mode: &str, owner: Option<(u32, u32)>) -> std::io::Result<OwnedFd> {
     };
     set(c"source", "toolwall-private")?;
     set(c"mode", mode)?;
+    set(c"size", &format!("{size_mib}m"))?;
     if let Some((uid, gid)) = owner {
         set(c"uid", &uid.to_string())?;
         set(c"gid", &gid.to_string())?;
@@ -266,18 +332,47 @@ fn tmpfs(mode: &str, owner: Option<(u32, u32)>) -> std::io::Result<OwnedFd> {
     })
 }
 
-/// A detached copy of the mount tree at `path`.
-fn open_tree(path: &Path) -> anyhow::Result<OwnedFd> {
-    let path = c_path(path)?;
-    // SAFETY: open_tree with a NUL-terminated path.
-    Ok(fd_of(unsafe {
+/// A detached copy of the mount tree at `path`, and whether it is a directory. No component
+/// of `path` may be a symbolic link (it is canonical when chosen; one swapped in since is
+/// refused, never followed).
+fn open_tree(path: &Path) -> anyhow::Result<(OwnedFd, bool)> {
+    let c = c_path(path)?;
+    // struct open_how { u64 flags; u64 mode; u64 resolve; } (libc's is non-exhaustive).
+    let how: [u64; 3] = [
+        (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        0,
+        libc::RESOLVE_NO_SYMLINKS,
+    ];
+    // SAFETY: openat2 with a NUL-terminated path and an open_how of the size passed.
+    let at = fd_of(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            how.as_ptr(),
+            size_of_val(&how),
+        )
+    })
+    .context("open it (without following a symbolic link)")?;
+    // SAFETY: fstat into a zeroed struct of a descriptor we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(at.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("stat it");
+    }
+    // SAFETY: open_tree of the descriptor itself (an empty path).
+    let tree = fd_of(unsafe {
         libc::syscall(
             libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as libc::c_uint,
+            at.as_raw_fd(),
+            c"".as_ptr(),
+            libc::OPEN_TREE_CLONE
+                | libc::OPEN_TREE_CLOEXEC
+                | libc::AT_EMPTY_PATH as libc::c_uint
+                | libc::AT_RECURSIVE as libc::c_uint,
         )
-    })?)
+    })
+    .context("copy its mount tree")?;
+    Ok((tree, st.st_mode & libc::S_IFMT == libc::S_IFDIR))
 }
 
 /// Attaches the detached mount `fd` at `path`.

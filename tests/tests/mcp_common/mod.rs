@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -21,13 +21,7 @@ impl Drop for Proc {
     }
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+pub use toolwall_tests::free_port;
 
 /// Waits until something accepts on the port (or the process died).
 pub fn wait_port(proc: &mut Proc, port: u16, what: &str) {

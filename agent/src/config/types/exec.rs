@@ -26,6 +26,14 @@ pub(crate) struct ExecConfig {
     /// Every other is refused.
     #[serde(default)]
     pub allow_unix: Vec<String>,
+    /// The most each of an agent's private temporary directories may hold (MiB): they are
+    /// memory (tmpfs).
+    #[serde(default = "default_tmp_size_mib")]
+    pub tmp_size_mib: u64,
+}
+
+fn default_tmp_size_mib() -> u64 {
+    1024
 }
 
 impl Default for ExecConfig {
@@ -36,6 +44,7 @@ impl Default for ExecConfig {
             write: default_write(),
             secrets: default_secrets(),
             allow_unix: Vec::new(),
+            tmp_size_mib: default_tmp_size_mib(),
         }
     }
 }

@@ -89,11 +89,16 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
             ));
         }
     }
-    if config.exec.tmp_size_mib == 0 {
+    // A size past what tmpfs counts wraps to 0, which to tmpfs means no bound at all.
+    if !(1..=1 << 20).contains(&config.exec.tmp_size_mib) {
+        let size = config.exec.tmp_size_mib.to_string();
         return Err(check.error(
             "exec.tmp_size_mib".to_string(),
-            ("tmp_size_mib", "0", 0),
-            "a private temporary directory of 0 MiB holds nothing",
+            ("tmp_size_mib", size.as_str(), 0),
+            format!(
+                "{} MiB is not a size for a private temporary directory (1 to 1048576)",
+                config.exec.tmp_size_mib
+            ),
             "write a size in MiB, e.g. 1024",
         ));
     }

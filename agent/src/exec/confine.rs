@@ -220,10 +220,10 @@ pub(crate) fn confine_on_spawn(
     use std::os::unix::process::CommandExt;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let (tunables, read_only) = if root {
-        (kernel_tunables()?, protected_mounts()?)
+    let (tunables, read_only, mqueues) = if root {
+        (kernel_tunables()?, protected_mounts()?, mqueue_mounts()?)
     } else {
-        (Vec::new(), Vec::new())
+        (Vec::new(), Vec::new(), Vec::new())
     };
     // SAFETY: the closure makes only async-signal-safe system calls and does not allocate.
     unsafe {
@@ -248,6 +248,17 @@ pub(crate) fn confine_on_spawn(
                     libc::MS_REC | libc::MS_SLAVE,
                     std::ptr::null(),
                 ))?;
+                // The host's POSIX message queues through its mqueue mounts (`/dev/mqueue`):
+                // each is replaced by the new IPC namespace's own.
+                for path in &mqueues {
+                    check(libc::mount(
+                        c"mqueue".as_ptr(),
+                        path.as_ptr(),
+                        c"mqueue".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        std::ptr::null(),
+                    ))?;
+                }
                 if pids != Pids::Host {
                     check(libc::mount(
                         c"proc".as_ptr(),
@@ -387,6 +398,18 @@ fn kernel_tunables() -> anyhow::Result<Vec<(std::ffi::CString, libc::c_ulong)>> 
         }
     }
     Ok(out)
+}
+
+/// Every mqueue filesystem mount (`/dev/mqueue` where systemd mounts it).
+fn mqueue_mounts() -> anyhow::Result<Vec<std::ffi::CString>> {
+    use std::os::unix::ffi::OsStrExt;
+    crate::cgroup::mounts_of(&["mqueue"])?
+        .into_iter()
+        .map(|(_, mount)| {
+            std::ffi::CString::new(mount.as_os_str().as_bytes())
+                .with_context(|| format!("mount point {}", mount.display()))
+        })
+        .collect()
 }
 
 /// Every cgroup (v1 and v2) and bpf filesystem mount, with the flags a read-only bind remount

@@ -181,8 +181,9 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
         let landlock = strict.map(|(plan, ruleset)| {
             eprintln!(
-                "toolwall: session {session}: files confined (exec.confine: strict): writes only to {}; unreadable: {}; abstract Unix sockets and signals outside the session refused",
+                "toolwall: session {session}: files confined (exec.confine: strict): writes only to {}{}; unreadable: {}; abstract Unix sockets and signals outside the session refused",
                 plan.write.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+                if private.is_some() { " and its private temporary directories" } else { "" },
                 if plan.secrets.is_empty() { "none of exec.secrets exists".to_owned() } else { plan.secrets.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") }
             );
             ruleset

@@ -15,7 +15,7 @@ use std::{
     ffi::CString,
     os::{
         fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
-        unix::ffi::OsStrExt,
+        unix::{ffi::OsStrExt, fs::MetadataExt},
     },
     path::{Path, PathBuf},
 };
@@ -31,8 +31,8 @@ pub(crate) struct PrivateDirs {
     mounts: Vec<(CString, OwnedFd)>,
     /// What the agent needs of the host's under them, outermost first.
     kept: Vec<Kept>,
-    /// The working directory, to enter anew when it lies under one of them (the process
-    /// still stands in the covered directory until it does).
+    /// The working directory, to enter anew once they are attached (the process still stands
+    /// in the host's directory until it does).
     cwd: Option<CString>,
     /// What the session's banner should say besides the directories: what was not made
     /// private or not kept, and why.
@@ -67,11 +67,22 @@ impl PrivateDirs {
         let cwd = cwd
             .canonicalize()
             .with_context(|| format!("the working directory {}", cwd.display()))?;
+        // The path must name the directory exec stands in: a link on its way while it was
+        // resolved would have the agent kept in (or standing under) another directory.
+        let here = std::fs::metadata(".").context("the working directory")?;
+        let (_, there) =
+            open_path(&cwd).with_context(|| format!("the working directory {}", cwd.display()))?;
+        anyhow::ensure!(
+            (here.dev(), here.ino()) == (there.st_dev, there.st_ino),
+            "the working directory {} changed while exec started (a symbolic link on its way?); start exec again from the directory itself",
+            cwd.display()
+        );
         let mut notes = Vec::new();
         let mut dirs: Vec<(PathBuf, String)> = SHARED
             .iter()
             .map(|d| (PathBuf::from(d), "1777".to_owned()))
             .collect();
+        // Made private when the host has it (a login user's), else left absent.
         dirs.push((PathBuf::from(format!("/run/user/{uid}")), "0700".to_owned()));
         // A symbolic link to another of them (`/var/tmp -> /tmp`, `/var/lock -> /run/lock`) is
         // covered by its target; one to anywhere else is said.
@@ -139,7 +150,9 @@ impl PrivateDirs {
                 cwd.display()
             ));
         }
-        let cwd = under_root(&cwd).then(|| c_path(&cwd)).transpose()?;
+        // Entered anew in the child in every case: it still stands in the host's directory,
+        // which a private one may cover.
+        let cwd = Some(c_path(&cwd)?);
         let mut mounts = Vec::with_capacity(dirs.len());
         for (dir, mode) in dirs {
             let owner = dir.starts_with("/run/user").then_some((uid, gid));
@@ -332,10 +345,28 @@ fn tmpfs(mode: &str, owner: Option<(u32, u32)>, size_mib: u64) -> std::io::Resul
     })
 }
 
-/// A detached copy of the mount tree at `path`, and whether it is a directory. No component
-/// of `path` may be a symbolic link (it is canonical when chosen; one swapped in since is
-/// refused, never followed).
+/// A detached copy of the mount tree at `path`, and whether it is a directory.
 fn open_tree(path: &Path) -> anyhow::Result<(OwnedFd, bool)> {
+    let (at, st) = open_path(path)?;
+    // SAFETY: open_tree of the descriptor itself (an empty path).
+    let tree = fd_of(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            at.as_raw_fd(),
+            c"".as_ptr(),
+            libc::OPEN_TREE_CLONE
+                | libc::OPEN_TREE_CLOEXEC
+                | libc::AT_EMPTY_PATH as libc::c_uint
+                | libc::AT_RECURSIVE as libc::c_uint,
+        )
+    })
+    .context("copy its mount tree")?;
+    Ok((tree, st.st_mode & libc::S_IFMT == libc::S_IFDIR))
+}
+
+/// `path` opened `O_PATH`, and its status. No component of `path` may be a symbolic link (it
+/// is canonical when chosen; one swapped in since is refused, never followed).
+fn open_path(path: &Path) -> anyhow::Result<(OwnedFd, libc::stat)> {
     let c = c_path(path)?;
     // struct open_how { u64 flags; u64 mode; u64 resolve; } (libc's is non-exhaustive).
     let how: [u64; 3] = [
@@ -359,20 +390,7 @@ fn open_tree(path: &Path) -> anyhow::Result<(OwnedFd, bool)> {
     if unsafe { libc::fstat(at.as_raw_fd(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error()).context("stat it");
     }
-    // SAFETY: open_tree of the descriptor itself (an empty path).
-    let tree = fd_of(unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            at.as_raw_fd(),
-            c"".as_ptr(),
-            libc::OPEN_TREE_CLONE
-                | libc::OPEN_TREE_CLOEXEC
-                | libc::AT_EMPTY_PATH as libc::c_uint
-                | libc::AT_RECURSIVE as libc::c_uint,
-        )
-    })
-    .context("copy its mount tree")?;
-    Ok((tree, st.st_mode & libc::S_IFMT == libc::S_IFDIR))
+    Ok((at, st))
 }
 
 /// Attaches the detached mount `fd` at `path`.

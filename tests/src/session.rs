@@ -66,13 +66,63 @@ pub fn exec_nobody(
 /// The same agent without toolwall, as `nobody`: the control that shows a route works, so a
 /// refusal under `toolwall exec` is toolwall's.
 pub fn without_toolwall(script: &Path, script_args: &[String]) -> Output {
-    Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-        .arg("/usr/bin/python3")
-        .arg(script)
-        .args(script_args)
+    control_command(script, script_args)
         .output()
         .expect("setpriv python3")
+}
+
+/// [`without_toolwall`], started in `dir`.
+pub fn without_toolwall_in(dir: &Path, script: &Path, script_args: &[String]) -> Output {
+    control_command(script, script_args)
+        .current_dir(dir)
+        .output()
+        .expect("setpriv python3")
+}
+
+fn control_command(script: &Path, script_args: &[String]) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg("/usr/bin/python3")
+        .arg(script)
+        .args(script_args);
+    cmd
+}
+
+/// What an agent printed for `name` on a line `NAME RESULT`; panics, with all it printed, when
+/// there is no such line.
+pub fn outcome(stdout: &str, name: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name:?} in:\n{stdout}"))
+        .to_owned()
+}
+
+/// What `file` holds once it holds `what` (an agent's output, written as it runs); panics after
+/// 20 s.
+pub fn wait_for_text(file: &Path, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = std::fs::read_to_string(file).unwrap_or_default();
+        if seen.contains(what) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "no {what:?} in {seen:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits up to 5 s for session `name`'s cgroup to be removed; whether it was.
+pub fn session_cgroup_gone(name: &str) -> bool {
+    let cgroup = toolwall::cgroup2_mount()
+        .expect("cgroup2")
+        .join("toolwall")
+        .join(name);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cgroup.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    !cgroup.exists()
 }
 
 /// A process's stdout and stderr as text.

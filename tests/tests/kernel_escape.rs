@@ -12,7 +12,7 @@ use std::{
 
 use toolwall_tests::{
     Daemon, is_root,
-    session::{events, exec, shared_dir, text, write_agent},
+    session::{events, exec, session_cgroup_gone, shared_dir, text, wait_for_text, write_agent},
 };
 
 /// A listener on every address (`[::]`, dual-stack) that accepts and closes: what a server
@@ -56,19 +56,6 @@ fn host_addresses() -> Vec<String> {
     }
     addrs.extend(["0.0.0.0", "::", "127.9.9.9"].map(str::to_owned));
     addrs
-}
-
-/// Waits up to 20 s until the agent's output `file` holds `what`; returns the output.
-fn wait_for(file: &Path, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let seen = std::fs::read_to_string(file).unwrap_or_default();
-        if seen.contains(what) {
-            return seen;
-        }
-        assert!(Instant::now() < deadline, "no {what:?} in {seen:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A `Daemon::start_wrapped` wrapper that gives the daemon its own mount namespace with
@@ -432,7 +419,7 @@ fn privileged_sigterm_to_exec_reaches_the_agent_in_its_pid_namespace() {
         .stdout(std::fs::File::create(&out_file).expect("out"))
         .spawn()
         .expect("exec");
-    assert!(wait_for(&out_file, "pid ").contains("pid 2"));
+    assert!(wait_for_text(&out_file, "pid ").contains("pid 2"));
     // SAFETY: kill(2) on our own child.
     assert_eq!(
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
@@ -527,7 +514,7 @@ fn privileged_a_killed_daemon_leaves_the_session_denied_and_the_next_one_adopts_
     .stderr(std::fs::File::create(dir.path().join("exec.err")).expect("err"))
     .spawn()
     .expect("exec");
-    let wait_for = |what: &str| wait_for(&out_file, what);
+    let wait_for = |what: &str| wait_for_text(&out_file, what);
     wait_for("1 EPERM");
     daemon.kill9();
     std::fs::write(marks.join("go2"), "").expect("mark");
@@ -572,14 +559,7 @@ fn privileged_a_killed_daemon_leaves_the_session_denied_and_the_next_one_adopts_
         "{alerts:?}"
     );
     // exec closed the session through the new daemon: nothing of it is left.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let cgroup = toolwall::cgroup2_mount()
-        .expect("cgroup2")
-        .join("toolwall/crash");
-    while cgroup.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(!cgroup.exists(), "session cgroup removed");
+    assert!(session_cgroup_gone("crash"), "session cgroup removed");
 }
 
 const DNS_AGENT: &str = r#"
@@ -630,7 +610,7 @@ fn privileged_a_name_that_stops_resolving_keeps_its_deny() {
     .stdout(std::fs::File::create(&out_file).expect("out"))
     .spawn()
     .expect("exec");
-    wait_for(&out_file, "never-resolved");
+    wait_for_text(&out_file, "never-resolved");
     // In place (the bind mount holds the inode): the name stops resolving.
     std::fs::write(&hosts, "").expect("empty hosts");
     std::thread::sleep(Duration::from_millis(2500));
@@ -840,7 +820,7 @@ fn privileged_a_changed_address_is_denied_once_its_ttl_expires() {
     .stdout(std::fs::File::create(&out_file).expect("out"))
     .spawn()
     .expect("exec");
-    wait_for(&out_file, "before 203.0.113.8");
+    wait_for_text(&out_file, "before 203.0.113.8");
     *answer.lock().expect("answer") = std::net::Ipv4Addr::new(203, 0, 113, 8);
     std::thread::sleep(Duration::from_millis(3500));
     std::fs::write(dir.path().join("go"), "").expect("mark");

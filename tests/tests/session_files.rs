@@ -11,7 +11,7 @@ use std::{
 
 use toolwall_tests::{
     Daemon, is_root,
-    session::{text, write_agent},
+    session::{outcome, text, write_agent},
     toolwall_bin,
 };
 
@@ -83,14 +83,6 @@ outcome("project", lambda: append(os.path.join(os.getcwd(), "notes.txt")))
 outcome("tmp", lambda: append("/tmp/%s-%d" % (os.path.basename(home), os.getpid())))
 outcome("abstract", abstract_connect)
 "##;
-
-fn outcome(stdout: &str, name: &str) -> String {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("no {name:?} in:\n{stdout}"))
-        .to_owned()
-}
 
 #[test]
 #[ignore = "privileged: needs root (a login user, Landlock, BPF); `cargo xtask test` runs it as root"]

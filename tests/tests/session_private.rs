@@ -15,7 +15,7 @@ use std::{
 
 use toolwall_tests::{
     Daemon, is_root,
-    session::{exec, shared_dir, text, write_agent},
+    session::{exec, outcome, shared_dir, text, without_toolwall_in, write_agent},
 };
 
 /// Reads the host's files, writes one file in each temporary directory and one in its working
@@ -51,14 +51,6 @@ print("tmp-mib", st.f_blocks * st.f_frsize // (1024 * 1024))
 print("cwd", os.getcwd())
 print("tmp-holds", ",".join(sorted(os.listdir("/tmp"))))
 "##;
-
-fn outcome(stdout: &str, name: &str) -> String {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("no {name:?} in:\n{stdout}"))
-        .to_owned()
-}
 
 /// Paths the test made on the host, removed on drop.
 struct Made(Vec<PathBuf>);
@@ -185,14 +177,7 @@ fn privileged_an_agent_gets_temporary_directories_of_its_own() {
         )
         .collect();
 
-    let control = Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-        .arg("/usr/bin/python3")
-        .arg(&agent)
-        .args(&args)
-        .current_dir(&project)
-        .output()
-        .expect("control");
+    let control = without_toolwall_in(&project, &agent, &args);
     let (plain, plain_err) = text(&control);
     for name in [
         "host-tmp",

@@ -5,12 +5,11 @@
 use std::{
     net::TcpListener,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
 };
 
 use toolwall_tests::{
     Daemon, is_root,
-    session::{events, shared_dir, write_agent},
+    session::{events, session_cgroup_gone, shared_dir, wait_for_text, write_agent},
 };
 
 /// Connects to `refused` (never allowed) and `changed` (allowed by A's configuration, not by
@@ -39,18 +38,6 @@ fn variant_bin() -> PathBuf {
         .map(PathBuf::from)
         .filter(|p| p.exists())
         .expect("TOOLWALL_VARIANT_BIN: a toolwall of another eBPF build (`cargo xtask test` builds it with TOOLWALL_EBPF_VARIANT=1)")
-}
-
-fn wait_for(file: &Path, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let seen = std::fs::read_to_string(file).unwrap_or_default();
-        if seen.contains(what) {
-            return seen;
-        }
-        assert!(Instant::now() < deadline, "no {what:?} in {seen:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The build directories under a daemon's pin root.
@@ -102,11 +89,11 @@ fn privileged_an_upgrade_takes_over_a_live_session_with_no_gap_and_no_loss() {
         .stderr(std::fs::File::create(dir.path().join("exec.err")).expect("err"))
         .spawn()
         .expect("exec");
-    wait_for(&out_file, "1 changed");
+    wait_for_text(&out_file, "1 changed");
     // A stops (an upgrade's restart); the session runs on under A's programs alone.
     daemon.stop();
     std::fs::write(dir.path().join("go2"), "").expect("mark");
-    wait_for(&out_file, "2 changed");
+    wait_for_text(&out_file, "2 changed");
     // B starts with a configuration that no longer allows `changed`.
     let config = std::fs::read_to_string(&daemon.config).expect("config");
     std::fs::write(
@@ -119,7 +106,7 @@ fn privileged_an_upgrade_takes_over_a_live_session_with_no_gap_and_no_loss() {
     .expect("rewrite config");
     daemon.relaunch("stderr-b");
     std::fs::write(dir.path().join("go3"), "").expect("mark");
-    let seen = wait_for(&out_file, "3 changed");
+    let seen = wait_for_text(&out_file, "3 changed");
     let status = child.wait().expect("exec exit");
     let exec_err = std::fs::read_to_string(dir.path().join("exec.err")).unwrap_or_default();
     println!("{seen}\n{exec_err}");
@@ -181,12 +168,5 @@ fn privileged_an_upgrade_takes_over_a_live_session_with_no_gap_and_no_loss() {
         "{alerts:#?}"
     );
     // exec closed the session through B: nothing of it is left.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let cgroup = toolwall::cgroup2_mount()
-        .expect("cgroup2")
-        .join("toolwall/upgrade");
-    while cgroup.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(!cgroup.exists(), "session cgroup removed");
+    assert!(session_cgroup_gone("upgrade"), "session cgroup removed");
 }

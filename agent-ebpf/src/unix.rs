@@ -34,17 +34,10 @@ use crate::{bump, summarised, ALLOW, EVENTS, REFUSE};
 #[map(name = "UNIX_LISTED")]
 static UNIX_LISTED: HashMap<UnixName, u32> = HashMap::pinned(MAX_UNIX_LISTED, 0);
 
-/// Per-CPU room for the address being read (too big for the 512-byte stack with the rest);
+/// Per-CPU room for the name being read (too big for the 512-byte stack with the rest);
 /// pinned like every map these programs use, which the daemon finds by their pins.
 #[map(name = "UNIX_SCRATCH")]
-static UNIX_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::pinned(1, 0);
-
-/// The caller's `sockaddr_un` as passed, and the name made of it.
-#[repr(C)]
-struct Scratch {
-    sun: [u8; 2 + NAME_BYTES],
-    name: UnixName,
-}
+static UNIX_SCRATCH: PerCpuArray<UnixName> = PerCpuArray::pinned(1, 0);
 
 /// Offsets in `struct bpf_sock_addr_kern`, the kernel object behind a sock_addr program's
 /// context (`include/linux/filter.h`): the address the caller passed and its length. The
@@ -67,28 +60,30 @@ pub fn unix_sendmsg(ctx: SockAddrContext) -> i32 {
 #[inline(always)]
 fn unix_verdict(ctx: &SockAddrContext, hook: u8) -> i32 {
     bump(counters::UNIX_CONNECTS);
-    let Some(scratch) = UNIX_SCRATCH.get_ptr_mut(0) else {
+    let Some(name) = UNIX_SCRATCH.get_ptr_mut(0) else {
         return REFUSE;
     };
     // SAFETY: this CPU's scratch slot; nothing else uses it while the program runs here.
-    let scratch = unsafe { &mut *scratch };
-    let read = read_name(ctx, scratch);
+    let name = unsafe { &mut *name };
+    let read = read_name(ctx, name);
     // SAFETY: map values are plain Copy data; only presence is read.
-    if read && unsafe { UNIX_LISTED.get(&scratch.name) }.is_some() {
+    if read && unsafe { UNIX_LISTED.get(&*name) }.is_some() {
         return ALLOW;
     }
     if !read {
-        scratch.name = UnixName::EMPTY;
+        *name = UnixName::EMPTY;
     }
     bump(counters::DENIED);
-    record(ctx, &scratch.name, hook);
+    record(ctx, name, hook);
     REFUSE
 }
 
-/// Reads the caller's address into `scratch.name`; false when it is not a readable AF_UNIX
-/// address.
+/// Reads the caller's address into `name` in [`UnixName`]'s canonical form; false when it is
+/// not a readable AF_UNIX address. The kernel's own copy of the address is read with one
+/// helper call for the name, not byte by byte: a pathname up to its first NUL
+/// (`bpf_probe_read_kernel_str`), an abstract name whole.
 #[inline(always)]
-fn read_name(ctx: &SockAddrContext, scratch: &mut Scratch) -> bool {
+fn read_name(ctx: &SockAddrContext, name: &mut UnixName) -> bool {
     // SAFETY: the context points at the kernel's bpf_sock_addr_kern; reading it through
     // bpf_probe_read_kernel cannot fault, and both fields are plain values.
     let (uaddr, uaddrlen) = unsafe {
@@ -103,35 +98,59 @@ fn read_name(ctx: &SockAddrContext, scratch: &mut Scratch) -> bool {
     if !(2..=(2 + NAME_BYTES as u32)).contains(&uaddrlen) {
         return false;
     }
-    scratch.sun = [0; 2 + NAME_BYTES];
+    // The family and the path's first byte (which tells an abstract name). The kernel's copy is
+    // a whole sockaddr_storage, so the third byte is readable even when the caller passed two.
+    // SAFETY: bpf_probe_read_kernel cannot fault.
+    let Ok(head) = (unsafe { bpf_probe_read_kernel(uaddr.cast::<[u8; 3]>()) }) else {
+        return false;
+    };
+    if u16::from_ne_bytes([head[0], head[1]]) != FAMILY_UNIX {
+        return false;
+    }
+    *name = UnixName::EMPTY;
     // The verifier needs the size's bound on the register the helper gets: the compiler would
     // fold a mask after the range check above away, so the length is opaque to it here.
-    let size = core::hint::black_box(uaddrlen) & 0x7f;
-    if size > 2 + NAME_BYTES as u32 {
+    let size = core::hint::black_box(uaddrlen - 2) & 0x7f;
+    if size == 0 {
+        return true;
+    }
+    if size > NAME_BYTES as u32 {
         return false;
     }
-    // SAFETY: at most sizeof(scratch.sun) bytes into it, from the kernel's copy of the
-    // caller's address (bpf_probe_read_kernel cannot fault).
-    let copied = unsafe {
-        generated::bpf_probe_read_kernel(scratch.sun.as_mut_ptr().cast(), size, uaddr.cast())
-    };
-    if copied != 0 || u16::from_ne_bytes([scratch.sun[0], scratch.sun[1]]) != FAMILY_UNIX {
-        return false;
-    }
-    let given = (uaddrlen - 2) as usize;
-    let Scratch { sun, name } = scratch;
-    let abstract_name = sun[2] == 0;
-    *name = UnixName::EMPTY;
-    let mut len = 0;
-    // Iterators, not indices: no bounds check (a panic path) for the verifier to refuse.
-    for (i, (slot, &b)) in name.path.iter_mut().zip(sun[2..].iter()).enumerate() {
-        if i >= given || (b == 0 && !abstract_name) {
-            break;
+    // SAFETY: the path starts two bytes into the address.
+    let path = unsafe { uaddr.add(2) };
+    let dst = name.path.as_mut_ptr().cast();
+    if head[2] == 0 {
+        // SAFETY: at most sizeof(name.path) bytes into it; the helper cannot fault.
+        if unsafe { generated::bpf_probe_read_kernel(dst, size, path.cast()) } != 0 {
+            return false;
         }
-        *slot = b;
-        len = i + 1;
+        name.len = size;
+        return true;
     }
-    scratch.name.len = len as u32;
+    // SAFETY: at most `size` bytes into name.path, the last of them a NUL the helper writes;
+    // it returns how many it wrote, that NUL included.
+    let written = unsafe { generated::bpf_probe_read_kernel_str(dst, size, path.cast()) };
+    if written <= 0 {
+        return false;
+    }
+    let mut len = written as u32 - 1;
+    if written as u32 == size {
+        // The helper gave the last byte to its NUL: the caller's byte there is the name's own
+        // when it is not a NUL (a pathname the caller did not terminate).
+        let last = (size - 1) as usize;
+        // SAFETY: bpf_probe_read_kernel cannot fault; `last` is inside the address.
+        let Ok(byte) = (unsafe { bpf_probe_read_kernel(path.add(last)) }) else {
+            return false;
+        };
+        if byte != 0 {
+            if let Some(slot) = name.path.get_mut(last) {
+                *slot = byte;
+                len = size;
+            }
+        }
+    }
+    name.len = len;
     true
 }
 

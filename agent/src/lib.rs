@@ -21,6 +21,7 @@ mod edge;
 mod events;
 mod exec;
 mod framing;
+mod listen;
 mod llm;
 mod mcp;
 mod netmon;

@@ -356,3 +356,223 @@ fn privileged_a_flood_is_summarised_in_the_kernel_and_loses_nothing_silently() {
     assert_eq!(summaries.len(), 1, "one key: one session, server, verdict");
     assert!(h.events().is_empty());
 }
+
+/// Connects (stream) or sends (dgram) to each `KIND:HEX` address, with exactly the bytes of
+/// `sun_path` given and an address length that counts them (through libc: Python's own socket
+/// calls add a NUL and refuse 108-byte pathnames); prints `INDEX RESULT`.
+const UNIX_CLIENT: &str = r#"
+import ctypes, errno, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for i, arg in enumerate(sys.argv[1:]):
+    kind, _, hexed = arg.partition(":")
+    path = bytes.fromhex(hexed)
+    address = ctypes.create_string_buffer(2 + 108)
+    address[0:2] = socket.AF_UNIX.to_bytes(2, sys.byteorder)
+    address[2:2 + len(path)] = path
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM if kind == "dgram" else socket.SOCK_STREAM)
+    if kind == "dgram":
+        rc = libc.sendto(s.fileno(), b"x", 1, 0, address, 2 + len(path))
+    else:
+        rc = libc.connect(s.fileno(), address, 2 + len(path))
+    s.close()
+    code = ctypes.get_errno()
+    print(i, "ok" if rc >= 0 else errno.errorcode.get(code, str(code)), flush=True)
+"#;
+
+/// Which socket each spelling reaches is the kernel's to say: every spelling of a listed name
+/// (with or without its NUL, zero-padded to the whole `sun_path`, bytes after the NUL) is let
+/// through, every spelling of another name is refused and recorded under that name, and names
+/// that differ only in their last byte of 108, in a NUL at the end of an abstract name, or in
+/// a NUL inside one, are told apart. The control connects every spelling from outside the
+/// session, to show each reaches a live socket.
+#[test]
+#[ignore = "privileged: needs root and BPF (Linux 6.7); `cargo xtask test` runs it as root"]
+fn privileged_unix_names_are_read_as_the_kernel_resolves_them() {
+    let mut h = Harness::new("unixnames");
+    if h.monitor.unix_missing().is_some() {
+        panic!(
+            "this kernel has no Unix socket hooks: {:?}",
+            h.monitor.unix_missing()
+        );
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name).into_os_string().into_encoded_bytes();
+    let listed = path("listed.sock");
+    let other = path("other.sock");
+    let dgram = path("listed.dgram");
+    let other_dgram = path("other.dgram");
+    // Two 108-byte pathnames (no room for a NUL) that differ in their last byte only.
+    let long = |last: u8| {
+        let mut p = path("");
+        p.resize(107, b'l');
+        p.push(last);
+        p
+    };
+    let (long_listed, long_other) = (long(b'a'), long(b'b'));
+    let tag = std::process::id().to_string().into_bytes();
+    let abstract_name = |parts: &[&[u8]]| {
+        let mut name = vec![0u8];
+        name.extend_from_slice(b"toolwall-");
+        name.extend_from_slice(&tag);
+        for part in parts {
+            name.extend_from_slice(part);
+        }
+        name
+    };
+    let abstract_listed = abstract_name(&[]);
+    let abstract_trailing_nul = abstract_name(&[b"\0"]);
+    let abstract_inner_nul = abstract_name(&[b"\0x"]);
+
+    let mut held = Vec::new();
+    for name in [
+        &listed,
+        &other,
+        &long_listed,
+        &long_other,
+        &abstract_listed,
+        &abstract_trailing_nul,
+        &abstract_inner_nul,
+    ] {
+        held.push(unix_socket(libc::SOCK_STREAM, name));
+    }
+    for name in [&dgram, &other_dgram] {
+        held.push(unix_socket(libc::SOCK_DGRAM, name));
+    }
+
+    let spellings = |name: &Vec<u8>| {
+        let mut with_nul = name.clone();
+        with_nul.push(0);
+        let mut padded = name.clone();
+        padded.resize(108, 0);
+        let mut trailing = with_nul.clone();
+        trailing.extend_from_slice(b"junk");
+        [name.clone(), with_nul, padded, trailing]
+    };
+    let of = |bytes: &[u8]| agent_common::unix::UnixName::of(bytes).expect("fits");
+    h.monitor
+        .sync_unix_listed(&[
+            of(&listed),
+            of(&long_listed),
+            of(&abstract_listed),
+            of(&dgram),
+        ])
+        .unwrap();
+
+    // (kind, address bytes, reached, the name a refusal is recorded under)
+    let mut cases: Vec<(&str, Vec<u8>, bool, Vec<u8>)> = Vec::new();
+    for spelling in spellings(&listed) {
+        cases.push(("stream", spelling, true, listed.clone()));
+    }
+    for spelling in spellings(&other) {
+        cases.push(("stream", spelling, false, other.clone()));
+    }
+    for spelling in spellings(&dgram) {
+        cases.push(("dgram", spelling, true, dgram.clone()));
+    }
+    for spelling in spellings(&other_dgram) {
+        cases.push(("dgram", spelling, false, other_dgram.clone()));
+    }
+    cases.push(("stream", long_listed.clone(), true, long_listed.clone()));
+    cases.push(("stream", long_other.clone(), false, long_other.clone()));
+    cases.push((
+        "stream",
+        abstract_listed.clone(),
+        true,
+        abstract_listed.clone(),
+    ));
+    for name in [&abstract_trailing_nul, &abstract_inner_nul] {
+        cases.push(("stream", name.clone(), false, name.clone()));
+    }
+    let args: Vec<String> = cases
+        .iter()
+        .map(|(kind, bytes, _, _)| {
+            let hexed: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{kind}:{hexed}")
+        })
+        .collect();
+    let run = |inside: bool| -> Vec<String> {
+        let mut cmd = Command::new("python3");
+        cmd.arg("-c").arg(UNIX_CLIENT).args(&args);
+        let _procs = inside.then(|| h.cgroup.enter_on_spawn(&mut cmd).unwrap());
+        let out = cmd.output().expect("run python3");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.split_once(' ').expect("INDEX RESULT").1.to_owned())
+            .collect()
+    };
+    let control = run(false);
+    assert!(
+        control.iter().all(|r| r == "ok"),
+        "control: every spelling reaches a socket outside the session: {control:?}"
+    );
+    let seen = run(true);
+    assert_eq!(seen.len(), cases.len());
+    for ((kind, bytes, reached, _), result) in cases.iter().zip(&seen) {
+        let expected = if *reached { "ok" } else { "EPERM" };
+        assert_eq!(
+            result,
+            expected,
+            "{kind} {:?}",
+            bytes.escape_ascii().to_string()
+        );
+    }
+    let mut refused: Vec<String> = cases
+        .iter()
+        .filter(|c| !c.2)
+        .map(|(_, _, _, name)| {
+            let name = agent_common::unix::UnixName::of(name).unwrap();
+            display(name.bytes())
+        })
+        .collect();
+    let mut recorded: Vec<String> = h.events().iter().map(|e| e.dest.to_string()).collect();
+    refused.sort();
+    recorded.sort();
+    assert_eq!(
+        recorded, refused,
+        "one event per refusal, under the name the kernel resolved"
+    );
+    drop(held);
+}
+
+/// A Unix socket bound to exactly `name` (its length is the address's), listening if a stream
+/// socket. Built by hand: the standard library refuses a 108-byte pathname, which the kernel
+/// takes.
+fn unix_socket(kind: i32, name: &[u8]) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain system calls on a socket this function owns; the address is a zeroed
+    // sockaddr_un with at most its sun_path's length written.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, kind, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let socket = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut address: libc::sockaddr_un = std::mem::zeroed();
+        address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        assert!(name.len() <= address.sun_path.len());
+        for (slot, &b) in address.sun_path.iter_mut().zip(name) {
+            *slot = b as libc::c_char;
+        }
+        let len = (2 + name.len()) as libc::socklen_t;
+        let rc = libc::bind(fd, (&raw const address).cast(), len);
+        assert_eq!(
+            rc,
+            0,
+            "bind {:?}: {}",
+            name.escape_ascii().to_string(),
+            std::io::Error::last_os_error()
+        );
+        if kind == libc::SOCK_STREAM {
+            assert_eq!(libc::listen(fd, 64), 0);
+        }
+        socket
+    }
+}
+
+/// The record's form of a Unix name (`@` for an abstract one, `\0`-escaped bytes).
+fn display(bytes: &[u8]) -> String {
+    match bytes.split_first() {
+        Some((0, rest)) => format!("@{}", rest.escape_ascii()),
+        _ => bytes.escape_ascii().to_string(),
+    }
+}

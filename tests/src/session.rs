@@ -148,3 +148,64 @@ pub fn events(
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A login user made for the test, with a home of its own; removed with its home on drop.
+pub struct LoginUser {
+    pub name: String,
+    pub home: PathBuf,
+}
+
+impl LoginUser {
+    pub fn create() -> LoginUser {
+        let name = format!("tws{}", std::process::id());
+        let home = PathBuf::from(format!("/home/{name}"));
+        let _ = Command::new("userdel").args(["-r", &name]).output();
+        let out = Command::new("useradd")
+            .args(["-m", "-s", "/bin/bash", "-d"])
+            .arg(&home)
+            .arg(&name)
+            .output()
+            .expect("useradd");
+        assert!(out.status.success(), "useradd: {out:?}");
+        // No password, but not locked either: sshd lets a locked account in by no key.
+        let out = Command::new("usermod")
+            .args(["-p", "*", &name])
+            .output()
+            .expect("usermod");
+        assert!(out.status.success(), "usermod: {out:?}");
+        LoginUser { name, home }
+    }
+
+    /// `program` run as this user (its groups, its home), outside any session.
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            &format!("--reuid={}", self.name),
+            &format!("--regid={}", self.name),
+            "--init-groups",
+            "--",
+            program,
+        ])
+        .env("HOME", &self.home)
+        .env("USER", &self.name)
+        .env("SHELL", "/bin/bash");
+        cmd
+    }
+
+    /// Makes `path` (under the home) the user's.
+    pub fn own(&self, path: &Path) {
+        let out = Command::new("chown")
+            .args(["-R", &format!("{0}:{0}", self.name)])
+            .arg(path)
+            .output()
+            .expect("chown");
+        assert!(out.status.success(), "chown: {out:?}");
+    }
+}
+
+impl Drop for LoginUser {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill").args(["-u", &self.name]).output();
+        let _ = Command::new("userdel").args(["-r", &self.name]).output();
+    }
+}

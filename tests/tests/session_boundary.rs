@@ -350,27 +350,29 @@ fn privileged_a_session_reaches_neither_the_host_nor_the_networks_around_it() {
     );
 }
 
-/// Binds `127.0.0.1:PORT` and `0.0.0.0:PORT` (with `SO_REUSEADDR`) every 20 ms for the given
-/// seconds; prints `BOUND` if it ever holds the port, then the errors it got, by name.
+/// Binds `127.0.0.1:PORT` and `0.0.0.0:PORT` (with `SO_REUSEADDR`) for each of the
+/// comma-separated ports, every 20 ms for the given seconds; prints `BOUND ADDR PORT` if it
+/// ever holds one, then the errors it got, by name.
 const SQUAT: &str = r#"
 import errno, socket, sys, time
-port, seconds = int(sys.argv[1]), float(sys.argv[2])
+ports, seconds = [int(p) for p in sys.argv[1].split(",")], float(sys.argv[2])
 seen = {}
 end = time.time() + seconds
 while time.time() < end:
-    for addr in ("127.0.0.1", "0.0.0.0"):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((addr, port))
-            s.listen()
-            print("BOUND", addr, flush=True)
+    for port in ports:
+        for addr in ("127.0.0.1", "0.0.0.0"):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((addr, port))
+                s.listen()
+                print("BOUND", addr, port, flush=True)
+                s.close()
+                sys.exit(0)
+            except OSError as e:
+                name = errno.errorcode.get(e.errno, str(e.errno))
+                seen[name] = seen.get(name, 0) + 1
             s.close()
-            sys.exit(0)
-        except OSError as e:
-            name = errno.errorcode.get(e.errno, str(e.errno))
-            seen[name] = seen.get(name, 0) + 1
-        s.close()
     time.sleep(0.02)
 print("errors", " ".join("%s=%d" % kv for kv in sorted(seen.items())), flush=True)
 "#;
@@ -380,15 +382,21 @@ print("errors", " ".join("%s=%d" % kv for kv in sorted(seen.items())), flush=Tru
 fn privileged_a_session_cannot_take_the_proxy_port_while_the_daemon_restarts() {
     assert!(is_root());
     let port = free_port();
+    // A filter proxy the configuration lets sessions reach, down (restarting) meanwhile.
+    let filter = free_port();
     let dir = shared_dir();
     let agent = write_agent(dir.path(), "squat.py", SQUAT);
-    let control = without_toolwall(&agent, &[port.to_string(), "1".into()]);
-    assert!(
-        text(&control).0.contains("BOUND"),
-        "control: the free port is taken without toolwall: {control:?}"
-    );
+    for free in [port, filter] {
+        let control = without_toolwall(&agent, &[free.to_string(), "1".into()]);
+        assert!(
+            text(&control).0.contains("BOUND"),
+            "control: the free port {free} is taken without toolwall: {control:?}"
+        );
+    }
 
-    let mut daemon = Daemon::start(&format!("proxy:\n  listen: 127.0.0.1:{port}\n"));
+    let mut daemon = Daemon::start(&format!(
+        "proxy:\n  listen: 127.0.0.1:{port}\nnetmon:\n  egress:\n    allow: [\"127.0.0.1:{filter}\"]\n"
+    ));
     // Kept from every port the kernel picks itself (a listen() without bind() never gets it).
     // In one read: the kernel's handler does not continue a read where an earlier one stopped.
     let mut buf = vec![0u8; 1 << 20];
@@ -404,15 +412,17 @@ fn privileged_a_session_cannot_take_the_proxy_port_while_the_daemon_restarts() {
             (low.parse().unwrap_or(u16::MAX)..=high.parse().unwrap_or(0)).contains(&p)
         })
     };
-    assert!(
-        listed(port),
-        "{port} not in ip_local_reserved_ports {reserved:?}"
-    );
+    for reserved_port in [port, filter] {
+        assert!(
+            listed(reserved_port),
+            "{reserved_port} not in ip_local_reserved_ports {reserved:?}"
+        );
+    }
     let squatter = exec(
         &daemon,
         &["--user", "nobody", "--session", "squatter"],
         &agent,
-        &[port.to_string(), "8".into()],
+        &[format!("{port},{filter}"), "8".into()],
     )
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::piped())
@@ -439,16 +449,24 @@ fn privileged_a_session_cannot_take_the_proxy_port_while_the_daemon_restarts() {
         stdout.contains("EPERM="),
         "binds refused by toolwall while the daemon was down:\n{stdout}"
     );
-    let recorded = events(&daemon, "mcp_network_connection", |e| {
-        e.iter().any(|e| e["protocol"] == "tcp-bind")
-    });
-    assert!(
-        recorded.iter().any(|e| e["protocol"] == "tcp-bind"
+    let bind_refused = |e: &serde_json::Value, owner: &str| {
+        e["protocol"] == "tcp-bind"
             && e["action"] == "block"
-            && e["server_id"] == "toolwall:llm-proxy"
-            && e["session_id"] == "squatter"),
-        "the refused binds are in the record, adopted from the ring: {recorded:#?}"
-    );
+            && e["server_id"] == owner
+            && e["session_id"] == "squatter"
+    };
+    let owners = ["toolwall:llm-proxy", "netmon.egress.allow"];
+    let recorded = events(&daemon, "mcp_network_connection", |e| {
+        owners
+            .iter()
+            .all(|owner| e.iter().any(|e| bind_refused(e, owner)))
+    });
+    for owner in owners {
+        assert!(
+            recorded.iter().any(|e| bind_refused(e, owner)),
+            "the refused binds on {owner}'s port are in the record, adopted from the ring: {recorded:#?}"
+        );
+    }
 }
 
 #[test]

@@ -5,54 +5,14 @@
 
 use std::{
     os::unix::{fs::PermissionsExt, net::UnixListener},
-    path::{Path, PathBuf},
     process::Command,
 };
 
 use toolwall_tests::{
     Daemon, is_root,
-    session::{outcome, text, write_agent},
+    session::{LoginUser, outcome, text, write_agent},
     toolwall_bin,
 };
-
-/// A login user made for the test, with a home of its own; removed with its home on drop.
-struct LoginUser {
-    name: String,
-    home: PathBuf,
-}
-
-impl LoginUser {
-    fn new() -> LoginUser {
-        let name = format!("tws{}", std::process::id());
-        let home = PathBuf::from(format!("/home/{name}"));
-        let _ = Command::new("userdel").args(["-r", &name]).output();
-        let out = Command::new("useradd")
-            .args(["-m", "-s", "/bin/bash", "-d"])
-            .arg(&home)
-            .arg(&name)
-            .output()
-            .expect("useradd");
-        assert!(out.status.success(), "useradd: {out:?}");
-        LoginUser { name, home }
-    }
-
-    /// Makes `path` (under the home) the user's.
-    fn own(&self, path: &Path) {
-        let out = Command::new("chown")
-            .args(["-R", &format!("{0}:{0}", self.name)])
-            .arg(path)
-            .output()
-            .expect("chown");
-        assert!(out.status.success(), "chown: {out:?}");
-    }
-}
-
-impl Drop for LoginUser {
-    fn drop(&mut self) {
-        let _ = Command::new("pkill").args(["-u", &self.name]).output();
-        let _ = Command::new("userdel").args(["-r", &self.name]).output();
-    }
-}
 
 /// Tries each route and prints `NAME RESULT` (`ok` or the errno's name).
 const AGENT: &str = r##"
@@ -88,7 +48,7 @@ outcome("abstract", abstract_connect)
 #[ignore = "privileged: needs root (a login user, Landlock, BPF); `cargo xtask test` runs it as root"]
 fn privileged_strict_keeps_login_files_and_keys_from_the_agent() {
     assert!(is_root());
-    let user = LoginUser::new();
+    let user = LoginUser::create();
     let home = &user.home;
     std::fs::write(home.join(".bashrc"), "# the user's\n").expect("bashrc");
     std::fs::write(home.join(".profile"), "# the user's\n").expect("profile");
@@ -115,14 +75,8 @@ fn privileged_strict_keeps_login_files_and_keys_from_the_agent() {
     });
     let args = [home.display().to_string(), abstract_name.clone()];
 
-    let control = Command::new("setpriv")
-        .args([
-            &format!("--reuid={}", user.name),
-            &format!("--regid={}", user.name),
-            "--init-groups",
-            "--",
-            "/usr/bin/python3",
-        ])
+    let control = user
+        .command("/usr/bin/python3")
         .arg(&agent)
         .args(&args)
         .current_dir(&project)

@@ -8,8 +8,17 @@ use anyhow::Context;
 use crate::step::{self, timed};
 
 /// Debian packages the end-to-end tests use: a browser for the web view test, Prometheus
-/// to scrape the daemon's `/metrics`, systemd's `systemd-analyze` to verify the package's unit.
-const DEBIAN_PACKAGES: &[&str] = &["chromium", "prometheus", "systemd"];
+/// to scrape the daemon's `/metrics`, systemd's `systemd-analyze` to verify the package's unit,
+/// and the host services a session must not reach (an ssh daemon, socat forwarders, an HTTP
+/// proxy).
+const DEBIAN_PACKAGES: &[&str] = &[
+    "chromium",
+    "prometheus",
+    "systemd",
+    "openssh-server",
+    "socat",
+    "tinyproxy",
+];
 
 /// Installs (or confirms) the Python virtualenv, the npm packages and the Debian packages.
 pub fn install() -> anyhow::Result<()> {

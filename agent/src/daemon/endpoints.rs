@@ -5,7 +5,11 @@
 
 use crate::{
     config::{AllowEntry, Config, EgressMode, OtherResolvers, ServerType, parse_allow},
-    netmon::{RuleAction, boundary::BoundaryMode, service::WatchedEndpoint},
+    netmon::{
+        RuleAction,
+        boundary::{ALLOW_ENDPOINT, BoundaryMode},
+        service::WatchedEndpoint,
+    },
     policy::Policy,
 };
 
@@ -158,13 +162,11 @@ fn boundary_exceptions(config: &Config, resolvers: &[std::net::IpAddr]) -> Vec<W
         // Validated at load; an entry that does not parse opens nothing.
         match parse_allow(entry) {
             Ok(AllowEntry::Net(rule)) => out.push(pass(
-                "netmon.egress.allow",
+                ALLOW_ENDPOINT,
                 format!("{}/{}", rule.addr, rule.prefix),
                 rule.port,
             )),
-            Ok(AllowEntry::Name { host, port }) => {
-                out.push(pass("netmon.egress.allow", host, port))
-            }
+            Ok(AllowEntry::Name { host, port }) => out.push(pass(ALLOW_ENDPOINT, host, port)),
             Err(why) => tracing::error!(%why, "netmon.egress.allow: entry skipped"),
         }
     }

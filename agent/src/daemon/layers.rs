@@ -25,7 +25,7 @@ pub(super) async fn start_proxy(
     sink: &EventSink,
     session_keys: &Arc<crate::llm::proxy::SessionKeys>,
     approvals: &Arc<crate::approval::Approvals>,
-    activated: &mut super::activation::Activated,
+    activated: &mut crate::listen::Activated,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<
     Option<(
@@ -71,7 +71,7 @@ pub(super) async fn start_proxy(
         format!(
             "start the LLM proxy on {} (proxy.listen){}",
             config.proxy.listen,
-            super::process::held_by(config.proxy.listen.port())
+            crate::listen::held_by(config.proxy.listen.port())
         )
     })?
     .with_approvals(approvals.clone())?;

@@ -5,7 +5,6 @@
 //! line per layer whether it is on, and why not when it is off. SIGINT/SIGTERM stop taking
 //! work, flush every pending event to disk, detach the kernel programs and exit 0.
 
-mod activation;
 pub(crate) mod api;
 mod audit_gate;
 mod bundle;
@@ -57,7 +56,7 @@ pub struct RunArgs {
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     raise_descriptor_limit();
     // Before the runtime's threads: it unsets the variables systemd set.
-    let activated = activation::Activated::from_env()?;
+    let activated = crate::listen::Activated::from_env("proxy.listen or api.listen")?;
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
     runtime.block_on(serve(args, activated))
 }
@@ -66,7 +65,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// a slow one must not hold a descriptor for ever.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-async fn serve(args: RunArgs, mut activated: activation::Activated) -> anyhow::Result<ExitCode> {
+async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow::Result<ExitCode> {
     // 1. config
     let config = Config::load(args.config.as_deref())?;
     let db_path = config.store_path();

@@ -95,6 +95,10 @@ pub(crate) fn refusals(mode: BoundaryMode, table: &LocalTable) -> Vec<Rule> {
     out
 }
 
+/// The endpoint id of `netmon.egress.allow` entries: host services a session may reach, whose
+/// ports it may not bind.
+pub(crate) const ALLOW_ENDPOINT: &str = "netmon.egress.allow";
+
 /// The ports no session may bind: every port a rule of a listener (`is_listener`: a declared
 /// server, toolwall's own API and proxy) names on this host (a single local address, or a range
 /// holding one), with the `server_index` to report. A session holding one of them while its

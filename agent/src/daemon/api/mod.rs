@@ -98,7 +98,7 @@ fn remove_socket(path: &std::path::Path) {
 /// address, `daemon/mod.rs`), or serves the one systemd holds for it.
 pub(crate) async fn bind_http(
     listen: SocketAddr,
-    activated: &mut crate::daemon::activation::Activated,
+    activated: &mut crate::listen::Activated,
 ) -> anyhow::Result<TcpListener> {
     if let Some(held) = activated.take(listen) {
         return TcpListener::from_std(held)
@@ -107,7 +107,7 @@ pub(crate) async fn bind_http(
     TcpListener::bind(listen).await.with_context(|| {
         format!(
             "bind the API on {listen} (api.listen){}; is another toolwall running?",
-            super::process::held_by(listen.port())
+            crate::listen::held_by(listen.port())
         )
     })
 }

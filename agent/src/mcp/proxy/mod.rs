@@ -145,9 +145,39 @@ impl ProxyArgs {
 /// `toolwall mcp-proxy`: the command-line entry (`--deny` gate, optional event sink); runs
 /// until interrupted (exit 0) or until the upstream is lost (error, exit 1).
 pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    // The port first, before any thread starts (taking systemd's socket unsets its variables)
+    // and before the upstream is asked anything: from here on no other process can take it.
+    let listener = if args.stdio {
+        None
+    } else {
+        Some(hold_port(args.listen)?)
+    };
     super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?
-        .run(|gate, events, asker| run_proxy(&args, gate, events, asker))
+        .run(|gate, events, asker| run_proxy(&args, listener, gate, events, asker))
         .map(|()| ExitCode::SUCCESS)
+}
+
+/// The listener for `--listen`: the socket systemd holds for it (a socket unit of the user's),
+/// else one bound here; the error names who holds the port.
+fn hold_port(listen: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    let mut activated = crate::listen::Activated::from_env("--listen")?;
+    let listener = match activated.take(listen) {
+        Some(held) => held,
+        None => {
+            let listener = std::net::TcpListener::bind(listen).with_context(|| {
+                format!(
+                    "cannot listen on {listen} (--listen){}",
+                    crate::listen::held_by(listen.port())
+                )
+            })?;
+            listener
+                .set_nonblocking(true)
+                .with_context(|| format!("make the socket on {listen} non-blocking"))?;
+            listener
+        }
+    };
+    activated.finish()?;
+    Ok(listener)
 }
 
 fn parse_headers(lines: &[String]) -> anyhow::Result<HeaderMap> {
@@ -224,6 +254,7 @@ impl Shared {
 /// when it cannot be reached at start or is lost later.
 pub(crate) async fn run_proxy(
     args: &ProxyArgs,
+    listener: Option<std::net::TcpListener>,
     gate: Arc<dyn Gate>,
     events: Option<EventSink>,
     asker: Option<crate::approval::Asker>,
@@ -294,10 +325,9 @@ pub(crate) async fn run_proxy(
     }
 
     let serve = async {
-        if args.stdio {
-            serve_stdio(shared.clone(), args.max_message_bytes).await
-        } else {
-            serve_http(shared.clone(), args.listen).await
+        match listener {
+            Some(listener) => serve_http(shared.clone(), listener).await,
+            None => serve_stdio(shared.clone(), args.max_message_bytes).await,
         }
     };
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

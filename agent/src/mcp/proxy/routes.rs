@@ -49,10 +49,13 @@ pub(super) fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<ProxyBody> {
     response
 }
 
-pub(super) async fn serve_http(shared: Arc<Shared>, listen: SocketAddr) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
+pub(super) async fn serve_http(
+    shared: Arc<Shared>,
+    listener: std::net::TcpListener,
+) -> anyhow::Result<()> {
+    let listen = listener.local_addr().context("the listener's address")?;
+    let listener =
+        tokio::net::TcpListener::from_std(listener).context("serve the held listener")?;
     if !listen.ip().is_loopback() {
         tracing::warn!(%listen, "listening beyond loopback: anyone who can reach this address can use the upstream's allowed tools");
     }

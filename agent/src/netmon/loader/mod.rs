@@ -73,6 +73,14 @@ pub enum NetmonError {
         /// Why.
         source: std::io::Error,
     },
+    /// A `bpf()` call on a program toolwall loads itself (the Unix socket ones) failed.
+    #[error("{what}: {source}")]
+    Bpf {
+        /// Which program and what step.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The cgroup directory could not be opened.
     #[error("open cgroup {path}: {source}")]
     Cgroup {
@@ -111,7 +119,7 @@ const GUARDS: [(&str, CgroupSkbAttachType); 2] = [
 /// [`KernelMonitor::run_stats`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProgramRunStats {
-    /// One of [`PROGRAMS`].
+    /// One of [`PROGRAMS`] or a Unix socket program.
     pub program: &'static str,
     /// Times it ran while statistics were on.
     pub runs: u64,
@@ -391,12 +399,12 @@ impl KernelMonitor {
         Ok(())
     }
 
-    /// How often each program ran and the time the kernel spent in it (in the order of
-    /// [`PROGRAMS`]), as the kernel counts them while run-time statistics are on (hold
-    /// `aya::sys::enable_stats(Stats::RunTime)`; without it both stay zero). The cost of the
-    /// kernel layer per connect, free of the noise a user-space clock adds.
+    /// How often each program ran and the time the kernel spent in it (each of [`PROGRAMS`],
+    /// then the Unix socket programs), as the kernel counts them while run-time statistics are
+    /// on (hold `aya::sys::enable_stats(Stats::RunTime)`; without it both stay zero). The cost
+    /// of the kernel layer per connect, free of the noise a user-space clock adds.
     pub fn run_stats(&self) -> Result<Vec<ProgramRunStats>, NetmonError> {
-        PROGRAMS
+        let mut stats = PROGRAMS
             .iter()
             .map(|&name| {
                 let program = self
@@ -413,7 +421,11 @@ impl KernelMonitor {
                     run_time: info.run_time(),
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, NetmonError>>()?;
+        if let Ok(unix) = &self.unix {
+            stats.extend(unix.run_stats()?);
+        }
+        Ok(stats)
     }
 }
 

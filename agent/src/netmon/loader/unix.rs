@@ -20,9 +20,9 @@ use aya::{
     maps::{HashMap, MapData},
     programs::links::PinnedLink,
 };
-use aya_obj::generated::{bpf_attach_type, bpf_attr, bpf_cmd, bpf_prog_type};
+use aya_obj::generated::{bpf_attach_type, bpf_attr, bpf_cmd, bpf_prog_info, bpf_prog_type};
 
-use super::{KernelMonitor, NetmonError, map_err, ports::make_exactly};
+use super::{KernelMonitor, NetmonError, ProgramRunStats, map_err, ports::make_exactly};
 
 /// Each Unix program and the attach type it is loaded and attached with.
 const PROGRAMS: [(&str, bpf_attach_type); 2] = [
@@ -104,6 +104,24 @@ impl UnixPrograms {
         self.loaded.iter().map(|(name, _, _)| *name)
     }
 
+    /// Each program's runs and run time, as [`KernelMonitor::run_stats`] reports them.
+    pub(super) fn run_stats(&self) -> Result<Vec<ProgramRunStats>, NetmonError> {
+        self.loaded
+            .iter()
+            .map(|(name, _, fd)| {
+                let (runs, nanos) = run_stats(fd).map_err(|source| NetmonError::Bpf {
+                    what: format!("{name}: read its info"),
+                    source,
+                })?;
+                Ok(ProgramRunStats {
+                    program: name,
+                    runs,
+                    run_time: std::time::Duration::from_nanos(nanos),
+                })
+            })
+            .collect()
+    }
+
     /// Attaches program `name` to the cgroup `dir` through a bpf_link pinned at `pin`; `None`
     /// when `name` is not one of these programs.
     pub(super) fn attach(
@@ -121,7 +139,8 @@ impl UnixPrograms {
     }
 }
 
-fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<OwnedFd> {
+/// The `bpf()` system call with `attr`; its non-negative return value.
+fn sys(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<libc::c_long> {
     // SAFETY: `attr` is a valid, zero-initialised bpf_attr of the size passed, filled in for
     // `cmd`; every pointer in it outlives the call.
     let ret = unsafe {
@@ -135,8 +154,27 @@ fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<OwnedFd> {
     if ret < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: BPF_PROG_LOAD and BPF_LINK_CREATE return a new descriptor we now own.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+    Ok(ret)
+}
+
+/// [`sys`] for a command that returns a new descriptor (BPF_PROG_LOAD, BPF_LINK_CREATE).
+fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<OwnedFd> {
+    let fd = sys(cmd, attr)?;
+    // SAFETY: these commands return a new descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A loaded program's run count and run time (BPF_OBJ_GET_INFO_BY_FD).
+fn run_stats(prog: &OwnedFd) -> std::io::Result<(u64, u64)> {
+    // SAFETY: an all-zero bpf_prog_info is a valid value of this plain C struct.
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    // SAFETY: an all-zero bpf_attr is the documented empty request.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    attr.info.bpf_fd = prog.as_raw_fd() as u32;
+    attr.info.info_len = size_of::<bpf_prog_info>() as u32;
+    attr.info.info = &mut info as *mut bpf_prog_info as u64;
+    sys(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok((info.run_cnt, info.run_time_ns))
 }
 
 fn prog_load(
@@ -212,19 +250,7 @@ fn obj_pin(fd: &OwnedFd, path: &Path) -> std::io::Result<()> {
     let pin = unsafe { &mut attr.__bindgen_anon_4 };
     pin.pathname = path.as_ptr() as u64;
     pin.bpf_fd = fd.as_raw_fd() as u32;
-    // SAFETY: as in `bpf`; BPF_OBJ_PIN returns 0, not a descriptor.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            bpf_cmd::BPF_OBJ_PIN as libc::c_long,
-            &mut attr as *mut bpf_attr,
-            size_of::<bpf_attr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    sys(bpf_cmd::BPF_OBJ_PIN, &mut attr).map(drop)
 }
 
 /// [`ALWAYS_LISTED`] as keys.

@@ -24,7 +24,7 @@ use sessions::Attribution;
 
 use super::{
     KernelMonitor, NetmonError,
-    boundary::{self, BoundaryMode},
+    boundary::{self, ALLOW_ENDPOINT, BoundaryMode},
     events,
     local::AddressChanges,
 };
@@ -257,11 +257,14 @@ impl NetmonService {
             }),
         };
         rules.extend(boundary::refusals(self.boundary, &table));
-        // Listeners: declared network servers and toolwall's own API and proxy.
+        // Listeners: declared network servers, toolwall's own API and proxy, and the host
+        // services `netmon.egress.allow` opens (a filter proxy, a database): a session holding
+        // one of their ports while it restarts would answer the clients outside.
         let listener = |index: u32| {
-            endpoints
-                .get(index as usize)
-                .is_some_and(|e| matches!(e.kind.as_str(), "http" | "sse" | "api" | "toolwall"))
+            endpoints.get(index as usize).is_some_and(|e| {
+                matches!(e.kind.as_str(), "http" | "sse" | "api" | "toolwall")
+                    || e.id == ALLOW_ENDPOINT
+            })
         };
         let reserved = boundary::reserved_ports(&rules, &locals, listener);
         {

@@ -1,10 +1,10 @@
-//! Listening sockets handed in by systemd (`toolwall.socket`, socket activation): systemd holds
-//! the LLM proxy's and the API's TCP ports while the daemon restarts, so there is never a moment
-//! when the port is free for another process to bind (an agent's session is refused that bind
-//! by the kernel anyway; another local process is not). A passed socket is used for the setting
-//! whose address it is bound to; one that no setting names, or that is not a listening TCP
-//! socket, stops the daemon with what to fix, rather than being ignored or guessed at
-//! (`tests/tests/activation.rs`).
+//! Listening sockets handed in by systemd (socket activation: `toolwall.socket` for the daemon,
+//! a socket unit of the user's for `toolwall mcp-proxy`): systemd holds the TCP ports while the
+//! process restarts, so there is never a moment when a port is free for another process to
+//! bind (an agent's session is refused that bind by the kernel anyway; another local process is
+//! not). A passed socket is used for the setting whose address it is bound to; one that no
+//! setting names, or that is not a listening TCP socket, stops the process with what to fix,
+//! rather than being ignored or guessed at (`tests/tests/activation.rs`).
 
 use std::{
     net::{SocketAddr, TcpListener},
@@ -14,16 +14,19 @@ use std::{
 use anyhow::Context;
 
 /// The sockets systemd passed, not yet taken by a setting.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Activated {
     listeners: Vec<(SocketAddr, TcpListener)>,
+    /// The settings a passed socket may stand for, for the errors (`proxy.listen or
+    /// api.listen`).
+    settings: &'static str,
 }
 
 impl Activated {
     /// Takes the descriptors systemd passed this process (`LISTEN_PID`, `LISTEN_FDS`), and
     /// unsets those variables so that no process the daemon starts sees them: call it before
-    /// any thread starts.
-    pub(crate) fn from_env() -> anyhow::Result<Activated> {
+    /// any thread starts. `settings` names the addresses a socket may be passed for.
+    pub(crate) fn from_env(settings: &'static str) -> anyhow::Result<Activated> {
         let fds =
             sd_notify::listen_fds().context("read the sockets systemd passed (LISTEN_FDS)")?;
         let mut listeners = Vec::new();
@@ -33,7 +36,7 @@ impl Activated {
             let owned = unsafe { OwnedFd::from_raw_fd(fd) };
             anyhow::ensure!(
                 is_tcp_listener(&owned),
-                "descriptor {fd} that systemd passed is not a listening TCP socket; toolwall.socket may hold only ListenStream= addresses of proxy.listen and api.listen"
+                "descriptor {fd} that systemd passed is not a listening TCP socket; the socket unit may hold only ListenStream= addresses of {settings}"
             );
             let listener = TcpListener::from(owned);
             let addr = listener
@@ -44,7 +47,10 @@ impl Activated {
                 .with_context(|| format!("make the socket on {addr} non-blocking"))?;
             listeners.push((addr, listener));
         }
-        Ok(Activated { listeners })
+        Ok(Activated {
+            listeners,
+            settings,
+        })
     }
 
     /// The passed listener bound to exactly `addr`, if any.
@@ -54,7 +60,7 @@ impl Activated {
         Some(self.listeners.swap_remove(at).1)
     }
 
-    /// Fails naming each passed socket no setting took: toolwall.socket and the configuration
+    /// Fails naming each passed socket no setting took: the socket unit and the configuration
     /// disagree, and a port systemd holds would go unserved.
     pub(crate) fn finish(self) -> anyhow::Result<()> {
         let left: Vec<String> = self
@@ -64,8 +70,9 @@ impl Activated {
             .collect();
         anyhow::ensure!(
             left.is_empty(),
-            "systemd passed sockets on {} that neither proxy.listen nor api.listen names; make toolwall.socket's ListenStream= lines and the configuration name the same addresses",
-            left.join(", ")
+            "systemd passed sockets on {} that are not the address of {}; make the socket unit's ListenStream= lines and the configuration name the same addresses",
+            left.join(", "),
+            self.settings
         );
         Ok(())
     }

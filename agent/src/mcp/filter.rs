@@ -9,7 +9,7 @@
 //! (`&RawValue`, `Cow<str>`).
 
 use std::borrow::Cow;
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
@@ -19,11 +19,6 @@ use crate::decision::{Decision, Gate};
 use crate::events::{Event, EventSink};
 
 use super::canonical;
-
-/// How many unanswered `tools/list` ids one session may have; beyond it the oldest is
-/// forgotten (responses carrying `result.tools` are filtered whether tracked or not, so
-/// forgetting costs nothing but a log line).
-const MAX_PENDING_LISTS: usize = 256;
 
 /// Who the filter speaks for, fixed for a session.
 #[derive(Clone)]
@@ -98,10 +93,8 @@ impl Outcome<'_> {
 pub(crate) struct Filter {
     /// Shared by the filters of one filter proxy: a request's filter costs no copy of it.
     ctx: Arc<FilterContext>,
-    pending_lists: VecDeque<Value>,
-    /// Ids and tools of the `tools/call`s passed on and not yet answered, so the result
-    /// rules know which tool a result is of (per-tool exemptions); bounded like the lists.
-    pending_calls: VecDeque<(Value, String)>,
+    /// The requests passed on (or held) and not yet answered, by id (`filter/pending.rs`).
+    pending: Pending,
     /// The tool the server message being judged answers, found by `filter/listing.rs`.
     answering: Option<String>,
     /// What the session may call; shared by the filters of one filter proxy.
@@ -156,8 +149,7 @@ impl Filter {
     pub(crate) fn shared(ctx: Arc<FilterContext>) -> Self {
         Self {
             ctx,
-            pending_lists: VecDeque::new(),
-            pending_calls: VecDeque::new(),
+            pending: Pending::default(),
             answering: None,
             listing: Arc::default(),
             responses: 0,
@@ -229,6 +221,7 @@ impl Filter {
 mod client;
 mod jsonrpc;
 mod listing;
+mod pending;
 
 use jsonrpc::{CallParams, Probe, batch, first_token, modern, offset_in, progress_token};
 pub(crate) use jsonrpc::{
@@ -236,6 +229,7 @@ pub(crate) use jsonrpc::{
 };
 pub(crate) use listing::allowed_tools;
 use listing::tool_names;
+use pending::{IdKey, Pending, Request};
 
 #[cfg(test)]
 mod tests;

@@ -8,12 +8,19 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::{
-    CallParams, Filter, Held, INVALID_PARAMS, INVALID_REQUEST, MAX_PENDING_LISTS, Outcome,
-    PARSE_ERROR, Probe, batch, canonical, error_response, first_token, modern, progress_token,
-    tool_names, unknown_tool,
+    CallParams, Filter, Held, INVALID_PARAMS, INVALID_REQUEST, IdKey, Outcome, PARSE_ERROR, Probe,
+    Request, batch, canonical, error_response, first_token, modern, progress_token, tool_names,
+    unknown_tool,
 };
 use crate::decision::{Action, CallQuery, CallStage, Decision};
 use crate::events::{Event, ToolCalled};
+
+/// The params of `notifications/cancelled`.
+#[derive(serde::Deserialize)]
+struct Cancelled<'a> {
+    #[serde(rename = "requestId", borrow)]
+    request_id: &'a RawValue,
+}
 
 impl Filter {
     /// A message (one line without `\n`, or one HTTP body / SSE `data`) from the client.
@@ -72,6 +79,12 @@ impl Filter {
             arguments: arguments.as_deref(),
         };
         self.record_call(&params, Some(&held.id), &decision, held.arguments.as_ref());
+        if decision.is_blocked() || *answer == crate::approval::Answer::Withdrawn {
+            // Noted as outstanding while it was held; answered here, or by no one.
+            if let Some(key) = IdKey::of(&held.id) {
+                self.pending.end(&key);
+            }
+        }
         if *answer == crate::approval::Answer::Withdrawn {
             // No one is left to tell.
         } else if decision.is_blocked() {
@@ -82,22 +95,11 @@ impl Filter {
                 &format!("toolwall: {}", decision.reason),
             ));
         } else {
-            self.pass_call(&held.id, held.name);
             self.requests += 1;
             out.forward = Some(Cow::Owned(held.message));
         }
         out.records = std::mem::take(&mut self.records);
         out
-    }
-
-    /// A `tools/call` passed on: its result is known as this tool's.
-    fn pass_call(&mut self, id: &str, name: String) {
-        if let Ok(id) = serde_json::from_str::<Value>(id) {
-            if self.pending_calls.len() == MAX_PENDING_LISTS {
-                self.pending_calls.pop_front();
-            }
-            self.pending_calls.push_back((id, name));
-        }
     }
 
     /// Judges a canonical client message (`mcp/canonical.rs`); `Borrowed` means all of it passes.
@@ -146,6 +148,29 @@ impl Filter {
             }
         };
         let id = probe.id.map(RawValue::get);
+        // A request (a method and an id): its id one JSON-RPC allows, and not that of a request
+        // still outstanding (`filter/pending.rs`).
+        let key = match (&probe.method, id) {
+            (Some(_), Some(raw)) => {
+                let Some(key) = IdKey::of(raw) else {
+                    replies.push(error_response(
+                        "null",
+                        INVALID_REQUEST,
+                        "Invalid Request: an id is a string or a number",
+                    ));
+                    return None;
+                };
+                if let Some(why) = self.pending.refusal(&key, raw) {
+                    tracing::warn!(id = raw, "refused a request: {why}");
+                    replies.push(error_response(raw, INVALID_REQUEST, &why));
+                    return None;
+                }
+                Some(key)
+            }
+            _ => None,
+        };
+        // What the request is to the results that answer it.
+        let mut request = Request::Other;
         let forward = match probe.method.as_deref() {
             Some("tools/call") => {
                 let params = probe
@@ -210,6 +235,10 @@ impl Filter {
                     match (id, &ctx.approvals, self.in_batch, unlisted) {
                         (Some(id), Some(_), false, false) => {
                             decision.ask = Some(ask);
+                            if let Some(key) = key {
+                                self.pending
+                                    .add(key, Request::Call(params.name.to_string()));
+                            }
                             self.held.push(Held {
                                 id: id.to_owned(),
                                 message: msg.to_vec(),
@@ -267,9 +296,7 @@ impl Filter {
                     }
                     return None;
                 }
-                if let Some(id) = id {
-                    self.pass_call(id, params.name.into_owned());
-                }
+                request = Request::Call(params.name.into_owned());
                 Some(Cow::Borrowed(msg))
             }
             Some("tools/list") => {
@@ -291,20 +318,26 @@ impl Filter {
                     }
                     return None;
                 }
-                if let Some(id) = id.and_then(|id| serde_json::from_str::<Value>(id).ok()) {
-                    if self.pending_lists.len() == MAX_PENDING_LISTS {
-                        tracing::warn!(
-                            "too many unanswered tools/list requests; forgetting the oldest"
-                        );
-                        self.pending_lists.pop_front();
-                    }
-                    self.pending_lists.push_back(id);
+                Some(Cow::Borrowed(msg))
+            }
+            Some("notifications/cancelled") => {
+                // The server need not answer a cancelled request: its id is free again. (A
+                // late answer then matches nothing and is inspected as no tool's.)
+                if let Some(key) = probe
+                    .params
+                    .and_then(|p| serde_json::from_str::<Cancelled<'_>>(p.get()).ok())
+                    .and_then(|c| IdKey::of(c.request_id.get()))
+                {
+                    self.pending.end(&key);
                 }
                 Some(Cow::Borrowed(msg))
             }
             _ => Some(Cow::Borrowed(msg)),
         };
-        if probe.method.is_some() && id.is_some() {
+        if forward.is_some()
+            && let Some(key) = key
+        {
+            self.pending.add(key, request);
             self.requests += 1;
         }
         forward

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Filter, FilterContext, Probe, error_response, first_token, offset_in};
+use super::{Filter, FilterContext, IdKey, Probe, Request, error_response, first_token, offset_in};
 use crate::decision::{Action, Decision, ResultAction, ResultVerdict};
 use crate::events::{Event, ResultInspected, ToolSeen};
 use crate::registry::tool_hash;
@@ -158,22 +158,13 @@ impl Filter {
         if probe.id.is_some() {
             self.responses += 1;
         }
-        // Only parse the id (an allocation for string ids) when a list is outstanding.
-        if !self.pending_lists.is_empty()
-            && let Some(id) = probe
-                .id
-                .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
-            && let Some(i) = self.pending_lists.iter().position(|p| *p == id)
+        // The request this response answers (its id parsed only while one is outstanding);
+        // a call's result is known as its tool's.
+        if !self.pending.is_empty()
+            && let Some(key) = probe.id.and_then(|id| IdKey::of(id.get()))
+            && let Some(Request::Call(tool)) = self.pending.end(&key)
         {
-            self.pending_lists.remove(i);
-        }
-        if !self.pending_calls.is_empty()
-            && let Some(id) = probe
-                .id
-                .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
-            && let Some(i) = self.pending_calls.iter().position(|(p, _)| *p == id)
-        {
-            self.answering = self.pending_calls.remove(i).map(|(_, tool)| tool);
+            self.answering = Some(tool);
         }
         // Every result with a top-level `tools` field is treated as a tool list, tracked or
         // not: the client decides what a response means by its id, and ids can be spelled in

@@ -130,11 +130,12 @@ fn batch_hiding_a_denied_call() {
     assert!(out.forward.is_none());
     assert_eq!(out.replies.len(), 1);
 
-    let clean = br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","id":2,"method":"tools/list"}]"#;
+    // (Id 1 is the call still outstanding.)
+    let clean = br#"[{"jsonrpc":"2.0","id":11,"method":"ping"}, {"jsonrpc":"2.0","id":12,"method":"tools/list"}]"#;
     let out = f.on_client(clean);
     assert_eq!(
         out.forward.as_deref(),
-        Some(&br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]"#[..])
+        Some(&br#"[{"jsonrpc":"2.0","id":11,"method":"ping"},{"jsonrpc":"2.0","id":12,"method":"tools/list"}]"#[..])
     );
     assert!(f.on_client(b"[]").forward.is_none());
 }
@@ -168,7 +169,7 @@ fn denied_tools_leave_the_list_and_the_cursor_stays() {
         out.forward.as_deref(),
         Some(&br#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"add","inputSchema":{"type":"object"}}],"nextCursor":"c2"}}"#[..])
     );
-    assert!(f.pending_lists.is_empty());
+    assert!(f.pending.is_empty());
 
     // Every tool of a page denied: an empty page, the cursor kept so paging goes on.
     let mut f = filter(&["."]);
@@ -417,10 +418,10 @@ fn pagination_across_pages() {
             i + 1
         );
         assert!(f.on_client(req.as_bytes()).forward.is_some());
-        assert_eq!(f.pending_lists.len(), 1);
+        assert_eq!(f.pending.len(), 1);
         let out = f.on_server(page.as_bytes());
         assert_eq!(String::from_utf8_lossy(&out.forward.expect("page")), *want);
-        assert!(f.pending_lists.is_empty());
+        assert!(f.pending.is_empty());
     }
 }
 
@@ -429,9 +430,12 @@ fn pagination_across_pages() {
 #[test]
 fn only_listed_tools_are_callable() {
     let mut f = filter(&["^echo$"]);
-    let call = |f: &mut Filter, name: &str| {
+    // Each call an id of its own: the ones passed on stay outstanding.
+    let mut id = 0;
+    let mut call = |f: &mut Filter, name: &str| {
+        id += 1;
         let msg = format!(
-            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}"}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}"}}}}"#
         );
         let out = f.on_client(msg.as_bytes());
         (out.forward.is_some(), out.replies)
@@ -528,7 +532,7 @@ fn a_secret_in_a_tool_result_is_redacted_and_recorded_without_it() {
     assert_eq!(record.action, Action::Allow);
     assert!(!serde_json::to_string(record).expect("json").contains(AWS));
     // The call was answered: a later message with that id is no longer the tool's.
-    assert!(f.pending_calls.is_empty());
+    assert!(f.pending.is_empty());
 }
 
 #[test]
@@ -616,6 +620,10 @@ fn a_call_that_asks_is_held_once_alone_and_refused_where_it_cannot_wait() {
         (held.id.as_str(), held.progress_token.as_deref()),
         ("3", Some("\"p1\""))
     );
+    // While it waits, its id is taken.
+    let again = f.on_client(call);
+    assert!(again.held.is_empty() && again.forward.is_none());
+    assert!(String::from_utf8_lossy(&again.replies[0]).contains("already used"));
     // Approved: the server gets the text that was judged, and the result is known as `add`'s.
     let approved = f.settle(
         held,
@@ -628,6 +636,11 @@ fn a_call_that_asks_is_held_once_alone_and_refused_where_it_cannot_wait() {
         serde_json::from_slice::<Value>(call).unwrap()
     );
     assert_eq!(f.requests(), 1);
+    assert!(
+        f.on_server(br#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}}"#)
+            .forward
+            .is_some()
+    );
     let held = f.on_client(call).held.pop().expect("held again");
     let denied = f.settle(
         held,

@@ -1,0 +1,94 @@
+//! The requests of one session that the server has not answered yet, by id. A response is
+//! matched to the one request it answers, so the result rules know which tool a result is of
+//! (per-tool exemptions). Two outstanding requests may never share an id: the server's answer
+//! to one would be taken for the other's, and a secret returned by one tool judged as the
+//! result of a tool exempt from inspection. So a request whose id equals an outstanding one
+//! is refused, and when the bound is reached new requests are refused rather than the oldest
+//! forgotten (`filter/tests.rs`).
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// How many requests of one session may wait for the server's answer at once.
+pub(super) const MAX_PENDING: usize = 256;
+
+/// A request id as the peers compare it. JSON-RPC ids are strings or numbers, and peers read
+/// numbers by value: `8`, `8.0` and `8e0` are one id to a Python server (which answers `8.0`
+/// with `8`), and to a JavaScript one every number is a double, so `9007199254740993` is
+/// `9007199254740992`. Numbers are keyed by their double, the loosest reading: ids that any
+/// peer could take for one another share a key, and are kept apart by refusal.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum IdKey {
+    Number(u64),
+    Text(String),
+    Null,
+}
+
+impl IdKey {
+    /// The key of an id's JSON text; `None` for a value JSON-RPC does not allow as an id.
+    pub(super) fn of(raw: &str) -> Option<IdKey> {
+        match serde_json::from_str::<Value>(raw).ok()? {
+            Value::String(s) => Some(IdKey::Text(s)),
+            Value::Null => Some(IdKey::Null),
+            // `+ 0.0` makes -0 the same key as 0.
+            Value::Number(n) => Some(IdKey::Number((n.as_f64()? + 0.0).to_bits())),
+            _ => None,
+        }
+    }
+}
+
+/// What an outstanding request was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Request {
+    /// A `tools/call` of this tool.
+    Call(String),
+    /// Any other request.
+    Other,
+}
+
+/// The outstanding requests of one session.
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    by_id: HashMap<IdKey, Request>,
+}
+
+impl Pending {
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Why a request with id `key` may not go out now, if it may not.
+    pub(super) fn refusal(&self, key: &IdKey, raw: &str) -> Option<String> {
+        if self.by_id.contains_key(key) {
+            return Some(format!(
+                "toolwall: request id {raw} is already used by a request not yet answered; give each outstanding request its own id"
+            ));
+        }
+        if self.by_id.len() >= MAX_PENDING {
+            return Some(format!(
+                "toolwall: {MAX_PENDING} requests of this session are waiting for the server; send more once some are answered"
+            ));
+        }
+        None
+    }
+
+    /// Notes a request sent on (or held for a person). The caller asked [`Self::refusal`].
+    pub(super) fn add(&mut self, key: IdKey, request: Request) {
+        self.by_id.insert(key, request);
+    }
+
+    /// The request a response (or the client's cancellation) ends, forgotten.
+    pub(super) fn end(&mut self, key: &IdKey) -> Option<Request> {
+        self.by_id.remove(key)
+    }
+}
+
+#[cfg(test)]
+#[path = "pending_tests.rs"]
+mod tests;

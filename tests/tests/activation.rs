@@ -235,3 +235,50 @@ fn a_filter_proxy_that_cannot_bind_its_port_names_who_holds_it() {
         "before it asks the upstream anything, the error names who holds the port: {said}"
     );
 }
+
+#[test]
+fn a_held_socket_on_the_filter_proxys_port_at_another_address_is_named() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let log = dir.path().join("proxy.log");
+    let listen = format!("127.0.0.1:{port}");
+    // `-l PORT` alone: systemd holds [::]:PORT.
+    let mut cmd = Command::new("systemd-socket-activate");
+    cmd.arg("-l")
+        .arg(port.to_string())
+        .arg(toolwall_bin())
+        .args([
+            "mcp-proxy",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--listen",
+            &listen,
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let mut proxy = cmd.spawn().expect("systemd-socket-activate");
+    wait_listening6(port, &mut proxy);
+    let _ = TcpStream::connect(("::1", port));
+    let status = proxy.wait().expect("wait");
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "systemd passed a socket on [::]:{port}, but --listen is {listen}"
+        )),
+        "the error names both addresses, not the proxy itself as the port's holder: {said}"
+    );
+}
+
+/// Waits until the activator listens on `[::]:port`.
+fn wait_listening6(port: u16, child: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("::1", port)).is_err() {
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "systemd-socket-activate ended"
+        );
+        assert!(std::time::Instant::now() < deadline, "not listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -229,6 +229,15 @@ fn privileged_an_agent_gets_temporary_directories_of_its_own() {
         )),
         "exec says what it did not keep: {stderr}"
     );
+    for socket in &sockets {
+        assert!(
+            stderr.contains(&format!(
+                "exec.allow_unix {} is kept in the agent's private directory as the socket it is now",
+                socket.display()
+            )),
+            "exec says a kept socket is lost to the agent when its service makes it anew: {stderr}"
+        );
+    }
     assert_eq!(outcome(&stdout, "host-tmp"), "ENOENT", "{stdout}");
     assert_eq!(outcome(&stdout, "runtime"), "ENOENT", "{stdout}");
     for name in [

@@ -58,7 +58,7 @@ pub(super) async fn start_proxy(
         memory_budget: usize::try_from(config.proxy.memory_budget_bytes).unwrap_or(usize::MAX),
         ..LlmProxySettings::default()
     };
-    let proxy = match activated.take(config.proxy.listen) {
+    let proxy = match activated.take(config.proxy.listen, "proxy.listen")? {
         Some(held) => LlmProxy::on(
             tokio::net::TcpListener::from_std(held).context("serve the socket systemd holds")?,
             settings,

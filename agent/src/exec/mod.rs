@@ -163,6 +163,12 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("toolwall: WARNING: session {session}: {warning}");
             }
         }
+        // Abstract names belong to the whole host; no directory guards them.
+        for name in config.exec.allow_unix.iter().filter(|n| n.starts_with('@')) {
+            eprintln!(
+                "toolwall: WARNING: session {session}: exec.allow_unix lists the abstract name {name}: while its service is not listening, the agent can bind the name itself and clients outside the session would reach the agent; list a pathname socket in a directory only its service can write"
+            );
+        }
         if let Some(user) = &user {
             cmd.env("HOME", &user.home)
                 .env("USER", &user.name)

@@ -123,7 +123,13 @@ impl PrivateDirs {
                 Ok(_) => None,
             };
             match why {
-                None => wanted.push(socket.clone()),
+                None => {
+                    notes.push(format!(
+                        "exec.allow_unix {} is kept in the agent's private directory as the socket it is now: if its service makes it anew (a restart), the agent cannot reach the new one; list sockets outside /tmp, /var/tmp, /dev/shm and /run/user",
+                        socket.display()
+                    ));
+                    wanted.push(socket.clone());
+                }
                 Some(why) => notes.push(format!(
                     "exec.allow_unix {} is not kept in the agent's private directory: {why}",
                     socket.display()

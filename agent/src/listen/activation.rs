@@ -27,8 +27,15 @@ impl Activated {
     /// unsets those variables so that no process the daemon starts sees them: call it before
     /// any thread starts. `settings` names the addresses a socket may be passed for.
     pub(crate) fn from_env(settings: &'static str) -> anyhow::Result<Activated> {
-        let fds =
-            sd_notify::listen_fds().context("read the sockets systemd passed (LISTEN_FDS)")?;
+        let for_someone = std::env::var_os("LISTEN_FDS").is_some();
+        let fds: Vec<_> = sd_notify::listen_fds()
+            .context("read the sockets systemd passed (LISTEN_FDS)")?
+            .collect();
+        if for_someone && fds.is_empty() {
+            tracing::warn!(
+                "LISTEN_FDS is set but LISTEN_PID does not name this process: the sockets it counts are not this process's, and are not used"
+            );
+        }
         let mut listeners = Vec::new();
         for fd in fds {
             // SAFETY: systemd passed this descriptor to this process (LISTEN_PID), and nothing
@@ -53,11 +60,29 @@ impl Activated {
         })
     }
 
-    /// The passed listener bound to exactly `addr`, if any.
-    pub(crate) fn take(&mut self, addr: SocketAddr) -> Option<TcpListener> {
-        let at = self.listeners.iter().position(|(a, _)| *a == addr)?;
-        tracing::info!(%addr, "listening on the socket systemd holds");
-        Some(self.listeners.swap_remove(at).1)
+    /// The passed listener bound to exactly `addr` (the address of `setting`), if any. A
+    /// passed socket on the same port at another address is an error that names both: this
+    /// process could not bind `addr` beside it, and would otherwise report itself as the
+    /// port's holder.
+    pub(crate) fn take(
+        &mut self,
+        addr: SocketAddr,
+        setting: &str,
+    ) -> anyhow::Result<Option<TcpListener>> {
+        if let Some(at) = self.listeners.iter().position(|(a, _)| *a == addr) {
+            tracing::info!(%addr, "listening on the socket systemd holds");
+            return Ok(Some(self.listeners.swap_remove(at).1));
+        }
+        if let Some((passed, _)) = self
+            .listeners
+            .iter()
+            .find(|(a, _)| a.port() == addr.port() && addr.port() != 0)
+        {
+            anyhow::bail!(
+                "systemd passed a socket on {passed}, but {setting} is {addr}; make the socket unit's ListenStream= and {setting} the same address"
+            );
+        }
+        Ok(None)
     }
 
     /// Fails naming each passed socket no setting took: the socket unit and the configuration

@@ -121,20 +121,29 @@ pub(crate) fn reserved_ports(
     out
 }
 
-/// Whether a rule's address or range takes in one of this host's addresses.
+/// Whether a rule's address or range takes in one of this host's addresses: any of loopback
+/// (all of `127.0.0.0/8`, `::1`), the unspecified addresses, or an interface address. A range
+/// that holds a loopback address other than `127.0.0.1` (`127.0.0.8/29`) holds the host.
 fn holds_local(rule: &Rule, locals: &[IpAddr]) -> bool {
     let single = rule.prefix == if rule.addr.is_ipv4() { 32 } else { 128 };
     if single {
         return is_local(rule.addr, locals);
     }
     let (net, bits) = mapped(rule.addr, rule.prefix);
-    let fixed = [
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(Ipv6Addr::LOCALHOST),
+    let host: [(IpAddr, u8); 4] = [
+        (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8),
+        (IpAddr::V4(Ipv4Addr::UNSPECIFIED), 32),
+        (IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
+        (IpAddr::V6(Ipv6Addr::UNSPECIFIED), 128),
     ];
-    fixed.iter().chain(locals).any(|&addr| {
-        let (addr, _) = mapped(addr, if addr.is_ipv4() { 32 } else { 128 });
-        mask(addr, bits) == mask(net, bits)
+    let interfaces = locals
+        .iter()
+        .map(|&addr| (addr, if addr.is_ipv4() { 32 } else { 128 }));
+    // Two prefixes overlap when they agree on the shorter one's bits.
+    host.into_iter().chain(interfaces).any(|(addr, prefix)| {
+        let (other, other_bits) = mapped(addr, prefix);
+        let common = bits.min(other_bits);
+        mask(net, common) == mask(other, common)
     })
 }
 

@@ -80,8 +80,17 @@ pub fn server_everything_http(transport: &str) -> (Proc, String) {
     (proc, format!("http://127.0.0.1:{port}/{path}"))
 }
 
-/// `toolwall mcp-proxy --upstream URL --listen 127.0.0.1:PORT ARGS...`, ready to serve.
+/// `toolwall mcp-proxy --upstream URL --listen 127.0.0.1:PORT ARGS...`, ready to serve: it
+/// holds its port from the start, and serves once it listed the upstream's tools (a request
+/// before waits in the port's queue), so it is ready when it answered one.
 pub fn proxy(upstream: &str, args: &[&str]) -> (Proc, u16) {
+    let (proc, port) = proxy_listening(upstream, args);
+    toolwall_tests::http_get(&format!("127.0.0.1:{port}"), "/", None);
+    (proc, port)
+}
+
+/// [`proxy`], returned as soon as its port is held.
+fn proxy_listening(upstream: &str, args: &[&str]) -> (Proc, u16) {
     start_listening("toolwall mcp-proxy", |port| {
         Proc(
             Command::new(toolwall_tests::toolwall_bin())

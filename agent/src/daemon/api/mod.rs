@@ -100,7 +100,7 @@ pub(crate) async fn bind_http(
     listen: SocketAddr,
     activated: &mut crate::listen::Activated,
 ) -> anyhow::Result<TcpListener> {
-    if let Some(held) = activated.take(listen) {
+    if let Some(held) = activated.take(listen, "api.listen")? {
         return TcpListener::from_std(held)
             .context("serve the socket systemd holds for api.listen");
     }

@@ -161,7 +161,7 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
 /// else one bound here; the error names who holds the port.
 fn hold_port(listen: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     let mut activated = crate::listen::Activated::from_env("--listen")?;
-    let listener = match activated.take(listen) {
+    let listener = match activated.take(listen, "--listen")? {
         Some(held) => held,
         None => {
             let listener = std::net::TcpListener::bind(listen).with_context(|| {

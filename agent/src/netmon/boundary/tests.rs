@@ -197,14 +197,36 @@ fn reserved_ports_are_those_of_rules_on_this_host() {
         Rule::exact(ip("93.184.216.34"), 443, 4, RuleAction::Deny),
         Rule::exact(ip("10.0.0.9"), 8080, 5, RuleAction::Flag),
     ];
-    // An allow entry and a resolver on this host: destinations, not listeners.
+    // Allow entries (listeners: a session may not take their ports), one of them a loopback
+    // range without 127.0.0.1 in it, one a range off this host.
+    let range = |addr: &str, prefix: u8, port: u16, index: u32| Rule {
+        addr: ip(addr),
+        prefix,
+        port,
+        server_index: index,
+        action: RuleAction::Pass,
+    };
     rules.push(Rule::exact(ip("127.0.0.1"), 5432, 6, RuleAction::Pass));
+    rules.push(range("127.0.0.8", 29, 28091, 6));
+    rules.push(range("::ffff:127.0.0.8", 125, 28092, 6));
+    rules.push(range("10.0.0.0", 8, 28093, 6));
+    rules.push(range("198.51.100.0", 24, 28094, 6));
+    // A resolver on this host: a destination, not a listener.
     rules.push(Rule::exact(ip("127.0.0.53"), 53, 7, RuleAction::Pass));
     rules.extend(refusals(BoundaryMode::Allowlist, &LocalTable::default()));
-    let ports = reserved_ports(&rules, &locals, |index| index < 6);
+    let ports = reserved_ports(&rules, &locals, |index| index < 7);
     assert_eq!(
         ports.into_iter().collect::<Vec<_>>(),
-        vec![(3001, 0), (3002, 1), (8787, 2), (18081, 3)]
+        vec![
+            (3001, 0),
+            (3002, 1),
+            (5432, 6),
+            (8787, 2),
+            (18081, 3),
+            (28091, 6),
+            (28092, 6),
+            (28094, 6)
+        ]
     );
 }
 

@@ -321,14 +321,14 @@ impl Filter {
                 Some(Cow::Borrowed(msg))
             }
             Some("notifications/cancelled") => {
-                // The server need not answer a cancelled request: its id is free again. (A
-                // late answer then matches nothing and is inspected as no tool's.)
+                // The server may still answer a cancelled request: its id stays taken, and
+                // its answer is no tool's (inspected whole).
                 if let Some(key) = probe
                     .params
                     .and_then(|p| serde_json::from_str::<Cancelled<'_>>(p.get()).ok())
                     .and_then(|c| IdKey::of(c.request_id.get()))
                 {
-                    self.pending.end(&key);
+                    self.pending.cancelled(&key);
                 }
                 Some(Cow::Borrowed(msg))
             }

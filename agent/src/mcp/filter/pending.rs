@@ -83,9 +83,18 @@ impl Pending {
         self.by_id.insert(key, request);
     }
 
-    /// The request a response (or the client's cancellation) ends, forgotten.
+    /// The request a response ends, forgotten.
     pub(super) fn end(&mut self, key: &IdKey) -> Option<Request> {
         self.by_id.remove(key)
+    }
+
+    /// A request the client cancelled. The server may answer it all the same, so its id stays
+    /// taken until it does (were it freed, a late answer to a cancelled call would be taken
+    /// for the answer to the next request given its id); that answer is no tool's.
+    pub(super) fn cancelled(&mut self, key: &IdKey) {
+        if let Some(request) = self.by_id.get_mut(key) {
+            *request = Request::Other;
+        }
     }
 }
 

@@ -51,6 +51,15 @@ fn refused(out: &Outcome<'_>) -> String {
 /// A fake AWS access key id (gitleaks' `aws-access-token`).
 const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
 
+/// The server's answer to `id`, a result holding [`AWS`]; what the client gets of it.
+fn answer_with_secret(f: &mut Filter, id: &str) -> String {
+    let answer = format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{AWS}"}}]}}}}"#
+    );
+    let out = f.on_server(answer.as_bytes());
+    String::from_utf8_lossy(out.forward.as_deref().expect("forwarded")).into_owned()
+}
+
 #[test]
 fn a_call_may_not_borrow_the_id_of_an_exempt_call_still_running() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -64,18 +73,10 @@ fn a_call_may_not_borrow_the_id_of_an_exempt_call_still_running() {
     // Other ids are other requests.
     assert!(f.on_client(&call(r#""7""#, "get_env")).forward.is_some());
     // A server's answer to `"7"` is get_env's, inspected: the secret goes.
-    let answer = format!(
-        r#"{{"jsonrpc":"2.0","id":"7","result":{{"content":[{{"type":"text","text":"{AWS}"}}]}}}}"#
-    );
-    let out = f.on_server(answer.as_bytes());
-    let text = String::from_utf8_lossy(out.forward.as_deref().expect("forwarded")).into_owned();
+    let text = answer_with_secret(&mut f, r#""7""#);
     assert!(!text.contains(AWS), "{text}");
     // The answer to 7 is presign's, exempt: left alone. Then 7 is free again.
-    let answer = format!(
-        r#"{{"jsonrpc":"2.0","id":7.0,"result":{{"content":[{{"type":"text","text":"{AWS}"}}]}}}}"#
-    );
-    let out = f.on_server(answer.as_bytes());
-    let text = String::from_utf8_lossy(out.forward.as_deref().expect("forwarded")).into_owned();
+    let text = answer_with_secret(&mut f, "7.0");
     assert!(
         text.contains(AWS),
         "an exempt tool's result is left alone: {text}"
@@ -114,11 +115,7 @@ fn a_cancelled_call_keeps_its_id_and_its_late_answer_is_no_tools() {
     // Server requests and notifications have ids of their own, or none: not matched.
     let ping = br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#;
     assert!(f.on_server(ping).forward.is_some());
-    let answer = format!(
-        r#"{{"jsonrpc":"2.0","id":9,"result":{{"content":[{{"type":"text","text":"{AWS}"}}]}}}}"#
-    );
-    let out = f.on_server(answer.as_bytes());
-    let text = String::from_utf8_lossy(out.forward.as_deref().expect("forwarded")).into_owned();
+    let text = answer_with_secret(&mut f, "9");
     assert!(!text.contains(AWS), "the late answer is inspected: {text}");
     // Answered: the id is free.
     assert!(f.on_client(&call("9", "presign")).forward.is_some());

@@ -122,13 +122,10 @@ impl Correlator {
                     reason: e.reason.clone(),
                     layer: format!("llm/{}", e.dialect),
                 };
-                let args = e
-                    .input
-                    .as_ref()
-                    .filter(|v| !crate::events::bound::is_marker(v))
-                    .map(self.hash);
+                let (args, cut) = self.args(e.input.as_ref());
                 if e.action == Action::Block {
                     let mut record = blank(&e.session_id, &e.server_id, &tool, args);
+                    record.args_cut = cut;
                     record.intercept = Some(sighting);
                     done.push(record.settle());
                 } else if let Some(open) = self.best(
@@ -136,7 +133,7 @@ impl Correlator {
                     &e.server_id,
                     &tool,
                     e.timestamp,
-                    &args,
+                    (&args, cut),
                     Side::NeedsIntercept,
                 ) {
                     open.record.intercept = Some(sighting);
@@ -144,6 +141,7 @@ impl Correlator {
                     open.last = open.last.max(e.timestamp);
                 } else {
                     let mut record = blank(&e.session_id, &e.server_id, &tool, args);
+                    record.args_cut = cut;
                     record.intercept = Some(sighting);
                     self.open_call(record, e.timestamp);
                 }
@@ -157,17 +155,13 @@ impl Correlator {
                     reason: e.reason.clone(),
                     layer: e.layer.clone(),
                 };
-                let args = e
-                    .input
-                    .as_ref()
-                    .filter(|v| !crate::events::bound::is_marker(v))
-                    .map(self.hash);
+                let (args, cut) = self.args(e.input.as_ref());
                 if let Some(open) = self.best(
                     &e.session_id,
                     &e.server_id,
                     &e.tool_name,
                     e.timestamp,
-                    &args,
+                    (&args, cut),
                     Side::NeedsExecution,
                 ) {
                     open.record.execution = Some(sighting);
@@ -175,6 +169,7 @@ impl Correlator {
                     open.last = open.last.max(e.timestamp);
                 } else {
                     let mut record = blank(&e.session_id, &e.server_id, &e.tool_name, args);
+                    record.args_cut = cut;
                     record.execution = Some(sighting);
                     self.open_call(record, e.timestamp);
                 }
@@ -264,6 +259,18 @@ impl Correlator {
         done
     }
 
+    /// A sighting's arguments as the join compares them: their hash, and whether the record
+    /// holds only a marker of arguments cut to its bound. Two sides cut theirs from different
+    /// texts (a rogue call padded past the bound would otherwise match any proposal of the same
+    /// tool), and neither side carries an id the other has, so cut arguments join nothing.
+    fn args(&self, input: Option<&Value>) -> (Option<String>, bool) {
+        match input {
+            Some(v) if crate::events::bound::is_marker(v) => (None, true),
+            Some(v) => (Some((self.hash)(v)), false),
+            None => (None, false),
+        }
+    }
+
     /// Notes an event's time (a batch closes records against the latest).
     fn saw(&mut self, at: DateTime<Utc>) {
         self.latest = Some(self.latest.map_or(at, |l| l.max(at)));
@@ -315,9 +322,12 @@ impl Correlator {
         server: &str,
         tool: &str,
         at: DateTime<Utc>,
-        args: &Option<String>,
+        (args, cut): (&Option<String>, bool),
         side: Side,
     ) -> Option<&mut Open> {
+        if cut {
+            return None;
+        }
         let window = self.window;
         let calls = &mut self.pair(session, server)?.calls;
         let candidates = calls.iter().enumerate().filter(|(_, o)| {
@@ -330,7 +340,11 @@ impl Correlator {
                 (Some(a), Some(b)) => a == b,
                 _ => true,
             };
-            missing && args_agree && r.tool == tool && (r.first_seen() - at).abs() <= window
+            missing
+                && args_agree
+                && !r.args_cut
+                && r.tool == tool
+                && (r.first_seen() - at).abs() <= window
         });
         let mut best: Option<(usize, bool, DateTime<Utc>)> = None;
         for (i, o) in candidates {
@@ -520,6 +534,7 @@ fn blank(session: &str, server: &str, tool: &str, args_hash: Option<String>) -> 
         action: Action::Allow,
         reason: String::new(),
         args_hash,
+        args_cut: false,
         intercept: None,
         execution: None,
         connection: None,

@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::Action;
 
+/// Why a record with cut arguments stands alone.
+pub(crate) const CUT_REASON: &str =
+    "arguments over the record's bound were kept as a marker: not compared, so not joined";
+
 /// Which layers saw the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -56,6 +60,10 @@ pub struct CallRecord {
     pub reason: String,
     /// Canonical hash of the arguments, when known.
     pub args_hash: Option<String>,
+    /// The arguments were over the record's bound and kept as a marker only: compared with
+    /// nothing, so the record joins no other layer's sighting (its reason says so).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub args_cut: bool,
     /// The LLM layer's sighting.
     pub intercept: Option<Sighting>,
     /// The shim's or filter proxy's sighting.
@@ -114,6 +122,9 @@ impl CallRecord {
                     .find(|r| !r.is_empty())
             })
             .unwrap_or_default();
+        if self.args_cut && self.reason.is_empty() {
+            self.reason = CUT_REASON.to_owned();
+        }
         self
     }
 }

@@ -199,6 +199,49 @@ fn expire_closes_only_records_past_their_window() {
     assert_eq!(done[0].kind, RecordKind::Joined);
 }
 
+/// A rogue call padded past the record's bound is stored as a marker; a marker tells nothing
+/// about whether the arguments agree, so it must not join the model's proposal of the same
+/// tool (`add {a: 1}`) as if it were that call — on either side, in either order.
+#[test]
+fn cut_arguments_join_nothing_and_say_why() {
+    let padded = format!("{{\"a\": 666, \"pad\": \"{}\"}}", "x".repeat(300 * 1024));
+    let marker = crate::events::bound::marker_for_text(&padded).expect("over the bound");
+    for (proposal, rogue) in [
+        (json!({"a": 1}), marker.clone()),
+        (marker.clone(), json!({"a": 1})),
+        (marker.clone(), marker.clone()),
+    ] {
+        let records = run(&[
+            intercept(1, 0, "add", proposal.clone(), Action::Allow),
+            called(2, 40, "add", rogue.clone()),
+        ]);
+        let kinds: Vec<_> = records.iter().map(|r| r.kind).collect();
+        assert_eq!(
+            kinds,
+            [RecordKind::InterceptOnly, RecordKind::ExecutionOnly],
+            "{proposal} / {rogue}"
+        );
+        let cut: Vec<_> = records.iter().filter(|r| r.args_cut).collect();
+        assert!(!cut.is_empty());
+        for r in cut {
+            assert_eq!(r.reason, record::CUT_REASON);
+        }
+        let linear = {
+            let mut c = reference::Linear::new(std::time::Duration::from_secs(2), hash);
+            let mut out = Vec::new();
+            for e in [
+                intercept(1, 0, "add", proposal.clone(), Action::Allow),
+                called(2, 40, "add", rogue.clone()),
+            ] {
+                out.extend(c.push(&e));
+            }
+            out.extend(c.flush());
+            out
+        };
+        assert_eq!(linear.len(), 2, "the reference keeps them apart as well");
+    }
+}
+
 /// Many concurrent calls — bursts of 8 within ~100 ms, bursts 300 ms apart so windows
 /// overlap; the same tool throughout, four argument values so each appears twice per burst;
 /// executions returning out of order across arguments — plus calls the LLM layer blocked
@@ -505,23 +548,4 @@ fn kernel_alerts_are_records_of_their_own() {
         2,
         "the connection stays a record of its own: {records:?}"
     );
-}
-
-#[test]
-fn cut_arguments_are_not_compared() {
-    // The LLM side's arguments cut by the store, the MCP side's cut from the text the server
-    // got: their markers' hashes differ, and say nothing about whether the arguments agree.
-    let cut = |sha: &str| json!({"toolwall_truncated": "300000 bytes, over 262144", "sha256": sha, "bytes": 300000});
-    let records = run(&[
-        intercept(1, 0, "write", cut("aa"), Action::Allow),
-        called(2, 50, "write", cut("bb")),
-    ]);
-    assert_eq!(records.len(), 1, "{records:#?}");
-    assert_eq!(records[0].kind, RecordKind::Joined);
-    // Arguments that were not cut still must agree.
-    let records = run(&[
-        intercept(1, 0, "write", json!({"p": 1}), Action::Allow),
-        called(2, 50, "write", json!({"p": 2})),
-    ]);
-    assert_eq!(records.len(), 2, "{records:#?}");
 }

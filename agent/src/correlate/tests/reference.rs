@@ -52,9 +52,14 @@ impl Linear {
                     reason: e.reason.clone(),
                     layer: format!("llm/{}", e.dialect),
                 };
-                let args = e.input.as_ref().map(self.hash);
+                let cut = e
+                    .input
+                    .as_ref()
+                    .is_some_and(crate::events::bound::is_marker);
+                let args = e.input.as_ref().filter(|_| !cut).map(self.hash);
                 if e.action == Action::Block {
                     let mut record = blank(&e.session_id, &e.server_id, &tool, args);
+                    record.args_cut = cut;
                     record.intercept = Some(sighting);
                     done.push(record.settle());
                 } else if let Some(i) = self.best(
@@ -62,7 +67,7 @@ impl Linear {
                     &e.server_id,
                     &tool,
                     e.timestamp,
-                    &args,
+                    (&args, cut),
                     Side::NeedsIntercept,
                 ) {
                     let open = &mut self.open[i];
@@ -71,6 +76,7 @@ impl Linear {
                     open.last = open.last.max(e.timestamp);
                 } else {
                     let mut record = blank(&e.session_id, &e.server_id, &tool, args);
+                    record.args_cut = cut;
                     record.intercept = Some(sighting);
                     self.open_with_connection(record, e.timestamp);
                 }
@@ -83,13 +89,17 @@ impl Linear {
                     reason: e.reason.clone(),
                     layer: e.layer.clone(),
                 };
-                let args = e.input.as_ref().map(self.hash);
+                let cut = e
+                    .input
+                    .as_ref()
+                    .is_some_and(crate::events::bound::is_marker);
+                let args = e.input.as_ref().filter(|_| !cut).map(self.hash);
                 if let Some(i) = self.best(
                     &e.session_id,
                     &e.server_id,
                     &e.tool_name,
                     e.timestamp,
-                    &args,
+                    (&args, cut),
                     Side::NeedsExecution,
                 ) {
                     let open = &mut self.open[i];
@@ -98,6 +108,7 @@ impl Linear {
                     open.last = open.last.max(e.timestamp);
                 } else {
                     let mut record = blank(&e.session_id, &e.server_id, &e.tool_name, args);
+                    record.args_cut = cut;
                     record.execution = Some(sighting);
                     self.open_with_connection(record, e.timestamp);
                 }
@@ -179,9 +190,12 @@ impl Linear {
         server: &str,
         tool: &str,
         at: DateTime<Utc>,
-        args: &Option<String>,
+        (args, cut): (&Option<String>, bool),
         side: Side,
     ) -> Option<usize> {
+        if cut {
+            return None;
+        }
         let candidates = self.open.iter().enumerate().filter(|(_, o)| {
             let r = &o.record;
             let missing = match side {
@@ -194,6 +208,7 @@ impl Linear {
             };
             missing
                 && args_agree
+                && !r.args_cut
                 && r.session_id == session
                 && r.server_id == server
                 && r.tool == tool

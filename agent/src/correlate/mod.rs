@@ -254,6 +254,25 @@ impl Correlator {
                 record.execution = Some(sighting);
                 done.push(alert(record));
             }
+            // A row the store could not read may have been any call: it is shown among them,
+            // so a record with a hole in it is seen where the calls are read.
+            Event::UnreadableRow(e) => {
+                self.saw(e.timestamp);
+                let sighting = Sighting {
+                    event_id: stored.id,
+                    at: e.timestamp,
+                    action: e.action,
+                    reason: format!(
+                        "row {} (stored as {:?}) could not be read: {}",
+                        stored.id, e.stored_type, e.error
+                    ),
+                    layer: "store".into(),
+                };
+                let label = format!("unreadable row: {}", e.stored_type);
+                let mut record = blank(&e.session_id, &e.server_id, &label, None);
+                record.execution = Some(sighting);
+                done.push(alert(record));
+            }
             Event::McpToolSeen(_) | Event::McpToolChanged(_) | Event::LlmRoute(_) => {}
         }
         done

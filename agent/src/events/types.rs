@@ -34,6 +34,10 @@ pub enum Event {
     /// The LLM proxy relayed a request uninspected (`proxy.pass_through`) or refused one on a
     /// route it does not read.
     LlmRoute(LlmRoute),
+    /// A stored row this build cannot decode (a type it does not know, a damaged body), as the
+    /// store reads it back: never written, so that one bad row is shown and counted where the
+    /// others are read instead of failing every view and the export at it.
+    UnreadableRow(UnreadableRow),
 }
 
 impl Event {
@@ -63,6 +67,7 @@ impl Event {
                 Event::McpToolChanged(e) => e.tool_name.len(),
                 Event::KernelAlert(e) => e.detail.len(),
                 Event::LlmRoute(e) => e.route.len() + e.reason.len(),
+                Event::UnreadableRow(e) => e.stored_type.len() + e.error.len(),
                 Event::McpResultInspected(e) => {
                     e.tool_name.len()
                         + e.reason.len()
@@ -86,6 +91,7 @@ impl Event {
             Event::KernelAlert(_) => "kernel_alert",
             Event::McpResultInspected(_) => "mcp_result_inspected",
             Event::LlmRoute(_) => "llm_route",
+            Event::UnreadableRow(_) => "unreadable_row",
         }
     }
 
@@ -144,6 +150,13 @@ impl Event {
                 &e.tool_name,
                 e.action,
             ),
+            Event::UnreadableRow(e) => (
+                e.timestamp,
+                &e.session_id,
+                &*e.server_id,
+                &e.tool_name,
+                e.action,
+            ),
         };
         EventKeys {
             timestamp,
@@ -163,7 +176,7 @@ impl Event {
             Event::McpToolSeen(e) => e.policy_revision,
             Event::McpToolChanged(e) => e.policy_revision,
             Event::McpResultInspected(e) => e.policy_revision,
-            Event::KernelAlert(_) | Event::LlmRoute(_) => None,
+            Event::KernelAlert(_) | Event::LlmRoute(_) | Event::UnreadableRow(_) => None,
         }
     }
 
@@ -177,11 +190,12 @@ impl Event {
             Event::McpToolSeen(e) => Some(&mut e.policy_revision),
             Event::McpToolChanged(e) => Some(&mut e.policy_revision),
             Event::McpResultInspected(e) => Some(&mut e.policy_revision),
-            Event::KernelAlert(_) | Event::LlmRoute(_) => None,
+            Event::KernelAlert(_) | Event::LlmRoute(_) | Event::UnreadableRow(_) => None,
         }
     }
 
-    /// Every event kind, for `--type` validation.
+    /// Every kind of event the layers record, for `--type` validation (an unreadable row is
+    /// filtered by the type it was stored as).
     pub const KINDS: [&'static str; 8] = [
         "mcp_tool_call_intercepted",
         "mcp_tool_called",
@@ -410,6 +424,25 @@ pub struct LlmRoute {
     pub action: Action,
     /// Why.
     pub reason: String,
+}
+
+/// A stored row that could not be decoded, with what its indexed columns still say.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UnreadableRow {
+    /// The row's time column.
+    pub timestamp: DateTime<Utc>,
+    /// Its session column.
+    pub session_id: String,
+    /// Its server column.
+    pub server_id: String,
+    /// Its tool column.
+    pub tool_name: String,
+    /// Its action column (`allow` when that is unreadable too).
+    pub action: Action,
+    /// The `type` it was stored as.
+    pub stored_type: String,
+    /// Why it could not be read.
+    pub error: String,
 }
 
 /// A tool a server listed.

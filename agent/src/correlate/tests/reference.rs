@@ -155,7 +155,8 @@ impl Linear {
             | Event::McpToolChanged(_)
             | Event::KernelAlert(_)
             | Event::McpResultInspected(_)
-            | Event::LlmRoute(_) => {}
+            | Event::LlmRoute(_)
+            | Event::UnreadableRow(_) => {}
         }
         done
     }

@@ -375,6 +375,7 @@ fn layer_and_reason(event: &Event) -> (String, &str) {
         Event::KernelAlert(e) => ("kernel".into(), &e.detail),
         Event::LlmRoute(e) => ("llm".into(), &e.reason),
         Event::McpToolChanged(_) => (String::new(), ""),
+        Event::UnreadableRow(e) => ("store".into(), &e.error),
     }
 }
 

@@ -57,16 +57,6 @@ pub enum StoreError {
         /// Ours.
         supported: u32,
     },
-    /// A stored row could not be decoded.
-    #[error("event database {path}: row {id} is not a valid event: {source}")]
-    Decode {
-        /// The database file.
-        path: PathBuf,
-        /// The row id.
-        id: i64,
-        /// The JSON error.
-        source: serde_json::Error,
-    },
 }
 
 /// An event as stored: with its row id (the order of the store) and receive time.
@@ -94,13 +84,61 @@ pub struct EventQuery {
     pub action: Option<String>,
     /// Only events at or after this time (unix ns).
     pub since_ns: Option<i64>,
+    /// Only events before this time (unix ns).
+    pub until_ns: Option<i64>,
     /// Only rows after this id.
     pub after_id: Option<i64>,
-    /// At most this many rows (oldest first).
+    /// Only rows before this id.
+    pub before_id: Option<i64>,
+    /// At most this many rows.
     pub limit: Option<usize>,
+    /// Newest rows first (a page back from `before_id`), instead of oldest first.
+    pub newest_first: bool,
 }
 
 impl EventQuery {
+    /// The `SELECT` of `columns` for this query, and its arguments.
+    fn sql(&self, columns: &str) -> (String, Vec<SqlValue>) {
+        let mut sql = format!("SELECT {columns} FROM events WHERE 1=1");
+        let mut args: Vec<SqlValue> = Vec::new();
+        if !self.types.is_empty() {
+            sql += &format!(" AND type IN ({})", vec!["?"; self.types.len()].join(","));
+            args.extend(self.types.iter().cloned().map(SqlValue::Text));
+        }
+        for (column, value) in [
+            ("session_id", &self.session),
+            ("server_id", &self.server),
+            ("tool_name", &self.tool),
+            ("action", &self.action),
+        ] {
+            if let Some(v) = value {
+                sql += &format!(" AND {column} = ?");
+                args.push(SqlValue::Text(v.clone()));
+            }
+        }
+        for (bound, value) in [
+            ("ts_ns >= ?", self.since_ns),
+            ("ts_ns < ?", self.until_ns),
+            ("id > ?", self.after_id),
+            ("id < ?", self.before_id),
+        ] {
+            if let Some(v) = value {
+                sql += " AND ";
+                sql += bound;
+                args.push(SqlValue::Integer(v));
+            }
+        }
+        sql += if self.newest_first {
+            " ORDER BY id DESC"
+        } else {
+            " ORDER BY id"
+        };
+        if let Some(limit) = self.limit {
+            sql += &format!(" LIMIT {limit}");
+        }
+        (sql, args)
+    }
+
     /// Whether an event passes the type, session, server, tool and action filters (the store
     /// applies the same ones in SQL; a live follower applies them here).
     pub fn matches(&self, event: &Event) -> bool {
@@ -327,54 +365,39 @@ impl Store {
         Ok(stored)
     }
 
-    /// Reads events back, oldest first.
+    /// Reads events back, oldest first (newest first with [`EventQuery::newest_first`]).
+    /// A row that cannot be decoded comes back as an [`Event::UnreadableRow`] in its place.
     pub fn query(&self, q: &EventQuery) -> Result<Vec<StoredEvent>, StoreError> {
-        let mut sql = String::from("SELECT id, body FROM events WHERE 1=1");
-        let mut args: Vec<SqlValue> = Vec::new();
-        if !q.types.is_empty() {
-            sql += &format!(" AND type IN ({})", vec!["?"; q.types.len()].join(","));
-            args.extend(q.types.iter().cloned().map(SqlValue::Text));
-        }
-        for (column, value) in [
-            ("session_id", &q.session),
-            ("server_id", &q.server),
-            ("tool_name", &q.tool),
-            ("action", &q.action),
-        ] {
-            if let Some(v) = value {
-                sql += &format!(" AND {column} = ?");
-                args.push(SqlValue::Text(v.clone()));
+        let mut out = Vec::new();
+        self.scan(q, |e| {
+            out.push(e);
+            std::ops::ControlFlow::Continue(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`Store::query`], one event at a time, without holding the result: `f` says when to
+    /// stop. What a reader holds is then its own business (a page, a correlator's window).
+    pub fn scan(
+        &self,
+        q: &EventQuery,
+        mut f: impl FnMut(StoredEvent) -> std::ops::ControlFlow<()>,
+    ) -> Result<(), StoreError> {
+        let (sql, args) = q.sql("id, ts_ns, type, session_id, server_id, tool_name, action, body");
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sql_err())?;
+        let mut rows = stmt.query(params_from_iter(args)).map_err(self.sql_err())?;
+        while let Some(row) = rows.next().map_err(self.sql_err())? {
+            let id: i64 = row.get(0).map_err(self.sql_err())?;
+            let event = match row.get_ref(7).map_err(self.sql_err())?.as_str() {
+                Ok(body) => serde_json::from_str::<Event>(body).map_err(|e| e.to_string()),
+                Err(e) => Err(format!("the body is not text: {e}")),
+            };
+            let event = event.unwrap_or_else(|error| unreadable(row, error));
+            if f(StoredEvent { id, event }).is_break() {
+                break;
             }
         }
-        if let Some(since) = q.since_ns {
-            sql += " AND ts_ns >= ?";
-            args.push(SqlValue::Integer(since));
-        }
-        if let Some(after) = q.after_id {
-            sql += " AND id > ?";
-            args.push(SqlValue::Integer(after));
-        }
-        sql += " ORDER BY id";
-        if let Some(limit) = q.limit {
-            sql += &format!(" LIMIT {limit}");
-        }
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sql_err())?;
-        let rows = stmt
-            .query_map(params_from_iter(args), |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-            })
-            .map_err(self.sql_err())?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, body) = row.map_err(self.sql_err())?;
-            let event = serde_json::from_str(&body).map_err(|source| StoreError::Decode {
-                path: self.path.clone(),
-                id,
-                source,
-            })?;
-            out.push(StoredEvent { id, event });
-        }
-        Ok(out)
+        Ok(())
     }
 
     /// Number of stored events.
@@ -460,13 +483,38 @@ impl Store {
     }
 }
 
-/// `event` with its free-form JSON values (a call's arguments, a JSON-RPC id) bounded.
+/// What a row's indexed columns still say of an event whose body could not be decoded.
+fn unreadable(row: &rusqlite::Row<'_>, error: String) -> Event {
+    let text = |i: usize| row.get::<_, String>(i).unwrap_or_default();
+    let ts: i64 = row.get(1).unwrap_or_default();
+    Event::UnreadableRow(super::UnreadableRow {
+        timestamp: chrono::DateTime::from_timestamp_nanos(ts),
+        session_id: text(3),
+        server_id: text(4),
+        tool_name: text(5),
+        action: match text(6).as_str() {
+            "block" => crate::decision::Action::Block,
+            _ => crate::decision::Action::Allow,
+        },
+        stored_type: text(2),
+        error,
+    })
+}
+
+/// `event` with every free-form JSON value it holds (a call's arguments, a JSON-RPC id) bounded:
+/// a value past the bound would make the row unreadable to every reader (`bound.rs`).
 fn bounded_event(event: &Event) -> std::borrow::Cow<'_, Event> {
     use super::bound::bounded;
     let (input, id) = match event {
         Event::McpToolCallIntercepted(e) => (e.input.as_ref(), None),
         Event::McpToolCalled(e) => (e.input.as_ref(), Some(&e.jsonrpc_id)),
-        _ => (None, None),
+        Event::McpResultInspected(e) => (None, Some(&e.jsonrpc_id)),
+        Event::McpNetworkConnection(_)
+        | Event::McpToolSeen(_)
+        | Event::McpToolChanged(_)
+        | Event::KernelAlert(_)
+        | Event::LlmRoute(_)
+        | Event::UnreadableRow(_) => (None, None),
     };
     let new_input = input.and_then(bounded);
     let new_id = id.and_then(bounded);
@@ -478,6 +526,11 @@ fn bounded_event(event: &Event) -> std::borrow::Cow<'_, Event> {
         Event::McpToolCallIntercepted(e) => e.input = new_input.or(e.input.take()),
         Event::McpToolCalled(e) => {
             e.input = new_input.or(e.input.take());
+            if let Some(id) = new_id {
+                e.jsonrpc_id = id;
+            }
+        }
+        Event::McpResultInspected(e) => {
             if let Some(id) = new_id {
                 e.jsonrpc_id = id;
             }

@@ -320,3 +320,91 @@ fn another_process_closing_the_database_loses_nothing_of_ours() {
     drop((writer, reader));
     assert_eq!(Store::open(&path).unwrap().count().unwrap(), 2);
 }
+
+/// A row of a type this build does not know, or with a damaged body, is read back in its place
+/// as an unreadable row with what its columns say; the rows after it read as ever.
+#[test]
+fn an_undecodable_row_is_shown_in_its_place_and_the_rest_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("events.db")).unwrap();
+    store
+        .insert(&[called("s1", "echo", Action::Allow)])
+        .unwrap();
+    store
+        .conn
+        .execute(
+            "INSERT INTO events (ts_ns, type, session_id, server_id, tool_name, action, schema_version, body)
+             VALUES (5, 'mcp_future_event', 's9', 'srv', 'read_file', 'block', 1, '{\"type\":\"mcp_future_event\"}'),
+                    (6, 'mcp_tool_called', 's9', 'srv', 'echo', 'allow', 1, '{\"type\":\"mcp_tool_called\",')",
+            [],
+        )
+        .unwrap();
+    store.insert(&[called("s1", "add", Action::Allow)]).unwrap();
+    let read = store
+        .query(&EventQuery::default())
+        .expect("a bad row fails no read");
+    let kinds: Vec<_> = read.iter().map(|e| e.event.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "mcp_tool_called",
+            "unreadable_row",
+            "unreadable_row",
+            "mcp_tool_called"
+        ]
+    );
+    let Event::UnreadableRow(row) = &read[1].event else {
+        unreachable!()
+    };
+    assert_eq!(
+        (
+            row.stored_type.as_str(),
+            row.session_id.as_str(),
+            row.tool_name.as_str()
+        ),
+        ("mcp_future_event", "s9", "read_file")
+    );
+    assert_eq!(row.action, Action::Block);
+    assert!(row.error.contains("unknown variant"), "{}", row.error);
+    let Event::UnreadableRow(row) = &read[2].event else {
+        unreachable!()
+    };
+    assert!(row.error.contains("EOF"), "{}", row.error);
+}
+
+/// Every free-form JSON value an event holds goes through the record's bound, the JSON-RPC id
+/// a result inspection names included: 126 levels deep, it would make the row unreadable.
+#[test]
+fn a_deep_id_of_a_result_inspection_is_stored_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("events.db")).unwrap();
+    let mut id = serde_json::json!(1);
+    for _ in 0..126 {
+        id = serde_json::json!([id]);
+    }
+    let event = Event::McpResultInspected(crate::events::ResultInspected {
+        policy_revision: None,
+        timestamp: chrono::Utc::now(),
+        session_id: "s".into(),
+        server_id: "srv".into(),
+        server_type: "stdio".into(),
+        tool_name: "get-env".into(),
+        jsonrpc_id: id,
+        action: Action::Allow,
+        inspection: crate::decision::ResultAction::Alert,
+        findings: Vec::new(),
+        findings_total: 0,
+        reason: "secret in the result".into(),
+        layer: "shim".into(),
+    });
+    store.insert(&[event]).unwrap();
+    let read = store.query(&EventQuery::default()).unwrap();
+    let Event::McpResultInspected(e) = &read[0].event else {
+        panic!("read back whole: {:?}", read[0].event.kind())
+    };
+    assert!(
+        crate::events::bound::is_marker(&e.jsonrpc_id),
+        "{}",
+        e.jsonrpc_id
+    );
+}

@@ -75,6 +75,31 @@ impl ApiClient {
         body: impl Into<Bytes>,
     ) -> anyhow::Result<Bytes> {
         let resp = self.send(method, path, body.into()).await?;
+        Self::whole(resp).await
+    }
+
+    /// `GET path` of a paged route: the page, and the path of the next one (its
+    /// `Link: <...>; rel="next"`), if there is more.
+    pub(crate) async fn get_page<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> anyhow::Result<(T, Option<String>)> {
+        let resp = self.send(Method::GET, path, Bytes::new()).await?;
+        let next = resp
+            .headers()
+            .get(http::header::LINK)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_suffix(">; rel=\"next\""))
+            .and_then(|v| v.strip_prefix('<'))
+            .map(str::to_owned);
+        let body = Self::whole(resp).await?;
+        let page = serde_json::from_slice(&body)
+            .with_context(|| format!("parse the daemon's answer to {path}"))?;
+        Ok((page, next))
+    }
+
+    /// The body of a response; a non-2xx status is an error carrying the daemon's message.
+    async fn whole(resp: hyper::Response<hyper::body::Incoming>) -> anyhow::Result<Bytes> {
         let status = resp.status();
         let body = resp
             .into_body()

@@ -14,7 +14,7 @@ use clap::{Args, Subcommand};
 use crate::{
     client::ApiClient,
     config::Config,
-    correlate::{CallRecord, Correlator},
+    correlate::{CallRecord, Correlator, Direction, MAX_LIMIT, PageQuery, read_page},
     events::{Event, EventQuery, Store, StoredEvent},
     registry::{Registry, ServerInfo, ToolEntry, value_hash},
 };
@@ -92,6 +92,13 @@ struct Filters {
     /// Only since this time: RFC 3339 (`2026-11-22T10:00:00Z`) or an age (`90s`, `10m`, `2h`, `1d`).
     #[arg(long)]
     since: Option<String>,
+    /// Only before this time, written as for `--since`.
+    #[arg(long)]
+    until: Option<String>,
+    /// At most this many rows: the latest ones, or the first ones from `--since` (default: the
+    /// latest 50 without `--since`, every one from it).
+    #[arg(long)]
+    limit: Option<usize>,
 }
 
 impl Filters {
@@ -102,12 +109,13 @@ impl Filters {
             tool: self.tool.clone(),
             action: self.action.clone(),
             since_ns: self.since.as_deref().map(parse_since).transpose()?,
+            until_ns: self.until.as_deref().map(parse_since).transpose()?,
             ..Default::default()
         })
     }
 }
 
-/// `--since`: RFC 3339, or an age back from now.
+/// `--since`, `--until`: RFC 3339, or an age back from now.
 fn parse_since(text: &str) -> anyhow::Result<i64> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
         return t
@@ -203,61 +211,189 @@ fn query_string(q: &EventQuery) -> String {
             s.append_pair(k, v);
         }
     }
-    if let Some(since) = q.since_ns {
-        s.append_pair("since", &since.to_string());
+    for (k, v) in [("since", q.since_ns), ("until", q.until_ns)] {
+        if let Some(v) = v {
+            s.append_pair(k, &v.to_string());
+        }
+    }
+    if let Some(limit) = q.limit {
+        s.append_pair("limit", &limit.to_string());
     }
     s.finish()
 }
 
-async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
-    let q = filters.query()?;
-    let mut out = Output::new(common.json, &CALL_COLUMNS);
-    match source(common).await? {
-        Source::Daemon(api) => {
-            let records: Vec<CallRecord> = api
-                .get_json(&format!("/api/calls?{}", query_string(&q)))
-                .await?;
-            records.iter().try_for_each(|r| out.row(r, call_cells(r)))?;
-            out.flush()?;
-            if common.follow {
-                api.follow("/api/stream/calls", |data| {
-                    let r: CallRecord = serde_json::from_str(data)?;
-                    if r.matches(&q) {
-                        out.row(&r, call_cells(&r))
-                    } else {
-                        Ok(())
-                    }
-                })
-                .await?;
+/// Rows shown without `--since` or `--limit`.
+const LATEST: usize = 50;
+
+/// Pages of call records from the daemon or the database, in one direction.
+enum Pager {
+    Daemon {
+        api: ApiClient,
+        next: Option<String>,
+    },
+    Db {
+        store: Box<Store>,
+        q: Box<PageQuery>,
+        window: Duration,
+        done: bool,
+    },
+}
+
+impl Pager {
+    /// Whether a page may follow.
+    fn has_more(&self) -> bool {
+        match self {
+            Pager::Daemon { next, .. } => next.is_some(),
+            Pager::Db { done, .. } => !done,
+        }
+    }
+
+    /// The next page (oldest first within it), or `None` at the end.
+    async fn next(&mut self) -> anyhow::Result<Option<Vec<CallRecord>>> {
+        match self {
+            Pager::Daemon { api, next } => {
+                let Some(path) = next.take() else {
+                    return Ok(None);
+                };
+                let (records, then) = api.get_page(&path).await?;
+                *next = then;
+                Ok(Some(records))
+            }
+            Pager::Db {
+                store,
+                q,
+                window,
+                done,
+            } => {
+                if *done {
+                    return Ok(None);
+                }
+                let page = read_page(store, q, *window)?;
+                q.cursor = page.next;
+                *done = page.next.is_none();
+                Ok(Some(page.records))
             }
         }
-        Source::Db { path, window } => {
-            let store = Store::open(&path)?;
-            let records = crate::correlate::correlate_stored(&store, &q, window)?;
-            records.iter().try_for_each(|r| out.row(r, call_cells(r)))?;
+    }
+}
+
+/// `toolwall mcp calls`: the latest calls (a page back from `--until`), or every call from
+/// `--since` on (page after page, printed as they come), then `--follow`. What a page holds is
+/// bounded, whatever the store's size.
+async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
+    let q = filters.query()?;
+    let forward = q.since_ns.is_some();
+    // Backward, rows are held until the oldest page came, so `--limit` bounds them.
+    let wanted = filters
+        .limit
+        .unwrap_or(if forward { usize::MAX } else { LATEST });
+    let page_size = wanted.clamp(1, MAX_LIMIT);
+    let source = source(common).await?;
+    let mut pager = match &source {
+        Source::Daemon(api) => Pager::Daemon {
+            api: api.clone(),
+            next: Some(format!(
+                "/api/calls?{}",
+                query_string(&EventQuery {
+                    limit: Some(page_size),
+                    ..q.clone()
+                })
+            )),
+        },
+        Source::Db { path, window } => Pager::Db {
+            store: Box::new(Store::open(path)?),
+            q: Box::new(PageQuery {
+                filters: q.clone(),
+                limit: page_size,
+                direction: if forward {
+                    Direction::Newer
+                } else {
+                    Direction::Older
+                },
+                cursor: None,
+            }),
+            window: *window,
+            done: false,
+        },
+    };
+    let mut out = Output::new(common.json, &CALL_COLUMNS);
+    let mut shown = 0usize;
+    let mut more = false;
+    if forward {
+        while let Some(page) = pager.next().await? {
+            for r in page.into_iter().take(wanted - shown) {
+                out.row(&r, call_cells(&r))?;
+                shown += 1;
+            }
+            // The first page sizes the table's columns; later ones print in its widths.
             out.flush()?;
-            if common.follow {
-                // New events only, through a live correlator of our own.
-                let mut last = store.last_id()?.unwrap_or(0);
-                let mut correlator = Correlator::new(window, value_hash);
-                loop {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    let new = store.query(&EventQuery {
-                        after_id: Some(last),
-                        ..Default::default()
-                    })?;
-                    for e in &new {
-                        last = e.id;
-                        for r in correlator.push(e) {
-                            if r.matches(&q) {
-                                out.row(&r, call_cells(&r))?;
-                            }
-                        }
-                    }
-                    for r in correlator.expire(chrono::Utc::now()) {
+            if shown >= wanted {
+                more = true;
+                break;
+            }
+        }
+    } else {
+        let mut pages = Vec::new();
+        while shown < wanted {
+            let Some(mut page) = pager.next().await? else {
+                break;
+            };
+            let room = wanted - shown;
+            if page.len() > room {
+                page.drain(..page.len() - room);
+            }
+            shown += page.len();
+            pages.push(page);
+        }
+        more = shown >= wanted && pager.has_more();
+        for r in pages.into_iter().rev().flatten() {
+            out.row(&r, call_cells(&r))?;
+        }
+    }
+    out.flush()?;
+    if more && filters.limit.is_none() && !common.json {
+        eprintln!(
+            "toolwall: the latest {shown} calls; --limit N for more, --since/--until for a time span"
+        );
+    }
+    if !common.follow {
+        return Ok(());
+    }
+    match source {
+        Source::Daemon(api) => {
+            api.follow("/api/stream/calls", |data| {
+                let r: CallRecord = serde_json::from_str(data)?;
+                if r.matches(&q) {
+                    out.row(&r, call_cells(&r))
+                } else {
+                    Ok(())
+                }
+            })
+            .await?
+        }
+        Source::Db { path, window } => {
+            // New events only, through a live correlator of our own.
+            let store = Store::open(&path)?;
+            let mut last = store.last_id()?.unwrap_or(0);
+            let mut correlator = Correlator::new(window, value_hash);
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let new = store.query(&EventQuery {
+                    after_id: Some(last),
+                    limit: Some(4096),
+                    ..Default::default()
+                })?;
+                for e in &new {
+                    last = e.id;
+                    for r in correlator.push(e) {
                         if r.matches(&q) {
                             out.row(&r, call_cells(&r))?;
                         }
+                    }
+                }
+                for r in correlator.expire(chrono::Utc::now()) {
+                    if r.matches(&q) {
+                        out.row(&r, call_cells(&r))?;
                     }
                 }
             }
@@ -266,6 +402,8 @@ async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
     out.flush()
 }
 
+/// `toolwall mcp events`: the latest events, or every event from `--since` on, page by page,
+/// then `--follow`.
 async fn events(common: &Common, filters: &Filters, types: Vec<String>) -> anyhow::Result<()> {
     for t in &types {
         anyhow::ensure!(
@@ -278,21 +416,94 @@ async fn events(common: &Common, filters: &Filters, types: Vec<String>) -> anyho
         types,
         ..filters.query()?
     };
+    let forward = q.since_ns.is_some();
+    let wanted = filters
+        .limit
+        .unwrap_or(if forward { usize::MAX } else { LATEST });
+    let page_size = wanted.clamp(1, EVENTS_PAGE);
     let mut out = Output::new(common.json, &EVENT_COLUMNS);
-    let mut last = 0;
     let source = source(common).await?;
-    let first: Vec<StoredEvent> = match &source {
-        Source::Daemon(api) => {
-            api.get_json(&format!("/api/events?{}", query_string(&q)))
-                .await?
-        }
-        Source::Db { path, .. } => Store::open(path)?.query(&q)?,
+    let db = match &source {
+        Source::Db { path, .. } => Some(Store::open(path)?),
+        Source::Daemon(_) => None,
     };
-    for e in &first {
-        last = e.id;
-        out.row(e, event_cells(e))?;
+    // One page: from the daemon (which pages the same way) or the database.
+    let page = |cursor: Option<i64>| {
+        let q = EventQuery {
+            limit: Some(page_size),
+            after_id: cursor.filter(|_| forward),
+            before_id: cursor.filter(|_| !forward),
+            newest_first: !forward,
+            ..q.clone()
+        };
+        let (source, db) = (&source, &db);
+        async move {
+            let mut events: Vec<StoredEvent> = match (source, db) {
+                (Source::Daemon(api), _) => {
+                    let mut path = format!("/api/events?{}", query_string(&q));
+                    for (k, v) in [("after", q.after_id), ("before", q.before_id)] {
+                        if let Some(v) = v {
+                            path += &format!("&{k}={v}");
+                        }
+                    }
+                    api.get_json(&path).await?
+                }
+                (_, Some(store)) => store.query(&q)?,
+                (Source::Db { .. }, None) => unreachable!("the database is open"),
+            };
+            // Oldest first within a page, from either source.
+            events.sort_by_key(|e| e.id);
+            anyhow::Ok(events)
+        }
+    };
+    let mut last = 0;
+    let mut shown = 0usize;
+    let mut cursor = None;
+    let mut more = false;
+    if forward {
+        loop {
+            let events = page(cursor).await?;
+            let full = events.len() == page_size;
+            for e in events.iter().take(wanted - shown) {
+                last = e.id;
+                out.row(e, event_cells(e))?;
+                shown += 1;
+            }
+            out.flush()?;
+            cursor = Some(last);
+            if shown >= wanted || !full {
+                more = full;
+                break;
+            }
+        }
+    } else {
+        let mut pages = Vec::new();
+        while shown < wanted {
+            let mut events = page(cursor).await?;
+            let full = events.len() == page_size;
+            cursor = events.first().map(|e| e.id);
+            let room = wanted - shown;
+            if events.len() > room {
+                events.drain(..events.len() - room);
+            }
+            shown += events.len();
+            last = last.max(events.last().map_or(0, |e| e.id));
+            pages.push(events);
+            more = full;
+            if !full {
+                break;
+            }
+        }
+        for e in pages.into_iter().rev().flatten() {
+            out.row(&e, event_cells(&e))?;
+        }
     }
     out.flush()?;
+    if more && filters.limit.is_none() && !common.json {
+        eprintln!(
+            "toolwall: the latest {shown} events; --limit N for more, --since/--until for a time span"
+        );
+    }
     if !common.follow {
         return Ok(());
     }
@@ -314,6 +525,8 @@ async fn events(common: &Common, filters: &Filters, types: Vec<String>) -> anyho
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 for e in store.query(&EventQuery {
                     after_id: Some(last),
+                    limit: Some(EVENTS_PAGE),
+                    newest_first: false,
                     ..q.clone()
                 })? {
                     last = e.id;
@@ -323,6 +536,9 @@ async fn events(common: &Common, filters: &Filters, types: Vec<String>) -> anyho
         }
     }
 }
+
+/// Events a page holds, from either source.
+const EVENTS_PAGE: usize = 1000;
 
 async fn tools(common: &Common) -> anyhow::Result<()> {
     let tools: Vec<ToolEntry> = match source(common).await? {

@@ -236,7 +236,18 @@ impl Daemon {
 
     /// The JSON lines `toolwall ARGS... --json`-style views print, with this daemon's
     /// configuration appended; panics (with what it printed) on a line that is not JSON.
+    ///
+    /// The record views (`mcp calls`, `mcp events`) print their latest rows by default; here
+    /// they print every row unless the test gives `--limit` itself.
     pub fn json_lines(&self, args: &[&str]) -> Vec<serde_json::Value> {
+        let mut args = args.to_vec();
+        if args.first() == Some(&"mcp")
+            && matches!(args.get(1), Some(&"calls") | Some(&"events"))
+            && !args.contains(&"--limit")
+        {
+            args.extend(["--limit", "1000000"]);
+        }
+        let args = &args[..];
         let out = self.toolwall(args);
         String::from_utf8_lossy(&out.stdout)
             .lines()

@@ -181,7 +181,7 @@ fn load(
 /// Events in a database, read with `toolwall mcp events --db`.
 fn stored_events(db: &Path) -> usize {
     let out = Command::new(toolwall_bin())
-        .args(["mcp", "events", "--json", "--db"])
+        .args(["mcp", "events", "--json", "--limit", "100000000", "--db"])
         .arg(db)
         .output()
         .unwrap();
@@ -692,7 +692,7 @@ fn a_deeply_nested_tool_call_does_not_break_the_views() {
     );
     // The database read directly, too.
     let out = Command::new(toolwall_bin())
-        .args(["mcp", "calls", "--json", "--db"])
+        .args(["mcp", "calls", "--json", "--limit", "1000000", "--db"])
         .arg(&daemon.db)
         .output()
         .expect("run toolwall");

@@ -351,9 +351,16 @@ impl Correlator {
         let calls = &mut self.pair(session, server)?.calls;
         let candidates = calls.iter().enumerate().filter(|(_, o)| {
             let r = &o.record;
+            // A call runs after the model proposed it: an execution joins no proposal made
+            // after it (else one whose proposal lies before what was read takes a later call's,
+            // and that call's execution the next one's).
             let missing = match side {
-                Side::NeedsIntercept => r.intercept.is_none() && r.execution.is_some(),
-                Side::NeedsExecution => r.execution.is_none() && r.intercept.is_some(),
+                Side::NeedsIntercept => {
+                    r.intercept.is_none() && r.execution.as_ref().is_some_and(|x| x.at >= at)
+                }
+                Side::NeedsExecution => {
+                    r.execution.is_none() && r.intercept.as_ref().is_some_and(|i| i.at <= at)
+                }
             };
             let args_agree = match (&r.args_hash, args) {
                 (Some(a), Some(b)) => a == b,
@@ -438,36 +445,65 @@ impl Correlator {
     }
 
     /// [`Correlator::batch`] on this correlator. Records close as the events' time moves on, so
-    /// the open set stays as small as a live one: a record closes once the latest event is two
-    /// windows past its last sighting (one window of slack for events stored a little out of
-    /// time order; one that late could have joined it). The output is in the order of pushing
-    /// everything and flushing: by first sighting; on a tie, blocked intercepts as they came,
-    /// then by arrival.
+    /// the open set stays as small as a live one ([`Sweep`]). The output is in the order of
+    /// pushing everything and flushing: by first sighting; on a tie, blocked intercepts as they
+    /// came, then by arrival.
     fn run(&mut self, events: &[StoredEvent]) -> Vec<CallRecord> {
-        type Order = (DateTime<Utc>, bool, u64);
         let mut out: Vec<(Order, CallRecord)> = Vec::new();
-        let mut blocked = 0;
-        let mut since = 0;
-        let mut swept: Option<DateTime<Utc>> = None;
+        let mut sweep = Sweep::default();
         for event in events {
-            for r in self.push(event) {
-                blocked += 1;
-                out.push(((r.first_seen(), false, blocked), r));
-            }
-            since += 1;
-            let Some(latest) = self.latest else { continue };
-            let now = minus(latest, self.window);
-            if since >= SWEEP_EVERY.max(self.len / 4) && swept.is_none_or(|s| now > s) {
-                since = 0;
-                swept = Some(now);
-                let done = self.close(Some(now)).into_iter();
-                out.extend(done.map(|(seq, r)| ((r.first_seen(), true, seq), r)));
-            }
+            sweep.push(self, event, |order, r| out.push((order, r)));
         }
-        let done = self.close(None).into_iter();
-        out.extend(done.map(|(seq, r)| ((r.first_seen(), true, seq), r)));
+        sweep.finish(self, |order, r| out.push((order, r)));
         out.sort_unstable_by_key(|(order, _)| *order);
         out.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+/// Where a record stands in a batch's output: first sighting; on a tie, blocked intercepts as
+/// they came, then by arrival.
+type Order = (DateTime<Utc>, bool, u64);
+
+/// A batch in progress over events in store order, handing records out as they close: a record
+/// closes once the latest event is two windows past its last sighting (one window of slack for
+/// events stored a little out of time order; one that late could have joined it). Its memory
+/// is what is open, however many events pass through.
+#[derive(Default)]
+pub(crate) struct Sweep {
+    blocked: u64,
+    since: usize,
+    swept: Option<DateTime<Utc>>,
+}
+
+impl Sweep {
+    /// Pushes one event; `out` takes the records that closed.
+    pub(crate) fn push(
+        &mut self,
+        c: &mut Correlator,
+        event: &StoredEvent,
+        mut out: impl FnMut(Order, CallRecord),
+    ) {
+        for r in c.push(event) {
+            self.blocked += 1;
+            out((r.first_seen(), false, self.blocked), r);
+        }
+        self.since += 1;
+        let Some(latest) = c.latest else { return };
+        let now = minus(latest, c.window);
+        if self.since >= SWEEP_EVERY.max(c.len / 4) && self.swept.is_none_or(|s| now > s) {
+            self.since = 0;
+            self.swept = Some(now);
+            for (seq, r) in c.close(Some(now)) {
+                out((r.first_seen(), true, seq), r);
+            }
+        }
+    }
+
+    /// Closes everything still open.
+    pub(crate) fn finish(self, c: &mut Correlator, mut out: impl FnMut(Order, CallRecord)) {
+        for (seq, r) in c.close(None) {
+            out((r.first_seen(), true, seq), r);
+        }
     }
 }
 
@@ -570,8 +606,9 @@ fn server_tool(model_name: &str, server_id: &str) -> String {
         .to_owned()
 }
 
+mod page;
 mod stored;
-pub(crate) use stored::correlate_stored;
+pub(crate) use page::{Direction, Key, MAX_LIMIT, PageQuery, read_page};
 
 #[cfg(test)]
 mod tests;

@@ -1,9 +1,9 @@
-//! Correlation over the event store, and the one filter every view of call records applies
-//! (so that the daemon's `/api/calls` and `toolwall mcp calls --db` show the same calls).
+//! The one filter every view of call records applies (so that the daemon's `/api/calls`, its
+//! live stream and `toolwall mcp calls --db` show the same calls).
 
-use crate::events::{EventQuery, Store, StoreError};
+use crate::events::EventQuery;
 
-use super::{CallRecord, Correlator};
+use super::CallRecord;
 
 impl CallRecord {
     /// Whether the record passes a query's session, server, tool and action filters.
@@ -13,28 +13,4 @@ impl CallRecord {
             && q.tool.as_ref().is_none_or(|t| &self.tool == t)
             && q.action.as_ref().is_none_or(|a| self.action.as_str() == a)
     }
-}
-
-/// Correlated records over the stored events that match the filters.
-pub(crate) fn correlate_stored(
-    store: &Store,
-    q: &EventQuery,
-    window: std::time::Duration,
-) -> Result<Vec<CallRecord>, StoreError> {
-    // Correlate over all call events in the time range and filter the records after: a filter
-    // on one side's fields must not cut the other side of a join away.
-    let events = store.query(&EventQuery {
-        types: vec![
-            "mcp_tool_call_intercepted".into(),
-            "mcp_tool_called".into(),
-            "mcp_network_connection".into(),
-            // Records of their own, shown among the calls (`RecordKind::Alert`).
-            "kernel_alert".into(),
-            "mcp_result_inspected".into(),
-        ],
-        since_ns: q.since_ns,
-        ..Default::default()
-    })?;
-    let records = Correlator::batch(window, crate::registry::value_hash, &events);
-    Ok(records.into_iter().filter(|r| r.matches(q)).collect())
 }

@@ -1,5 +1,6 @@
 use super::*;
 
+mod page;
 mod reference;
 use crate::events::{NetworkConnection, ToolCallIntercepted, ToolCalled};
 use serde_json::json;

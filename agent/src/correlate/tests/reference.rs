@@ -199,9 +199,16 @@ impl Linear {
         }
         let candidates = self.open.iter().enumerate().filter(|(_, o)| {
             let r = &o.record;
+            // A call runs after the model proposed it: an execution joins no proposal made
+            // after it (else one whose proposal lies before what was read takes a later call's,
+            // and that call's execution the next one's).
             let missing = match side {
-                Side::NeedsIntercept => r.intercept.is_none() && r.execution.is_some(),
-                Side::NeedsExecution => r.execution.is_none() && r.intercept.is_some(),
+                Side::NeedsIntercept => {
+                    r.intercept.is_none() && r.execution.as_ref().is_some_and(|x| x.at >= at)
+                }
+                Side::NeedsExecution => {
+                    r.execution.is_none() && r.intercept.as_ref().is_some_and(|i| i.at <= at)
+                }
             };
             let args_agree = match (&r.args_hash, args) {
                 (Some(a), Some(b)) => a == b,

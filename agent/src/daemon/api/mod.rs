@@ -7,7 +7,7 @@
 //! | `GET /health` | layers on/off, kernel counters |
 //! | `GET /metrics` | Prometheus/OpenMetrics text: decisions, events stored, queue, store, sessions, approvals, kernel counters (`daemon/metrics.rs`) |
 //! | `GET /api/events?type=&session=&server=&tool=&action=&since=&after=&limit=` | stored events |
-//! | `GET /api/calls?session=&server=&tool=&action=&since=` | correlated call records |
+//! | `GET /api/calls?session=&server=&tool=&action=&since=&until=&limit=&before=&after=` | correlated call records, a page at a time (`Link: rel="next"`) |
 //! | `GET /api/tools`, `GET /api/servers` | the registry |
 //! | `GET /api/stream/events`, `GET /api/stream/calls` | live, as server-sent events |
 //! | `POST /api/events` | record events (JSON lines), e.g. from a shim |
@@ -47,7 +47,7 @@ use super::{DaemonState, READ_TIMEOUT, stdio};
 use crate::mcp::relay;
 use crate::sse::writer::encode_event;
 use crate::{
-    correlate::correlate_stored,
+    correlate::{Direction, Key, MAX_LIMIT, PageQuery, read_page},
     decision::{CallQuery, CallStage, Gate},
     events::{Event, EventQuery, Store},
 };

@@ -107,6 +107,8 @@ pub(crate) fn parse_query(query: &str) -> anyhow::Result<EventQuery> {
             }
             "since" => q.since_ns = Some(value.parse().context("since: unix time in nanoseconds")?),
             "after" => q.after_id = Some(value.parse().context("after: an event id")?),
+            "before" => q.before_id = Some(value.parse().context("before: an event id")?),
+            "until" => q.until_ns = Some(value.parse().context("until: unix time in nanoseconds")?),
             "limit" => q.limit = Some(value.parse().context("limit: a count")?),
             other => anyhow::bail!("unknown query parameter {other:?}"),
         }
@@ -124,17 +126,136 @@ pub(super) async fn read_store<T: Send + 'static>(
         .context("store reader task")?
 }
 
+/// Events a page of `/api/events` holds unless `limit` says otherwise, and at most.
+const EVENTS_PAGE: usize = 1000;
+const EVENTS_MAX: usize = 10_000;
+
+/// `/api/events`: one page of stored events, oldest first. The latest events unless `since`
+/// or `after` (an event id) says where to start; `before` (an event id) pages back.
+/// `Link: <...>; rel="next"` goes on the same way.
 pub(super) async fn events(state: &DaemonState, query: &str) -> anyhow::Result<Response<Body>> {
-    let q = parse_query(query)?;
-    let events = read_store(state, move |s| Ok(s.query(&q)?)).await?;
-    Ok(json_response(StatusCode::OK, &events))
+    let mut q = parse_query(query)?;
+    let limit = q.limit.unwrap_or(EVENTS_PAGE);
+    anyhow::ensure!(
+        (1..=EVENTS_MAX).contains(&limit),
+        "limit: 1 to {EVENTS_MAX} events a page"
+    );
+    anyhow::ensure!(
+        q.after_id.is_none() || q.before_id.is_none(),
+        "before and after: one direction a page"
+    );
+    q.limit = Some(limit);
+    q.newest_first = q.after_id.is_none() && q.since_ns.is_none();
+    let newest_first = q.newest_first;
+    let mut events = read_store(state, move |s| Ok(s.query(&q)?)).await?;
+    if newest_first {
+        events.reverse();
+    }
+    let next = match (events.len() == limit, newest_first) {
+        (false, _) => None,
+        (true, true) => events.first().map(|e| ("before", e.id)),
+        (true, false) => events.last().map(|e| ("after", e.id)),
+    };
+    let mut response = json_response(StatusCode::OK, &events);
+    if let Some((way, id)) = next {
+        let mut out = form_urlencoded::Serializer::new(String::new());
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            if key != "before" && key != "after" {
+                out.append_pair(&key, &value);
+            }
+        }
+        out.append_pair(way, &id.to_string());
+        let link = format!("</api/events?{}>; rel=\"next\"", out.finish());
+        if let Ok(value) = http::HeaderValue::from_str(&link) {
+            response.headers_mut().insert(header::LINK, value);
+        }
+    }
+    Ok(response)
 }
 
+/// Records a page of `/api/calls` holds unless `limit` says otherwise.
+const CALLS_PAGE: usize = 500;
+
+/// `/api/calls`: one page of correlated records, oldest first, read in time and memory that do
+/// not grow with the store (`correlate/page.rs`). The latest calls unless `since` (without
+/// `until`) or a cursor says otherwise; `Link: <...>; rel="next"` goes on the same way.
 pub(super) async fn calls(state: &DaemonState, query: &str) -> anyhow::Result<Response<Body>> {
-    let q = parse_query(query)?;
+    let page = parse_calls(query)?;
     let window = Duration::from_millis(state.config.correlator.window_ms);
-    let records = read_store(state, move |s| Ok(correlate_stored(s, &q, window)?)).await?;
-    Ok(json_response(StatusCode::OK, &records))
+    let asked = page.clone();
+    let found = read_store(state, move |s| Ok(read_page(s, &asked, window)?)).await?;
+    let mut response = json_response(StatusCode::OK, &found.records);
+    if let Some(next) = found.next {
+        let link = format!(
+            "</api/calls?{}>; rel=\"next\"",
+            next_query(query, &page, next)
+        );
+        if let Ok(value) = http::HeaderValue::from_str(&link) {
+            response.headers_mut().insert(header::LINK, value);
+        }
+    }
+    Ok(response)
+}
+
+/// `/api/calls`'s parameters: the filters, `since`/`until` (unix ns, on a record's first
+/// sighting), `limit`, and `before`/`after` (a page's `next`).
+pub(crate) fn parse_calls(query: &str) -> anyhow::Result<PageQuery> {
+    let mut rest = form_urlencoded::Serializer::new(String::new());
+    let (mut limit, mut before, mut after) = (CALLS_PAGE, None, None);
+    let mut until = None;
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match key.as_ref() {
+            "limit" => {
+                limit = value.parse().context("limit: a count")?;
+                anyhow::ensure!(
+                    (1..=MAX_LIMIT).contains(&limit),
+                    "limit: 1 to {MAX_LIMIT} records a page"
+                );
+            }
+            "before" => before = Some(value.parse::<Key>()?),
+            "after" => after = Some(value.parse::<Key>()?),
+            "until" => until = Some(value.parse().context("until: unix time in nanoseconds")?),
+            "type" => anyhow::bail!("/api/calls takes no type (that is /api/events)"),
+            _ => {
+                rest.append_pair(&key, &value);
+            }
+        }
+    }
+    let mut filters = parse_query(&rest.finish())?;
+    anyhow::ensure!(
+        filters.after_id.is_none(),
+        "after: a page cursor (NS_ID), not an event id"
+    );
+    filters.until_ns = until;
+    let (direction, cursor) = match (before, after) {
+        (Some(_), Some(_)) => anyhow::bail!("before and after: one direction a page"),
+        (Some(key), None) => (Direction::Older, Some(key)),
+        (None, Some(key)) => (Direction::Newer, Some(key)),
+        (None, None) if filters.since_ns.is_some() && until.is_none() => (Direction::Newer, None),
+        (None, None) => (Direction::Older, None),
+    };
+    Ok(PageQuery {
+        filters,
+        limit,
+        direction,
+        cursor,
+    })
+}
+
+/// The query of the page after this one: the same one, its cursor moved on.
+fn next_query(query: &str, page: &PageQuery, next: Key) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        if key != "before" && key != "after" {
+            out.append_pair(&key, &value);
+        }
+    }
+    let way = match page.direction {
+        Direction::Older => "before",
+        Direction::Newer => "after",
+    };
+    out.append_pair(way, &next.to_string());
+    out.finish()
 }
 
 /// A live stream as server-sent events; a follower that falls behind is told how many it

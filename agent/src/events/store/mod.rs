@@ -97,8 +97,9 @@ pub struct EventQuery {
 }
 
 impl EventQuery {
-    /// The `SELECT` of `columns` for this query, and its arguments.
-    fn sql(&self, columns: &str) -> (String, Vec<SqlValue>) {
+    /// The `SELECT` of `columns` for this query, and its arguments; in the query's order of
+    /// ids unless `order` is given.
+    fn sql(&self, columns: &str, order: Option<&str>) -> (String, Vec<SqlValue>) {
         let mut sql = format!("SELECT {columns} FROM events WHERE 1=1");
         let mut args: Vec<SqlValue> = Vec::new();
         if !self.types.is_empty() {
@@ -128,10 +129,10 @@ impl EventQuery {
                 args.push(SqlValue::Integer(v));
             }
         }
-        sql += if self.newest_first {
-            " ORDER BY id DESC"
-        } else {
-            " ORDER BY id"
+        sql += match (order, self.newest_first) {
+            (Some(order), _) => order,
+            (None, true) => " ORDER BY id DESC",
+            (None, false) => " ORDER BY id",
         };
         if let Some(limit) = self.limit {
             sql += &format!(" LIMIT {limit}");
@@ -282,6 +283,12 @@ impl Store {
         Ok(store)
     }
 
+    /// The connection, for tests that write rows no build writes.
+    #[cfg(test)]
+    pub(crate) fn conn_for_tests(&self) -> &Connection {
+        &self.conn
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -383,7 +390,10 @@ impl Store {
         q: &EventQuery,
         mut f: impl FnMut(StoredEvent) -> std::ops::ControlFlow<()>,
     ) -> Result<(), StoreError> {
-        let (sql, args) = q.sql("id, ts_ns, type, session_id, server_id, tool_name, action, body");
+        let (sql, args) = q.sql(
+            "id, ts_ns, type, session_id, server_id, tool_name, action, body",
+            None,
+        );
         let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sql_err())?;
         let mut rows = stmt.query(params_from_iter(args)).map_err(self.sql_err())?;
         while let Some(row) = rows.next().map_err(self.sql_err())? {
@@ -398,6 +408,38 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// The time of the `n`-th event (1-based) that `q` selects in `[from_ns, to_ns)`, counting
+    /// back from the newest (`newest`) or on from the oldest; `None` when there are fewer. Reads
+    /// `n` index entries, not the events: a page finds its span with it.
+    pub(crate) fn nth_time(
+        &self,
+        q: &EventQuery,
+        from_ns: i64,
+        to_ns: i64,
+        n: usize,
+        newest: bool,
+    ) -> Result<Option<i64>, StoreError> {
+        let q = EventQuery {
+            since_ns: Some(from_ns),
+            until_ns: Some(to_ns),
+            limit: None,
+            ..q.clone()
+        };
+        let order = if newest {
+            format!(
+                " ORDER BY ts_ns DESC LIMIT 1 OFFSET {}",
+                n.saturating_sub(1)
+            )
+        } else {
+            format!(" ORDER BY ts_ns LIMIT 1 OFFSET {}", n.saturating_sub(1))
+        };
+        let (sql, args) = q.sql("ts_ns", Some(&order));
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sql_err())?;
+        stmt.query_row(params_from_iter(args), |r| r.get(0))
+            .optional()
+            .map_err(self.sql_err())
     }
 
     /// Number of stored events.

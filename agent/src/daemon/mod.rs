@@ -65,6 +65,10 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// a slow one must not hold a descriptor for ever.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long the store's integrity check may take at start: a big store is checked as far as
+/// this allows (and `/health` says so).
+const STORE_CHECK_BOUND: Duration = Duration::from_secs(5);
+
 async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow::Result<ExitCode> {
     // 1. config
     let config = Config::load(args.config.as_deref())?;
@@ -72,12 +76,6 @@ async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow
     tracing::info!(config = %config.origin, "configuration loaded");
     check_server_users(&config)?;
 
-    // 2. registry (persistent; discovery of declared network servers happens below, once the
-    //    event store can record what it finds)
-    let registry = Arc::new(
-        Registry::open(&db_path)
-            .with_context(|| format!("open the tool registry in {}", db_path.display()))?,
-    );
     // Held until the daemon exits: a second daemon on this store is refused, naming this one.
     let whose = match &args.config {
         Some(path) => std::path::absolute(path)
@@ -87,6 +85,15 @@ async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow
         None => config.origin.clone(),
     };
     let _store_claim = crate::events::claim_store(&db_path, &whose)?;
+    // A damaged store is set aside before anything reads it (`events/store/integrity.rs`).
+    let checked = crate::events::check_at_start(&db_path, STORE_CHECK_BOUND)?;
+
+    // 2. registry (persistent; discovery of declared network servers happens below, once the
+    //    event store can record what it finds)
+    let registry = Arc::new(
+        Registry::open(&db_path)
+            .with_context(|| format!("open the tool registry in {}", db_path.display()))?,
+    );
 
     // 3. policy: the file's, or the last good signed bundle's when one is kept (a host that
     //    starts offline runs the fleet's policy; `daemon/bundle.rs`)
@@ -140,6 +147,7 @@ async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow
     let (live_events, _) = broadcast::channel(4096);
     let (writer, committer) = spawn_committing_writer(store, rx, live_events.clone());
     let store_health = committer.health();
+    store_health.set_checked(checked);
     // What every layer asks: the policy, refusing calls the store cannot record.
     let gate = audit_gate::AuditGate::shared(
         policy.clone(),

@@ -11,7 +11,7 @@ mod store;
 mod types;
 
 pub(crate) use store::{Committer, EventQuery, StoreError, StoreHealth, spawn_committing_writer};
-pub(crate) use store::{OpenError, claim as claim_store, connect};
+pub(crate) use store::{Checked, OpenError, check_at_start, claim as claim_store, connect};
 pub use store::{Store, StoredEvent, spawn_writer};
 pub use types::*;
 

@@ -28,13 +28,21 @@ static INSTANCE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// learns here that it is in a session; agent/src/mcp/enforce.rs).
 pub(super) fn health(state: &DaemonState, peer_session: Option<&str>) -> Response<Body> {
     let counters = state.netmon.as_ref().and_then(|n| n.counters().ok());
-    let failing = state.committer.health().failing();
+    let store = state.committer.health();
+    let failing = store.failing();
+    let reads_failing = store.reads_failing();
+    let checked = store.checked();
+    let set_aside = matches!(checked, Some(crate::events::Checked::SetAside { .. }));
+    let degraded = failing.is_some() || reads_failing.is_some() || set_aside;
     let mut report = json!({
-            "status": if failing.is_some() { "degraded" } else { "ok" },
+            "status": if degraded { "degraded" } else { "ok" },
             "peer_session": peer_session,
-            "store": match &failing {
-                Some(reason) => json!({ "writing": false, "error": reason }),
-                None => json!({ "writing": true }),
+            "store": {
+                "writing": failing.is_none(),
+                "error": failing,
+                "reading": reads_failing.is_none(),
+                "read_error": reads_failing,
+                "checked_at_start": checked.map(|c| c.describe()),
             },
             // Waiting for the writer; layers stop reading their peers past the bound.
             "queued_event_bytes": state.sink.queued(),
@@ -121,9 +129,19 @@ pub(super) async fn read_store<T: Send + 'static>(
     f: impl FnOnce(&Store) -> anyhow::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
     let path = state.db_path.clone();
-    tokio::task::spawn_blocking(move || f(&Store::open(&path)?))
+    let read = tokio::task::spawn_blocking(move || f(&Store::open(&path)?))
         .await
-        .context("store reader task")?
+        .context("store reader task")?;
+    // `/health` is degraded while reads fail (a store damaged after start).
+    let health = state.committer.health();
+    match &read {
+        Ok(_) => health.set_read(None),
+        Err(error) if error.downcast_ref::<crate::events::StoreError>().is_some() => {
+            health.set_read(Some(format!("{error:#}")))
+        }
+        Err(_) => {}
+    }
+    read
 }
 
 /// Events a page of `/api/events` holds unless `limit` says otherwise, and at most.

@@ -5,6 +5,7 @@
 //! event is kept whole as JSON, and the fields queries filter on are copied into typed, indexed
 //! columns.
 
+mod integrity;
 mod owner;
 mod writer;
 
@@ -20,6 +21,7 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::V
 use serde::Serialize;
 use thiserror::Error;
 
+pub(crate) use integrity::{Checked, check_at_start};
 pub(crate) use owner::claim;
 pub use writer::spawn_writer;
 pub(crate) use writer::{Committer, StoreHealth, spawn_committing_writer};

@@ -28,6 +28,10 @@ pub(crate) struct StoreHealth {
     stopping: AtomicBool,
     /// Events given up on at shutdown.
     unstored: AtomicU64,
+    /// What the integrity check at start found (`None`: not run, a stand-alone writer).
+    checked: std::sync::Mutex<Option<super::Checked>>,
+    /// Why the last read of the store failed, until one succeeds.
+    reads_failing: std::sync::Mutex<Option<String>>,
     /// Seconds each batch's transaction took (successful ones), for `/metrics`.
     pub(crate) commit_seconds: prometheus_client::metrics::histogram::Histogram,
 }
@@ -38,6 +42,8 @@ impl Default for StoreHealth {
             failing: Default::default(),
             stopping: Default::default(),
             unstored: Default::default(),
+            checked: Default::default(),
+            reads_failing: Default::default(),
             // 50 µs to ~3 s: a batch on a quiet disk to one behind a busy lock.
             commit_seconds: prometheus_client::metrics::histogram::Histogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(50e-6, 4.0, 9),
@@ -53,6 +59,32 @@ impl StoreHealth {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// What the integrity check at start found.
+    pub(crate) fn checked(&self) -> Option<super::Checked> {
+        self.checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records what the integrity check at start found.
+    pub(crate) fn set_checked(&self, checked: super::Checked) {
+        *self.checked.lock().unwrap_or_else(|e| e.into_inner()) = Some(checked);
+    }
+
+    /// Why reading the store fails now; `None` when its last read succeeded.
+    pub(crate) fn reads_failing(&self) -> Option<String> {
+        self.reads_failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records the outcome of a read (a view's, a page's).
+    pub(crate) fn set_read(&self, failing: Option<String>) {
+        *self.reads_failing.lock().unwrap_or_else(|e| e.into_inner()) = failing;
     }
 
     /// Events the writer gave up on at shutdown (the disk kept failing).

@@ -3,7 +3,8 @@
 //! (a real browser), or by nobody in time — at the MCP layer (the official Python SDK through
 //! `toolwall shim` and `toolwall mcp-proxy`, which ask the daemon) and at the LLM layer (the
 //! official Anthropic TypeScript SDK through the daemon's proxy), and each question is posted
-//! to the configured webhook. Only the daemon's user, outside every session, can answer.
+//! to the configured webhook. Only the daemon's user, outside every session, can answer, and
+//! an answer names its question by an id no other daemon run gives out and by its digest.
 
 mod mcp_common;
 
@@ -46,6 +47,24 @@ fn with_webhook(yaml: &str, url: &str) -> String {
         &format!("    approval:\n      webhook:\n        url: {url}\n        headers:\n          Authorization: Bearer hook-secret\n"),
         1,
     )
+}
+
+/// `question`'s id and digest, checked for their form: a run's prefix and a count, 16 hex.
+fn id_and_digest(question: &Value) -> (String, String) {
+    let id = question["id"].as_str().unwrap_or_default().to_owned();
+    let digest = question["digest"].as_str().unwrap_or_default().to_owned();
+    let (prefix, count) = id.split_once('-').unwrap_or_default();
+    assert!(
+        prefix.len() == 4
+            && prefix.chars().all(|c| c.is_ascii_alphanumeric())
+            && count.parse::<u64>().is_ok(),
+        "{question}"
+    );
+    assert!(
+        digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()),
+        "{question}"
+    );
+    (id, digest)
 }
 
 /// Waits until `toolwall approvals --json` lists a question (at most 60 s); returns the first.
@@ -148,15 +167,40 @@ impl Webhook {
 
 /// One raw HTTP/1.1 request to the loopback API; returns the status.
 fn loopback(api: &str, request: &str) -> u16 {
+    loopback_answer(api, request).0
+}
+
+/// One raw HTTP/1.1 request to the loopback API; returns the status and the body.
+fn loopback_answer(api: &str, request: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(api).expect("connect the API");
     stream.write_all(request.as_bytes()).expect("send");
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    answer
+    let status = answer
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The web view's answer to approval `id`: `body` POSTed with the web token.
+fn web_answer(daemon: &Daemon, id: &str, body: &Value) -> (u16, String) {
+    let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
+    let api = &daemon.api;
+    let body = body.to_string();
+    loopback_answer(
+        api,
+        &format!(
+            "POST /api/approvals/{id} HTTP/1.1\r\nHost: {api}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            token.trim(),
+            body.len()
+        ),
+    )
 }
 
 fn called_reasons(daemon: &Daemon) -> Vec<(String, String)> {
@@ -186,7 +230,8 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     );
 
     let first = next_question(&daemon);
-    assert_eq!(first["id"], 1, "{first}");
+    let (first_id, first_digest) = id_and_digest(&first);
+    assert!(first_id.ends_with("-1"), "{first}");
     assert_eq!(
         (&first["layer"], &first["server_id"], &first["tool"]),
         (&json!("shim"), &json!("everything"), &json!("get-sum"))
@@ -206,7 +251,7 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
         let out = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(toolwall_tests::toolwall_bin())
-            .args(["approve", "1", "--config"])
+            .args(["approve", &first_id, "--config"])
             .arg(&daemon.config)
             .output()
             .expect("setpriv");
@@ -219,11 +264,11 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
     let api = daemon.api.clone();
     let post = |auth: &str, origin: &str, query: &str| {
-        let body = r#"{"approve": true}"#;
+        let body = json!({"approve": true, "digest": first_digest}).to_string();
         loopback(
             &api,
             &format!(
-                "POST /api/approvals/1{query} HTTP/1.1\r\nHost: {api}\r\n{auth}{origin}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "POST /api/approvals/{first_id}{query} HTTP/1.1\r\nHost: {api}\r\n{auth}{origin}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             ),
         )
@@ -255,19 +300,33 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
         "still waiting"
     );
 
-    let out = daemon.toolwall(&["approve", "1"]);
+    // The CLI answers what waits under the id, by its digest, and says what it answered.
+    let out = daemon.toolwall(&["approve", &first_id]);
+    let said = String::from_utf8_lossy(&out.stdout);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains(
-            r#"approved approval 1: get-sum on everything (session -) with {"a":500,"b":1}"#
-        ),
+        said.contains(&format!(
+            r#"approved approval {first_id} (digest {first_digest}): get-sum on everything (session -) with {{"a":500,"b":1}}; asked because "#
+        )) && said.contains("\"big-sums\" asks a person"),
         "{out:?}"
     );
     let second = next_question(&daemon);
     assert_eq!(second["arguments"], json!({"a": 600, "b": 1}));
-    let id = second["id"].to_string();
+    let (second_id, second_digest) = id_and_digest(&second);
+    assert_eq!(
+        second_id.split_once('-').map(|p| p.0),
+        first_id.split_once('-').map(|p| p.0),
+        "one prefix per run"
+    );
     assert!(
         daemon
-            .toolwall(&["deny", &id, "--reason", "too big"])
+            .toolwall(&[
+                "deny",
+                &second_id,
+                "--digest",
+                &second_digest,
+                "--reason",
+                "too big"
+            ])
             .status
             .success()
     );
@@ -279,8 +338,9 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     );
     let refusal = calls[1]["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        refusal.starts_with("toolwall: denied by uid 0 (cli): too big (approval 2;")
-            || refusal.contains(": too big (approval 2;"),
+        refusal.contains(&format!(
+            "denied by uid 0 (cli): too big (approval {second_id};"
+        )),
         "the client is told who denied it and why: {report}"
     );
     assert_eq!(
@@ -292,17 +352,18 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
         .map(|p| p.iter().filter_map(|n| n["message"].as_str()).collect())
         .unwrap_or_default();
     assert!(
-        progress
-            .iter()
-            .any(|m| m.contains("waits for a person (toolwall approve 1 / toolwall deny 1)")),
+        progress.iter().any(|m| m.contains(&format!(
+            "waits for a person (toolwall approve {first_id} / toolwall deny {first_id})"
+        ))),
         "the client heard its call waits: {progress:?}"
     );
 
     // Answered once; the record says who decided.
-    let again = daemon.toolwall(&["approve", "1"]);
+    let again = daemon.toolwall(&["approve", &first_id]);
     assert!(
         !again.status.success()
-            && String::from_utf8_lossy(&again.stderr).contains("no call waits under approval 1"),
+            && String::from_utf8_lossy(&again.stderr)
+                .contains(&format!("no call waits under approval {first_id}")),
         "{again:?}"
     );
     let reasons = called_reasons(&daemon);
@@ -317,14 +378,157 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     );
     assert_eq!(reasons[2], ("allow".into(), String::new()));
 
-    // Each question reached the webhook, with its headers and the commands that answer it.
+    // Each question reached the webhook, with its headers, its digest and the commands that
+    // answer exactly it.
     let got = hook.got.lock().unwrap().clone();
     assert_eq!(got.len(), 2, "{got:?}");
     assert_eq!(got[0].0, "Bearer hook-secret");
-    assert_eq!(got[0].1["question"]["id"], 1);
+    assert_eq!(got[0].1["question"]["id"], first_id.as_str());
+    assert_eq!(got[0].1["question"]["digest"], first_digest.as_str());
     assert_eq!(got[0].1["question"]["arguments"], json!({"a": 500, "b": 1}));
-    assert_eq!(got[0].1["approve"], "toolwall approve 1");
-    assert_eq!(got[1].1["deny"], "toolwall deny 2");
+    assert_eq!(
+        got[0].1["approve"],
+        format!("toolwall approve {first_id} --digest {first_digest}")
+    );
+    assert!(
+        got[0].1["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!(
+                "approval {first_id} (digest {first_digest}): get-sum on everything"
+            )),
+        "{got:?}"
+    );
+    assert_eq!(
+        got[1].1["deny"],
+        format!("toolwall deny {second_id} --digest {second_digest}")
+    );
+}
+
+/// The daemon restarts between a person's listing and their answer: the id they listed is
+/// refused by the new daemon, saying it did not ask it, and never taken for the new daemon's
+/// question of the same count, which has another id.
+#[test]
+fn an_id_listed_before_a_restart_answers_nothing_after_it() {
+    let mut daemon = Daemon::start(&config(60, ""));
+    let client = shim_client(&daemon, &json!([["get-sum", {"a": 500, "b": 1}]]));
+    let listed = next_question(&daemon);
+    let (old_id, old_digest) = id_and_digest(&listed);
+    daemon.kill9();
+    let report = finished(client);
+    assert!(
+        report["calls"][0]["error"]["message"].is_string(),
+        "a question dies with its daemon, and its call is not run: {report}"
+    );
+
+    daemon.relaunch("stderr-after");
+    let client = shim_client(&daemon, &json!([["get-sum", {"a": 9999, "b": 1}]]));
+    let asked = next_question(&daemon);
+    assert_eq!(asked["arguments"], json!({"a": 9999, "b": 1}));
+    let (new_id, new_digest) = id_and_digest(&asked);
+    assert_ne!(new_id, old_id);
+    assert_eq!(
+        new_id.split_once('-').map(|p| p.1),
+        old_id.split_once('-').map(|p| p.1),
+        "the new run counts from 1 too"
+    );
+    for answer in [
+        vec!["approve", old_id.as_str()],
+        vec!["approve", old_id.as_str(), "--digest", old_digest.as_str()],
+    ] {
+        let out = daemon.toolwall(&answer);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && said.contains(&format!("approval {old_id} was not asked by this daemon")),
+            "{answer:?}: {said}"
+        );
+    }
+    let (status, body) = web_answer(
+        &daemon,
+        &old_id,
+        &json!({"approve": true, "digest": old_digest}),
+    );
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(
+        daemon.json_lines(&["approvals", "--json"]),
+        [asked],
+        "the new question still waits"
+    );
+
+    assert!(
+        daemon
+            .toolwall(&["deny", &new_id, "--digest", &new_digest])
+            .status
+            .success()
+    );
+    let report = finished(client);
+    assert!(
+        report["calls"][0]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("denied by uid 0 (cli) (approval {new_id};")),
+        "{report}"
+    );
+}
+
+/// An answer names the digest of what its person was shown: one naming another (a listing
+/// gone stale, a mistyped digest) or none answers nothing, and the 409 shows the call that
+/// waits — its hidden characters escaped, as `toolwall approvals` shows them.
+#[test]
+fn an_answer_naming_another_digest_is_refused_with_the_call_that_waits() {
+    let daemon = Daemon::start(&config(60, ""));
+    let client = shim_client(
+        &daemon,
+        &json!([["get-sum", {"a": 700, "b": 1, "note": "read\u{2060}_file"}]]),
+    );
+    let asked = next_question(&daemon);
+    let (id, digest) = id_and_digest(&asked);
+    let stale = if digest == "0123456789abcdef" {
+        "fedcba9876543210"
+    } else {
+        "0123456789abcdef"
+    };
+
+    let (status, body) = web_answer(&daemon, &id, &json!({"approve": true, "digest": stale}));
+    assert_eq!(status, 409, "{body}");
+    let refused: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(refused["question"], asked, "{refused}");
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("not the one digest {stale} names"))
+            && error.contains(&format!(
+                r#"approval {id} (digest {digest}): get-sum on everything (session -) with {{"a":700,"b":1,"note":"read\u{{2060}}_file"}}"#
+            )),
+        "{error}"
+    );
+    let (status, body) = web_answer(&daemon, &id, &json!({"approve": true}));
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("names none"), "{body}");
+
+    let out = daemon.toolwall(&["approve", &id, "--digest", stale]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("409") && said.contains(r"read\u{2060}_file"),
+        "{said}"
+    );
+    let listed = daemon.toolwall(&["approvals"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains(&digest) && listed.contains(r"read\u{2060}_file"),
+        "{listed}"
+    );
+
+    let out = daemon.toolwall(&["approve", &id, "--digest", &digest]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains(r"read\u{2060}_file"),
+        "{out:?}"
+    );
+    let report = finished(client);
+    assert_eq!(
+        report["calls"][0]["result"]["content"][0]["text"], "The sum of 700 and 1 is 701.",
+        "{report}"
+    );
 }
 
 #[test]
@@ -350,7 +554,8 @@ fn a_call_no_one_answers_is_denied_at_the_filter_proxy_when_its_time_is_up() {
     let calls = report["calls"].as_array().expect("calls");
     let refusal = calls[0]["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        refusal.contains("no one answered within 2 s: denied (approval 1;"),
+        refusal.contains("no one answered within 2 s: denied (approval ")
+            && refusal.contains("-1;"),
         "{report}"
     );
     assert!(started.elapsed() >= Duration::from_secs(2));
@@ -474,7 +679,7 @@ fn a_proposed_call_is_held_until_answered_and_once_approved_runs_without_a_secon
             (&q["layer"], &q["arguments"]),
             (&json!("llm"), &json!({"a": 1, "b": 2}))
         );
-        let id = q["id"].to_string();
+        let (id, _) = id_and_digest(&q);
         let verdict = if approve { "approve" } else { "deny" };
         assert!(daemon.toolwall(&[verdict, &id]).status.success());
         let out = turn.wait_with_output().expect("node ends");
@@ -533,7 +738,8 @@ fn a_proposed_call_is_held_until_answered_and_once_approved_runs_without_a_secon
     assert!(
         reasons[0]
             .1
-            .contains("approved by uid 0 (cli) when the model proposed it (approval 1;"),
+            .contains("approved by uid 0 (cli) when the model proposed it (approval ")
+            && reasons[0].1.contains("-1;"),
         "{reasons:?}"
     );
     let client = shim_client(&daemon, &json!([["get-sum", {"a": 1, "b": 2}]]));
@@ -541,7 +747,7 @@ fn a_proposed_call_is_held_until_answered_and_once_approved_runs_without_a_secon
     assert_eq!(q["layer"], "shim", "a second run is asked anew: {q}");
     assert!(
         daemon
-            .toolwall(&["deny", &q["id"].to_string()])
+            .toolwall(&["deny", &id_and_digest(&q).0])
             .status
             .success()
     );
@@ -563,7 +769,10 @@ fn privileged_the_web_view_approves_and_denies_a_waiting_call() {
     let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
     let client = shim_client(
         &daemon,
-        &json!([["get-sum", {"a": 500, "b": 1}], ["get-sum", {"a": 700, "b": 1}]]),
+        &json!([
+            ["get-sum", {"a": 500, "b": 1}],
+            ["get-sum", {"a": 700, "b": 1, "note": "x\u{202E}y"}]
+        ]),
     );
     for (verdict, a) in [("approve", "500"), ("deny", "700")] {
         let screenshot = workspace_root().join(format!("target/web-view-{verdict}.png"));
@@ -589,9 +798,21 @@ fn privileged_the_web_view_approves_and_denies_a_waiting_call() {
             .filter_map(Value::as_str)
             .collect();
         assert_eq!(row["visible"], true);
-        assert_eq!(cells[2..4], ["everything", "get-sum"], "{row}");
-        assert!(cells[4].contains(&format!("\"a\":{a}")), "{row}");
+        assert_eq!(cells[3..5], ["everything", "get-sum"], "{row}");
+        assert!(cells[5].contains(&format!("\"a\":{a}")), "{row}");
         assert_eq!(lines.next(), Some("answered"));
+        // The dialog named the question's id and digest; a bidirectional override in the
+        // arguments is shown as its escape, in the row and in the dialog.
+        let dialog: Value = serde_json::from_str(lines.next().unwrap_or_default()).expect("dialog");
+        let dialog = dialog["dialog"].as_str().unwrap_or_default();
+        assert!(
+            dialog.contains(&format!("{} (digest {}):", cells[0], cells[1])),
+            "{dialog}"
+        );
+        if a == "700" {
+            assert!(cells[5].contains(r"x\u{202e}y"), "{row}");
+            assert!(dialog.contains(r"x\u{202e}y"), "{dialog}");
+        }
     }
     let report = finished(client);
     assert_eq!(

@@ -4,41 +4,23 @@
 //! `toolwall shim` and `toolwall mcp-proxy`, which ask the daemon) and at the LLM layer (the
 //! official Anthropic TypeScript SDK through the daemon's proxy), and each question is posted
 //! to the configured webhook. Only the daemon's user, outside every session, can answer, and
-//! an answer names its question by an id no other daemon run gives out and by its digest.
+//! an answer names its question by its id and digest (`approval_answers.rs`: a restart, a
+//! stale digest).
 
+mod approval_common;
 mod mcp_common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use approval_common::*;
 use mcp_common::*;
 use serde_json::{Value, json};
 use toolwall_tests::{Daemon, peers_dir, workspace_root};
-
-/// Calls of `get-sum` whose `a` is from 100 up wait for a person.
-fn config(timeout_secs: u64, extra: &str) -> String {
-    format!(
-        r#"{extra}
-sandbox:
-  mcp:
-    approval:
-      timeout_secs: {timeout_secs}
-    argument_rules:
-      - name: big-sums
-        server: everything
-        tool: get-sum
-        action: ask
-        reason: sums from 100 up need a person
-        when:
-          - pointer: /a
-            range: {{ min: 100 }}
-"#
-    )
-}
 
 /// The config with a webhook (`approval.webhook`) inserted.
 fn with_webhook(yaml: &str, url: &str) -> String {
@@ -47,76 +29,6 @@ fn with_webhook(yaml: &str, url: &str) -> String {
         &format!("    approval:\n      webhook:\n        url: {url}\n        headers:\n          Authorization: Bearer hook-secret\n"),
         1,
     )
-}
-
-/// `question`'s id and digest, checked for their form: a run's prefix and a count, 16 hex.
-fn id_and_digest(question: &Value) -> (String, String) {
-    let id = question["id"].as_str().unwrap_or_default().to_owned();
-    let digest = question["digest"].as_str().unwrap_or_default().to_owned();
-    let (prefix, count) = id.split_once('-').unwrap_or_default();
-    assert!(
-        prefix.len() == 4
-            && prefix.chars().all(|c| c.is_ascii_alphanumeric())
-            && count.parse::<u64>().is_ok(),
-        "{question}"
-    );
-    assert!(
-        digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()),
-        "{question}"
-    );
-    (id, digest)
-}
-
-/// Waits until `toolwall approvals --json` lists a question (at most 60 s); returns the first.
-fn next_question(daemon: &Daemon) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(q) = daemon
-            .json_lines(&["approvals", "--json"])
-            .into_iter()
-            .next()
-        {
-            return q;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no question came; daemon said:\n{}",
-            daemon.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The Python SDK client through `toolwall shim` (which asks `daemon`), asking for progress.
-fn shim_client(daemon: &Daemon, calls: &Value) -> Child {
-    let shim = vec![
-        toolwall_tests::toolwall_bin().display().to_string(),
-        "shim".into(),
-        "--config".into(),
-        daemon.config.display().to_string(),
-        "--server-id".into(),
-        "everything".into(),
-        "--".into(),
-    ];
-    Command::new(toolwall_tests::python())
-        .arg(workspace_root().join("tests/peers/mcp_client.py"))
-        .args(["stdio", &stdio_argv(&shim), &calls.to_string()])
-        .env("MCP_CLIENT_PROGRESS", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the Python MCP client")
-}
-
-fn finished(child: Child) -> Value {
-    let out = child.wait_with_output().expect("the client ends");
-    assert!(
-        out.status.success(),
-        "client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("a JSON report")
 }
 
 /// A webhook receiver: every POST body it got, as JSON, with its `Authorization`.
@@ -163,44 +75,6 @@ impl Webhook {
         });
         Webhook { url, got }
     }
-}
-
-/// One raw HTTP/1.1 request to the loopback API; returns the status.
-fn loopback(api: &str, request: &str) -> u16 {
-    loopback_answer(api, request).0
-}
-
-/// One raw HTTP/1.1 request to the loopback API; returns the status and the body.
-fn loopback_answer(api: &str, request: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(api).expect("connect the API");
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// The web view's answer to approval `id`: `body` POSTed with the web token.
-fn web_answer(daemon: &Daemon, id: &str, body: &Value) -> (u16, String) {
-    let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
-    let api = &daemon.api;
-    let body = body.to_string();
-    loopback_answer(
-        api,
-        &format!(
-            "POST /api/approvals/{id} HTTP/1.1\r\nHost: {api}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            token.trim(),
-            body.len()
-        ),
-    )
 }
 
 fn called_reasons(daemon: &Daemon) -> Vec<(String, String)> {
@@ -402,132 +276,6 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     assert_eq!(
         got[1].1["deny"],
         format!("toolwall deny {second_id} --digest {second_digest}")
-    );
-}
-
-/// The daemon restarts between a person's listing and their answer: the id they listed is
-/// refused by the new daemon, saying it did not ask it, and never taken for the new daemon's
-/// question of the same count, which has another id.
-#[test]
-fn an_id_listed_before_a_restart_answers_nothing_after_it() {
-    let mut daemon = Daemon::start(&config(60, ""));
-    let client = shim_client(&daemon, &json!([["get-sum", {"a": 500, "b": 1}]]));
-    let listed = next_question(&daemon);
-    let (old_id, old_digest) = id_and_digest(&listed);
-    daemon.kill9();
-    let report = finished(client);
-    assert!(
-        report["calls"][0]["error"]["message"].is_string(),
-        "a question dies with its daemon, and its call is not run: {report}"
-    );
-
-    daemon.relaunch("stderr-after");
-    let client = shim_client(&daemon, &json!([["get-sum", {"a": 9999, "b": 1}]]));
-    let asked = next_question(&daemon);
-    assert_eq!(asked["arguments"], json!({"a": 9999, "b": 1}));
-    let (new_id, new_digest) = id_and_digest(&asked);
-    assert_ne!(new_id, old_id);
-    assert_eq!(
-        new_id.split_once('-').map(|p| p.1),
-        old_id.split_once('-').map(|p| p.1),
-        "the new run counts from 1 too"
-    );
-    for answer in [
-        vec!["approve", old_id.as_str()],
-        vec!["approve", old_id.as_str(), "--digest", old_digest.as_str()],
-    ] {
-        let out = daemon.toolwall(&answer);
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success()
-                && said.contains(&format!("approval {old_id} was not asked by this daemon")),
-            "{answer:?}: {said}"
-        );
-    }
-    let (status, body) = web_answer(
-        &daemon,
-        &old_id,
-        &json!({"approve": true, "digest": old_digest}),
-    );
-    assert_eq!(status, 404, "{body}");
-    assert_eq!(
-        daemon.json_lines(&["approvals", "--json"]),
-        [asked],
-        "the new question still waits"
-    );
-
-    assert!(
-        daemon
-            .toolwall(&["deny", &new_id, "--digest", &new_digest])
-            .status
-            .success()
-    );
-    let report = finished(client);
-    assert!(
-        report["calls"][0]["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains(&format!("denied by uid 0 (cli) (approval {new_id};")),
-        "{report}"
-    );
-}
-
-/// An answer names the digest of what its person was shown: one naming another (a listing
-/// gone stale, a mistyped digest) or none answers nothing, and the 409 shows the call that
-/// waits — its hidden characters escaped, as `toolwall approvals` shows them.
-#[test]
-fn an_answer_naming_another_digest_is_refused_with_the_call_that_waits() {
-    let daemon = Daemon::start(&config(60, ""));
-    let client = shim_client(
-        &daemon,
-        &json!([["get-sum", {"a": 700, "b": 1, "note": "read\u{2060}_file"}]]),
-    );
-    let asked = next_question(&daemon);
-    let (id, digest) = id_and_digest(&asked);
-    let stale = if digest == "0123456789abcdef" {
-        "fedcba9876543210"
-    } else {
-        "0123456789abcdef"
-    };
-
-    let (status, body) = web_answer(&daemon, &id, &json!({"approve": true, "digest": stale}));
-    assert_eq!(status, 409, "{body}");
-    let refused: Value = serde_json::from_str(&body).expect("JSON");
-    assert_eq!(refused["question"], asked, "{refused}");
-    let error = refused["error"].as_str().unwrap_or_default();
-    assert!(
-        error.contains(&format!("not the one digest {stale} names"))
-            && error.contains(&format!(
-                r#"approval {id} (digest {digest}): get-sum on everything (session -) with {{"a":700,"b":1,"note":"read\u{{2060}}_file"}}"#
-            )),
-        "{error}"
-    );
-    let (status, body) = web_answer(&daemon, &id, &json!({"approve": true}));
-    assert_eq!(status, 409, "{body}");
-    assert!(body.contains("names none"), "{body}");
-
-    let out = daemon.toolwall(&["approve", &id, "--digest", stale]);
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && said.contains("409") && said.contains(r"read\u{2060}_file"),
-        "{said}"
-    );
-    let listed = daemon.toolwall(&["approvals"]);
-    let listed = String::from_utf8_lossy(&listed.stdout);
-    assert!(
-        listed.contains(&digest) && listed.contains(r"read\u{2060}_file"),
-        "{listed}"
-    );
-
-    let out = daemon.toolwall(&["approve", &id, "--digest", &digest]);
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains(r"read\u{2060}_file"),
-        "{out:?}"
-    );
-    let report = finished(client);
-    assert_eq!(
-        report["calls"][0]["result"]["content"][0]["text"], "The sum of 700 and 1 is 701.",
-        "{report}"
     );
 }
 

@@ -416,3 +416,24 @@ async fn an_id_from_before_a_restart_answers_nothing() {
     assert_eq!(refused.waiting(), Some(&new));
     assert_eq!(after.pending(), [new]);
 }
+
+/// What the CLI prints, the webhook's text and the 409 say of a question: the characters a
+/// person does not see are escaped, so the tool and arguments read as what they are.
+#[tokio::test]
+async fn a_question_is_described_with_its_hidden_characters_escaped() {
+    let a = approvals(60, 4);
+    let (q, _asking) = waiting_on(&a, json!({"path": "/etc/x\u{202E}txt.exe"})).await;
+    let q = Question {
+        tool: "read\u{2060}_file".into(),
+        ..q
+    };
+    let said = q.describe();
+    assert!(
+        said.contains(&format!("approval {} (digest {}): ", q.id, q.digest))
+            && said.contains(r"read\u{2060}_file on files (session s1)")
+            && said
+                .contains(r#"with {"path":"/etc/x\u{202e}txt.exe"}; asked because argument rule"#),
+        "{said}"
+    );
+    assert!(!said.chars().any(crate::hidden::is_hidden), "{said}");
+}

@@ -38,7 +38,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
     };
     let (approval, answer) = match &asker {
         Some(asker) => {
-            let (waiting, mut numbered) = tokio::sync::watch::channel(None);
+            let (waiting, mut named) = tokio::sync::watch::channel(None);
             let asking = asker.ask(
                 Call {
                     layer,
@@ -73,7 +73,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
                         dead |= sent.is_err();
                         false
                     }
-                    changed = numbered.changed(), if first && !dead => {
+                    changed = named.changed(), if first && !dead => {
                         first = false;
                         changed.is_ok()
                     }
@@ -84,7 +84,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
                     && let Some(out) = tell
                 {
                     progress += 1;
-                    let id = numbered.borrow().clone();
+                    let id = named.borrow().clone();
                     sending = Some(Box::pin(notify(out, &held, progress, id)));
                 }
             };

@@ -1,7 +1,9 @@
 //! Asking a person about a call: an argument rule with `action: ask` makes the
 //! policy answer "block, unless someone approves" ([`Decision::ask`]); a layer that can wait
 //! puts the call here, and the daemon's API, the CLI (`toolwall approve|deny ID`) and the web
-//! view answer it. No answer within `approval.timeout_secs` is a denial.
+//! view answer it. No answer within `approval.timeout_secs` is a denial. An answer names its
+//! question twice: by an id no other daemon run gives out, and by the digest of what was asked
+//! (`question.rs`); an answer naming anything else is refused, showing what waits.
 //!
 //! One call is asked about once: a call the LLM layer saw proposed and a person approved is
 //! remembered ([`Grant`]) and runs at the MCP layer without a second question — the same
@@ -10,12 +12,13 @@
 //! once), [`MAX_GRANTS`] remembered approvals.
 
 mod asker;
+mod question;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
@@ -24,33 +27,10 @@ use crate::config::ApprovalConfig;
 use crate::decision::{Action, CallStage, Decision};
 
 pub(crate) use asker::{Asker, Posted, Progress};
+pub(crate) use question::{Question, QuestionId};
 
 /// Approvals remembered for the MCP layer at once; the oldest goes first.
 const MAX_GRANTS: usize = 256;
-
-/// What a person is asked: enough to decide, nothing the record would not keep (arguments
-/// as recorded, redact rules applied).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Question {
-    /// The number `toolwall approve` takes.
-    pub id: u64,
-    /// `llm`, `shim` or `mcp-proxy`.
-    pub layer: String,
-    /// The agent session, or empty.
-    pub session_id: String,
-    /// The server id.
-    pub server_id: String,
-    /// The tool's name on its server.
-    pub tool: String,
-    /// The call's arguments as the record keeps them.
-    pub arguments: Option<Value>,
-    /// Which rule asks, and why.
-    pub reason: String,
-    /// When it was asked.
-    pub asked_at: DateTime<Utc>,
-    /// When it is denied unless answered.
-    pub expires_at: DateTime<Utc>,
-}
 
 /// A call a layer wants a person to decide.
 #[derive(Clone, Debug)]
@@ -90,7 +70,7 @@ pub(crate) enum Answer {
 impl Answer {
     /// `decision` (an asked call's block) as the answer makes it: allowed when approved, else
     /// refused saying why; `id` names the question in the reason.
-    pub(crate) fn settle(&self, id: Option<u64>, mut decision: Decision) -> Decision {
+    pub(crate) fn settle(&self, id: Option<&QuestionId>, mut decision: Decision) -> Decision {
         let rule = decision.ask.take().unwrap_or_default();
         let which = id.map(|id| format!("approval {id}")).unwrap_or_default();
         match self {
@@ -138,14 +118,61 @@ impl Answer {
     }
 }
 
-/// Why an answer was not taken.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+/// Why an answer was not taken; each says what to do, and those about a waiting question show
+/// it (escaped as every view escapes, `hidden.rs`).
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub(crate) enum AnswerError {
-    /// No such question waits (answered, timed out, or never asked).
+    /// Not an id this API gives out.
     #[error(
-        "no call waits under approval {0} (it was answered, timed out, or never asked): `toolwall approvals` lists the waiting ones"
+        "`{0}` is not an approval id (ids look like k3f9-1): `toolwall approvals` lists the waiting calls"
     )]
-    NotWaiting(u64),
+    NotAnId(String),
+    /// An id of another daemon run (before a restart), or mistyped: never another question.
+    #[error(
+        "approval {0} was not asked by this daemon (it has restarted since, or the id is mistyped): nothing was answered; `toolwall approvals` lists the waiting calls and their ids"
+    )]
+    OtherRun(String),
+    /// No such question waits (answered, timed out, or its client left).
+    #[error(
+        "no call waits under approval {0} (it was answered, timed out, or its client left): `toolwall approvals` lists the waiting ones"
+    )]
+    NotWaiting(QuestionId),
+    /// The answer named no digest.
+    #[error(
+        "an answer names the digest of the question it answers, and this one names none: nothing was answered; waiting is {}; answer it with `toolwall approve|deny ID --digest D`",
+        .0.describe()
+    )]
+    NoDigest(Box<Question>),
+    /// The answer named another digest than the waiting question's.
+    #[error(
+        "the call waiting under approval {} is not the one digest {given} names (another question, or a mistyped digest): nothing was answered; waiting is {}; if that is the call you mean, answer it with its digest",
+        .question.id,
+        .question.describe()
+    )]
+    Mismatch {
+        /// The digest the answer named (escaped, cut).
+        given: String,
+        /// What waits under the id.
+        question: Box<Question>,
+    },
+}
+
+impl AnswerError {
+    /// The question waiting under the id, when the answer named another digest or none.
+    pub(crate) fn waiting(&self) -> Option<&Question> {
+        match self {
+            AnswerError::NoDigest(question) | AnswerError::Mismatch { question, .. } => {
+                Some(question)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Text a person typed, quoted in an error: escaped, at most 40 characters.
+fn quoted(text: &str) -> String {
+    let cut: String = text.chars().take(40).collect();
+    crate::hidden::escaped(&cut).into_owned()
 }
 
 struct Pending {
@@ -157,7 +184,7 @@ struct Pending {
 #[derive(Debug)]
 struct Grant {
     key: (String, String, String, String),
-    id: u64,
+    id: QuestionId,
     by: String,
     until: Instant,
 }
@@ -171,6 +198,8 @@ struct Inner {
 
 /// The questions waiting for a person, shared by the daemon's layers and its API.
 pub(crate) struct Approvals {
+    /// This run's id prefix: ids of another run are refused, not matched to this run's.
+    prefix: String,
     timeout: Duration,
     max_pending: usize,
     inner: Mutex<Inner>,
@@ -196,6 +225,7 @@ impl Approvals {
         webhook: Option<tokio::sync::mpsc::Sender<Question>>,
     ) -> Self {
         Approvals {
+            prefix: question::run_prefix(),
             timeout: Duration::from_secs(config.timeout_secs),
             max_pending: config.max_pending,
             inner: Mutex::default(),
@@ -211,11 +241,11 @@ impl Approvals {
 
     /// Puts `call` to a person and waits for the answer (at most the time-out); returns the
     /// question's id (none when it was not asked) and the answer.
-    pub(crate) async fn ask(&self, call: Call<'_>) -> (Option<u64>, Answer) {
+    pub(crate) async fn ask(&self, call: Call<'_>) -> (Option<QuestionId>, Answer) {
         match self.put(call) {
             Asked::Now(id, answer) => (id, answer),
             Asked::Waiting(waiting) => {
-                let id = waiting.id;
+                let id = waiting.id.clone();
                 (Some(id), waiting.answer().await)
             }
         }
@@ -290,16 +320,27 @@ impl Approvals {
             },
         };
         inner.next += 1;
-        let id = inner.next;
+        let count = inner.next;
+        let id = QuestionId::new(&self.prefix, count);
+        let reason = call.decision.ask.clone().unwrap_or_default();
         let asked_at = Utc::now();
         let question = Question {
-            id,
+            digest: question::digest(
+                &id,
+                call.layer,
+                call.session_id,
+                &server_id,
+                &tool,
+                arguments.as_ref(),
+                &reason,
+            ),
+            id: id.clone(),
             layer: call.layer.to_owned(),
             session_id: call.session_id.to_owned(),
             server_id,
             tool,
             arguments,
-            reason: call.decision.ask.clone().unwrap_or_default(),
+            reason,
             asked_at,
             expires_at: asked_at + chrono::Duration::from_std(self.timeout).unwrap_or_default(),
         };
@@ -308,13 +349,13 @@ impl Approvals {
             && webhook.try_send(question.clone()).is_err()
         {
             tracing::warn!(
-                id,
+                %id,
                 "approval webhook queue full: this question is not posted"
             );
         }
-        tracing::info!(id, server = %question.server_id, tool = %question.tool, "a call waits for a person: toolwall approve|deny {id}");
+        tracing::info!(%id, digest = %question.digest, server = %question.server_id, tool = %question.tool, "a call waits for a person: toolwall approve|deny {id}");
         inner.pending.insert(
-            id,
+            count,
             Pending {
                 question,
                 answer: tx,
@@ -325,26 +366,47 @@ impl Approvals {
         Asked::Waiting(Waiting {
             approvals: self,
             id,
+            count,
             rx: Some(rx),
             key: Some(key),
             stage: call.stage,
         })
     }
 
-    /// A person's answer to question `id`; `by` says who (`uid 0 (cli)`, `the web view`).
+    /// A person's answer to question `id`, naming the `digest` of what they were shown; `by`
+    /// says who (`uid 0 (cli)`, `the web view`). An id of another run, or a digest that is not
+    /// the question's (or none), answers nothing.
     pub(crate) fn answer(
         &self,
-        id: u64,
+        id: &str,
+        digest: Option<&str>,
         approve: bool,
         by: String,
         why: Option<String>,
     ) -> Result<Question, AnswerError> {
-        let pending = self
-            .lock()
+        let count = self.count_of(id)?;
+        let mut inner = self.lock();
+        let waiting = &inner
             .pending
-            .remove(&id)
-            .ok_or(AnswerError::NotWaiting(id))?;
-        tracing::info!(id, approve, %by, "approval answered");
+            .get(&count)
+            .ok_or_else(|| AnswerError::NotWaiting(QuestionId::new(&self.prefix, count)))?
+            .question;
+        match digest.map(str::trim) {
+            None => return Err(AnswerError::NoDigest(Box::new(waiting.clone()))),
+            Some(given) if !given.eq_ignore_ascii_case(&waiting.digest) => {
+                return Err(AnswerError::Mismatch {
+                    given: quoted(given),
+                    question: Box::new(waiting.clone()),
+                });
+            }
+            Some(_) => {}
+        }
+        let pending = inner
+            .pending
+            .remove(&count)
+            .ok_or_else(|| AnswerError::NotWaiting(QuestionId::new(&self.prefix, count)))?;
+        drop(inner);
+        tracing::info!(%id, approve, %by, "approval answered");
         let answer = match approve {
             true => Answer::Approved(by),
             false => Answer::Denied(by, why),
@@ -353,6 +415,22 @@ impl Approvals {
         let _ = pending.answer.send(answer);
         self.changed.send_modify(|n| *n += 1);
         Ok(pending.question)
+    }
+
+    /// The count of this run's question `id` (`PREFIX-COUNT`, as [`QuestionId`] writes it).
+    fn count_of(&self, id: &str) -> Result<u64, AnswerError> {
+        let count = id
+            .rsplit_once('-')
+            .filter(|(prefix, _)| {
+                !prefix.is_empty() && prefix.chars().all(|c| c.is_ascii_alphanumeric())
+            })
+            .and_then(|(prefix, count)| Some((prefix, count.parse::<u64>().ok()?)))
+            .filter(|&(prefix, count)| QuestionId::new(prefix, count).as_str() == id);
+        match count {
+            None => Err(AnswerError::NotAnId(quoted(id))),
+            Some((prefix, _)) if prefix != self.prefix => Err(AnswerError::OtherRun(quoted(id))),
+            Some((_, count)) => Ok(count),
+        }
     }
 
     /// The questions waiting, oldest first.
@@ -400,7 +478,7 @@ pub(crate) fn session_label(question: &Question) -> &str {
 /// What [`Approvals::put`] gives back.
 pub(crate) enum Asked<'a> {
     /// Decided without a person now; the question's id when there was one.
-    Now(Option<u64>, Answer),
+    Now(Option<QuestionId>, Answer),
     /// Put to a person.
     Waiting(Waiting<'a>),
 }
@@ -408,8 +486,10 @@ pub(crate) enum Asked<'a> {
 /// A question put to a person; dropped, it is taken off the list (its client left).
 pub(crate) struct Waiting<'a> {
     approvals: &'a Approvals,
-    /// The question's number.
-    pub id: u64,
+    /// The question's id.
+    pub id: QuestionId,
+    /// Its key in the pending list.
+    count: u64,
     rx: Option<oneshot::Receiver<Answer>>,
     key: Option<(String, String, String, String)>,
     stage: CallStage,
@@ -436,7 +516,7 @@ impl Waiting<'_> {
             }
             inner.grants.push_back(Grant {
                 key,
-                id: self.id,
+                id: self.id.clone(),
                 by: by.clone(),
                 until: Instant::now() + timeout,
             });
@@ -447,7 +527,7 @@ impl Waiting<'_> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        if self.approvals.lock().pending.remove(&self.id).is_some() {
+        if self.approvals.lock().pending.remove(&self.count).is_some() {
             self.approvals.changed.send_modify(|n| *n += 1);
         }
     }

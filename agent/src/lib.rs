@@ -21,6 +21,7 @@ mod edge;
 mod events;
 mod exec;
 mod framing;
+mod hidden;
 mod listen;
 mod llm;
 mod mcp;

@@ -18,7 +18,7 @@ use crate::{
     events::{Event, EventQuery, Store, StoredEvent},
     registry::{Registry, ServerInfo, ToolEntry, value_hash},
 };
-pub(crate) use table::{Output, printable};
+pub(crate) use table::Output;
 
 /// Arguments of `toolwall mcp`.
 #[derive(Debug, Args)]

@@ -3,41 +3,24 @@
 //! (a real browser), or by nobody in time — at the MCP layer (the official Python SDK through
 //! `toolwall shim` and `toolwall mcp-proxy`, which ask the daemon) and at the LLM layer (the
 //! official Anthropic TypeScript SDK through the daemon's proxy), and each question is posted
-//! to the configured webhook. Only the daemon's user, outside every session, can answer.
+//! to the configured webhook. Only the daemon's user, outside every session, can answer, and
+//! an answer names its question by its id and digest (`approval_answers.rs`: a restart, a
+//! stale digest).
 
+mod approval_common;
 mod mcp_common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use approval_common::*;
 use mcp_common::*;
 use serde_json::{Value, json};
 use toolwall_tests::{Daemon, peers_dir, workspace_root};
-
-/// Calls of `get-sum` whose `a` is from 100 up wait for a person.
-fn config(timeout_secs: u64, extra: &str) -> String {
-    format!(
-        r#"{extra}
-sandbox:
-  mcp:
-    approval:
-      timeout_secs: {timeout_secs}
-    argument_rules:
-      - name: big-sums
-        server: everything
-        tool: get-sum
-        action: ask
-        reason: sums from 100 up need a person
-        when:
-          - pointer: /a
-            range: {{ min: 100 }}
-"#
-    )
-}
 
 /// The config with a webhook (`approval.webhook`) inserted.
 fn with_webhook(yaml: &str, url: &str) -> String {
@@ -46,58 +29,6 @@ fn with_webhook(yaml: &str, url: &str) -> String {
         &format!("    approval:\n      webhook:\n        url: {url}\n        headers:\n          Authorization: Bearer hook-secret\n"),
         1,
     )
-}
-
-/// Waits until `toolwall approvals --json` lists a question (at most 60 s); returns the first.
-fn next_question(daemon: &Daemon) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(q) = daemon
-            .json_lines(&["approvals", "--json"])
-            .into_iter()
-            .next()
-        {
-            return q;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no question came; daemon said:\n{}",
-            daemon.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The Python SDK client through `toolwall shim` (which asks `daemon`), asking for progress.
-fn shim_client(daemon: &Daemon, calls: &Value) -> Child {
-    let shim = vec![
-        toolwall_tests::toolwall_bin().display().to_string(),
-        "shim".into(),
-        "--config".into(),
-        daemon.config.display().to_string(),
-        "--server-id".into(),
-        "everything".into(),
-        "--".into(),
-    ];
-    Command::new(toolwall_tests::python())
-        .arg(workspace_root().join("tests/peers/mcp_client.py"))
-        .args(["stdio", &stdio_argv(&shim), &calls.to_string()])
-        .env("MCP_CLIENT_PROGRESS", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the Python MCP client")
-}
-
-fn finished(child: Child) -> Value {
-    let out = child.wait_with_output().expect("the client ends");
-    assert!(
-        out.status.success(),
-        "client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("a JSON report")
 }
 
 /// A webhook receiver: every POST body it got, as JSON, with its `Authorization`.
@@ -146,19 +77,6 @@ impl Webhook {
     }
 }
 
-/// One raw HTTP/1.1 request to the loopback API; returns the status.
-fn loopback(api: &str, request: &str) -> u16 {
-    let mut stream = TcpStream::connect(api).expect("connect the API");
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
 fn called_reasons(daemon: &Daemon) -> Vec<(String, String)> {
     daemon
         .json_lines(&["mcp", "events", "--json", "--type", "mcp_tool_called"])
@@ -186,7 +104,8 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     );
 
     let first = next_question(&daemon);
-    assert_eq!(first["id"], 1, "{first}");
+    let (first_id, first_digest) = id_and_digest(&first);
+    assert!(first_id.ends_with("-1"), "{first}");
     assert_eq!(
         (&first["layer"], &first["server_id"], &first["tool"]),
         (&json!("shim"), &json!("everything"), &json!("get-sum"))
@@ -206,7 +125,7 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
         let out = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(toolwall_tests::toolwall_bin())
-            .args(["approve", "1", "--config"])
+            .args(["approve", &first_id, "--config"])
             .arg(&daemon.config)
             .output()
             .expect("setpriv");
@@ -219,11 +138,11 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
     let api = daemon.api.clone();
     let post = |auth: &str, origin: &str, query: &str| {
-        let body = r#"{"approve": true}"#;
+        let body = json!({"approve": true, "digest": first_digest}).to_string();
         loopback(
             &api,
             &format!(
-                "POST /api/approvals/1{query} HTTP/1.1\r\nHost: {api}\r\n{auth}{origin}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "POST /api/approvals/{first_id}{query} HTTP/1.1\r\nHost: {api}\r\n{auth}{origin}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             ),
         )
@@ -255,19 +174,33 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
         "still waiting"
     );
 
-    let out = daemon.toolwall(&["approve", "1"]);
+    // The CLI answers what waits under the id, by its digest, and says what it answered.
+    let out = daemon.toolwall(&["approve", &first_id]);
+    let said = String::from_utf8_lossy(&out.stdout);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains(
-            r#"approved approval 1: get-sum on everything (session -) with {"a":500,"b":1}"#
-        ),
+        said.contains(&format!(
+            r#"approved approval {first_id} (digest {first_digest}): get-sum on everything (session -) with {{"a":500,"b":1}}; asked because "#
+        )) && said.contains("\"big-sums\" asks a person"),
         "{out:?}"
     );
     let second = next_question(&daemon);
     assert_eq!(second["arguments"], json!({"a": 600, "b": 1}));
-    let id = second["id"].to_string();
+    let (second_id, second_digest) = id_and_digest(&second);
+    assert_eq!(
+        second_id.split_once('-').map(|p| p.0),
+        first_id.split_once('-').map(|p| p.0),
+        "one prefix per run"
+    );
     assert!(
         daemon
-            .toolwall(&["deny", &id, "--reason", "too big"])
+            .toolwall(&[
+                "deny",
+                &second_id,
+                "--digest",
+                &second_digest,
+                "--reason",
+                "too big"
+            ])
             .status
             .success()
     );
@@ -279,8 +212,9 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     );
     let refusal = calls[1]["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        refusal.starts_with("toolwall: denied by uid 0 (cli): too big (approval 2;")
-            || refusal.contains(": too big (approval 2;"),
+        refusal.contains(&format!(
+            "denied by uid 0 (cli): too big (approval {second_id};"
+        )),
         "the client is told who denied it and why: {report}"
     );
     assert_eq!(
@@ -292,17 +226,18 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
         .map(|p| p.iter().filter_map(|n| n["message"].as_str()).collect())
         .unwrap_or_default();
     assert!(
-        progress
-            .iter()
-            .any(|m| m.contains("waits for a person (toolwall approve 1 / toolwall deny 1)")),
+        progress.iter().any(|m| m.contains(&format!(
+            "waits for a person (toolwall approve {first_id} / toolwall deny {first_id})"
+        ))),
         "the client heard its call waits: {progress:?}"
     );
 
     // Answered once; the record says who decided.
-    let again = daemon.toolwall(&["approve", "1"]);
+    let again = daemon.toolwall(&["approve", &first_id]);
     assert!(
         !again.status.success()
-            && String::from_utf8_lossy(&again.stderr).contains("no call waits under approval 1"),
+            && String::from_utf8_lossy(&again.stderr)
+                .contains(&format!("no call waits under approval {first_id}")),
         "{again:?}"
     );
     let reasons = called_reasons(&daemon);
@@ -317,14 +252,31 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     );
     assert_eq!(reasons[2], ("allow".into(), String::new()));
 
-    // Each question reached the webhook, with its headers and the commands that answer it.
+    // Each question reached the webhook, with its headers, its digest and the commands that
+    // answer exactly it.
     let got = hook.got.lock().unwrap().clone();
     assert_eq!(got.len(), 2, "{got:?}");
     assert_eq!(got[0].0, "Bearer hook-secret");
-    assert_eq!(got[0].1["question"]["id"], 1);
+    assert_eq!(got[0].1["question"]["id"], first_id.as_str());
+    assert_eq!(got[0].1["question"]["digest"], first_digest.as_str());
     assert_eq!(got[0].1["question"]["arguments"], json!({"a": 500, "b": 1}));
-    assert_eq!(got[0].1["approve"], "toolwall approve 1");
-    assert_eq!(got[1].1["deny"], "toolwall deny 2");
+    assert_eq!(
+        got[0].1["approve"],
+        format!("toolwall approve {first_id} --digest {first_digest}")
+    );
+    assert!(
+        got[0].1["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!(
+                "approval {first_id} (digest {first_digest}): get-sum on everything"
+            )),
+        "{got:?}"
+    );
+    assert_eq!(
+        got[1].1["deny"],
+        format!("toolwall deny {second_id} --digest {second_digest}")
+    );
 }
 
 #[test]
@@ -350,7 +302,8 @@ fn a_call_no_one_answers_is_denied_at_the_filter_proxy_when_its_time_is_up() {
     let calls = report["calls"].as_array().expect("calls");
     let refusal = calls[0]["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        refusal.contains("no one answered within 2 s: denied (approval 1;"),
+        refusal.contains("no one answered within 2 s: denied (approval ")
+            && refusal.contains("-1;"),
         "{report}"
     );
     assert!(started.elapsed() >= Duration::from_secs(2));
@@ -474,7 +427,7 @@ fn a_proposed_call_is_held_until_answered_and_once_approved_runs_without_a_secon
             (&q["layer"], &q["arguments"]),
             (&json!("llm"), &json!({"a": 1, "b": 2}))
         );
-        let id = q["id"].to_string();
+        let (id, _) = id_and_digest(&q);
         let verdict = if approve { "approve" } else { "deny" };
         assert!(daemon.toolwall(&[verdict, &id]).status.success());
         let out = turn.wait_with_output().expect("node ends");
@@ -533,7 +486,8 @@ fn a_proposed_call_is_held_until_answered_and_once_approved_runs_without_a_secon
     assert!(
         reasons[0]
             .1
-            .contains("approved by uid 0 (cli) when the model proposed it (approval 1;"),
+            .contains("approved by uid 0 (cli) when the model proposed it (approval ")
+            && reasons[0].1.contains("-1;"),
         "{reasons:?}"
     );
     let client = shim_client(&daemon, &json!([["get-sum", {"a": 1, "b": 2}]]));
@@ -541,7 +495,7 @@ fn a_proposed_call_is_held_until_answered_and_once_approved_runs_without_a_secon
     assert_eq!(q["layer"], "shim", "a second run is asked anew: {q}");
     assert!(
         daemon
-            .toolwall(&["deny", &q["id"].to_string()])
+            .toolwall(&["deny", &id_and_digest(&q).0])
             .status
             .success()
     );
@@ -563,7 +517,10 @@ fn privileged_the_web_view_approves_and_denies_a_waiting_call() {
     let token = std::fs::read_to_string(daemon.socket.with_file_name("web-token")).expect("token");
     let client = shim_client(
         &daemon,
-        &json!([["get-sum", {"a": 500, "b": 1}], ["get-sum", {"a": 700, "b": 1}]]),
+        &json!([
+            ["get-sum", {"a": 500, "b": 1}],
+            ["get-sum", {"a": 700, "b": 1, "note": "x\u{202E}y"}]
+        ]),
     );
     for (verdict, a) in [("approve", "500"), ("deny", "700")] {
         let screenshot = workspace_root().join(format!("target/web-view-{verdict}.png"));
@@ -589,9 +546,21 @@ fn privileged_the_web_view_approves_and_denies_a_waiting_call() {
             .filter_map(Value::as_str)
             .collect();
         assert_eq!(row["visible"], true);
-        assert_eq!(cells[2..4], ["everything", "get-sum"], "{row}");
-        assert!(cells[4].contains(&format!("\"a\":{a}")), "{row}");
+        assert_eq!(cells[3..5], ["everything", "get-sum"], "{row}");
+        assert!(cells[5].contains(&format!("\"a\":{a}")), "{row}");
         assert_eq!(lines.next(), Some("answered"));
+        // The dialog named the question's id and digest; a bidirectional override in the
+        // arguments is shown as its escape, in the row and in the dialog.
+        let dialog: Value = serde_json::from_str(lines.next().unwrap_or_default()).expect("dialog");
+        let dialog = dialog["dialog"].as_str().unwrap_or_default();
+        assert!(
+            dialog.contains(&format!("{} (digest {}):", cells[0], cells[1])),
+            "{dialog}"
+        );
+        if a == "700" {
+            assert!(cells[5].contains(r"x\u{202e}y"), "{row}");
+            assert!(dialog.contains(r"x\u{202e}y"), "{dialog}");
+        }
     }
     let report = finished(client);
     assert_eq!(

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{Answer, Approvals, Asked, Call};
+use super::{Answer, Approvals, Asked, Call, QuestionId};
 use crate::{
     decision::{CallStage, Decision},
     framing::{LineFramer, strip_newline},
@@ -26,19 +26,19 @@ pub(crate) enum Asker {
 }
 
 impl Asker {
-    /// Asks about `call`; `waiting` gets the question's number as soon as it waits (for the
+    /// Asks about `call`; `waiting` gets the question's id as soon as it waits (for the
     /// client's progress notifications).
     pub(crate) async fn ask(
         &self,
         call: Call<'_>,
-        waiting: &watch::Sender<u64>,
-    ) -> (Option<u64>, Answer) {
+        waiting: &watch::Sender<Option<QuestionId>>,
+    ) -> (Option<QuestionId>, Answer) {
         match self {
             Asker::Local(approvals) => match approvals.put(call) {
                 Asked::Now(id, answer) => (id, answer),
                 Asked::Waiting(asked) => {
-                    let id = asked.id;
-                    waiting.send_replace(id);
+                    let id = asked.id.clone();
+                    waiting.send_replace(Some(id.clone()));
                     (Some(id), asked.answer().await)
                 }
             },
@@ -51,7 +51,7 @@ impl Asker {
                     arguments: call.arguments.cloned(),
                 };
                 match remote(socket, &posted, |id| {
-                    waiting.send_replace(id);
+                    waiting.send_replace(Some(id));
                 })
                 .await
                 {
@@ -73,22 +73,22 @@ pub(crate) struct Posted {
     pub arguments: Option<Value>,
 }
 
-/// One line of `POST /api/approvals`'s answer (JSON lines): the question's number once it
+/// One line of `POST /api/approvals`'s answer (JSON lines): the question's id once it
 /// waits, then how it ended.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Progress {
-    /// Put to a person as this number.
-    Waiting(u64),
-    /// Ended: the question's number (if one was asked) and the answer.
-    Answered(Option<u64>, Answer),
+    /// Put to a person under this id.
+    Waiting(QuestionId),
+    /// Ended: the question's id (if one was asked) and the answer.
+    Answered(Option<QuestionId>, Answer),
 }
 
 async fn remote(
     socket: &std::path::Path,
     posted: &Posted,
-    mut on_waiting: impl FnMut(u64),
-) -> anyhow::Result<(Option<u64>, Answer)> {
+    mut on_waiting: impl FnMut(QuestionId),
+) -> anyhow::Result<(Option<QuestionId>, Answer)> {
     use anyhow::Context as _;
     use http_body_util::BodyExt as _;
     let api = crate::client::ApiClient::connect(socket).await?;

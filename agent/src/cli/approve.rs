@@ -1,7 +1,9 @@
 //! `toolwall approvals`, `toolwall approve ID`, `toolwall deny ID`: a person's side of the
 //! calls an argument rule asks about (`approval.rs`). They talk to the running daemon over its
 //! socket, as its user, from outside every session (the daemon refuses anyone else:
-//! `daemon/api/approvals.rs`).
+//! `daemon/api/approvals.rs`). An answer names its question by id and digest: `approve ID`
+//! fetches what waits under ID and answers that (its digest), or, with `--digest`, exactly
+//! what a listing showed earlier; the daemon refuses either if the question is not that one.
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -26,8 +28,12 @@ pub struct ListArgs {
 /// Arguments of `toolwall approve` and `toolwall deny`.
 #[derive(Debug, Args)]
 pub struct AnswerArgs {
-    /// The number `toolwall approvals` shows.
-    id: u64,
+    /// The id `toolwall approvals` shows (`k3f9-1`).
+    id: String,
+    /// The digest `toolwall approvals` showed for the question: answer only if the question
+    /// waiting under ID is still that one (without it, the question waiting now is answered).
+    #[arg(long, value_name = "DIGEST")]
+    digest: Option<String>,
     /// Why (kept in the call's record; the client is told).
     #[arg(long)]
     reason: Option<String>,
@@ -61,6 +67,7 @@ pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
             args.json,
             &[
                 "ID",
+                "DIGEST",
                 "WAITING",
                 "SESSION",
                 "SERVER",
@@ -69,11 +76,12 @@ pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
                 "WHY",
             ],
         )
-        .whole(5);
+        .whole(6);
         let now = chrono::Utc::now();
         for q in &waiting {
             let cells = vec![
                 q.id.to_string(),
+                q.digest.clone(),
                 format!(
                     "{}s of {}s",
                     (now - q.asked_at).num_seconds().max(0),
@@ -98,40 +106,37 @@ pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `toolwall approve ID` / `toolwall deny ID`.
+/// `toolwall approve ID` / `toolwall deny ID`: names the question by its id and digest (the
+/// one given, else the one waiting under ID now) and says what it answered.
 pub(crate) fn answer(args: AnswerArgs, approve: bool) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let api = daemon(args.config.as_deref()).await?;
-        let body = json!({ "approve": approve, "reason": args.reason });
-        let answered = api
-            .call(
-                Method::POST,
-                &format!("/api/approvals/{}", args.id),
-                body.to_string(),
-            )
-            .await?;
+        let digest = match args.digest {
+            Some(digest) => Some(digest),
+            // Not waiting (answered, or an id of an earlier run): the daemon says which, below.
+            None => api
+                .get_json::<Vec<Question>>("/api/approvals")
+                .await?
+                .into_iter()
+                .find(|q| q.id.as_str() == args.id)
+                .map(|q| q.digest),
+        };
+        let body = json!({ "approve": approve, "digest": digest, "reason": args.reason });
+        let path = format!(
+            "/api/approvals/{}",
+            form_urlencoded::byte_serialize(args.id.as_bytes()).collect::<String>()
+        );
+        let answered = api.call(Method::POST, &path, body.to_string()).await?;
         let answered: Value =
             serde_json::from_slice(&answered).context("parse the daemon's answer")?;
-        let q = &answered["answered"];
-        // Names a server chose: escaped, as every view does (unescaped, a name could forge
-        // this line).
-        let field = |key: &str, none: &str| {
-            crate::views::printable(
-                q[key]
-                    .as_str()
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or(none)
-                    .to_owned(),
-            )
-        };
+        let question: Question = serde_json::from_value(answered["answered"].clone())
+            .context("parse the daemon's answer")?;
+        // What a server chose (names, arguments) is escaped, as every view escapes it:
+        // unescaped, a name could forge this line or read as another.
         println!(
-            "{} approval {}: {} on {} (session {}) with {}",
+            "{} {}",
             if approve { "approved" } else { "denied" },
-            args.id,
-            field("tool", "?"),
-            field("server_id", "?"),
-            field("session_id", "-"),
-            crate::views::printable(q["arguments"].to_string()),
+            question.describe()
         );
         Ok(ExitCode::SUCCESS)
     })

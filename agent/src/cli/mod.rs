@@ -42,9 +42,10 @@ pub enum Command {
     McpProxy(crate::mcp::proxy::ProxyArgs),
     /// List the calls waiting for a person to approve or deny them (argument rules with `action: ask`).
     Approvals(approve::ListArgs),
-    /// Let a waiting call run: `toolwall approve ID`.
+    /// Let a waiting call run: `toolwall approve ID [--digest D]` (the question waiting under
+    /// ID, or only if its digest is D).
     Approve(approve::AnswerArgs),
-    /// Refuse a waiting call: `toolwall deny ID [--reason TEXT]`.
+    /// Refuse a waiting call: `toolwall deny ID [--digest D] [--reason TEXT]`.
     Deny(approve::AnswerArgs),
     /// Publish one policy to many hosts: `toolwall policy keygen|sign|verify` (signed bundles).
     Policy(policy::PolicyArgs),

@@ -39,7 +39,7 @@ impl AskingGate {
                 arguments: call.arguments,
             }))
         });
-        answer.settle(id, decision)
+        answer.settle(id.as_ref(), decision)
     }
 }
 

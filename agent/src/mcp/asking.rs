@@ -38,7 +38,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
     };
     let (approval, answer) = match &asker {
         Some(asker) => {
-            let (waiting, mut numbered) = tokio::sync::watch::channel(0u64);
+            let (waiting, mut named) = tokio::sync::watch::channel(None);
             let asking = asker.ask(
                 Call {
                     layer,
@@ -51,7 +51,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
             );
             tokio::pin!(asking);
             tokio::pin!(hangup);
-            // Told as soon as its question has a number, then every PROGRESS_EVERY. A client
+            // Told as soon as its question has an id, then every PROGRESS_EVERY. A client
             // that does not read holds a notification's write, never the wait: the time-out
             // and the answer go on while it is pending (otherwise a full pipe holds the
             // question past its time-out, and its `max_pending` slot with it).
@@ -73,7 +73,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
                         dead |= sent.is_err();
                         false
                     }
-                    changed = numbered.changed(), if first && !dead => {
+                    changed = named.changed(), if first && !dead => {
                         first = false;
                         changed.is_ok()
                     }
@@ -84,7 +84,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
                     && let Some(out) = tell
                 {
                     progress += 1;
-                    let id = *numbered.borrow();
+                    let id = named.borrow().clone();
                     sending = Some(Box::pin(notify(out, &held, progress, id)));
                 }
             };
@@ -134,7 +134,7 @@ async fn notify<W: AsyncWrite + Unpin>(
     out: &tokio::sync::Mutex<W>,
     held: &Held,
     progress: u64,
-    id: u64,
+    id: Option<crate::approval::QuestionId>,
 ) -> std::io::Result<()> {
     let token = held
         .progress_token
@@ -142,8 +142,8 @@ async fn notify<W: AsyncWrite + Unpin>(
         .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
         .unwrap_or_default();
     let which = match id {
-        0 => "a person".to_owned(),
-        id => format!("a person (toolwall approve {id} / toolwall deny {id})"),
+        None => "a person".to_owned(),
+        Some(id) => format!("a person (toolwall approve {id} / toolwall deny {id})"),
     };
     let note = serde_json::json!({
         "jsonrpc": "2.0",

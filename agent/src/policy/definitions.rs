@@ -3,9 +3,9 @@
 //!
 //! Every string of a definition (name, title, description, the input schema's descriptions,
 //! enums, defaults and keys, annotations, `_meta`) is read for text aimed at the model rather
-//! than at a person: characters a person cannot see (every format character — zero-width,
-//! bidirectional controls, Unicode tag characters — fillers and variation selectors), terminal
-//! escapes, instruction-like phrases ("ignore the previous instructions", `<IMPORTANT>`, "do
+//! than at a person: characters a person cannot see (the set every view escapes, `hidden.rs`:
+//! controls, every format character — zero-width, bidirectional controls, Unicode tag
+//! characters — line separators, fillers and variation selectors), terminal escapes, instruction-like phrases ("ignore the previous instructions", `<IMPORTANT>`, "do
 //! not tell the user"; read with look-alike letters, fullwidth forms, curly quotes and spaces
 //! folded), references to credentials and agent configuration files, and names of other
 //! servers' tools. A tool named like another server's tool (equal once case, separators and
@@ -50,10 +50,6 @@ const INSTRUCTIONS: &[&str] = &[
 /// Credentials and files an agent's host keeps that a tool has no business naming.
 const FILES: &str = r"(?i)(~|\$\{?HOME\}?|%USERPROFILE%|/home/[^/\s]+|/Users/[^/\s]+|/root)[/\\]\.(ssh|aws|gnupg|docker|kube|netrc|npmrc|pypirc|git-credentials|bash_history|zsh_history|config[/\\](gh|gcloud))\b|\bid_(rsa|dsa|ecdsa|ed25519)\b|/etc/(passwd|shadow|sudoers)\b|\b(mcp|claude_desktop_config|settings\.local)\.json\b|\.cursor/|\.codex/|\bauthorized_keys\b|\bapplication_default_credentials\.json\b|\b(ssh|private) key\b.{0,30}\b(folder|directory)\b";
 
-/// Characters a person reading the text does not see: every format character, fillers and
-/// variation selectors (controls are [`control`]).
-const INVISIBLE: &str = r"[\p{Cf}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{180B}-\x{180F}\x{3164}\x{FE00}-\x{FE0F}\x{FFA0}\x{E0100}-\x{E01EF}]";
-
 /// The compiled `definition_checks:`.
 #[derive(Debug)]
 pub(crate) struct DefinitionChecks {
@@ -63,7 +59,6 @@ pub(crate) struct DefinitionChecks {
     /// The same patterns one by one, to quote what matched.
     instruction_list: Vec<Regex>,
     files: Regex,
-    invisible: Regex,
 }
 
 /// One thing a definition check found.
@@ -166,9 +161,11 @@ impl Others {
     }
 }
 
-/// A control character other than the line ends, tab and the escapes found on their own.
-fn control(c: char) -> bool {
-    c.is_control() && !matches!(c, '\n' | '\t' | '\r' | '\u{1B}' | '\u{9B}')
+/// A character a person reading the text does not see (`hidden.rs`: controls, every format
+/// character, fillers, variation selectors), other than the line ends and tab a description
+/// may hold, and the escapes flagged as such.
+fn invisible(c: char) -> bool {
+    crate::hidden::is_hidden(c) && !matches!(c, '\n' | '\t' | '\r' | '\u{1B}' | '\u{9B}')
 }
 
 /// `text` quoted for a reason: escaped, at most [`EVIDENCE`] characters.
@@ -211,16 +208,16 @@ fn latin(c: char) -> char {
 }
 
 /// `text` as the phrase patterns read it: look-alike and fullwidth letters as Latin ones,
-/// curly quotes straight, every space (line ends too) one blank, format characters gone.
-fn fold(text: &str, invisible: &Regex) -> String {
-    let visible = invisible.replace_all(text, "");
-    visible
-        .chars()
-        .map(|c| match c {
-            '\u{2018}' | '\u{2019}' | '\u{02BC}' => '\'',
-            '\u{201C}' | '\u{201D}' => '"',
-            c if c.is_whitespace() => ' ',
-            c => latin(c),
+/// curly quotes straight, every space (line ends and separators too) one blank, hidden
+/// characters gone.
+fn fold(text: &str) -> String {
+    text.chars()
+        .filter_map(|c| match c {
+            '\u{2018}' | '\u{2019}' | '\u{02BC}' => Some('\''),
+            '\u{201C}' | '\u{201D}' => Some('"'),
+            c if c.is_whitespace() => Some(' '),
+            c if crate::hidden::is_hidden(c) => None,
+            c => Some(latin(c)),
         })
         .collect()
 }
@@ -254,7 +251,6 @@ impl DefinitionChecks {
                 .map(|p| Regex::new(p))
                 .collect::<Result<_, _>>()?,
             files: Regex::new(FILES)?,
-            invisible: Regex::new(INVISIBLE)?,
         })
     }
 
@@ -360,12 +356,7 @@ impl DefinitionChecks {
                 });
             }
         };
-        let hidden = self
-            .invisible
-            .find(text)
-            .map(|m| m.start())
-            .or_else(|| text.find(control));
-        if let Some(at) = hidden {
+        if let Some(at) = text.find(invisible) {
             let c = text[at..].chars().next().unwrap_or(' ');
             push(
                 "invisible-characters",
@@ -375,7 +366,7 @@ impl DefinitionChecks {
         if text.contains(['\u{1B}', '\u{9B}']) {
             push("terminal-escape", quote(text));
         }
-        let folded = fold(text, &self.invisible);
+        let folded = fold(text);
         let text = folded.as_str();
         if let Some(i) = self.instructions.matches(text).into_iter().next()
             && let Some(m) = self.instruction_list.get(i).and_then(|re| re.find(text))

@@ -106,23 +106,15 @@ fn cut(cell: String) -> String {
     out
 }
 
-/// `cell` with what a terminal would act on or hide escaped: control characters (escapes,
-/// bells, line ends: a tool name a server chose must not forge a row or drive the terminal)
-/// and bidirectional or zero-width characters, as `\u{..}`.
+/// `cell` with what a terminal would act on or a person would not see written as `\u{..}`:
+/// controls (escapes, bells, line ends: a tool name a server chose must not forge a row or
+/// drive the terminal), and format, bidirectional and filler characters (`read\u{2060}_file`
+/// must not read as `read_file`), the set every view escapes (`hidden.rs`).
 pub(crate) fn printable(cell: String) -> String {
-    let acts = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
-    };
-    if !cell.chars().any(acts) {
-        return cell;
+    match crate::hidden::escaped(&cell) {
+        std::borrow::Cow::Borrowed(_) => cell,
+        std::borrow::Cow::Owned(shown) => shown,
     }
-    cell.chars()
-        .map(|c| match acts(c) {
-            true => c.escape_unicode().to_string(),
-            false => c.to_string(),
-        })
-        .collect()
 }
 
 fn line(cells: &[String], widths: &[usize]) -> String {

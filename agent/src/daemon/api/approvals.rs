@@ -50,7 +50,7 @@ const MAX_QUESTION: usize = 16 * 1024 * 1024 + 64 * 1024;
 
 /// `POST /api/approvals` (the socket: the daemon's user outside every session): a call a
 /// stand-alone shim or filter proxy holds (`approval::Asker::Daemon`). The answer is JSON
-/// lines (`approval::Progress`): the question's number as soon as it waits, then how it
+/// lines (`approval::Progress`): the question's id as soon as it waits, then how it
 /// ended. A poster that goes away takes its question with it.
 pub(super) async fn ask(
     state: &DaemonState,
@@ -90,8 +90,8 @@ pub(super) async fn ask(
         let answered = match approvals.put(call) {
             Asked::Now(id, answer) => Progress::Answered(id, answer),
             Asked::Waiting(waiting) => {
-                let id = waiting.id;
-                if tx.send(line(&Progress::Waiting(id))).await.is_err() {
+                let id = waiting.id.clone();
+                if tx.send(line(&Progress::Waiting(id.clone()))).await.is_err() {
                     return;
                 }
                 tokio::select! {
@@ -115,37 +115,46 @@ pub(super) async fn ask(
 #[serde(deny_unknown_fields)]
 struct AnswerBody {
     approve: bool,
+    /// The digest of the question answered, as it was listed.
+    #[serde(default)]
+    digest: Option<String>,
     #[serde(default)]
     reason: Option<String>,
 }
 
-/// `POST /api/approvals/ID` `{"approve": bool, "reason"}`: a person's answer; `by` is who,
-/// as the connection says (never the body).
+/// `POST /api/approvals/ID` `{"approve": bool, "digest", "reason"}`: a person's answer to the
+/// question with that id and digest; `by` is who, as the connection says (never the body).
+/// An id no waiting question has is 404; a digest that is not the question's, or none, is 409
+/// with the question that waits (`"question"`), so the one answering sees what it is.
 pub(super) async fn answer(
     state: &DaemonState,
     req: Request<Incoming>,
     id: &str,
     by: String,
 ) -> anyhow::Result<Response<Body>> {
-    let Ok(id) = id.parse::<u64>() else {
-        return Ok(error(
-            StatusCode::NOT_FOUND,
-            &format!("{id:?} is not an approval number (`toolwall approvals` lists them)"),
-        ));
-    };
     let body = writes::body(req, MAX_ANSWER).await?;
-    let answer: AnswerBody = serde_json::from_slice(&body)
-        .context("the body is `{\"approve\": true|false, \"reason\": \"...\"}`")?;
+    let answer: AnswerBody = serde_json::from_slice(&body).context(
+        "the body is `{\"approve\": true|false, \"digest\": \"...\", \"reason\": \"...\"}`",
+    )?;
     let reason = answer
         .reason
         .map(|r| r.trim().chars().take(MAX_REASON).collect::<String>())
         .filter(|r| !r.is_empty());
-    match state.approvals.answer(id, answer.approve, by, reason) {
+    match state
+        .approvals
+        .answer(id, answer.digest.as_deref(), answer.approve, by, reason)
+    {
         Ok(question) => Ok(json_response(
             StatusCode::OK,
             &json!({ "answered": question, "approve": answer.approve }),
         )),
-        Err(why) => Ok(error(StatusCode::NOT_FOUND, &why.to_string())),
+        Err(why) => Ok(match why.waiting() {
+            Some(question) => json_response(
+                StatusCode::CONFLICT,
+                &json!({ "error": why.to_string(), "question": question }),
+            ),
+            None => error(StatusCode::NOT_FOUND, &why.to_string()),
+        }),
     }
 }
 

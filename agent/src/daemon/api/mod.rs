@@ -14,9 +14,9 @@
 //! | `POST /api/check` | a call's decision (`{"server_id", "name", "namespace", "stage"}`; `stage` is `executing` unless `proposed`), spending the server's rate budget here, once for every process |
 //! | `POST /api/listed` | listed tools' decisions (`{"server_id", "server_type", "tools": [...], "whole"}`; `whole`: the server's complete listing, which seals its set when pins are on), registering and pinning the tools here |
 //! | `POST /api/sessions` `{"name"}` / `DELETE /api/sessions/NAME` | open / close a session |
-//! | `GET /api/approvals`, `GET /api/stream/approvals` | calls waiting for a person (`approval.rs`); the stream sends the whole list at once and on every change |
-//! | `POST /api/approvals` | a call a stand-alone shim or filter proxy holds, put to a person (JSON lines: its number, then the answer) |
-//! | `POST /api/approvals/ID` `{"approve", "reason"}` | a person's answer |
+//! | `GET /api/approvals`, `GET /api/stream/approvals` | calls waiting for a person (`approval.rs`), each with its id and digest; the stream sends the whole list at once and on every change |
+//! | `POST /api/approvals` | a call a stand-alone shim or filter proxy holds, put to a person (JSON lines: its id, then the answer) |
+//! | `POST /api/approvals/ID` `{"approve", "digest", "reason"}` | a person's answer to the question with that id and digest (409 with the waiting question when the digest is another's or missing) |
 //!
 //! Trust boundary: the loopback HTTP side is read-only and answers only requests addressed to
 //! it by its own name (`Host` must be `127.0.0.1:PORT`, `localhost:PORT` or `[::1]:PORT`), so a
@@ -434,7 +434,7 @@ async fn route(
         (&Method::GET, "/") => Ok(full(
             StatusCode::OK,
             "text/html; charset=utf-8",
-            super::web::PAGE,
+            super::web::PAGE.as_str(),
         )),
         (&Method::GET, "/health") => Ok(health(state, forced_session.as_deref())),
         (&Method::GET, "/api/events") => events(state, &query).await,

@@ -58,14 +58,14 @@ impl Filter {
     }
 
     /// A held call's end: forwarded (recorded as allowed) when approved, else refused with
-    /// the reason; `approval` is the question's number.
+    /// the reason; `approval` is the question's id.
     pub(crate) fn settle(
         &mut self,
         held: Held,
-        approval: Option<u64>,
+        approval: Option<crate::approval::QuestionId>,
         answer: &crate::approval::Answer,
     ) -> Outcome<'static> {
-        let decision = answer.settle(approval, held.decision);
+        let decision = answer.settle(approval.as_ref(), held.decision);
         let mut out = Outcome::default();
         let arguments = held
             .arguments

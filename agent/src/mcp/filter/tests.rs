@@ -627,7 +627,7 @@ fn a_call_that_asks_is_held_once_alone_and_refused_where_it_cannot_wait() {
     // Approved: the server gets the text that was judged, and the result is known as `add`'s.
     let approved = f.settle(
         held,
-        Some(1),
+        Some(crate::approval::QuestionId::new("k3f9", 1)),
         &crate::approval::Answer::Approved("uid 0 (cli)".into()),
     );
     let forwarded = approved.forward.expect("forwarded");
@@ -644,16 +644,16 @@ fn a_call_that_asks_is_held_once_alone_and_refused_where_it_cannot_wait() {
     let held = f.on_client(call).held.pop().expect("held again");
     let denied = f.settle(
         held,
-        Some(2),
+        Some(crate::approval::QuestionId::new("k3f9", 2)),
         &crate::approval::Answer::Denied("the web view".into(), Some("no".into())),
     );
     assert!(denied.forward.is_none());
     let reply: Value = serde_json::from_slice(&denied.replies[0]).unwrap();
     assert_eq!(reply["id"], 3);
     assert!(
-        reply["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("toolwall: denied by the web view: no (approval 2;")),
+        reply["error"]["message"].as_str().is_some_and(
+            |m| m.starts_with("toolwall: denied by the web view: no (approval k3f9-2;")
+        ),
         "{reply}"
     );
 

@@ -181,9 +181,33 @@ fn spacing_typography_and_look_alikes_do_not_hide_a_phrase() {
             "{description:?}"
         );
     }
-    for invisible in ["\u{034F}", "\u{061C}", "\u{180B}", "\u{FFF9}", "\u{1D173}"] {
+    // Each character of the set the views escape (`hidden.rs`), but the line ends and tab a
+    // description holds and the escapes flagged as such: flagged, and invisible to the phrase
+    // patterns (the instruction reads through it).
+    let every = crate::hidden::RANGES
+        .iter()
+        .flat_map(|&(start, end)| start..=end)
+        .filter_map(char::from_u32)
+        .filter(|c| !matches!(c, '\n' | '\t' | '\r' | '\u{1B}' | '\u{9B}'));
+    let checks = checks(DefinitionAction::Alert, DefinitionAction::Alert);
+    let none = Others::new(Vec::new());
+    for invisible in every {
         let text = format!("<IMPORTANT{invisible}>");
-        assert!(found(json!({"name": "t", "description": text})).contains(&"invisible-characters"));
+        let found: Vec<&str> = checks
+            .check(
+                &json!({"name": "t", "description": text}),
+                "me",
+                &none,
+                &|_| false,
+            )
+            .into_iter()
+            .map(|f| f.check)
+            .collect();
+        assert!(
+            found.contains(&"invisible-characters") && found.contains(&"instruction"),
+            "U+{:04X}: {found:?}",
+            u32::from(invisible)
+        );
     }
 }
 

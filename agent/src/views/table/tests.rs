@@ -66,6 +66,26 @@ fn cells_cannot_drive_the_terminal_or_forge_rows() {
     assert_eq!(printable("plain échoué".to_owned()), "plain échoué");
 }
 
+/// Every character the set names, in a tool name: each is shown as its escape, so the name
+/// never reads as another (`read\u{2060}_file` as `read_file`).
+#[test]
+fn invisible_format_and_filler_characters_are_shown_escaped() {
+    let every: Vec<char> = crate::hidden::RANGES
+        .iter()
+        .flat_map(|&(start, end)| start..=end)
+        .filter_map(char::from_u32)
+        .collect();
+    assert!(every.len() > 400, "{}", every.len());
+    for c in every {
+        let shown = printable(format!("read{c}_file"));
+        assert_eq!(shown, format!("read\\u{{{:x}}}_file", u32::from(c)));
+    }
+    assert_eq!(
+        printable("read\u{2060}_file".to_owned()),
+        "read\\u{2060}_file"
+    );
+}
+
 #[test]
 fn table_lines_are_aligned() {
     let widths = [5, 3];

@@ -42,7 +42,16 @@ fn run(dir: &Path, config: &str) -> (Value, Vec<Value>) {
     let target = serde_json::to_string(&argv).expect("argv");
     let report = python_client("stdio", &target, &json!([["add", {"a": 1, "b": 2}]]));
     let out = Command::new(toolwall_tests::toolwall_bin())
-        .args(["mcp", "events", "--json", "--type", "mcp_tool_seen", "--limit", "1000000", "--db"])
+        .args([
+            "mcp",
+            "events",
+            "--json",
+            "--type",
+            "mcp_tool_seen",
+            "--limit",
+            "1000000",
+            "--db",
+        ])
         .arg(&db)
         .output()
         .expect("toolwall mcp events");

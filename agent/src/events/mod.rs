@@ -10,8 +10,8 @@ pub(crate) mod bound;
 mod store;
 mod types;
 
-pub(crate) use store::{Committer, EventQuery, StoreError, StoreHealth, spawn_committing_writer};
 pub(crate) use store::{Checked, OpenError, check_at_start, claim as claim_store, connect};
+pub(crate) use store::{Committer, EventQuery, StoreError, StoreHealth, spawn_committing_writer};
 pub use store::{Store, StoredEvent, spawn_writer};
 pub use types::*;
 

@@ -117,7 +117,10 @@ mod tests {
     fn a_sound_store_is_kept_and_a_damaged_one_set_aside_whole() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("events.db");
-        assert_eq!(check_at_start(&db, Duration::from_secs(5)).unwrap(), Checked::Sound);
+        assert_eq!(
+            check_at_start(&db, Duration::from_secs(5)).unwrap(),
+            Checked::Sound
+        );
         {
             let mut store = super::super::Store::open(&db).unwrap();
             let events: Vec<_> = (0..2000)
@@ -131,9 +134,15 @@ mod tests {
                 })
                 .collect();
             store.insert(&events).unwrap();
-            store.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+            store
+                .conn
+                .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+                .unwrap();
         }
-        assert_eq!(check_at_start(&db, Duration::from_secs(5)).unwrap(), Checked::Sound);
+        assert_eq!(
+            check_at_start(&db, Duration::from_secs(5)).unwrap(),
+            Checked::Sound
+        );
         // Damage pages in the middle of the file: it still opens, its reads fail.
         {
             use std::io::{Seek, SeekFrom, Write};

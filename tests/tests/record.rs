@@ -197,6 +197,11 @@ fn a_damaged_store_is_set_aside_at_start_and_health_says_so() {
         .collect();
     post(&daemon, &lines);
     daemon.stop();
+    // Every page in the database file itself, none left in its write-ahead log.
+    rusqlite::Connection::open(&daemon.db)
+        .unwrap()
+        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .unwrap();
     {
         use std::io::{Seek, SeekFrom};
         let mut file = std::fs::OpenOptions::new()
@@ -225,4 +230,77 @@ fn a_damaged_store_is_set_aside_at_start_and_health_says_so() {
         &[call_pair(0, base, json!({"a": 1}), json!({"a": 1}))],
     );
     assert_eq!(daemon.json_lines(&["mcp", "calls", "--json"]).len(), 1);
+}
+
+/// A stand-alone shim with the daemon's configuration writes its calls to the daemon's store
+/// itself; `/metrics` and the live stream follow the store, so they count them as well.
+#[test]
+fn a_stand_alone_shims_calls_are_counted_and_streamed() {
+    let daemon = Daemon::start("");
+    // Follow the live stream of events from before the shim starts.
+    let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    write!(
+        stream,
+        "GET /api/stream/events HTTP/1.1\r\nHost: toolwall\r\n\r\n"
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let script = format!(
+        r#"import json, subprocess
+shim = subprocess.Popen([{bin:?}, "shim", "--config", {cfg:?}, "--server-id", "everything", "--", {everything:?}, "stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def ask(m):
+    shim.stdin.write((json.dumps(m) + "\n").encode()); shim.stdin.flush()
+    if "id" in m:
+        while True:
+            answer = json.loads(shim.stdout.readline())
+            if answer.get("id") == m["id"]:
+                return answer
+ask({{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {{"protocolVersion": "2025-06-18", "capabilities": {{}}, "clientInfo": {{"name": "a", "version": "1"}}}}}})
+ask({{"jsonrpc": "2.0", "method": "notifications/initialized"}})
+ask({{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}})
+for i in range(15):
+    assert "result" in ask({{"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": {{"name": "echo", "arguments": {{"message": str(i)}}}}}})
+shim.stdin.close(); shim.wait()
+"#,
+        bin = toolwall_tests::toolwall_bin().display().to_string(),
+        cfg = daemon.config.display().to_string(),
+        everything = toolwall_tests::server_everything().display().to_string(),
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{out:?}");
+    let stored = daemon.json_lines(&["mcp", "events", "--json", "--type", "mcp_tool_called"]);
+    assert_eq!(stored.len(), 15, "the shim stored its calls");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let counted = loop {
+        let (_, text) = http_unix(&daemon.socket, "GET", "/metrics", "").unwrap();
+        let counted = text.lines().find_map(|l| {
+            l.strip_prefix("toolwall_events_stored_total{type=\"mcp_tool_called\"} ")
+                .and_then(|n| n.parse::<u64>().ok())
+        });
+        if counted == Some(15) || std::time::Instant::now() > deadline {
+            break (counted, text);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(counted.0, Some(15), "{}", counted.1);
+    assert!(
+        counted.1.contains("layer=\"shim\"") && counted.1.contains("tool=\"echo\""),
+        "{}",
+        counted.1
+    );
+    // Every call came down the live stream too.
+    let mut seen = 0;
+    let mut text = String::new();
+    let mut buf = [0u8; 65536];
+    while seen < 15 {
+        let n = stream.read(&mut buf).expect("the live stream");
+        assert!(n > 0, "the stream ended");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        seen = text.matches("\"type\":\"mcp_tool_called\"").count();
+    }
 }

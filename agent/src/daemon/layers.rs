@@ -1,20 +1,17 @@
-//! Starting the layers the daemon hosts besides the API: the LLM proxy, the kernel monitor and
-//! the live correlator.
+//! Starting the layers the daemon hosts besides the API: the LLM proxy and the kernel monitor
+//! (the live correlator follows the store: `daemon/feed.rs`).
 
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
-use tokio::sync::broadcast;
 
 use super::endpoints::{OwnEndpoints, boundary_mode, own_endpoints, watched_endpoints};
 use crate::{
     config::{Config, ProxyMode},
-    correlate::Correlator,
     events::EventSink,
     llm::{LlmProxy, LlmProxySettings},
     netmon::{KernelMonitor, service::NetmonService},
     policy::Policy,
-    registry::value_hash,
 };
 
 /// Binds the LLM proxy (a bind failure stops start-up: the user asked for it) and runs it until
@@ -131,37 +128,4 @@ fn unix_listed(config: &Config) -> Result<Vec<agent_common::unix::UnixName>, Str
         names.push(crate::config::unix_name(entry)?);
     }
     Ok(names)
-}
-
-/// Feeds the live event stream through the correlator and publishes finished records.
-pub(super) async fn correlate_live(
-    mut events: broadcast::Receiver<crate::events::StoredEvent>,
-    calls: broadcast::Sender<crate::correlate::CallRecord>,
-    window: Duration,
-) {
-    let mut correlator = Correlator::new(window, value_hash);
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    loop {
-        tokio::select! {
-            received = events.recv() => match received {
-                Ok(event) => {
-                    for record in correlator.push(&event) {
-                        let _ = calls.send(record);
-                    }
-                }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "live correlator fell behind; `toolwall mcp calls` (from the store) stays complete");
-                }
-                Err(broadcast::error::RecvError::Closed) => break,
-            },
-            _ = tick.tick() => {
-                for record in correlator.expire(chrono::Utc::now()) {
-                    let _ = calls.send(record);
-                }
-            }
-        }
-    }
-    for record in correlator.flush() {
-        let _ = calls.send(record);
-    }
 }

@@ -15,7 +15,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::sync::broadcast;
 
 use super::DaemonState;
 use crate::events::{Event, StoredEvent};
@@ -72,7 +71,7 @@ pub(crate) struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     seen: Mutex<HashSet<DecisionLabels>>,
     events: Family<TypeLabels, Counter>,
-    missed: Counter,
+    unreadable: Counter,
     queued_bytes: Gauge,
     store_writing: Gauge,
     sessions: Gauge,
@@ -128,14 +127,14 @@ impl Metrics {
         let events = Family::<TypeLabels, Counter>::default();
         registry.register(
             "events_stored",
-            "Events the store committed, by type",
+            "Events the store committed, by type, whichever process wrote them (the daemon, a stand-alone shim or filter proxy)",
             events.clone(),
         );
-        let missed = Counter::default();
+        let unreadable = Counter::default();
         registry.register(
-            "metrics_events_missed",
-            "Committed events these metrics did not count (the live feed ran ahead of them)",
-            missed.clone(),
+            "store_unreadable_rows",
+            "Committed rows this daemon could not decode (shown as unreadable_row records)",
+            unreadable.clone(),
         );
         let queued_bytes = Gauge::default();
         registry.register(
@@ -180,7 +179,7 @@ impl Metrics {
             decisions,
             seen: Mutex::default(),
             events,
-            missed,
+            unreadable,
             queued_bytes,
             store_writing,
             sessions,
@@ -240,21 +239,15 @@ impl Metrics {
         self.decisions.get_or_create(&labels).inc_by(n);
     }
 
-    /// Follows the committed events until the feed closes.
-    pub(crate) async fn follow(self: Arc<Self>, mut live: broadcast::Receiver<StoredEvent>) {
-        loop {
-            match live.recv().await {
-                Ok(stored) => {
-                    self.last_id
-                        .fetch_max(stored.id, std::sync::atomic::Ordering::Relaxed);
-                    self.count(&stored.event);
-                }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    self.missed.inc_by(n);
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
+    /// Counts one row the store committed, whichever process wrote it (`daemon/feed.rs` reads
+    /// each once, in row order).
+    pub(crate) fn committed(&self, stored: &StoredEvent) {
+        self.last_id
+            .fetch_max(stored.id, std::sync::atomic::Ordering::Relaxed);
+        if let Event::UnreadableRow(_) = stored.event {
+            self.unreadable.inc();
         }
+        self.count(&stored.event);
     }
 
     /// The text a scrape gets (OpenMetrics), gauges read now.

@@ -9,6 +9,7 @@ pub(crate) mod api;
 mod audit_gate;
 mod bundle;
 mod endpoints;
+mod feed;
 mod layers;
 mod metrics;
 pub(crate) mod otlp;
@@ -27,7 +28,7 @@ use clap::Args;
 use tokio::sync::broadcast;
 
 use endpoints::boundary_summary;
-use layers::{correlate_live, start_netmon, start_proxy};
+use layers::{start_netmon, start_proxy};
 use process::{
     notify, raise_descriptor_limit, shutdown_signals, warn_if_ephemeral, warn_if_ptrace_is_open,
 };
@@ -145,7 +146,10 @@ async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow
         sink.set_policy_revision(verified.revision);
     }
     let (live_events, _) = broadcast::channel(4096);
-    let (writer, committer) = spawn_committing_writer(store, rx, live_events.clone());
+    // The feed (`daemon/feed.rs`) starts after what is stored now, told of each commit.
+    let feed_start = store.last_id()?.unwrap_or(0);
+    let (committed, commits) = std::sync::mpsc::sync_channel(1);
+    let (writer, committer) = spawn_committing_writer(store, rx, Some(committed));
     let store_health = committer.health();
     store_health.set_checked(checked);
     // What every layer asks: the policy, refusing calls the store cannot record.
@@ -306,14 +310,10 @@ async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow
         });
     }
 
-    // 7. correlator: joins live events into call records, streamed to followers
+    // 7. correlator: joins the committed events into call records, streamed to followers
+    //    (fed from the store with the metrics, below)
     let (live_calls, _) = broadcast::channel(1024);
     let window = Duration::from_millis(config.correlator.window_ms);
-    tokio::spawn(correlate_live(
-        live_events.subscribe(),
-        live_calls.clone(),
-        window,
-    ));
     layers.push(LayerStatus::on(
         "correlator",
         &format!("window {} ms", config.correlator.window_ms),
@@ -355,8 +355,19 @@ async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow
         bundle: bundle_status,
         llm_stats,
     }));
-    // Metrics count what the store committed, as every view reads it.
-    tokio::spawn(state.metrics.clone().follow(state.live_events.subscribe()));
+    // Metrics, live streams and the live correlator follow what the store committed, as
+    // every view reads it, whichever process wrote it.
+    feed::spawn(
+        db_path.clone(),
+        feed_start,
+        commits,
+        feed::Followers {
+            events: state.live_events.clone(),
+            calls: state.live_calls.clone(),
+            metrics: state.metrics.clone(),
+            window,
+        },
+    )?;
     if state.netmon.is_some() && state.proxy_addr.is_some() {
         warn_if_ptrace_is_open();
     }

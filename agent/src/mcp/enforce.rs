@@ -175,8 +175,7 @@ impl Enforcement {
             Some(path) => {
                 let store = Store::open(&path)?;
                 let (sink, rx) = EventSink::channel();
-                let (live, _) = tokio::sync::broadcast::channel(1);
-                (Some(sink), Some((spawn_writer(store, rx, live), path)))
+                (Some(sink), Some((spawn_writer(store, rx), path)))
             }
             None => (None, None),
         };

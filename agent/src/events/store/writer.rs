@@ -11,9 +11,9 @@ use std::{
 };
 
 use thiserror::Error;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
-use super::{Store, StoredEvent};
+use super::Store;
 use crate::events::{Event, EventQueue};
 
 /// Largest batch written in one transaction.
@@ -178,12 +178,8 @@ impl Committer {
 ///
 /// A failed write is retried (another process may hold the lock past the busy time-out); events
 /// are never dropped.
-pub fn spawn_writer(
-    store: Store,
-    rx: EventQueue,
-    live: broadcast::Sender<StoredEvent>,
-) -> thread::JoinHandle<u64> {
-    spawn_committing_writer(store, rx, live).0
+pub fn spawn_writer(store: Store, rx: EventQueue) -> thread::JoinHandle<u64> {
+    spawn_committing_writer(store, rx, None).0
 }
 
 /// [`spawn_writer`], with a [`Committer`] for batches that wait for their commit.
@@ -192,11 +188,13 @@ pub fn spawn_writer(
 /// batches in it at once (their senders get an error and keep their events; nothing of them is
 /// stored later, so a retry cannot store twice); the layers' events are retried with back-off
 /// until the disk takes them, or given up after a few tries once [`StoreHealth::stop`] was
-/// called (counted in [`StoreHealth::unstored`] and logged).
+/// called (counted in [`StoreHealth::unstored`] and logged). `committed` is told after each
+/// commit (the daemon's feed reads the new rows at once: `daemon/feed.rs`); it closes when
+/// the writer returns.
 pub(crate) fn spawn_committing_writer(
     mut store: Store,
     mut rx: EventQueue,
-    live: broadcast::Sender<StoredEvent>,
+    committed: Option<std::sync::mpsc::SyncSender<()>>,
 ) -> (thread::JoinHandle<u64>, Committer) {
     let (durable_tx, mut durable_rx) = mpsc::unbounded_channel::<Durable>();
     let health = Arc::new(StoreHealth::default());
@@ -299,9 +297,10 @@ pub(crate) fn spawn_committing_writer(
                         let _ = done.send(Ok(()));
                     }
                     written += ids.len() as u64;
-                    for (id, event) in ids.into_iter().zip(batch.drain(..)) {
-                        // No follower is fine; a lagging follower re-reads from the store.
-                        let _ = live.send(StoredEvent { id, event });
+                    batch.clear();
+                    if let Some(committed) = &committed {
+                        // Full means the feed is told already.
+                        let _ = committed.try_send(());
                     }
                 }
                 written

@@ -293,15 +293,17 @@ pub(crate) fn spawn_committing_writer(
                             }
                         }
                     };
+                    if !ids.is_empty()
+                        && let Some(committed) = &committed
+                    {
+                        // Full means the feed is told already.
+                        let _ = committed.try_send(());
+                    }
                     for (_, _, done) in waiting.drain(..) {
                         let _ = done.send(Ok(()));
                     }
                     written += ids.len() as u64;
                     batch.clear();
-                    if let Some(committed) = &committed {
-                        // Full means the feed is told already.
-                        let _ = committed.try_send(());
-                    }
                 }
                 written
             })

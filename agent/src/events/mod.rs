@@ -219,6 +219,9 @@ pub(crate) fn test_call(
 }
 
 #[cfg(test)]
+mod schema_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -189,6 +189,12 @@ const MIGRATIONS: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS events_type_ts ON events (type, ts_ns);",
 ];
 
+/// The `user_version` this build writes (and the newest it reads).
+#[cfg(test)]
+pub(crate) fn supported_version() -> u32 {
+    MIGRATIONS.len() as u32
+}
+
 /// A connection to the event database.
 pub struct Store {
     conn: Connection,

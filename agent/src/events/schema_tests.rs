@@ -9,8 +9,11 @@ use serde::de::{self, Deserializer, Visitor};
 use super::*;
 use crate::decision::ResultFinding;
 
+/// Each stored type's field names.
+type Shape = &'static [(&'static str, &'static [&'static str])];
+
 /// Every stored shape, by the version that introduced it; the last is today's.
-const PINNED: &[(u32, &[(&str, &[&str])])] = &[(
+const PINNED: &[(u32, Shape)] = &[(
     3,
     &[
         (

@@ -2,7 +2,7 @@
 //! as a ratio, because absolute times on a shared 2-core machine say little.
 //!
 //! Run one group with `cargo bench -p agent --bench toolwall -- GROUP` (connect, store,
-//! correlate, policy, interceptor, llm-throughput, llm-latency, mcp-latency). `llm-throughput`
+//! correlate, policy, interceptor, llm-throughput, llm-latency, mcp-latency, views). `llm-throughput`
 //! and `llm-latency` also run the release binary as a relay next to nginx (`relay.rs`).
 //! `mcp-latency` drives the release binary (`TOOLWALL_BIN`, default `target/release/toolwall`)
 //! and the peers `cargo xtask peers` installs (`TOOLWALL_PEERS_DIR`, default `target/peers`);
@@ -19,6 +19,7 @@ use std::{
 use bytes::BytesMut;
 
 mod relay;
+mod views;
 
 use toolwall::{
     Action, Event, KernelMonitor, Rule, RuleAction, SessionCgroup,
@@ -63,6 +64,9 @@ fn main() {
     }
     if wanted("mcp-latency") {
         bench_mcp_latency();
+    }
+    if wanted("views") {
+        views::bench_views();
     }
 }
 
@@ -277,12 +281,8 @@ fn bench_store() {
 
     let batched_n = 100_000;
     let (sink, rx) = toolwall::EventSink::channel();
-    let (live, _) = tokio::sync::broadcast::channel(1);
-    let writer = toolwall::bench::spawn_writer(
-        Store::open(&dir.path().join("batched.db")).unwrap(),
-        rx,
-        live,
-    );
+    let writer =
+        toolwall::bench::spawn_writer(Store::open(&dir.path().join("batched.db")).unwrap(), rx);
     let events: Vec<Event> = (0..batched_n).map(event).collect();
     let start = Instant::now();
     for e in events {
@@ -313,8 +313,7 @@ fn bench_export() {
     // events one intercepted call and its execution.
     let n = 60_000;
     let (sink, rx) = toolwall::EventSink::channel();
-    let (live, _) = tokio::sync::broadcast::channel(1);
-    let writer = toolwall::bench::spawn_writer(Store::open(&db).unwrap(), rx, live);
+    let writer = toolwall::bench::spawn_writer(Store::open(&db).unwrap(), rx);
     let start = Instant::now();
     for e in correlate_events(n) {
         sink.emit(e.event);

@@ -64,7 +64,7 @@ enum Task {
     /// Build the release binary, install the peers, and run the benchmarks.
     Bench {
         /// Only these groups: connect, store, correlate, export, policy (policy-results: its result inspection
-        /// alone), interceptor, llm-throughput, llm-latency, mcp-latency.
+        /// alone), interceptor, llm-throughput, llm-latency, mcp-latency, views.
         groups: Vec<String>,
     },
     /// Run the fuzz targets (cargo-fuzz, nightly), each for a fixed time.

@@ -78,13 +78,19 @@ impl ApiClient {
         Self::whole(resp).await
     }
 
-    /// `GET path` of a paged route: the page, and the path of the next one (its
-    /// `Link: <...>; rel="next"`), if there is more.
+    /// `GET path` of a paged route: the page, the path of the next one (its
+    /// `Link: <...>; rel="next"`) if there is more, and why the page holds only part of its
+    /// span, if it does (`Toolwall-Partial`).
     pub(crate) async fn get_page<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
-    ) -> anyhow::Result<(T, Option<String>)> {
+    ) -> anyhow::Result<(T, Option<String>, Option<String>)> {
         let resp = self.send(Method::GET, path, Bytes::new()).await?;
+        let partial = resp
+            .headers()
+            .get("toolwall-partial")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let next = resp
             .headers()
             .get(http::header::LINK)
@@ -95,7 +101,7 @@ impl ApiClient {
         let body = Self::whole(resp).await?;
         let page = serde_json::from_slice(&body)
             .with_context(|| format!("parse the daemon's answer to {path}"))?;
-        Ok((page, next))
+        Ok((page, next, partial))
     }
 
     /// The body of a response; a non-2xx status is an error carrying the daemon's message.

@@ -1,7 +1,8 @@
 //! Characters a person reading text does not see, or that change how the text around them
 //! reads: controls (escapes, bells, line ends), every format character (zero-width, soft
 //! hyphen, bidirectional marks, embeddings and isolates, invisible operators, tags), line and
-//! paragraph separators, fillers and variation selectors. One set for every view: the CLI's
+//! paragraph separators, fillers and variation selectors, every default-ignorable code point, and
+//! spaces other than the ASCII one (a no-break space after a name hides in a table). One set for every view: the CLI's
 //! tables and answers (`views::printable`), the approval webhook's text, the web view (which
 //! gets [`RANGES`] embedded in its page, `daemon/web.rs`), and the definition checks, which
 //! flag such characters in what a server says to the model (`policy/definitions.rs`). A name
@@ -14,8 +15,8 @@ use std::borrow::Cow;
 pub(crate) const RANGES: &[(u32, u32)] = &[
     // C0 controls.
     (0x0000, 0x001F),
-    // DEL and the C1 controls.
-    (0x007F, 0x009F),
+    // DEL and the C1 controls; no-break space (`read_file\u{a0}` reads as `read_file`).
+    (0x007F, 0x00A0),
     // Soft hyphen.
     (0x00AD, 0x00AD),
     // Combining grapheme joiner.
@@ -30,16 +31,25 @@ pub(crate) const RANGES: &[(u32, u32)] = &[
     (0x08E2, 0x08E2),
     // Hangul choseong and jungseong fillers.
     (0x115F, 0x1160),
+    // Ogham space mark.
+    (0x1680, 0x1680),
     // Khmer inherent vowels (shown as nothing).
     (0x17B4, 0x17B5),
     // Mongolian free variation selectors and vowel separator.
     (0x180B, 0x180F),
-    // Zero-width space, non-joiner, joiner; left-to-right and right-to-left marks.
-    (0x200B, 0x200F),
-    // Line and paragraph separators; bidirectional embeddings and overrides.
-    (0x2028, 0x202E),
-    // Word joiner, invisible operators, bidirectional isolates, deprecated format characters.
-    (0x2060, 0x206F),
+    // Spaces of every width but the ASCII one; zero-width space, non-joiner, joiner;
+    // left-to-right and right-to-left marks.
+    (0x2000, 0x200F),
+    // Line and paragraph separators; bidirectional embeddings and overrides; narrow no-break
+    // space.
+    (0x2028, 0x202F),
+    // Medium mathematical space; word joiner, invisible operators, bidirectional isolates,
+    // deprecated format characters.
+    (0x205F, 0x206F),
+    // Braille pattern blank (drawn as nothing).
+    (0x2800, 0x2800),
+    // Ideographic space.
+    (0x3000, 0x3000),
     // Hangul filler.
     (0x3164, 0x3164),
     // Variation selectors.
@@ -48,8 +58,8 @@ pub(crate) const RANGES: &[(u32, u32)] = &[
     (0xFEFF, 0xFEFF),
     // Halfwidth Hangul filler.
     (0xFFA0, 0xFFA0),
-    // Interlinear annotation anchors.
-    (0xFFF9, 0xFFFB),
+    // Unassigned default-ignorable code points; interlinear annotation anchors.
+    (0xFFF0, 0xFFFB),
     // Kaithi number signs.
     (0x110BD, 0x110BD),
     (0x110CD, 0x110CD),
@@ -59,10 +69,8 @@ pub(crate) const RANGES: &[(u32, u32)] = &[
     (0x1BCA0, 0x1BCA3),
     // Musical symbol beams and ties.
     (0x1D173, 0x1D17A),
-    // Tags.
-    (0xE0000, 0xE007F),
-    // Variation selectors supplement.
-    (0xE0100, 0xE01EF),
+    // Tags, variation selectors supplement, and the rest of the default-ignorable plane block.
+    (0xE0000, 0xE0FFF),
 ];
 
 /// Whether `c` is in the set ([`RANGES`]).
@@ -160,6 +168,17 @@ mod tests {
             '\u{E007F}',
             '\u{E0100}',
             '\u{E01EF}',
+            '\u{A0}',
+            '\u{1680}',
+            '\u{2000}',
+            '\u{200A}',
+            '\u{202F}',
+            '\u{205F}',
+            '\u{2800}',
+            '\u{3000}',
+            '\u{FFF0}',
+            '\u{E0080}',
+            '\u{E0FFF}',
         ] {
             assert!(is_hidden(c), "U+{:04X}", u32::from(c));
             let shown = escaped(&format!("read{c}_file")).into_owned();
@@ -169,12 +188,12 @@ mod tests {
             'a',
             ' ',
             'é',
-            '\u{A0}',
             '\u{2010}',
             '\u{2070}',
             '\u{FE10}',
             '😀',
-            '\u{E0080}',
+            '\u{2801}',
+            '\u{E1000}',
         ] {
             assert!(!is_hidden(c), "U+{:04X}", u32::from(c));
         }

@@ -255,7 +255,10 @@ impl Pager {
                 let Some(path) = next.take() else {
                     return Ok(None);
                 };
-                let (records, then) = api.get_page(&path).await?;
+                let (records, then, partial) = api.get_page(&path).await?;
+                if let Some(why) = partial {
+                    eprintln!("toolwall: {why}");
+                }
                 *next = then;
                 Ok(Some(records))
             }
@@ -269,6 +272,9 @@ impl Pager {
                     return Ok(None);
                 }
                 let page = read_page(store, q, *window)?;
+                if let Some(why) = &page.partial {
+                    eprintln!("toolwall: {why}");
+                }
                 q.cursor = page.next;
                 *done = page.next.is_none();
                 Ok(Some(page.records))

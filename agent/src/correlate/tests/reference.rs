@@ -56,7 +56,13 @@ impl Linear {
                     .input
                     .as_ref()
                     .is_some_and(crate::events::bound::is_marker);
-                let args = e.input.as_ref().filter(|_| !cut).map(self.hash);
+                let args = (!cut).then(|| {
+                    (self.hash)(
+                        e.input
+                            .as_ref()
+                            .unwrap_or(&Value::Object(Default::default())),
+                    )
+                });
                 if e.action == Action::Block {
                     let mut record = blank(&e.session_id, &e.server_id, &tool, args);
                     record.args_cut = cut;
@@ -93,7 +99,13 @@ impl Linear {
                     .input
                     .as_ref()
                     .is_some_and(crate::events::bound::is_marker);
-                let args = e.input.as_ref().filter(|_| !cut).map(self.hash);
+                let args = (!cut).then(|| {
+                    (self.hash)(
+                        e.input
+                            .as_ref()
+                            .unwrap_or(&Value::Object(Default::default())),
+                    )
+                });
                 if let Some(i) = self.best(
                     &e.session_id,
                     &e.server_id,

@@ -203,6 +203,11 @@ pub(super) async fn calls(state: &DaemonState, query: &str) -> anyhow::Result<Re
     let asked = page.clone();
     let found = read_store(state, move |s| Ok(read_page(s, &asked, window)?)).await?;
     let mut response = json_response(StatusCode::OK, &found.records);
+    if let Some(why) = found.partial
+        && let Ok(value) = http::HeaderValue::from_str(&why)
+    {
+        response.headers_mut().insert("toolwall-partial", value);
+    }
     if let Some(next) = found.next {
         let link = format!(
             "</api/calls?{}>; rel=\"next\"",

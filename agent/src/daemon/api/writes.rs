@@ -29,6 +29,12 @@ pub(super) async fn post_events(
     {
         let mut event: Event = serde_json::from_slice(line)
             .with_context(|| format!("line {}: not an event", i + 1))?;
+        // The store makes those of rows it cannot read; a posted one would forge that.
+        anyhow::ensure!(
+            !matches!(event, Event::UnreadableRow(_)),
+            "line {}: unreadable_row is what the store reads back, never recorded",
+            i + 1
+        );
         // The poster judged by its own file: a bundle's revision is the daemon's word only.
         if let Some(revision) = event.policy_revision_mut() {
             *revision = None;

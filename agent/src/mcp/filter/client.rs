@@ -368,9 +368,12 @@ impl Filter {
                 .unwrap_or(Value::Null),
             // Over the record's bound, the text is not parsed at all (`events/bound.rs`).
             input: match (decision.redact.as_slice(), parsed) {
-                ([], _) | (_, None) => params.arguments.and_then(|a| {
-                    crate::events::bound::marker_for_text(a.get())
-                        .or_else(|| serde_json::from_str(a.get()).ok())
+                ([], _) | (_, None) => params.arguments.map(|a| {
+                    crate::events::bound::marker_for_text(a.get()).unwrap_or_else(|| {
+                        serde_json::from_str(a.get()).unwrap_or_else(|why| {
+                            crate::events::bound::marker_for_unreadable(a.get(), &why)
+                        })
+                    })
                 }),
                 (pointers, Some(value)) => Some(crate::policy::redacted(value, pointers)),
             },

@@ -140,8 +140,8 @@ pub(crate) struct PageQuery {
 pub(crate) struct Page {
     pub records: Vec<CallRecord>,
     pub next: Option<Key>,
-    /// Why the page holds only part of its span (more events at one instant than a request
-    /// reads): its calls may be joined short, and the next page goes on before that instant.
+    /// Why the page holds only part of its span (it read as many events as a request may):
+    /// calls near where it stopped may be joined short, and the next page goes on past them.
     pub partial: Option<String>,
 }
 
@@ -278,7 +278,7 @@ pub(crate) fn read_page(
                 next,
                 partial: cut_short.then(|| {
                     format!(
-                        "over {MAX_SCANNED} events within two correlator windows of this page: read in part"
+                        "this page read the {MAX_SCANNED} events a request may read and holds what they gave (a filter few calls match, or a flood at one instant); the next page goes on past them"
                     )
                 }),
             });

@@ -62,7 +62,7 @@ impl Key {
         Key {
             at_ns: sightings
                 .iter()
-                .map(|s| s.at.timestamp_nanos_opt().unwrap_or(i64::MAX))
+                .map(|s| crate::events::time_ns(s.at))
                 .min()
                 .unwrap_or(i64::MAX),
             id: sightings

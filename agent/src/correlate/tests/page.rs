@@ -176,3 +176,27 @@ fn pages_hold_what_the_whole_store_holds() {
         }
     }
 }
+
+/// Calls dated where 64-bit nanoseconds do not reach (before 1677, after 2262) are stored just
+/// inside the bound on their side, so every page still finds them.
+#[test]
+fn calls_dated_past_the_nanosecond_range_are_on_a_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("events.db")).unwrap();
+    let mut events = Vec::new();
+    for (i, year) in [(1, 1600), (2, 2300), (3, 99_999)] {
+        let mut e = intercept(i, 0, "add", json!({"i": i}), Action::Allow).event;
+        if let Event::McpToolCallIntercepted(x) = &mut e {
+            x.timestamp = chrono::NaiveDate::from_ymd_opt(year, 1, 1)
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .unwrap()
+                .and_utc();
+        }
+        events.push(e);
+    }
+    store.insert(&events).unwrap();
+    for direction in [Direction::Older, Direction::Newer] {
+        let got = walk(&store, &EventQuery::default(), 2, direction);
+        assert_eq!(got.len(), 3, "{direction:?}: {got:?}");
+    }
+}

@@ -594,6 +594,17 @@ fn bounded_event(event: &Event) -> std::borrow::Cow<'_, Event> {
     std::borrow::Cow::Owned(event)
 }
 
+/// A time as the store's `ts_ns` column holds it. One outside what 64-bit nanoseconds reach
+/// (before 1677, after 2262) is held just inside the bound on its own side, where every time
+/// range the views read still finds it (`i64::MAX` itself is past every `ts_ns < until`).
+pub(crate) fn time_ns(at: chrono::DateTime<chrono::Utc>) -> i64 {
+    at.timestamp_nanos_opt().unwrap_or(if at.timestamp() < 0 {
+        i64::MIN + 1
+    } else {
+        i64::MAX - 1
+    })
+}
+
 /// The typed columns of an event.
 struct Columns<'a> {
     ts_ns: i64,
@@ -607,7 +618,7 @@ impl<'a> Columns<'a> {
     fn of(event: &'a Event) -> Self {
         let keys = event.keys();
         Columns {
-            ts_ns: keys.timestamp.timestamp_nanos_opt().unwrap_or(i64::MAX),
+            ts_ns: time_ns(keys.timestamp),
             session: keys.session,
             server: keys.server,
             tool: keys.tool,

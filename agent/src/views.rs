@@ -4,6 +4,8 @@
 //! reads the database directly, correlating the stored events with the same code the daemon
 //! uses.
 
+mod calls;
+mod events;
 mod table;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -14,9 +16,8 @@ use clap::{Args, Subcommand};
 use crate::{
     client::ApiClient,
     config::Config,
-    correlate::{CallRecord, Correlator, Direction, MAX_LIMIT, PageQuery, read_page},
-    events::{Event, EventQuery, Store, StoredEvent},
-    registry::{Registry, ServerInfo, ToolEntry, value_hash},
+    events::EventQuery,
+    registry::{Registry, ServerInfo, ToolEntry},
 };
 pub(crate) use table::Output;
 
@@ -142,6 +143,9 @@ fn parse_since(text: &str) -> anyhow::Result<i64> {
     Ok(now - secs * 1_000_000_000)
 }
 
+/// Rows a view shows without `--since` or `--limit`.
+const LATEST: usize = 50;
+
 /// Where rows come from.
 enum Source {
     Daemon(ApiClient),
@@ -183,12 +187,12 @@ pub(crate) fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
     runtime.block_on(async move {
         match args.view {
-            View::Calls { common, filters } => calls(&common, &filters).await,
+            View::Calls { common, filters } => calls::calls(&common, &filters).await,
             View::Events {
                 common,
                 filters,
                 types,
-            } => events(&common, &filters, types).await,
+            } => events::events(&common, &filters, types).await,
             View::Tools { common } => tools(&common).await,
             View::Servers { common } => servers(&common).await,
         }
@@ -221,330 +225,6 @@ fn query_string(q: &EventQuery) -> String {
     }
     s.finish()
 }
-
-/// Rows shown without `--since` or `--limit`.
-const LATEST: usize = 50;
-
-/// Pages of call records from the daemon or the database, in one direction.
-enum Pager {
-    Daemon {
-        api: ApiClient,
-        next: Option<String>,
-    },
-    Db {
-        store: Box<Store>,
-        q: Box<PageQuery>,
-        window: Duration,
-        done: bool,
-    },
-}
-
-impl Pager {
-    /// Whether a page may follow.
-    fn has_more(&self) -> bool {
-        match self {
-            Pager::Daemon { next, .. } => next.is_some(),
-            Pager::Db { done, .. } => !done,
-        }
-    }
-
-    /// The next page (oldest first within it), or `None` at the end.
-    async fn next(&mut self) -> anyhow::Result<Option<Vec<CallRecord>>> {
-        match self {
-            Pager::Daemon { api, next } => {
-                let Some(path) = next.take() else {
-                    return Ok(None);
-                };
-                let (records, then, partial) = api.get_page(&path).await?;
-                if let Some(why) = partial {
-                    eprintln!("toolwall: {why}");
-                }
-                *next = then;
-                Ok(Some(records))
-            }
-            Pager::Db {
-                store,
-                q,
-                window,
-                done,
-            } => {
-                if *done {
-                    return Ok(None);
-                }
-                let page = read_page(store, q, *window)?;
-                if let Some(why) = &page.partial {
-                    eprintln!("toolwall: {why}");
-                }
-                q.cursor = page.next;
-                *done = page.next.is_none();
-                Ok(Some(page.records))
-            }
-        }
-    }
-}
-
-/// `toolwall mcp calls`: the latest calls (a page back from `--until`), or every call from
-/// `--since` on (page after page, printed as they come), then `--follow`. What a page holds is
-/// bounded, whatever the store's size.
-async fn calls(common: &Common, filters: &Filters) -> anyhow::Result<()> {
-    let q = filters.query()?;
-    let forward = q.since_ns.is_some();
-    // Backward, rows are held until the oldest page came, so `--limit` bounds them.
-    let wanted = filters
-        .limit
-        .unwrap_or(if forward { usize::MAX } else { LATEST });
-    let page_size = wanted.clamp(1, MAX_LIMIT);
-    let source = source(common).await?;
-    let mut pager = match &source {
-        Source::Daemon(api) => Pager::Daemon {
-            api: api.clone(),
-            next: Some(format!(
-                "/api/calls?{}",
-                query_string(&EventQuery {
-                    limit: Some(page_size),
-                    ..q.clone()
-                })
-            )),
-        },
-        Source::Db { path, window } => Pager::Db {
-            store: Box::new(Store::open(path)?),
-            q: Box::new(PageQuery {
-                filters: q.clone(),
-                limit: page_size,
-                direction: if forward {
-                    Direction::Newer
-                } else {
-                    Direction::Older
-                },
-                cursor: None,
-            }),
-            window: *window,
-            done: false,
-        },
-    };
-    let mut out = Output::new(common.json, &CALL_COLUMNS);
-    let mut shown = 0usize;
-    let mut more = false;
-    if forward {
-        while let Some(page) = pager.next().await? {
-            for r in page.into_iter().take(wanted - shown) {
-                out.row(&r, call_cells(&r))?;
-                shown += 1;
-            }
-            // The first page sizes the table's columns; later ones print in its widths.
-            out.flush()?;
-            if shown >= wanted {
-                more = true;
-                break;
-            }
-        }
-    } else {
-        let mut pages = Vec::new();
-        while shown < wanted {
-            let Some(mut page) = pager.next().await? else {
-                break;
-            };
-            let room = wanted - shown;
-            if page.len() > room {
-                page.drain(..page.len() - room);
-            }
-            shown += page.len();
-            pages.push(page);
-        }
-        more = shown >= wanted && pager.has_more();
-        for r in pages.into_iter().rev().flatten() {
-            out.row(&r, call_cells(&r))?;
-        }
-    }
-    out.flush()?;
-    if more && filters.limit.is_none() && !common.json {
-        eprintln!(
-            "toolwall: the latest {shown} calls; --limit N for more, --since/--until for a time span"
-        );
-    }
-    if !common.follow {
-        return Ok(());
-    }
-    match source {
-        Source::Daemon(api) => {
-            api.follow("/api/stream/calls", |data| {
-                let r: CallRecord = serde_json::from_str(data)?;
-                if r.matches(&q) {
-                    out.row(&r, call_cells(&r))
-                } else {
-                    Ok(())
-                }
-            })
-            .await?
-        }
-        Source::Db { path, window } => {
-            // New events only, through a live correlator of our own.
-            let store = Store::open(&path)?;
-            let mut last = store.last_id()?.unwrap_or(0);
-            let mut correlator = Correlator::new(window, value_hash);
-            loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let new = store.query(&EventQuery {
-                    after_id: Some(last),
-                    limit: Some(4096),
-                    ..Default::default()
-                })?;
-                for e in &new {
-                    last = e.id;
-                    for r in correlator.push(e) {
-                        if r.matches(&q) {
-                            out.row(&r, call_cells(&r))?;
-                        }
-                    }
-                }
-                for r in correlator.expire(chrono::Utc::now()) {
-                    if r.matches(&q) {
-                        out.row(&r, call_cells(&r))?;
-                    }
-                }
-            }
-        }
-    }
-    out.flush()
-}
-
-/// `toolwall mcp events`: the latest events, or every event from `--since` on, page by page,
-/// then `--follow`.
-async fn events(common: &Common, filters: &Filters, types: Vec<String>) -> anyhow::Result<()> {
-    for t in &types {
-        anyhow::ensure!(
-            Event::KINDS.contains(&t.as_str()),
-            "unknown --type {t:?}; one of {}",
-            Event::KINDS.join(", ")
-        );
-    }
-    let q = EventQuery {
-        types,
-        ..filters.query()?
-    };
-    let forward = q.since_ns.is_some();
-    let wanted = filters
-        .limit
-        .unwrap_or(if forward { usize::MAX } else { LATEST });
-    let page_size = wanted.clamp(1, EVENTS_PAGE);
-    let mut out = Output::new(common.json, &EVENT_COLUMNS);
-    let source = source(common).await?;
-    let db = match &source {
-        Source::Db { path, .. } => Some(Store::open(path)?),
-        Source::Daemon(_) => None,
-    };
-    // One page: from the daemon (which pages the same way) or the database.
-    let page = |cursor: Option<i64>| {
-        let q = EventQuery {
-            limit: Some(page_size),
-            after_id: cursor.filter(|_| forward),
-            before_id: cursor.filter(|_| !forward),
-            newest_first: !forward,
-            ..q.clone()
-        };
-        let (source, db) = (&source, &db);
-        async move {
-            let mut events: Vec<StoredEvent> = match (source, db) {
-                (Source::Daemon(api), _) => {
-                    let mut path = format!("/api/events?{}", query_string(&q));
-                    for (k, v) in [("after", q.after_id), ("before", q.before_id)] {
-                        if let Some(v) = v {
-                            path += &format!("&{k}={v}");
-                        }
-                    }
-                    api.get_json(&path).await?
-                }
-                (_, Some(store)) => store.query(&q)?,
-                (Source::Db { .. }, None) => unreachable!("the database is open"),
-            };
-            // Oldest first within a page, from either source.
-            events.sort_by_key(|e| e.id);
-            anyhow::Ok(events)
-        }
-    };
-    let mut last = 0;
-    let mut shown = 0usize;
-    let mut cursor = None;
-    let mut more = false;
-    if forward {
-        loop {
-            let events = page(cursor).await?;
-            let full = events.len() == page_size;
-            for e in events.iter().take(wanted - shown) {
-                last = e.id;
-                out.row(e, event_cells(e))?;
-                shown += 1;
-            }
-            out.flush()?;
-            cursor = Some(last);
-            if shown >= wanted || !full {
-                more = full;
-                break;
-            }
-        }
-    } else {
-        let mut pages = Vec::new();
-        while shown < wanted {
-            let mut events = page(cursor).await?;
-            let full = events.len() == page_size;
-            cursor = events.first().map(|e| e.id);
-            let room = wanted - shown;
-            if events.len() > room {
-                events.drain(..events.len() - room);
-            }
-            shown += events.len();
-            last = last.max(events.last().map_or(0, |e| e.id));
-            pages.push(events);
-            more = full;
-            if !full {
-                break;
-            }
-        }
-        for e in pages.into_iter().rev().flatten() {
-            out.row(&e, event_cells(&e))?;
-        }
-    }
-    out.flush()?;
-    if more && filters.limit.is_none() && !common.json {
-        eprintln!(
-            "toolwall: the latest {shown} events; --limit N for more, --since/--until for a time span"
-        );
-    }
-    if !common.follow {
-        return Ok(());
-    }
-    match source {
-        Source::Daemon(api) => {
-            api.follow("/api/stream/events", |data| {
-                let e: StoredEvent = serde_json::from_str(data)?;
-                if e.id > last && q.matches(&e.event) {
-                    out.row(&e, event_cells(&e))
-                } else {
-                    Ok(())
-                }
-            })
-            .await
-        }
-        Source::Db { path, .. } => {
-            let store = Store::open(&path)?;
-            loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                for e in store.query(&EventQuery {
-                    after_id: Some(last),
-                    limit: Some(EVENTS_PAGE),
-                    newest_first: false,
-                    ..q.clone()
-                })? {
-                    last = e.id;
-                    out.row(&e, event_cells(&e))?;
-                }
-            }
-        }
-    }
-}
-
-/// Events a page holds, from either source.
-const EVENTS_PAGE: usize = 1000;
 
 async fn tools(common: &Common) -> anyhow::Result<()> {
     let tools: Vec<ToolEntry> = match source(common).await? {
@@ -599,84 +279,6 @@ async fn servers(common: &Common) -> anyhow::Result<()> {
         )?;
     }
     out.flush()
-}
-
-const CALL_COLUMNS: [&str; 10] = [
-    "TIME",
-    "SESSION",
-    "SERVER",
-    "TOOL",
-    "DECISION",
-    "LLM",
-    "EXECUTED",
-    "CONNECTION",
-    "LLM→EXEC",
-    "REASON",
-];
-
-fn call_cells(r: &CallRecord) -> Vec<String> {
-    let seen = |s: &Option<crate::correlate::Sighting>| match s {
-        None => "-".to_string(),
-        Some(s) if s.action == crate::decision::Action::Block => format!("blocked ({})", s.layer),
-        Some(s) => s.layer.clone(),
-    };
-    vec![
-        r.first_seen().format("%H:%M:%S%.3f").to_string(),
-        r.session_id.clone(),
-        r.server_id.clone(),
-        if r.tool.is_empty() {
-            "(connection)".into()
-        } else {
-            r.tool.clone()
-        },
-        r.action.as_str().into(),
-        seen(&r.intercept),
-        seen(&r.execution),
-        seen(&r.connection),
-        r.intercept_to_execution_ms()
-            .map(|ms| format!("{ms:.0} ms"))
-            .unwrap_or_default(),
-        r.reason.clone(),
-    ]
-}
-
-const EVENT_COLUMNS: [&str; 7] = [
-    "ID",
-    "TIME",
-    "TYPE",
-    "SESSION",
-    "SERVER",
-    "TOOL/ADDRESS",
-    "ACTION",
-];
-
-fn event_cells(e: &StoredEvent) -> Vec<String> {
-    let keys = e.event.keys();
-    let (time, session, server, tool, action) = (
-        keys.timestamp,
-        keys.session,
-        keys.server,
-        keys.tool,
-        keys.action.as_str(),
-    );
-    let tool = match &e.event {
-        // A summary the kernel made under a flood: how many, since when.
-        Event::McpNetworkConnection(c) if c.count > 1 => format!(
-            "{tool} ×{} since {}",
-            c.count,
-            c.since.unwrap_or(c.timestamp).format("%H:%M:%S%.3f")
-        ),
-        _ => tool.into(),
-    };
-    vec![
-        e.id.to_string(),
-        time.format("%H:%M:%S%.3f").to_string(),
-        e.event.kind().into(),
-        session.into(),
-        server.into(),
-        tool,
-        action.into(),
-    ]
 }
 
 #[cfg(test)]

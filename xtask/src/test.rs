@@ -131,11 +131,30 @@ fn tests_tmp() -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = Path::new(TESTS_TMP);
     if dir.exists() {
+        unmount_under(dir)?;
         std::fs::remove_dir_all(dir).with_context(|| format!("empty {}", dir.display()))?;
     }
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
         .with_context(|| format!("chmod {}", dir.display()))
+}
+
+/// Detaches what a killed run left mounted under `dir` (a test's small tmpfs), deepest first:
+/// emptying the directory would fail on it ("Device or resource busy") and stop every later run.
+fn unmount_under(dir: &Path) -> anyhow::Result<()> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").context("read /proc/self/mounts")?;
+    let inside = format!("{}/", dir.display());
+    let mut points: Vec<&str> = mounts
+        .lines()
+        .filter_map(|line| line.split(' ').nth(1))
+        .filter(|point| point.starts_with(&inside))
+        .collect();
+    points.sort_by_key(|point| std::cmp::Reverse(point.len()));
+    for point in points {
+        eprintln!("xtask: {point} is still mounted from an earlier run: detaching it");
+        step::run(Command::new("umount").args(["--lazy", point]))?;
+    }
+    Ok(())
 }
 
 /// See [`tests_tmp`]; `tests/src/lib.rs` checks that tests run as root were given it.

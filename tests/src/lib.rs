@@ -356,16 +356,7 @@ pub fn http_unix(
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    Ok(status_and_body(&response))
 }
 
 /// The OTLP collector stand-in (`tests/peers/otlp_collector.py`: decodes the wire with the
@@ -437,6 +428,11 @@ pub fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     );
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
+    status_and_body(&answer)
+}
+
+/// The status and body of a whole HTTP/1.1 answer read as text; status 0 when it has none.
+pub fn status_and_body(answer: &str) -> (u16, String) {
     let status = answer
         .split_whitespace()
         .nth(1)

@@ -117,16 +117,7 @@ pub fn loopback_answer(api: &str, request: &str) -> (u16, String) {
     stream.write_all(request.as_bytes()).expect("send");
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    toolwall_tests::status_and_body(&answer)
 }
 
 /// The web view's answer to approval `id`: `body` POSTed with the web token.

@@ -307,14 +307,7 @@ fn a_flood_at_one_instant_keeps_the_open_set_bounded() {
 /// (never executed) and executions nobody asked for. The joins must equal the ground truth.
 #[test]
 fn concurrent_calls_are_joined_exactly_as_they_happened() {
-    // Deterministic pseudo-random numbers (xorshift), so a failure reproduces.
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rand = move |n: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % n
-    };
+    let mut rand = xorshift(0x9E37_79B9_7F4A_7C15);
     let mut truth = std::collections::HashSet::new(); // (intercept id, execution id)
     let mut timeline = Vec::new(); // (ms, id, event)
     let mut next_id = 1;

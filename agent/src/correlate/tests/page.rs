@@ -11,13 +11,7 @@ use crate::events::{EventQuery, Store};
 fn store() -> (tempfile::TempDir, Store, Vec<StoredEvent>) {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(&dir.path().join("events.db")).unwrap();
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let mut rand = move |n: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % n
-    };
+    let mut rand = xorshift(0x2545_F491_4F6C_DD1D);
     let mut timeline: Vec<(i64, Event)> = Vec::new();
     for burst in 0..120i64 {
         for k in 0..6i64 {

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod fake_model;
 pub mod session;
 
 /// The workspace root (the parent of this crate).

@@ -5,90 +5,25 @@
 
 mod mcp_common;
 
-use std::{
-    io::{Read, Write},
-    net::TcpListener,
-    process::Command,
+use std::process::Command;
+
+use serde_json::{Value, json};
+use toolwall_tests::{
+    Daemon,
+    fake_model::{self, ToolCall},
+    is_root, python, server_everything, toolwall_bin, workspace_root,
 };
 
-use serde_json::Value;
-use toolwall_tests::{Daemon, is_root, python, server_everything, toolwall_bin, workspace_root};
-
 /// The model's answer to the scripted agent: three MCP tool calls, one of them denied.
-const SCENARIO_CALLS: &[(&str, &str)] = &[
-    ("mcp__everything__echo", r#"{\"message\": \"hi\"}"#),
-    ("mcp__everything__get-sum", r#"{\"a\": 1, \"b\": 41}"#),
-    ("mcp__netev__echo", r#"{\"message\": \"over the network\"}"#),
-];
-
-/// A streamed Anthropic answer asking for `calls` (name, partial JSON of the arguments).
-fn anthropic_stream(calls: &[(&str, &str)]) -> String {
-    let mut events = vec![
-        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_owned(),
-    ];
-    for (i, (name, args)) in calls.iter().enumerate() {
-        events.push(format!(r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"tool_use","id":"toolu_{i}","name":"{name}","input":{{}}}}}}"#));
-        events.push(format!(r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{args}"}}}}"#));
-        events.push(format!(r#"{{"type":"content_block_stop","index":{i}}}"#));
-    }
-    events.push(r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":30}}"#.to_owned());
-    events.push(r#"{"type":"message_stop"}"#.to_owned());
-    events
-        .iter()
-        .map(|data| {
-            let kind = serde_json::from_str::<Value>(data).unwrap()["type"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-            format!("event: {kind}\ndata: {data}\n\n")
-        })
-        .collect()
-}
-
-/// A one-shot-per-connection fake Anthropic API answering every request with a stream asking
-/// for `calls`; returns its base URL.
-fn fake_llm(calls: &'static [(&'static str, &'static str)]) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut req = Vec::new();
-            let mut buf = [0u8; 8192];
-            let head_end = loop {
-                let Ok(n) = stream.read(&mut buf) else {
-                    break None;
-                };
-                if n == 0 {
-                    break None;
-                }
-                req.extend_from_slice(&buf[..n]);
-                if let Some(p) = req.windows(4).position(|w| w == b"\r\n\r\n") {
-                    break Some(p + 4);
-                }
-            };
-            let Some(head_end) = head_end else { continue };
-            let head = String::from_utf8_lossy(&req[..head_end]).to_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            while req.len() < head_end + len {
-                match stream.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => req.extend_from_slice(&buf[..n]),
-                }
-            }
-            let body = anthropic_stream(calls);
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    url
+fn scenario_calls() -> Vec<ToolCall> {
+    vec![
+        ("mcp__everything__echo".into(), json!({"message": "hi"})),
+        ("mcp__everything__get-sum".into(), json!({"a": 1, "b": 41})),
+        (
+            "mcp__netev__echo".into(),
+            json!({"message": "over the network"}),
+        ),
+    ]
 }
 
 /// Runs `tests/peers/SCRIPT TOOLWALL CONFIG SERVER_EVERYTHING LAST` under `toolwall exec` in
@@ -121,7 +56,7 @@ fn run_agent(daemon: &Daemon, session: &str, script: &str, last: &str) -> Value 
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_scripted_agent_is_seen_and_enforced_at_every_layer() {
     assert!(is_root());
-    let llm = fake_llm(SCENARIO_CALLS);
+    let llm = fake_model::start(|_, _| scenario_calls());
     let (_net_server, net_url) = mcp_common::server_everything_http("streamableHttp");
     let mut daemon = Daemon::start(&format!(
         r#"proxy:
@@ -225,11 +160,12 @@ sandbox:
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_rate_limits_are_counted_once_per_call_across_the_session() {
     assert!(is_root());
-    const CALLS: &[(&str, &str)] = &[
-        ("mcp__everything__echo", r#"{\"message\": \"one\"}"#),
-        ("mcp__everything__echo", r#"{\"message\": \"two\"}"#),
-    ];
-    let llm = fake_llm(CALLS);
+    let llm = fake_model::start(|_, _| {
+        vec![
+            ("mcp__everything__echo".into(), json!({"message": "one"})),
+            ("mcp__everything__echo".into(), json!({"message": "two"})),
+        ]
+    });
     let mut daemon = Daemon::start(&format!(
         r#"proxy:
   listen: 127.0.0.1:0

@@ -10,6 +10,8 @@
 //! - `test`       setup, peers, and every check: fmt, clippy, unit, end-to-end, privileged
 //! - `bench`      build release, install peers, and run the benchmarks, as ratios against a
 //!   baseline measured in the same run
+//! - `soak`       every layer under load for N minutes, the daemon killed halfway, every call
+//!   accounted for (root; `test` runs it for two minutes)
 //! - `fuzz`       run the `cargo fuzz` targets of `agent/fuzz` (nightly), each for a fixed time
 
 mod fuzz;
@@ -67,6 +69,13 @@ enum Task {
         /// alone), interceptor, llm-throughput, llm-latency, mcp-latency, views.
         groups: Vec<String>,
     },
+    /// Run the soak test: three clients through every layer for N minutes, the daemon killed
+    /// (`kill -9`) halfway, then every call they made accounted for in the record (root).
+    Soak {
+        /// How long the clients run.
+        #[arg(long, default_value_t = 10.0)]
+        minutes: f64,
+    },
     /// Run the fuzz targets (cargo-fuzz, nightly), each for a fixed time.
     Fuzz {
         /// Seconds per target.
@@ -88,6 +97,7 @@ fn main() -> ExitCode {
         Task::Package => package::package().map(drop),
         Task::Test => test::test(),
         Task::Bench { groups } => test::bench(&groups),
+        Task::Soak { minutes } => test::soak(minutes),
         Task::Fuzz { seconds, target } => fuzz::fuzz(seconds, target.as_deref()),
     };
     match result {

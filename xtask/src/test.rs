@@ -58,7 +58,56 @@ pub fn test() -> anyhow::Result<()> {
             "--no-fail-fast",
         ])))
     })?;
-    privileged(&nextest)
+    privileged(&nextest)?;
+    if step::is_root() {
+        run_soak(&nextest, CI_SOAK_MINUTES)?;
+    }
+    Ok(())
+}
+
+/// How long `cargo xtask test` (CI) soaks.
+const CI_SOAK_MINUTES: f64 = 2.0;
+
+/// `cargo xtask soak --minutes N`: what `test` needs for it (root, the peers, the debug binary),
+/// then the soak alone.
+pub fn soak(minutes: f64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        step::is_root(),
+        "the soak runs agents in sessions (cgroups, eBPF): run it as root"
+    );
+    anyhow::ensure!(
+        minutes > 0.0 && minutes.is_finite(),
+        "--minutes {minutes}: give a positive number of minutes"
+    );
+    setup::setup_if_possible()?;
+    peers::install()?;
+    let nextest = tools::nextest()?;
+    tests_tmp()?;
+    timed("cargo build -p agent (the binary under test)", || {
+        step::cargo(&["build", "-p", "agent"])
+    })?;
+    run_soak(&nextest, minutes)
+}
+
+/// The soak test (`tests/tests/soak.rs`), which the privileged run leaves out.
+fn run_soak(nextest: &Path, minutes: f64) -> anyhow::Result<()> {
+    timed(&format!("soak ({minutes} minutes, one kill -9)"), || {
+        step::run(e2e_env(
+            tools::nextest_command(nextest)
+                .env("TOOLWALL_SOAK_MINUTES", minutes.to_string())
+                .args([
+                    "run",
+                    "--workspace",
+                    "--all-features",
+                    "--run-ignored",
+                    "only",
+                    "-E",
+                    "binary(soak)",
+                    "--success-output",
+                    "immediate",
+                ]),
+        ))
+    })
 }
 
 /// Tests marked `#[ignore = "privileged: ..."]` need root and a BPF-capable kernel. As root they
@@ -96,6 +145,9 @@ fn privileged(nextest: &Path) -> anyhow::Result<()> {
                     "immediate",
                     "--test-threads",
                     "1",
+                    // Its own step, for as long as it is given.
+                    "-E",
+                    "not binary(soak)",
                 ]),
         ))
     })

@@ -27,7 +27,7 @@ use crate::config::ApprovalConfig;
 use crate::decision::{Action, CallStage, Decision};
 
 pub(crate) use asker::{Asker, Posted, Progress};
-pub(crate) use question::{Question, QuestionId};
+pub(crate) use question::{Question, QuestionId, run_prefix};
 
 /// Approvals remembered for the MCP layer at once; the oldest goes first.
 const MAX_GRANTS: usize = 256;

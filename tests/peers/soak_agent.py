@@ -15,7 +15,6 @@ test knows which calls may be missing from the record. Prints one JSON report:
 """
 
 import asyncio
-import datetime
 import json
 import os
 import sys
@@ -27,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 mode, name, seconds, toolwall, config, everything, net_url = sys.argv[1:8]
 # A call the daemon's death cut must fail, not hang the soak.
-TIMEOUT = datetime.timedelta(seconds=20)
+TIMEOUT = 20.0
 
 
 async def call(ctx, tool, arguments):
@@ -36,13 +35,20 @@ async def call(ctx, tool, arguments):
             async with ClientSession(streams[0], streams[1], read_timeout_seconds=TIMEOUT) as session:
                 await session.initialize()
                 result = await session.call_tool(tool, arguments)
-                if result.isError:
+                if result.is_error:
                     return "tool error: " + " ".join(c.text for c in result.content if getattr(c, "text", None))
                 return "ok"
     except BaseException as e:  # an ExceptionGroup from the transport's task group too
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        return f"{type(e).__name__}: {e}"[:300]
+        return failure(e)
+
+
+def failure(e):
+    """The innermost error of `e` (the one under a task group's ExceptionGroup), in one line."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return f"{type(e).__name__}: {e}"[:300]
 
 
 def stdio(args):
@@ -74,7 +80,7 @@ async def agent_round(ask, client, n):
     try:
         proposed = ask(client, text)
     except Exception as e:
-        return {"n": n, "model": f"{type(e).__name__}: {e}"[:300], "tool_uses": [], "calls": {}}
+        return {"n": n, "model": failure(e), "tool_uses": [], "calls": {}}
     out = {"n": n, "model": "ok", "tool_uses": [p[0] for p in proposed], "calls": {}}
     for tool_use, arguments in proposed:
         _, server, tool = tool_use.split("__", 2)

@@ -202,6 +202,12 @@ impl DaemonState {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let mut adopted = self.adopted.lock().unwrap_or_else(|e| e.into_inner());
         for (name, cgroup) in found {
+            // Its processes' LLM requests stay its own: the kernel says where they come from,
+            // and the key `toolwall exec` gave it died with the earlier daemon
+            // (`llm/proxy/sessions.rs`).
+            if let Err(error) = self.session_keys.place(&name, cgroup.path()) {
+                tracing::warn!(session = %name, %error, "adopted session's cgroup is gone: its LLM requests are refused");
+            }
             adopted.insert(name.clone());
             sessions.insert(name, cgroup);
         }

@@ -230,7 +230,7 @@ pub struct ToolCallIntercepted {
     pub timestamp: DateTime<Utc>,
     /// The agent session.
     pub session_id: String,
-    /// The proxy's id of the HTTP exchange.
+    /// The proxy's id of the HTTP exchange (`llm-RUN-N`: unique across daemon runs).
     pub request_id: String,
     /// `anthropic`, `openai-chat` or `openai-responses`.
     pub dialect: String,

@@ -153,6 +153,9 @@ struct Inner {
     sink: EventSink,
     upstreams: Arc<Upstreams>,
     next_request: AtomicU64,
+    /// This run's random prefix of request ids (`llm-k3f9-1`): a request id is one model
+    /// answer's in the whole record, not only in one daemon run's.
+    run: String,
     /// Tool results whose findings were recorded (a conversation sends them again each turn).
     recorded: request::Recorded,
     /// Inspected request bodies read and judged at once ([`request::MAX_READING`]).
@@ -219,6 +222,7 @@ impl LlmProxy {
                 sink,
                 upstreams,
                 next_request: AtomicU64::new(1),
+                run: crate::approval::run_prefix(),
                 recorded: request::Recorded::default(),
                 reading: tokio::sync::Semaphore::new(request::MAX_READING),
                 approvals: None,
@@ -359,7 +363,11 @@ async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     // While the store is behind, the next request waits (its response's calls would queue).
     inner.sink.room().await;
-    let request_id = format!("llm-{}", inner.next_request.fetch_add(1, Ordering::Relaxed));
+    let request_id = format!(
+        "llm-{}-{}",
+        inner.run,
+        inner.next_request.fetch_add(1, Ordering::Relaxed)
+    );
     let (session, path_and_query) = match split_session(
         req.uri().path_and_query().map_or("/", |p| p.as_str()),
         &inner.settings.session_keys,

@@ -107,6 +107,8 @@ pub(crate) struct Enforcement {
     /// Who calls an argument rule asks about are put to: the daemon on this host, over its
     /// socket (`approval.rs`); `None` when no rule asks.
     pub asker: Option<Asker>,
+    /// The declared network servers: (id, URL).
+    declared: Vec<(String, String)>,
     writer: Option<(JoinHandle<u64>, PathBuf)>,
 }
 
@@ -195,12 +197,43 @@ impl Enforcement {
                     None
                 }
             });
+        let declared = loaded
+            .sandbox
+            .mcp
+            .servers
+            .iter()
+            .filter_map(|s| Some((s.id.clone(), s.url.clone()?)))
+            .collect();
         Ok(Enforcement {
             gate,
             events,
             asker,
+            declared,
             writer,
         })
+    }
+
+    /// The id of the declared server at `url` (same scheme, host, port and path), which the
+    /// filter proxy takes for its server id: the policy's rules for that server then apply to
+    /// calls through the proxy, and its calls are recorded under the name the agents' are.
+    pub(crate) fn declared_server(&self, url: &str) -> Option<String> {
+        let key = |url: &str| {
+            let uri = url.parse::<http::Uri>().ok()?;
+            Some((
+                uri.scheme_str()?.to_ascii_lowercase(),
+                uri.host()?.to_ascii_lowercase(),
+                uri.port_u16().or_else(|| match uri.scheme_str()? {
+                    "https" => Some(443),
+                    _ => Some(80),
+                }),
+                uri.path().trim_end_matches('/').to_owned(),
+            ))
+        };
+        let wanted = key(url)?;
+        self.declared
+            .iter()
+            .find(|(_, declared)| key(declared).as_ref() == Some(&wanted))
+            .map(|(id, _)| id.clone())
     }
 
     /// Runs `work` (the stand-alone shim or filter proxy) with this gate and event sink on a

@@ -8,7 +8,9 @@
 //! cgroup, the kernel says where a connection comes from (`sockdiag.rs`): a key is honoured
 //! only from its session's processes, and a request of a session's process belongs to that
 //! session with or without a key. A request without the prefix from outside every session
-//! belongs to the proxy's default session (host traffic); a key nobody issued is refused.
+//! belongs to the proxy's default session (host traffic); a key nobody issued is refused, but
+//! for a session this daemon adopted from one that died, whose processes hold the dead
+//! daemon's key and are known by their cgroup alone.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -153,6 +155,11 @@ impl SessionKeys {
         self.read().openings.get(session) == Some(&opening)
     }
 
+    /// Whether `session` was issued a key by this daemon.
+    fn has_key(&self, session: &str) -> bool {
+        self.read().keys.values().any(|s| s == session)
+    }
+
     fn session_of(&self, key: &str) -> Option<(String, bool)> {
         let sessions = self.read();
         let session = sessions.keys.get(key)?;
@@ -251,7 +258,14 @@ pub(super) fn split_session(
     };
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (key, tail) = rest.split_at(end);
-    let (session, has_cgroup) = keys.session_of(key).ok_or(Refused::UnknownKey)?;
+    let (session, has_cgroup) = match (keys.session_of(key), origin) {
+        (Some(known), _) => known,
+        // A session adopted from a daemon that died (`kill -9`) has no key: the one its agents
+        // hold died with that daemon. Their requests are its own by where they come from,
+        // as without a key.
+        (None, Peer::Session(from, _)) if !keys.has_key(from) => (from.clone(), true),
+        (None, _) => return Err(Refused::UnknownKey),
+    };
     // A session without a cgroup (the kernel layer off) is known by its key alone.
     if has_cgroup {
         match origin {
@@ -375,5 +389,33 @@ mod tests {
         let now = keys.origin_of(ino(&own));
         assert_ne!(now, from);
         assert!(split(&renewed, &now).is_ok());
+    }
+
+    /// A daemon that adopted a session from one that died knows its cgroup but not the key its
+    /// agents hold: their requests are the session's by where they come from; the same key
+    /// from outside, or from a session that has a key of this daemon's, is still refused.
+    #[test]
+    fn an_adopted_sessions_old_key_is_its_own_from_its_processes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (adopted, fresh) = (dir.path().join("adopted"), dir.path().join("fresh"));
+        for d in [&adopted, &fresh] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let keys = SessionKeys::default();
+        keys.place("adopted", &adopted).unwrap();
+        keys.place("fresh", &fresh).unwrap();
+        keys.issue("fresh").unwrap();
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        let old = "/s/0123456789abcdef0123456789abcdef/v1/messages";
+        let split = |peer: &Peer| split_session(old, &keys, "dflt", peer);
+        assert_eq!(
+            split(&keys.origin_of(ino(&adopted))),
+            Ok(("adopted".into(), "/v1/messages".into()))
+        );
+        assert_eq!(split(&Peer::Outside), Err(Refused::UnknownKey));
+        assert_eq!(
+            split(&keys.origin_of(ino(&fresh))),
+            Err(Refused::UnknownKey)
+        );
     }
 }

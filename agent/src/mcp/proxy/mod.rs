@@ -118,7 +118,8 @@ pub struct ProxyArgs {
     /// client then gets 404 and starts a new session, as the MCP spec says.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub session_idle_timeout: u64,
-    /// Server id for policy and events (default: the upstream's host:port).
+    /// Server id for policy and events (default: the id of the server `--config` declares
+    /// at the upstream's URL, else the upstream's host:port).
     #[arg(long, value_name = "ID")]
     pub server_id: Option<String>,
     /// Configuration file (YAML); turns on event recording.
@@ -152,7 +153,13 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     } else {
         Some(hold_port(args.listen)?)
     };
-    super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?
+    let enforcement =
+        super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
+    let mut args = args;
+    if args.server_id.is_none() {
+        args.server_id = enforcement.declared_server(&args.upstream);
+    }
+    enforcement
         .run(|gate, events, asker| run_proxy(&args, listener, gate, events, asker))
         .map(|()| ExitCode::SUCCESS)
 }

@@ -357,4 +357,38 @@ mod tests {
             "the listing is registered in the shared registry"
         );
     }
+
+    /// The filter proxy records and judges a declared server's calls under its id: its URL
+    /// written another way (case, default port, trailing slash) is the same server; another
+    /// path, port or scheme is not.
+    #[test]
+    fn a_declared_servers_url_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("toolwall.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "store:\n  path: {}\nsandbox:\n  mcp:\n    servers:\n      - id: tickets\n        type: http\n        url: http://Tickets.local/mcp\n",
+                dir.path().join("events.db").display()
+            ),
+        )
+        .unwrap();
+        let e = Enforcement::new(Some(&config), None, &[]).unwrap();
+        for same in ["http://tickets.local/mcp", "http://TICKETS.local:80/mcp/"] {
+            assert_eq!(
+                e.declared_server(same).as_deref(),
+                Some("tickets"),
+                "{same}"
+            );
+        }
+        for other in [
+            "http://tickets.local/other",
+            "http://tickets.local:8080/mcp",
+            "https://tickets.local/mcp",
+            "not a url",
+        ] {
+            assert_eq!(e.declared_server(other), None, "{other}");
+        }
+        e.finish();
+    }
 }

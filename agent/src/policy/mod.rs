@@ -215,6 +215,17 @@ impl Policy {
             })
         })
     }
+
+    /// `(server, tool)` when `name` fits a form that marks an MCP tool whatever its server
+    /// ([`crate::registry::NamePattern::marks_servers`]): `mcp__github__delete_repo` is tool
+    /// `delete_repo` of server `github` though no registry or configuration knows `github`.
+    /// The first split: for an unknown server, where its id ends is a guess.
+    fn marked_form<'n>(&self, name: &'n str) -> Option<(&'n str, &'n str)> {
+        self.patterns
+            .iter()
+            .filter(|pattern| pattern.marks_servers())
+            .find_map(|pattern| pattern.find_map(name, |server, tool| Some((server?, tool))))
+    }
 }
 
 impl Policy {
@@ -288,9 +299,12 @@ impl Gate for Policy {
                     || (call.namespace.is_some()
                         && rules.apply_to(&server_id, &tool.replace('_', "-")))
             }
-            Resolution::Unknown => self
-                .declared_form(call.name)
-                .is_some_and(|(server, tool)| rules.apply_to(server, tool)),
+            Resolution::Unknown => {
+                self.declared_form(call.name)
+                    .or_else(|| self.marked_form(call.name))
+                    .is_some_and(|(server, tool)| rules.apply_to(server, tool))
+                    || rules.apply_to("", call.name)
+            }
         }
     }
 
@@ -340,6 +354,10 @@ impl Gate for Policy {
             // A name nobody registered still meets the deny rules: a `deny:` regex or a
             // `denied_tools` glob that matches it always blocks
             // (`deny_rules_block_names_no_registry_knows`).
+            // A name in a form that marks an MCP tool is one, of the server it names, known or
+            // not: judged by the rules and recorded like any (never waved through unseen as a
+            // native tool). A bare name no registry knows is judged as such only where an
+            // argument rule for any server names it: the rule holds wherever the tool is from.
             Resolution::Unknown => match self.denied_unknown(call) {
                 Some(reason) => self.finish(Action::Block, reason, None),
                 None if self.fail_closed => self.finish(
@@ -347,7 +365,18 @@ impl Gate for Policy {
                     format!("unknown tool {:?}, fail closed", call.name),
                     None,
                 ),
-                None => Decision::not_mcp(),
+                None => match self.marked_form(call.name) {
+                    Some((server_id, tool)) => self.decide_unregistered(
+                        server_id,
+                        tool,
+                        call.stage.spends(),
+                        call.arguments,
+                    ),
+                    None if self.arguments.apply_to("", call.name) => {
+                        self.decide_unregistered("", call.name, call.stage.spends(), call.arguments)
+                    }
+                    None => Decision::not_mcp(),
+                },
             },
         }
     }

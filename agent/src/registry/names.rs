@@ -70,6 +70,13 @@ impl NamePattern {
         })
     }
 
+    /// Whether a name of this form is an MCP tool of some server whether or not the server is
+    /// known: the form names a server and starts with a prefix of its own (`mcp__`), so a
+    /// native tool (`read_file`) does not fit it by chance.
+    pub(crate) fn marks_servers(&self) -> bool {
+        self.separator.is_some() && !self.prefix.is_empty()
+    }
+
     /// Calls `try_split(server, tool)` for each way `name` fits this form (server `None` for a
     /// form without `{server}`), stopping at the first `Some`. Allocates nothing.
     pub(crate) fn find_map<'n, R>(

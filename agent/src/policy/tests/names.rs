@@ -257,3 +257,56 @@ fn deny_rules_block_names_no_registry_knows() {
     );
     assert_eq!(p.check_call(&call("delete_repo")).action, Action::Allow);
 }
+
+/// A call named in a form that marks an MCP tool is judged and recorded as that server's tool
+/// though nobody registered or declared the server (an allowed one carries the tool, so the LLM
+/// layer records it); argument rules hold for it. A bare name no registry knows is judged as a
+/// tool only where an argument rule for any server names it, and then asks as the rule says.
+#[test]
+fn calls_of_unknown_servers_and_bare_names_are_judged_where_a_form_or_rule_says_so() {
+    let p = policy(
+        "sandbox:\n  mcp:\n    name_patterns: [\"{server}_{tool}\", \"x.{server}.{tool}\"]\n    argument_rules:\n      - tool: transfer\n        action: ask\n        when:\n          - pointer: /amount\n            range: { min: 1000 }\n",
+    );
+    let allowed = p.check_call(&call("mcp__github__delete_repo"));
+    assert_eq!(allowed.action, Action::Allow, "{allowed:?}");
+    let tool = allowed.tool.expect("judged as an MCP tool, so recorded");
+    assert_eq!(
+        (tool.server_id.as_str(), tool.tool.as_str()),
+        ("github", "delete_repo")
+    );
+    let configured = p.check_call(&call("x.bank.balance"));
+    let tool = configured
+        .tool
+        .expect("a configured form with a prefix marks a tool too");
+    assert_eq!(
+        (tool.server_id.as_str(), tool.tool.as_str()),
+        ("bank", "balance")
+    );
+    // A form without a prefix of its own fits native tools by chance: not marked.
+    assert!(p.check_call(&call("read_file")).tool.is_none());
+
+    let transfer = |name: &'static str, amount: u64| {
+        let args: &'static Value = Box::leak(Box::new(serde_json::json!({"amount": amount})));
+        p.check_call(&CallQuery {
+            arguments: Some(args),
+            ..call(name)
+        })
+    };
+    for name in ["transfer", "mcp__bank__transfer"] {
+        let asked = transfer(name, 9999);
+        assert!(
+            asked.is_blocked() && asked.ask.is_some(),
+            "{name}: {asked:?}"
+        );
+        let small = transfer(name, 5);
+        assert!(
+            !small.is_blocked() && small.tool.is_some(),
+            "{name}: {small:?}"
+        );
+        assert!(
+            p.needs_arguments(&call(name)),
+            "{name}: held until its arguments are whole"
+        );
+    }
+    assert!(!p.needs_arguments(&call("read_file")));
+}

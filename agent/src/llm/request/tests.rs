@@ -66,7 +66,11 @@ fn an_anthropic_tool_result_is_redacted_before_the_model_reads_it_and_recorded_o
         panic!("one record: {records:?}");
     };
     assert_eq!(record.layer, "llm");
-    assert_eq!(record.tool_name, "mcp__files__read");
+    // The name's form says whose tool it is, though no registry knows server `files`.
+    assert_eq!(
+        (record.server_id.as_str(), record.tool_name.as_str()),
+        ("files", "read")
+    );
     assert_eq!(record.jsonrpc_id, json!("toolu_1"));
     assert_eq!(
         record.findings[0].pointer,
@@ -126,7 +130,7 @@ fn chat_tool_messages_and_responses_outputs_are_judged() {
         "token: [toolwall:redacted:aws-access-token]"
     );
     assert!(
-        matches!(&records[0], Event::McpResultInspected(r) if r.tool_name == "mcp__files__read")
+        matches!(&records[0], Event::McpResultInspected(r) if r.server_id == "files" && r.tool_name == "read")
     );
     let responses = json!({
         "model": "gpt", "input": [

@@ -1,9 +1,11 @@
 //! The store's integrity check at the daemon's start: a database whose pages are damaged can
 //! still open and answer `PRAGMA user_version`, then fail every read, while `/health` said `ok`.
-//! The daemon checks it first (`PRAGMA quick_check`, bounded in time: a big file is checked as
-//! far as the bound allows and said so), and sets a damaged one aside — renamed with its `-wal`
-//! and `-shm`, never deleted — so that it starts on a fresh one, saying so in the log and in
-//! `/health`.
+//! The daemon checks it first (`PRAGMA integrity_check`, bounded in time: a big file is checked
+//! as far as the bound allows and said so), and sets a damaged one aside — renamed with its
+//! `-wal` and `-shm`, never deleted, under a name no earlier set-aside has — so that it starts on
+//! a fresh one, saying so in the log and in `/health`. `integrity_check`, not `quick_check`: an
+//! index that disagrees with its table passes the quick check and hides rows from the views
+//! (`an_index_that_disagrees_with_its_table_is_damage`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,7 +15,7 @@ use super::{OpenError, StoreError, connect};
 /// What the check found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Checked {
-    /// No database yet, or `quick_check` said `ok`.
+    /// No database yet, or `integrity_check` said `ok`.
     Sound,
     /// The bound ran out first: what was checked is sound.
     Unfinished(Duration),
@@ -42,7 +44,7 @@ pub(crate) fn check_at_start(path: &Path, bound: Duration) -> Result<Checked, St
     if !path.exists() {
         return Ok(Checked::Sound);
     }
-    let found = match quick_check(path, bound) {
+    let found = match integrity_check(path, bound) {
         Ok(found) => found,
         Err(OpenError::Private(path, source)) => return Err(StoreError::Dir { path, source }),
         // A file SQLite cannot even open as a database is damaged as well.
@@ -53,8 +55,19 @@ pub(crate) fn check_at_start(path: &Path, bound: Duration) -> Result<Checked, St
         Ok(Some(bound)) => return Ok(Checked::Unfinished(bound)),
         Err(why) => why,
     };
-    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-    let to = PathBuf::from(format!("{}.damaged-{stamp}", path.display()));
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.9fZ");
+    let taken = |to: &PathBuf| {
+        ["-wal", "-shm", ""]
+            .iter()
+            .any(|suffix| PathBuf::from(format!("{}{suffix}", to.display())).exists())
+    };
+    let to = (0..)
+        .map(|n| match n {
+            0 => PathBuf::from(format!("{}.damaged-{stamp}", path.display())),
+            n => PathBuf::from(format!("{}.damaged-{stamp}-{n}", path.display())),
+        })
+        .find(|to| !taken(to))
+        .unwrap_or_else(|| PathBuf::from(format!("{}.damaged", path.display())));
     for suffix in ["-wal", "-shm", ""] {
         let from = PathBuf::from(format!("{}{suffix}", path.display()));
         if from.exists() {
@@ -74,9 +87,9 @@ pub(crate) fn check_at_start(path: &Path, bound: Duration) -> Result<Checked, St
     Ok(Checked::SetAside { to, why })
 }
 
-/// `PRAGMA quick_check`: `Ok(None)` sound, `Ok(Some(bound))` interrupted by the bound, `Err`
-/// damaged (what SQLite said).
-fn quick_check(
+/// `PRAGMA integrity_check`: `Ok(None)` sound, `Ok(Some(bound))` interrupted by the bound,
+/// `Err` damaged (what SQLite said).
+fn integrity_check(
     path: &Path,
     bound: Duration,
 ) -> Result<Result<Option<Duration>, String>, OpenError> {
@@ -89,7 +102,7 @@ fn quick_check(
         }
     });
     let result = (|| {
-        let mut stmt = conn.prepare("PRAGMA quick_check(8)")?;
+        let mut stmt = conn.prepare("PRAGMA integrity_check(8)")?;
         let rows: Vec<String> = stmt
             .query_map([], |r| r.get::<_, String>(0))?
             .collect::<Result<_, _>>()?;
@@ -158,5 +171,57 @@ mod tests {
         assert!(to.exists(), "the damaged file is kept");
         assert!(!db.exists(), "a fresh store starts in its place");
         assert!(checked.describe().contains("set aside"));
+    }
+
+    /// Pages that are sound but an index that no longer matches its table (its root swapped
+    /// with another index's): the quick check passes it, the integrity check does not; a
+    /// second damaged store set aside in the same second gets a name of its own.
+    #[test]
+    fn an_index_that_disagrees_with_its_table_is_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("events.db");
+        let mut set_aside = Vec::new();
+        for _ in 0..2 {
+            {
+                let conn = rusqlite::Connection::open(&db).unwrap();
+                conn.execute_batch(
+                    "CREATE TABLE a (x); CREATE INDEX ax ON a (x);
+                     CREATE TABLE b (x); CREATE INDEX bx ON b (x);
+                     WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500)
+                     INSERT INTO a SELECT i FROM n;
+                     INSERT INTO b SELECT x + 1000 FROM a;",
+                )
+                .unwrap();
+                let root = |name: &str| -> i64 {
+                    conn.query_row(
+                        "SELECT rootpage FROM sqlite_schema WHERE name = ?1",
+                        [name],
+                        |r| r.get(0),
+                    )
+                    .unwrap()
+                };
+                let (ax, bx) = (root("ax"), root("bx"));
+                conn.execute_batch(&format!(
+                    "PRAGMA writable_schema = ON;
+                     UPDATE sqlite_schema SET rootpage = {bx} WHERE name = 'ax';
+                     UPDATE sqlite_schema SET rootpage = {ax} WHERE name = 'bx';
+                     PRAGMA writable_schema = OFF;"
+                ))
+                .unwrap();
+            }
+            let quick: String = rusqlite::Connection::open(&db)
+                .unwrap()
+                .query_row("PRAGMA quick_check", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(quick, "ok", "the quick check does not see it");
+            let checked = check_at_start(&db, Duration::from_secs(5)).unwrap();
+            let Checked::SetAside { to, why } = checked else {
+                panic!("damage found: {checked:?}");
+            };
+            assert!(why.contains("index"), "{why}");
+            set_aside.push(to);
+        }
+        assert_ne!(set_aside[0], set_aside[1]);
+        assert!(set_aside.iter().all(|to| to.exists()));
     }
 }

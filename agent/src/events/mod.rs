@@ -13,7 +13,9 @@ mod types;
 pub(crate) use store::{
     Checked, OpenError, check_at_start, claim as claim_store, connect, time_ns,
 };
-pub(crate) use store::{Committer, EventQuery, StoreError, StoreHealth, spawn_committing_writer};
+pub(crate) use store::{
+    Committer, EventQuery, PAGE_BUDGET, StoreError, StoreHealth, spawn_committing_writer,
+};
 pub use store::{Store, StoredEvent, spawn_writer};
 pub use types::*;
 

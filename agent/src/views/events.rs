@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{Common, Filters, LATEST, Output, Source, query_string, source};
-use crate::events::{Event, EventQuery, Store, StoredEvent};
+use crate::events::{Event, EventQuery, PAGE_BUDGET, Store, StoredEvent};
 
 /// `toolwall mcp events`: the latest events, or every event from `--since` on, page by page,
 /// then `--follow`.
@@ -34,7 +34,9 @@ pub(super) async fn events(
         Source::Db { path, .. } => Some(Store::open(path)?),
         Source::Daemon(_) => None,
     };
-    // One page: from the daemon (which pages the same way) or the database.
+    // One page: from the daemon (which pages the same way) or the database; its events, oldest
+    // first, and the cursor of the next (a page may stop at its budget of rows before it is
+    // full, and goes on from there).
     let page = |cursor: Option<i64>| {
         let q = EventQuery {
             limit: Some(page_size),
@@ -45,7 +47,7 @@ pub(super) async fn events(
         };
         let (source, db) = (&source, &db);
         async move {
-            let mut events: Vec<StoredEvent> = match (source, db) {
+            let (mut events, next): (Vec<StoredEvent>, Option<i64>) = match (source, db) {
                 (Source::Daemon(api), _) => {
                     let mut path = format!("/api/events?{}", query_string(&q));
                     for (k, v) in [("after", q.after_id), ("before", q.before_id)] {
@@ -53,14 +55,17 @@ pub(super) async fn events(
                             path += &format!("&{k}={v}");
                         }
                     }
-                    api.get_json(&path).await?
+                    let (events, next, _) = api.get_page(&path).await?;
+                    (events, next.as_deref().and_then(cursor_of))
                 }
-                (_, Some(store)) => store.query(&q)?,
+                (_, Some(store)) => {
+                    let page = store.events_page(&q, PAGE_BUDGET)?;
+                    (page.events, page.next)
+                }
                 (Source::Db { .. }, None) => unreachable!("the database is open"),
             };
-            // Oldest first within a page, from either source.
             events.sort_by_key(|e| e.id);
-            anyhow::Ok(events)
+            anyhow::Ok((events, next))
         }
     };
     let mut last = 0;
@@ -69,26 +74,24 @@ pub(super) async fn events(
     let mut more = false;
     if forward {
         loop {
-            let events = page(cursor).await?;
-            let full = events.len() == page_size;
+            let (events, next) = page(cursor).await?;
             for e in events.iter().take(wanted - shown) {
                 last = e.id;
                 out.row(e, event_cells(e))?;
                 shown += 1;
             }
             out.flush()?;
-            cursor = Some(last);
-            if shown >= wanted || !full {
-                more = full;
+            cursor = next;
+            if shown >= wanted || next.is_none() {
+                more = next.is_some();
                 break;
             }
         }
     } else {
         let mut pages = Vec::new();
         while shown < wanted {
-            let mut events = page(cursor).await?;
-            let full = events.len() == page_size;
-            cursor = events.first().map(|e| e.id);
+            let (mut events, next) = page(cursor).await?;
+            cursor = next;
             let room = wanted - shown;
             if events.len() > room {
                 events.drain(..events.len() - room);
@@ -96,8 +99,8 @@ pub(super) async fn events(
             shown += events.len();
             last = last.max(events.last().map_or(0, |e| e.id));
             pages.push(events);
-            more = full;
-            if !full {
+            more = next.is_some();
+            if next.is_none() {
                 break;
             }
         }
@@ -184,4 +187,12 @@ fn event_cells(e: &StoredEvent) -> Vec<String> {
         tool,
         action.into(),
     ]
+}
+
+/// The event id a `Link` to the next page of `/api/events` goes on from.
+fn cursor_of(link: &str) -> Option<i64> {
+    let query = link.split_once('?')?.1;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "before" || k == "after")
+        .and_then(|(_, v)| v.parse().ok())
 }

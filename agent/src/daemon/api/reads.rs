@@ -1,6 +1,7 @@
 //! The API's reading routes: records, the registry, health, live streams.
 
 use super::*;
+use crate::events::PAGE_BUDGET;
 
 pub(super) fn tools(state: &DaemonState) -> Response<Body> {
     let tools: Vec<_> = state
@@ -165,17 +166,20 @@ pub(super) async fn events(state: &DaemonState, query: &str) -> anyhow::Result<R
     q.limit = Some(limit);
     q.newest_first = q.after_id.is_none() && q.since_ns.is_none();
     let newest_first = q.newest_first;
-    let mut events = read_store(state, move |s| Ok(s.query(&q)?)).await?;
+    let mut page = read_store(state, move |s| Ok(s.events_page(&q, PAGE_BUDGET)?)).await?;
     if newest_first {
-        events.reverse();
+        page.events.reverse();
     }
-    let next = match (events.len() == limit, newest_first) {
-        (false, _) => None,
-        (true, true) => events.first().map(|e| ("before", e.id)),
-        (true, false) => events.last().map(|e| ("after", e.id)),
-    };
-    let mut response = json_response(StatusCode::OK, &events);
-    if let Some((way, id)) = next {
+    let mut response = json_response(StatusCode::OK, &page.events);
+    if page.partial {
+        let why =
+            format!("read {PAGE_BUDGET} events without filling the page; the next page goes on");
+        if let Ok(value) = http::HeaderValue::from_str(&why) {
+            response.headers_mut().insert("toolwall-partial", value);
+        }
+    }
+    if let Some(id) = page.next {
+        let way = if newest_first { "before" } else { "after" };
         let mut out = form_urlencoded::Serializer::new(String::new());
         for (key, value) in form_urlencoded::parse(query.as_bytes()) {
             if key != "before" && key != "after" {

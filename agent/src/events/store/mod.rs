@@ -7,6 +7,7 @@
 
 mod integrity;
 mod owner;
+mod page;
 mod query;
 mod writer;
 
@@ -24,6 +25,7 @@ use thiserror::Error;
 
 pub(crate) use integrity::{Checked, check_at_start};
 pub(crate) use owner::claim;
+pub(crate) use page::PAGE_BUDGET;
 pub(crate) use query::EventQuery;
 pub use writer::spawn_writer;
 pub(crate) use writer::{Committer, StoreHealth, spawn_committing_writer};

@@ -7,9 +7,13 @@ use std::io::{Read, Write};
 use serde_json::{Value, json};
 use toolwall_tests::{Daemon, fake_model};
 
+/// What the record must say of a proposal: its `server_id/tool` and action, or `None` for a
+/// native tool nobody records.
+type Recorded = Option<(&'static str, &'static str)>;
+
 /// What the fake model proposes, and what the record must say of each: (name, arguments,
-/// expected `server_id/tool` and action, or `None` for a native tool nobody records).
-fn proposals() -> Vec<(&'static str, Value, Option<(&'static str, &'static str)>)> {
+/// what is recorded).
+fn proposals() -> Vec<(&'static str, Value, Recorded)> {
     vec![
         // A declared server's tool, allowed, and one the deny rule refuses.
         (

@@ -31,6 +31,7 @@ mod rate;
 mod results;
 mod rules;
 mod secrets;
+mod unknown;
 
 use std::{
     collections::HashMap,
@@ -59,7 +60,7 @@ pub(crate) use rules::{ServerRules, ToolRules};
 
 use crate::{
     config::{Config, ConfigError, Location, VersionPinningConfig},
-    decision::{Action, CallQuery, Decision, Gate, ResultAction, ResultVerdict},
+    decision::{CallQuery, Decision, Gate, ResultAction, ResultVerdict},
     registry::{NamePatterns, Registry, Resolution},
 };
 use decide::CachedVerdict;
@@ -72,6 +73,9 @@ pub(crate) struct Policy {
     fail_closed: bool,
     /// Declared server id → (type, `host:port`).
     declared: HashMap<String, (&'static str, String)>,
+    /// Every way agents write a declared server's id (itself, and as Claude Code and Codex
+    /// sanitise it: `my.bank` → `my_bank`) → the id.
+    declared_names: HashMap<String, String>,
     servers: ServerRules,
     tools: ToolRules,
     deny: DenyList,
@@ -139,6 +143,7 @@ impl Policy {
                 .iter()
                 .map(|s| (s.id.clone(), (s.server_type.as_str(), s.addr())))
                 .collect(),
+            declared_names: unknown::declared_names(mcp.servers.iter().map(|s| s.id.as_str())),
             servers: ServerRules::new(mcp.server_policy, &mcp.allowed_servers, &mcp.denied_servers),
             tools: ToolRules::new(mcp.tool_policy, &mcp.allowed_tools, &mcp.denied_tools),
             deny: DenyList::new(&mcp.deny, extra_deny, origin)?,
@@ -203,54 +208,6 @@ impl Policy {
     }
 }
 
-impl Policy {
-    /// `(server, tool)` when `name` fits a known name form (`mcp__{server}__{tool}`, the
-    /// configured ones) with a server declared in the configuration.
-    fn declared_form<'n>(&self, name: &'n str) -> Option<(&'n str, &'n str)> {
-        self.patterns.iter().find_map(|pattern| {
-            pattern.find_map(name, |server, tool| {
-                server
-                    .filter(|s| self.declared.contains_key(*s))
-                    .map(|s| (s, tool))
-            })
-        })
-    }
-
-    /// `(server, tool)` when `name` fits a form that marks an MCP tool whatever its server
-    /// ([`crate::registry::NamePattern::marks_servers`]): `mcp__github__delete_repo` is tool
-    /// `delete_repo` of server `github` though no registry or configuration knows `github`.
-    /// The first split: for an unknown server, where its id ends is a guess.
-    fn marked_form<'n>(&self, name: &'n str) -> Option<(&'n str, &'n str)> {
-        self.patterns
-            .iter()
-            .filter(|pattern| pattern.marks_servers())
-            .find_map(|pattern| pattern.find_map(name, |server, tool| Some((server?, tool))))
-    }
-}
-
-impl Policy {
-    /// Why the deny rules block a name that is in no registry: the name as written, and the
-    /// tool part of `mcp__<server>__<tool>` or of Codex's namespace `mcp__<server>`, each with
-    /// the server it names (if any).
-    fn denied_unknown(&self, call: &CallQuery<'_>) -> Option<String> {
-        let mut forms: Vec<(&str, &str)> = vec![("", call.name)];
-        if let Some(rest) = call.name.strip_prefix("mcp__")
-            && let Some((server, tool)) = rest.split_once("__")
-        {
-            forms.push((server, tool));
-        }
-        if let Some(server) = call.namespace.and_then(|ns| ns.strip_prefix("mcp__")) {
-            forms.push((server, call.name));
-        }
-        forms.into_iter().find_map(|(server, tool)| {
-            self.deny
-                .check(tool)
-                .or_else(|| self.tools.denied(server, tool))
-                .map(|why| format!("unregistered tool {:?}: {why}", call.name))
-        })
-    }
-}
-
 impl Gate for Policy {
     fn inspect_result(
         &self,
@@ -301,9 +258,8 @@ impl Gate for Policy {
             }
             Resolution::Unknown => {
                 self.declared_form(call.name)
-                    .or_else(|| self.marked_form(call.name))
                     .is_some_and(|(server, tool)| rules.apply_to(server, tool))
-                    || rules.apply_to("", call.name)
+                    || self.unknown_needs_arguments(call.name)
             }
         }
     }
@@ -351,33 +307,8 @@ impl Gate for Policy {
                 let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
                 self.decide_unregistered(server_id, tool, call.stage.spends(), call.arguments)
             }
-            // A name nobody registered still meets the deny rules: a `deny:` regex or a
-            // `denied_tools` glob that matches it always blocks
-            // (`deny_rules_block_names_no_registry_knows`).
-            // A name in a form that marks an MCP tool is one, of the server it names, known or
-            // not: judged by the rules and recorded like any (never waved through unseen as a
-            // native tool). A bare name no registry knows is judged as such only where an
-            // argument rule for any server names it: the rule holds wherever the tool is from.
-            Resolution::Unknown => match self.denied_unknown(call) {
-                Some(reason) => self.finish(Action::Block, reason, None),
-                None if self.fail_closed => self.finish(
-                    Action::Block,
-                    format!("unknown tool {:?}, fail closed", call.name),
-                    None,
-                ),
-                None => match self.marked_form(call.name) {
-                    Some((server_id, tool)) => self.decide_unregistered(
-                        server_id,
-                        tool,
-                        call.stage.spends(),
-                        call.arguments,
-                    ),
-                    None if self.arguments.apply_to("", call.name) => {
-                        self.decide_unregistered("", call.name, call.stage.spends(), call.arguments)
-                    }
-                    None => Decision::not_mcp(),
-                },
-            },
+            // A name no registry knows and no declared server's form fits (`unknown.rs`).
+            Resolution::Unknown => self.decide_unknown(call),
         }
     }
 

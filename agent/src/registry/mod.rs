@@ -25,7 +25,7 @@ use serde_json::Value;
 
 pub(crate) use hash::tool_hash;
 pub use hash::value_hash;
-pub(crate) use names::{NamePattern, NamePatterns};
+pub(crate) use names::{NamePattern, NamePatterns, claude_form, codex_form};
 
 use crate::decision::{CallQuery, ToolIdentity};
 use index::Index;

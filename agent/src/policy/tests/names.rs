@@ -310,3 +310,49 @@ fn calls_of_unknown_servers_and_bare_names_are_judged_where_a_form_or_rule_says_
     }
     assert!(!p.needs_arguments(&call("read_file")));
 }
+
+/// An unknown server's id may hold the form's separator, so every reading of the name is
+/// judged and a refusal of any refuses the call: no split evades a deny regex, a server rule or
+/// an argument rule. A declared server is known by the id agents sanitise it to; a rule on
+/// `wire-transfer` holds for a flat `wire_transfer`; a name of a form without a prefix is judged
+/// where an argument rule names its tool; a name of too many readings is refused.
+#[test]
+fn every_reading_of_an_unknown_servers_name_is_judged() {
+    let p = policy(concat!(
+        "sandbox:\n  mcp:\n",
+        "    name_patterns: [\"mcp_{server}_{tool}\", \"{server}.{tool}\"]\n",
+        "    deny: [\"^delete_\", \"^wire-transfer$\"]\n",
+        "    denied_servers: [{id: bad_corp}, {id: my.bank}]\n",
+        "    servers:\n      - {id: my.bank, type: http, url: \"http://127.0.0.1:9/mcp\"}\n",
+        "    argument_rules:\n      - tool: transfer\n        action: block\n",
+        "        when:\n          - pointer: /amount\n            range: { min: 1000 }\n",
+    ));
+    let with = |name: &'static str, args: Value| {
+        let args: &'static Value = Box::leak(Box::new(args));
+        p.check_call(&CallQuery {
+            arguments: Some(args),
+            ..call(name)
+        })
+    };
+    for (name, args) in [
+        ("mcp_my_bank_delete_repo", json!({})),
+        ("mcp_my_bank_transfer", json!({"amount": 5000})),
+        ("mcp_bad_corp_ping", json!({})),
+        ("mcp__a__b__delete_repo", json!({})),
+        ("mcp__my_bank__ping", json!({})),
+        ("bank.transfer", json!({"amount": 5000})),
+        ("mcp__bank__wire_transfer", json!({})),
+    ] {
+        let decision = with(name, args.clone());
+        assert!(decision.is_blocked(), "{name} {args}: {decision:?}");
+    }
+    let small = with("bank.transfer", json!({"amount": 5}));
+    assert!(!small.is_blocked() && small.tool.is_some(), "{small:?}");
+    let long = format!("mcp_{}x", "a_".repeat(40));
+    let long: &'static str = Box::leak(long.into_boxed_str());
+    let refused = p.check_call(&call(long));
+    assert!(
+        refused.is_blocked() && refused.reason.contains("readings"),
+        "{refused:?}"
+    );
+}

@@ -112,6 +112,29 @@ pub(crate) struct Enforcement {
     writer: Option<(JoinHandle<u64>, PathBuf)>,
 }
 
+/// What makes two URLs one server's: scheme and host in lower case, user, port (the default
+/// written out), path without a trailing `/`, and query.
+fn url_key(url: &str) -> Option<(String, String, String, u16, String, String)> {
+    let uri = url.parse::<http::Uri>().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let authority = uri.authority()?.as_str();
+    let user = authority
+        .rsplit_once('@')
+        .map(|(user, _)| user.to_owned())
+        .unwrap_or_default();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    Some((
+        scheme,
+        user,
+        uri.host()?.to_ascii_lowercase(),
+        port,
+        uri.path().trim_end_matches('/').to_owned(),
+        uri.query().unwrap_or("").to_owned(),
+    ))
+}
+
 /// The daemon of the session this process runs in, if it runs in one: the one `toolwall exec`
 /// named (`TOOLWALL_API_SOCKET`), or — for agents that start their MCP servers with a
 /// scrubbed environment (Codex CLI) — the configured one, when this process is in a session
@@ -213,27 +236,36 @@ impl Enforcement {
         })
     }
 
-    /// The id of the declared server at `url` (same scheme, host, port and path), which the
-    /// filter proxy takes for its server id: the policy's rules for that server then apply to
-    /// calls through the proxy, and its calls are recorded under the name the agents' are.
-    pub(crate) fn declared_server(&self, url: &str) -> Option<String> {
-        let key = |url: &str| {
-            let uri = url.parse::<http::Uri>().ok()?;
-            Some((
-                uri.scheme_str()?.to_ascii_lowercase(),
-                uri.host()?.to_ascii_lowercase(),
-                uri.port_u16().or_else(|| match uri.scheme_str()? {
-                    "https" => Some(443),
-                    _ => Some(80),
-                }),
-                uri.path().trim_end_matches('/').to_owned(),
-            ))
+    /// The id of the declared server at `url` (same scheme, user, host, port, path and query;
+    /// host and scheme in any case, the default port written or not, a trailing `/` or not),
+    /// which the filter proxy takes for its server id: the policy's rules for that server then
+    /// apply to calls through the proxy, and its calls are recorded under the name the agents'
+    /// are. An error when two declared servers are at that URL: which one's rules hold is not
+    /// guessed.
+    pub(crate) fn declared_server(&self, url: &str) -> anyhow::Result<Option<String>> {
+        let Some(wanted) = url_key(url) else {
+            return Ok(None);
         };
-        let wanted = key(url)?;
-        self.declared
+        let found: Vec<&str> = self
+            .declared
             .iter()
-            .find(|(_, declared)| key(declared).as_ref() == Some(&wanted))
-            .map(|(id, _)| id.clone())
+            .filter(|(_, declared)| url_key(declared).as_ref() == Some(&wanted))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        match found.as_slice() {
+            [] => Ok(None),
+            [id] => Ok(Some(id.to_string())),
+            ids => anyhow::bail!(
+                "the upstream {url} is the URL of declared servers {}: pass --server-id to say which one this proxy serves",
+                ids.join(", ")
+            ),
+        }
+    }
+
+    /// Whether the configuration declares any network server (then an upstream that is none of
+    /// them is worth a warning).
+    pub(crate) fn declares_network_servers(&self) -> bool {
+        !self.declared.is_empty()
     }
 
     /// Runs `work` (the stand-alone shim or filter proxy) with this gate and event sink on a
@@ -359,36 +391,53 @@ mod tests {
     }
 
     /// The filter proxy records and judges a declared server's calls under its id: its URL
-    /// written another way (case, default port, trailing slash) is the same server; another
-    /// path, port or scheme is not.
+    /// written another way (case of scheme and host, default port, trailing slash) is the same
+    /// server; another path, port, scheme, user or query is not; two servers at one URL are
+    /// refused, not guessed between.
     #[test]
     fn a_declared_servers_url_names_it() {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("toolwall.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "store:\n  path: {}\nsandbox:\n  mcp:\n    servers:\n      - id: tickets\n        type: http\n        url: http://Tickets.local/mcp\n",
-                dir.path().join("events.db").display()
-            ),
-        )
-        .unwrap();
-        let e = Enforcement::new(Some(&config), None, &[]).unwrap();
-        for same in ["http://tickets.local/mcp", "http://TICKETS.local:80/mcp/"] {
-            assert_eq!(
-                e.declared_server(same).as_deref(),
-                Some("tickets"),
-                "{same}"
-            );
+        let servers = [
+            ("tickets", "http://Tickets.local/mcp"),
+            ("public", "http://reader@tickets.local/mcp?tenant=public"),
+            ("admin", "http://admin@tickets.local/mcp?tenant=admin"),
+            ("twin-a", "http://twin.local/mcp"),
+            ("twin-b", "http://TWIN.local:80/mcp/"),
+        ];
+        let mut yaml = format!(
+            "store:\n  path: {}\nsandbox:\n  mcp:\n    servers:\n",
+            dir.path().join("events.db").display()
+        );
+        for (id, url) in servers {
+            yaml += &format!("      - {{id: {id}, type: http, url: \"{url}\"}}\n");
         }
+        std::fs::write(&config, yaml).unwrap();
+        let e = Enforcement::new(Some(&config), None, &[]).unwrap();
+        let id = |url: &str| e.declared_server(url).unwrap();
+        for same in ["http://tickets.local/mcp", "HTTP://TICKETS.local:80/mcp/"] {
+            assert_eq!(id(same).as_deref(), Some("tickets"), "{same}");
+        }
+        assert_eq!(
+            id("http://admin@tickets.local/mcp?tenant=admin").as_deref(),
+            Some("admin")
+        );
         for other in [
             "http://tickets.local/other",
             "http://tickets.local:8080/mcp",
             "https://tickets.local/mcp",
+            "http://tickets.local/mcp?tenant=admin",
+            "http://admin@tickets.local/mcp?tenant=public",
             "not a url",
         ] {
-            assert_eq!(e.declared_server(other), None, "{other}");
+            assert_eq!(id(other), None, "{other}");
         }
+        let twins = e.declared_server("http://twin.local/mcp").unwrap_err();
+        assert!(
+            twins.to_string().contains("twin-a, twin-b")
+                || twins.to_string().contains("twin-b, twin-a"),
+            "{twins}"
+        );
         e.finish();
     }
 }

@@ -131,14 +131,17 @@ pub struct ProxyArgs {
 }
 
 impl ProxyArgs {
-    /// The server id: `--server-id`, else the upstream's `host:port`.
+    /// The server id: `--server-id`, else the upstream's `host:port` (never its user and
+    /// password, which would be recorded with every call).
     pub fn server_id(&self) -> String {
         self.server_id.clone().unwrap_or_else(|| {
-            self.upstream
-                .parse::<Uri>()
-                .ok()
-                .and_then(|u| u.authority().map(|a| a.to_string()))
-                .unwrap_or_else(|| self.upstream.clone())
+            let uri = self.upstream.parse::<Uri>().ok();
+            let host = uri.as_ref().and_then(|u| u.host());
+            match (host, uri.as_ref().and_then(|u| u.port_u16())) {
+                (Some(host), Some(port)) => format!("{host}:{port}"),
+                (Some(host), None) => host.to_owned(),
+                (None, _) => "upstream".to_owned(),
+            }
         })
     }
 }
@@ -157,7 +160,14 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         super::enforce::Enforcement::new(args.config.as_deref(), args.db.as_deref(), &args.deny)?;
     let mut args = args;
     if args.server_id.is_none() {
-        args.server_id = enforcement.declared_server(&args.upstream);
+        args.server_id = enforcement.declared_server(&args.upstream)?;
+        if args.server_id.is_none() && enforcement.declares_network_servers() {
+            tracing::warn!(
+                "--upstream {} is the URL of no server the configuration declares (compared by scheme, user, host, port, path and query): its calls are judged and recorded as server {:?}, and no declared server's rules apply; pass --server-id ID to name one",
+                args.upstream,
+                args.server_id()
+            );
+        }
     }
     enforcement
         .run(|gate, events, asker| run_proxy(&args, listener, gate, events, asker))

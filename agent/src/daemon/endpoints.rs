@@ -66,9 +66,13 @@ pub(super) fn own_endpoints(own: OwnEndpoints) -> Vec<WatchedEndpoint> {
     api.chain(proxy).collect()
 }
 
+/// The Gemini API's base URL (Gemini CLI's default).
+const GEMINI_API: &str = "https://generativelanguage.googleapis.com";
+
 /// Which addresses the kernel watches: every network MCP server (DENY when the server is
 /// denied by policy or must be reached through `toolwall mcp-proxy`, else FLAG), and with
-/// `netmon.pin_llm_egress` the LLM providers' API hosts (DENY: the session must use the proxy).
+/// `netmon.pin_llm_egress` the LLM providers' API hosts and the Gemini API's (DENY: the session
+/// must use the proxy, which does not read Gemini's).
 pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoint> {
     let mut out = Vec::new();
     for server in &config.sandbox.mcp.servers {
@@ -94,9 +98,12 @@ pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<Watched
         });
     }
     if config.netmon.pin_llm_egress {
+        // The Gemini API is no dialect the proxy reads: refused outright rather than left as
+        // a way around it.
         for (name, url) in [
-            ("anthropic", &config.proxy.providers.anthropic),
-            ("openai", &config.proxy.providers.openai),
+            ("anthropic", config.proxy.providers.anthropic.as_str()),
+            ("openai", config.proxy.providers.openai.as_str()),
+            ("gemini", GEMINI_API),
         ] {
             if let Some((host, port)) = split_host_port(&crate::config::url_host_port(url)) {
                 out.push(WatchedEndpoint {
@@ -191,5 +198,40 @@ pub(super) fn boundary_summary(config: &Config) -> String {
         EgressMode::Open => {
             "open (netmon.egress.mode: open; sessions reach this host's services)".into()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With `pin_llm_egress`, the sessions' way around the proxy is shut for both providers it
+    /// reads and for the Gemini API, which it does not.
+    #[test]
+    fn pinned_egress_denies_every_providers_host_and_the_gemini_api() {
+        let mut config = Config::default();
+        config.netmon.pin_llm_egress = true;
+        let registry = crate::registry::Registry::in_memory().expect("registry");
+        let policy = Policy::new(&config, std::sync::Arc::new(registry), &[]).expect("policy");
+        let pinned: Vec<(String, String, u16)> = watched_endpoints(&config, &policy)
+            .into_iter()
+            .filter(|e| e.kind == "llm" && e.action == RuleAction::Deny)
+            .map(|e| (e.id, e.host, e.port))
+            .collect();
+        assert_eq!(
+            pinned,
+            [
+                ("llm:anthropic", "api.anthropic.com"),
+                ("llm:openai", "api.openai.com"),
+                ("llm:gemini", "generativelanguage.googleapis.com"),
+            ]
+            .map(|(id, host)| (id.to_owned(), host.to_owned(), 443))
+        );
+        config.netmon.pin_llm_egress = false;
+        assert!(
+            watched_endpoints(&config, &policy)
+                .iter()
+                .all(|e| e.kind != "llm")
+        );
     }
 }

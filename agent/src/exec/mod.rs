@@ -211,7 +211,15 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             eprintln!("toolwall: WARNING: session {session}: Unix sockets not confined (exec.confine: weaker): {why}");
         }
         match &reply.proxy {
-            Some(proxy) => eprintln!("toolwall: session {session}: LLM traffic through {proxy}"),
+            Some(proxy) => {
+                eprintln!("toolwall: session {session}: LLM traffic through {proxy} for agents that take ANTHROPIC_BASE_URL or OPENAI_BASE_URL (Claude Code, the Anthropic and OpenAI SDKs) and for Codex CLI");
+                // The Gemini API is no dialect toolwall reads: say what becomes of it.
+                if config.netmon.pin_llm_egress {
+                    eprintln!("toolwall: session {session}: the Gemini API (Gemini CLI) is not read by toolwall and is refused to the session (netmon.pin_llm_egress)");
+                } else {
+                    eprintln!("toolwall: WARNING: session {session}: the Gemini API (Gemini CLI) is not read by toolwall: its tool calls reach the agent unjudged; netmon.pin_llm_egress refuses it to sessions");
+                }
+            }
             None => eprintln!("toolwall: WARNING: session {session}: the daemon's LLM proxy is off; LLM calls go directly to the providers, unseen"),
         }
         let _cgroup_procs = match &reply.cgroup {

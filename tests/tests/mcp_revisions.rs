@@ -165,7 +165,9 @@ fn routing_headers_that_disagree_with_the_body_are_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let marker = dir.path().join("ran");
     let (_server, url) = marker_server("http", &marker);
-    let (_proxy, port) = proxy(&url, &["--deny", "^secret$"]);
+    let db = dir.path().join("events.db");
+    let db_arg = db.to_str().expect("a UTF-8 path");
+    let (mut proxy_proc, port) = proxy(&url, &["--deny", "^secret$", "--db", db_arg]);
     let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
     let post = |name_header: &str, tool: &str| {
         let body = format!(
@@ -197,4 +199,27 @@ fn routing_headers_that_disagree_with_the_body_are_refused() {
         std::fs::read_to_string(&marker).unwrap_or_default(),
         "harmless\n"
     );
+    // The record says what happened: the two refused calls refused, the third allowed.
+    // SAFETY: kill(2) on our own child; SIGTERM lets it store what it recorded.
+    unsafe { libc::kill(proxy_proc.0.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = proxy_proc.0.wait();
+    let out = std::process::Command::new(toolwall_tests::toolwall_bin())
+        .args([
+            "mcp",
+            "events",
+            "--json",
+            "--type",
+            "mcp_tool_called",
+            "--db",
+            db_arg,
+        ])
+        .output()
+        .expect("toolwall mcp events");
+    let actions: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["action"].to_string()
+        })
+        .collect();
+    assert_eq!(actions, ["\"block\"", "\"block\"", "\"allow\""], "{out:?}");
 }

@@ -2,6 +2,7 @@
 //! as the filter's text, each response filtered (a stream in its body, [`FilteredSse`]).
 
 use super::*;
+use crate::{decision::Action, events::Event};
 
 /// How long the rest of an answered response stream is read for its connection to be reused: a
 /// server ends it right after its last response; one that does not holds a connection no
@@ -39,7 +40,10 @@ pub(super) async fn passthrough(
             Ok(b) => b,
             Err(r) => return r,
         };
-        let mut out = filter.on_client(&body).record(filter.sink());
+        let mut out = filter.on_client(&body);
+        // What was judged is recorded once the request's fate is known: a call the header
+        // check below refuses is recorded refused, never `allow`.
+        let judged = std::mem::take(&mut out.records);
         // A call that waits for a person (`approval.rs`): this POST waits with it.
         if let Some(held) = out.held.pop() {
             let waiting = std::sync::Mutex::new(filter);
@@ -55,7 +59,10 @@ pub(super) async fn passthrough(
         }
         replies = out.replies;
         let text = match out.forward {
-            None => return json_reply(replies),
+            None => {
+                record(&filter, judged, None);
+                return json_reply(replies);
+            }
             Some(text) => Bytes::from(text.into_owned()),
         };
         requests = filter.requests();
@@ -67,6 +74,7 @@ pub(super) async fn passthrough(
         // The upstream may route on the 2026-07-28 headers: they must say what the body says.
         if let Err(mismatch) = headers::check(&parts.headers, &text) {
             tracing::warn!("refused a request: {mismatch}");
+            record(&filter, judged, Some(&mismatch));
             let id = request_ids(&text).into_iter().next();
             return full(
                 StatusCode::BAD_REQUEST,
@@ -78,6 +86,7 @@ pub(super) async fn passthrough(
                 ),
             );
         }
+        record(&filter, judged, None);
         text
     } else {
         Bytes::new()
@@ -189,4 +198,19 @@ pub(super) async fn passthrough(
     *response.status_mut() = rparts.status;
     *response.headers_mut() = rparts.headers;
     response
+}
+
+/// Records what the filter judged of a request; with `refused`, the calls it let through are
+/// recorded refused for that reason (the request was not forwarded).
+fn record(filter: &Filter, judged: Vec<Event>, refused: Option<&dyn std::fmt::Display>) {
+    let Some(sink) = filter.sink() else { return };
+    for mut event in judged {
+        if let (Some(why), Event::McpToolCalled(call)) = (refused, &mut event)
+            && call.action == Action::Allow
+        {
+            call.action = Action::Block;
+            call.reason = format!("refused before forwarding: {why}");
+        }
+        sink.emit(event);
+    }
 }

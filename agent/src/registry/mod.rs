@@ -113,6 +113,11 @@ pub(crate) struct RegistrationChange {
     pub kind: ChangeKind,
 }
 
+/// Most tools one server may have registered: each is a write and a record, and the largest
+/// real servers list a few hundred. A server past it by many pages of new names, or by new names
+/// at every listing, gets no more.
+pub(crate) const MAX_TOOLS_PER_SERVER: usize = 2048;
+
 /// The kind of a [`RegistrationChange`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ChangeKind {
@@ -125,7 +130,7 @@ pub(crate) enum ChangeKind {
     },
     /// Same definition as before.
     Unchanged,
-    /// Not a usable tool definition (no string `name`); not registered.
+    /// Not registered: no string `name`, or one more tool than a server may have.
     Invalid {
         /// Why.
         reason: String,
@@ -239,7 +244,9 @@ impl Registry {
     }
 
     /// Registers `tools` (`tools/list` entries) of a server, persisting new and changed
-    /// definitions. Tools not in `tools` are kept (listings may be paginated).
+    /// definitions. Tools not in `tools` are kept (listings may be paginated), so a server's
+    /// tools are bounded across its pages and listings, not per result: past
+    /// [`MAX_TOOLS_PER_SERVER`] a new name is not registered (`ChangeKind::Invalid`).
     pub(crate) fn register(
         &self,
         server_id: &str,
@@ -254,6 +261,7 @@ impl Registry {
         {
             let index = self.read_index();
             let known = index.servers.get(server_id);
+            let mut registered = known.map_or(0, |s| s.tools.len());
             for tool in tools {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else {
                     tracing::warn!(server_id, "a listed tool has no string \"name\"; ignored");
@@ -269,8 +277,24 @@ impl Registry {
                 };
                 let hash = tool_hash(tool);
                 let previous = known.and_then(|s| s.tools.get(name));
+                if previous.is_none() && registered >= MAX_TOOLS_PER_SERVER {
+                    changes.push(RegistrationChange {
+                        server_id: server_id.to_string(),
+                        tool: name.to_string(),
+                        tool_hash: hash,
+                        kind: ChangeKind::Invalid {
+                            reason: format!(
+                                "server {server_id:?} already has {MAX_TOOLS_PER_SERVER} tools registered; no more are (hidden)"
+                            ),
+                        },
+                    });
+                    continue;
+                }
                 let kind = match previous {
-                    None => ChangeKind::Added,
+                    None => {
+                        registered += 1;
+                        ChangeKind::Added
+                    }
                     Some(p) if p.tool_hash != hash => ChangeKind::Changed {
                         previous_hash: p.tool_hash.clone(),
                     },

@@ -183,3 +183,38 @@ fn listing_events_record_seen_and_changed() {
         other => panic!("expected drift, got {other:?}"),
     }
 }
+
+/// A server's tools are bounded across its pages and listings, not per result: past
+/// `MAX_TOOLS_PER_SERVER` registered, a new name is hidden with the reason, while the tools it
+/// has stay as they were, listed again or not.
+#[test]
+fn a_servers_tools_are_bounded_across_pages_and_listings() {
+    use crate::registry::MAX_TOOLS_PER_SERVER;
+    let p = policy("{}");
+    let page = |from: usize, to: usize| -> Vec<Value> {
+        (from..to)
+            .map(|i| tool(&format!("t{i}"), "a tool"))
+            .collect()
+    };
+    let hidden = |decisions: &[Decision]| decisions.iter().filter(|d| d.is_blocked()).count();
+    let first = p.check_listed_all("big", "stdio", &page(0, 1500));
+    assert_eq!(hidden(&first), 0);
+    let second = p.check_listed_all("big", "stdio", &page(1500, 2500));
+    assert_eq!(hidden(&second), 2500 - MAX_TOOLS_PER_SERVER);
+    let refused = second.iter().find(|d| d.is_blocked()).expect("one hidden");
+    assert!(refused.reason.contains("tools registered"), "{refused:?}");
+    // Listed again, the registered ones stay; new names at a later listing get nothing.
+    assert_eq!(
+        hidden(&p.check_listed_all("big", "stdio", &page(0, 1500))),
+        0
+    );
+    assert_eq!(
+        hidden(&p.check_listed_all("big", "stdio", &page(5000, 5010))),
+        10
+    );
+    // Another server has a bound of its own.
+    assert_eq!(
+        hidden(&p.check_listed_all("small", "stdio", &page(0, 10))),
+        0
+    );
+}

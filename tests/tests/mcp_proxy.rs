@@ -187,3 +187,48 @@ fn last_event_id_resumption_passes_through() {
         );
     }
 }
+
+/// Legacy `GET /sse` streams are bounded like bridged Streamable HTTP sessions: each holds an
+/// upstream session, so past 256 open at once a new one is refused (503) until one closes.
+#[test]
+fn legacy_sse_streams_are_bounded() {
+    use std::io::{BufRead, BufReader, Write};
+    let (_server, url) = server_everything_http("sse");
+    let (_proxy, port) = proxy(&url, &[]);
+    let open = || {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        stream
+            .write_all(b"GET /sse HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+            .expect("send");
+        let mut reader = BufReader::new(stream);
+        let mut status = String::new();
+        reader.read_line(&mut status).expect("status line");
+        (status, reader)
+    };
+    let mut held = Vec::new();
+    for i in 0..256 {
+        let (status, reader) = open();
+        assert!(status.contains(" 200 "), "stream {i}: {status}");
+        held.push(reader);
+    }
+    let (status, _) = open();
+    assert!(status.contains(" 503 "), "the 257th: {status}");
+    // One closes: the next opens (its end is noticed once the proxy writes to it, or at once).
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, reader) = open();
+        if status.contains(" 200 ") {
+            held.push(reader);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no room after a stream closed: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

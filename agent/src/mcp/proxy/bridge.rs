@@ -21,7 +21,8 @@ pub(super) struct BridgedSession {
 }
 
 pub(super) const MAX_QUEUED: usize = 256;
-/// Most Streamable HTTP client sessions bridged at once (each holds an upstream session).
+/// Most client sessions bridged at once (each holds an upstream session), of each transport:
+/// Streamable HTTP sessions to a legacy SSE upstream, and legacy `GET /sse` streams.
 pub(super) const MAX_BRIDGED: usize = 256;
 
 /// Whether a client message is a single `initialize` request.
@@ -295,6 +296,20 @@ pub(super) async fn bridge(
 
 /// Legacy SSE client: `GET /sse` opens a session; the first event names our `/message` URL.
 pub(super) async fn sse_open(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    // Each stream holds an upstream session and its connections, as a bridged Streamable HTTP
+    // session does: as many at once, at most.
+    let full = shared
+        .sse_sessions
+        .lock()
+        .map(|m| m.len() >= MAX_BRIDGED)
+        .unwrap_or(true);
+    if full {
+        tracing::warn!("{MAX_BRIDGED} legacy SSE sessions open; refusing a new one until some end");
+        return plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many open sessions; close a stream or try later",
+        );
+    }
     let (tx, rx) = mpsc::channel(64);
     let id = new_session_id();
     let endpoint = encode_event(

@@ -12,33 +12,6 @@ use std::time::{Duration, Instant};
 
 use mcp_common::*;
 
-/// One HTTP/1.1 exchange on a fresh connection (`Connection: close`): status, head, body.
-fn exchange(port: u16, request: &[u8]) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("read timeout");
-    stream.write_all(request).expect("send the request");
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
-    (status, head.to_owned(), body.to_owned())
-}
-
-fn request(method: &str, path: &str, headers: &str, body: &str) -> Vec<u8> {
-    format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
 const CALL: &str = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}"#;
 
 #[test]
@@ -264,16 +237,6 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
-}
-
-fn session_of(head: &str) -> String {
-    head.lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .starts_with("mcp-session-id:")
-                .then(|| l[15..].trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no session id in {head}"))
 }
 
 /// Streamable HTTP clients bridged to a legacy SSE upstream that leave without a DELETE: each
@@ -540,4 +503,29 @@ fn a_message_hidden_behind_lone_crs_is_filtered_as_the_client_reads_it() {
             "the client read a message naming the denied tool: {data}\n{body:?}"
         );
     }
+}
+
+/// A bridged session's response is matched to its request by id as the peers compare ids: the
+/// upstream answers `8.0` with `8` (as the Python server does), and the POST gets its answer
+/// instead of waiting out `--timeout` while the answer sat in a queue.
+#[test]
+fn a_response_whose_id_the_server_rewrote_reaches_its_post() {
+    let (_server, url) = server_everything_http("sse");
+    let (_proxy, port) = proxy(&url, &["--timeout", "10"]);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+    let session = format!("Mcp-Session-Id: {}\r\n", session_of(&head));
+    let started = Instant::now();
+    let call = r#"{"jsonrpc":"2.0","id":8.0,"method":"tools/call","params":{"name":"echo","arguments":{"message":"eight"}}}"#;
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, call));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("eight") && !body.contains("did not answer"),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "waited out the timeout: {body}"
+    );
 }

@@ -229,7 +229,8 @@ pub(crate) use jsonrpc::{
 };
 pub(crate) use listing::allowed_tools;
 use listing::tool_names;
-use pending::{IdKey, Pending, Request};
+pub(crate) use pending::IdKey;
+use pending::{Pending, Request};
 
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -229,4 +230,42 @@ pub fn stop_proxy(proxy: &mut Proc) {
         .status()
         .expect("kill");
     proxy.0.wait().expect("the proxy stops");
+}
+
+/// One HTTP/1.1 exchange on a fresh connection (`Connection: close`): status, head, body.
+pub fn exchange(port: u16, request: &[u8]) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    stream.write_all(request).expect("send the request");
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
+    (status, head.to_owned(), body.to_owned())
+}
+
+pub fn request(method: &str, path: &str, headers: &str, body: &str) -> Vec<u8> {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The `Mcp-Session-Id` of a response head.
+pub fn session_of(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l[15..].trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}"))
 }

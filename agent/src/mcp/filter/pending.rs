@@ -19,7 +19,7 @@ pub(super) const MAX_PENDING: usize = 256;
 /// `9007199254740992`. Numbers are keyed by their double, the loosest reading: ids that any
 /// peer could take for one another share a key, and are kept apart by refusal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) enum IdKey {
+pub(crate) enum IdKey {
     Number(u64),
     Text(String),
     Null,
@@ -27,7 +27,7 @@ pub(super) enum IdKey {
 
 impl IdKey {
     /// The key of an id's JSON text; `None` for a value JSON-RPC does not allow as an id.
-    pub(super) fn of(raw: &str) -> Option<IdKey> {
+    pub(crate) fn of(raw: &str) -> Option<IdKey> {
         match serde_json::from_str::<Value>(raw).ok()? {
             Value::String(s) => Some(IdKey::Text(s)),
             Value::Null => Some(IdKey::Null),

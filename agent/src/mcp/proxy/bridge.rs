@@ -2,6 +2,7 @@
 //! SSE upstream) served from one [`UpstreamSession`] of its own.
 
 use super::*;
+use crate::mcp::filter::IdKey;
 
 /// One client session bridged to its own upstream session.
 pub(super) struct BridgedSession {
@@ -11,8 +12,9 @@ pub(super) struct BridgedSession {
     stream: Mutex<Option<mpsc::Sender<Bytes>>>,
     /// Server messages waiting for a GET stream (Streamable HTTP client, bounded).
     queued: Mutex<Vec<Bytes>>,
-    /// Requests of Streamable HTTP POSTs waiting for their responses, by id.
-    waiting: Mutex<HashMap<String, mpsc::Sender<Bytes>>>,
+    /// Requests of Streamable HTTP POSTs waiting for their responses, by id as the peers
+    /// compare ids (`8.0` is answered `8`: [`IdKey`]).
+    waiting: Mutex<HashMap<IdKey, mpsc::Sender<Bytes>>>,
     get_opened: std::sync::atomic::AtomicBool,
     /// When the client last sent a request or opened its stream (idle sessions are reaped).
     last_active: Mutex<tokio::time::Instant>,
@@ -20,7 +22,10 @@ pub(super) struct BridgedSession {
     ended: tokio::sync::Notify,
 }
 
+/// Most server messages (and bytes) a bridged Streamable HTTP session keeps for a GET stream
+/// its client has not opened yet.
 pub(super) const MAX_QUEUED: usize = 256;
+pub(super) const MAX_QUEUED_BYTES: usize = 16 << 20;
 /// Most client sessions bridged at once (each holds an upstream session), of each transport:
 /// Streamable HTTP sessions to a legacy SSE upstream, and legacy `GET /sse` streams.
 pub(super) const MAX_BRIDGED: usize = 256;
@@ -34,7 +39,7 @@ fn is_initialize(body: &[u8]) -> bool {
 /// A POST's waiters, removed when the POST ends however it ends.
 struct Waiters {
     session: Arc<BridgedSession>,
-    ids: Vec<String>,
+    ids: Vec<IdKey>,
 }
 
 impl Drop for Waiters {
@@ -131,7 +136,7 @@ impl BridgedSession {
     /// Delivers one (filtered) server message: to the POST waiting for it, else the stream,
     /// else the queue. Returns false when the client is gone.
     async fn deliver(&self, message: Bytes) -> bool {
-        if let Some(id) = response_id(&message) {
+        if let Some(id) = response_id(&message).and_then(|id| IdKey::of(&id)) {
             let waiter = self.waiting.lock().ok().and_then(|mut w| w.remove(&id));
             if let Some(waiter) = waiter {
                 let _ = waiter.send(message).await;
@@ -144,12 +149,25 @@ impl BridgedSession {
                 .send(Bytes::from(encode_event(Some("message"), None, &message)))
                 .await
                 .is_ok(),
+            // A response goes to the request that waits for it, never to a stream opened
+            // later: one nobody waits for any more (its POST timed out or left) is dropped.
+            None if response_id(&message).is_some() => {
+                tracing::warn!(
+                    "dropped a server response no request waits for (its client left or timed out)"
+                );
+                true
+            }
             None => {
                 if let Ok(mut q) = self.queued.lock() {
-                    if q.len() < MAX_QUEUED {
+                    let held: usize = q.iter().map(Bytes::len).sum();
+                    if q.len() < MAX_QUEUED && held + message.len() <= MAX_QUEUED_BYTES {
                         q.push(message);
                     } else {
-                        tracing::warn!("client has no stream open; dropping a server message");
+                        tracing::warn!(
+                            queued = q.len(),
+                            bytes = held,
+                            "client has no stream open and its queue is full; dropping a server message"
+                        );
                     }
                 }
                 true
@@ -444,23 +462,26 @@ pub(super) async fn bridge_streamable(
             session.touch();
             // Register the waiters before sending, so a fast answer is not missed.
             let ids = request_ids(&body);
+            let keys: Vec<IdKey> = ids.iter().filter_map(|id| IdKey::of(id)).collect();
             let (tx, mut rx) = mpsc::channel(ids.len().max(1));
             if let Ok(mut w) = session.waiting.lock() {
-                for id in &ids {
-                    w.insert(id.clone(), tx.clone());
+                for key in &keys {
+                    w.insert(key.clone(), tx.clone());
                 }
             }
             // A client that leaves takes its waiters with it (else the session never idles).
             let _waiters = Waiters {
                 session: session.clone(),
-                ids: ids.clone(),
+                ids: keys,
             };
             let (forward, mut replies) = session.client_message(&shared, &body).await;
             // Ids answered locally (refused calls, cached lists) or not sent do not wait.
             let sent_ids = forward.as_deref().map(request_ids).unwrap_or_default();
             if let Ok(mut w) = session.waiting.lock() {
                 for id in ids.iter().filter(|id| !sent_ids.contains(id)) {
-                    w.remove(id);
+                    if let Some(key) = IdKey::of(id) {
+                        w.remove(&key);
+                    }
                 }
             }
             // Each answer, or an error once `--timeout` has passed: a POST never waits for ever.
@@ -469,16 +490,16 @@ pub(super) async fn bridge_streamable(
             while !unanswered.is_empty() {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
                     Ok(Some(m)) => {
-                        if let Some(id) = response_id(&m) {
-                            unanswered.retain(|u| *u != id);
+                        if let Some(id) = response_id(&m).and_then(|id| IdKey::of(&id)) {
+                            unanswered.retain(|u| IdKey::of(u).as_ref() != Some(&id));
                         }
                         replies.push(m.to_vec());
                     }
                     Ok(None) => break,
                     Err(_) => {
                         if let Ok(mut w) = session.waiting.lock() {
-                            for id in &unanswered {
-                                w.remove(id);
+                            for key in unanswered.iter().filter_map(|id| IdKey::of(id)) {
+                                w.remove(&key);
                             }
                         }
                         for id in unanswered.drain(..) {

@@ -163,6 +163,10 @@ pub(super) async fn events(state: &DaemonState, query: &str) -> anyhow::Result<R
         q.after_id.is_none() || q.before_id.is_none(),
         "before and after: one direction a page"
     );
+    anyhow::ensure!(
+        q.since_ns.is_none() || q.before_id.is_none(),
+        "since pages forward and before pages back: one direction a page (since with after, or until with before)"
+    );
     q.limit = Some(limit);
     q.newest_first = q.after_id.is_none() && q.since_ns.is_none();
     let newest_first = q.newest_first;

@@ -48,7 +48,13 @@ pub(crate) fn check_at_start(path: &Path, bound: Duration) -> Result<Checked, St
         Ok(found) => found,
         Err(OpenError::Private(path, source)) => return Err(StoreError::Dir { path, source }),
         // A file SQLite cannot even open as a database is damaged as well.
-        Err(OpenError::Sqlite(error)) => Err(error.to_string()),
+        Err(OpenError::Sqlite(error)) if is_damage(&error) => Err(error.to_string()),
+        Err(OpenError::Sqlite(source)) => {
+            return Err(StoreError::Sqlite {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
     };
     let why = match found {
         Ok(None) => return Ok(Checked::Sound),
@@ -118,8 +124,21 @@ fn integrity_check(
         {
             Ok(Some(bound))
         }
-        Err(error) => Err(error.to_string()),
+        Err(error) if is_damage(&error) => Err(error.to_string()),
+        // Locked, out of memory, an I/O error: the store may be sound. The daemon stops with
+        // the error rather than set a sound store aside.
+        Err(error) => return Err(OpenError::Sqlite(error)),
     })
+}
+
+/// Whether SQLite's error says the file is damaged (not a database, corrupt), as opposed to a
+/// passing failure (locked, busy, out of memory, I/O).
+fn is_damage(error: &rusqlite::Error) -> bool {
+    matches!(
+        error,
+        rusqlite::Error::SqliteFailure(e, _)
+            if matches!(e.code, rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
 }
 
 #[cfg(test)]

@@ -27,8 +27,8 @@ pub(crate) struct EventsPage {
 
 impl Store {
     /// One page of `q`: at most `q.limit` events, reading at most `budget` rows, from
-    /// `after_id` on (or, with `since_ns` and no cursor, from the first event stored at or after
-    /// that time) or, newest first, back from `before_id`.
+    /// `after_id` on (or, with `since_ns` and no cursor, from the first event by id of that time
+    /// or later) or, newest first, back from `before_id`.
     pub(crate) fn events_page(
         &self,
         q: &EventQuery,
@@ -103,16 +103,16 @@ impl Store {
         Ok(page)
     }
 
-    /// The id of the earliest event stored at or after `since_ns` (by the time index).
+    /// The lowest id of an event of time `since_ns` or later: an event stored after later-stamped
+    /// ones (a shim whose clock is behind) comes before them by id, so the earliest by time is
+    /// not where to start. Reads the time index from `since_ns` on, ids only.
     fn first_id_since(&self, since_ns: i64) -> Result<Option<i64>, StoreError> {
-        use rusqlite::OptionalExtension;
         self.conn
             .query_row(
-                "SELECT id FROM events WHERE ts_ns >= ?1 ORDER BY ts_ns, id LIMIT 1",
+                "SELECT min(id) FROM events WHERE ts_ns >= ?1",
                 [since_ns],
                 |r| r.get(0),
             )
-            .optional()
             .map_err(self.sql_err())
     }
 }
@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_rare_filter_reads_a_budget_a_page() {
-        let (_dir, store) = store_of(3000);
+        let (_dir, mut store) = store_of(3000);
         for newest_first in [false, true] {
             for (tool, action, types) in [
                 (None, Some("block"), vec![]),
@@ -200,21 +200,31 @@ mod tests {
                 assert!(partial + pages_needed >= 6, "{q:?}: {partial} partial");
             }
         }
-        // `since` starts at the first event stored at or after it.
+        // `since` finds every event of its time or later, whatever their order by id: here a
+        // late one, stored last but stamped an hour before the rest.
+        let mut late = crate::events::test_call("late", None, Action::Allow, String::new());
+        if let Event::McpToolCalled(e) = &mut late {
+            e.timestamp -= chrono::Duration::seconds(3600);
+        }
+        store.insert(&[late]).unwrap();
         let all = store.query(&EventQuery::default()).unwrap();
-        let at = all[1234].event.keys().timestamp;
-        let since = super::super::time_ns(at);
-        let q = EventQuery {
-            since_ns: Some(since),
-            limit: Some(100),
-            ..EventQuery::default()
-        };
-        let (got, _) = walk(&store, &q, 700);
-        let want: Vec<i64> = all
-            .iter()
-            .filter(|e| super::super::time_ns(e.event.keys().timestamp) >= since)
-            .map(|e| e.id)
-            .collect();
-        assert_eq!(got, want);
+        for at in [
+            all[1234].event.keys().timestamp,
+            all[3000].event.keys().timestamp,
+        ] {
+            let since = super::super::time_ns(at);
+            let q = EventQuery {
+                since_ns: Some(since),
+                limit: Some(100),
+                ..EventQuery::default()
+            };
+            let (got, _) = walk(&store, &q, 700);
+            let want: Vec<i64> = all
+                .iter()
+                .filter(|e| super::super::time_ns(e.event.keys().timestamp) >= since)
+                .map(|e| e.id)
+                .collect();
+            assert_eq!(got, want, "since {at}");
+        }
     }
 }

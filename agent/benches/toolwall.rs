@@ -636,6 +636,7 @@ fn bench_interceptor() {
         ("Anthropic", toolwall::bench::Dialect::Anthropic),
         ("Chat Completions", toolwall::bench::Dialect::OpenAiChat),
         ("Responses", toolwall::bench::Dialect::OpenAiResponses),
+        ("Gemini", toolwall::bench::Dialect::Gemini),
     ] {
         let small = toolwall::bench::many_calls_stream(dialect, 15_000);
         let large = toolwall::bench::many_calls_stream(dialect, 60_000);

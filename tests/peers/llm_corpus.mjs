@@ -32,6 +32,7 @@ const peers = process.env.TOOLWALL_PEERS_DIR || path.join(here, "../../target/pe
 const require = createRequire(path.join(peers, "node", "package.json"));
 const Anthropic = require("@anthropic-ai/sdk").default;
 const OpenAI = require("openai").default;
+const { GoogleGenAI } = require("@google/genai");
 
 let current = null;
 let upstream = null;
@@ -104,6 +105,11 @@ function callsBatchResults(results) {
 const callsChatkitItems = (items) =>
   items.filter((i) => i.type === "chatkit.client_tool_call").map((i) => i.name);
 
+const callsGemini = (response) =>
+  (response.candidates ?? []).flatMap((c) =>
+    (c.content?.parts ?? []).filter((p) => p.functionCall).map((p) => p.functionCall.name),
+  );
+
 const callsRun = (run) =>
   (run.required_action?.submit_tool_outputs.tool_calls ?? []).map((tc) => tc.function.name);
 
@@ -117,6 +123,9 @@ async function collect(iterable) {
 async function drain(stream) {
   for await (const _ of stream);
 }
+
+const gemini = (base) =>
+  new GoogleGenAI({ apiKey: "AIza-test", httpOptions: { baseUrl: base, retryOptions: { attempts: 1 } } });
 
 async function run(c, base) {
   const a = new Anthropic({ baseURL: base, apiKey: "sk-test", maxRetries: 0 });
@@ -154,6 +163,19 @@ async function run(c, base) {
       return callsChatkitItems(await collect(o.beta.chatkit.threads.listItems("cthr_1")));
     case "assistants.runs.retrieve":
       return callsRun(await o.beta.threads.runs.retrieve("run_1", { thread_id: "thread_1" }));
+    case "gemini.create":
+      return callsGemini(
+        await gemini(base).models.generateContent({ model: "gemini-2.5-flash", contents: "go" }),
+      );
+    case "gemini.stream": {
+      const out = [];
+      const s = await gemini(base).models.generateContentStream({
+        model: "gemini-2.5-flash",
+        contents: "go",
+      });
+      for await (const chunk of s) out.push(...callsGemini(chunk));
+      return out;
+    }
     default:
       throw new Error(`unknown sdk ${JSON.stringify(c.sdk)}`);
   }

@@ -22,6 +22,10 @@ Each case (tests/corpus/llm/*.json):
                                                            chatkit.client_tool_call items
               assistants.runs.retrieve                     beta.threads.runs.retrieve: the run's
                                                            required_action tool calls
+              gemini.create | gemini.stream                google-genai models.generate_content /
+                                                           generate_content_stream: every
+                                                           function_call part of every candidate
+                                                           (of every chunk)
   status    upstream status (default 200)
   headers   upstream response headers (content-type, location, ...)
   body      the response body, verbatim
@@ -52,6 +56,8 @@ from urllib.parse import urlsplit
 
 import anthropic
 import openai
+from google import genai
+from google.genai import types as genai_types
 
 CURRENT = {}
 
@@ -140,6 +146,15 @@ def calls_run(run):
     return [tc.function.name for tc in action.submit_tool_outputs.tool_calls]
 
 
+def calls_gemini(response):
+    out = []
+    for c in response.candidates or []:
+        for p in (c.content.parts if c.content else None) or []:
+            if p.function_call is not None:
+                out.append(p.function_call.name)
+    return out
+
+
 def run(case, base):
     a = anthropic.Anthropic(base_url=base, api_key="sk-test", max_retries=0)
     o = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
@@ -177,6 +192,18 @@ def run(case, base):
         return calls_chatkit_items(o.beta.chatkit.threads.list_items("cthr_1"))
     if sdk == "assistants.runs.retrieve":
         return calls_run(o.beta.threads.runs.retrieve("run_1", thread_id="thread_1"))
+    if sdk.startswith("gemini."):
+        g = genai.Client(
+            api_key="AIza-test",
+            http_options=genai_types.HttpOptions(base_url=base, retry_options=genai_types.HttpRetryOptions(attempts=1)),
+        )
+        if sdk == "gemini.create":
+            return calls_gemini(g.models.generate_content(model="gemini-2.5-flash", contents="go"))
+        if sdk == "gemini.stream":
+            out = []
+            for chunk in g.models.generate_content_stream(model="gemini-2.5-flash", contents="go"):
+                out += calls_gemini(chunk)
+            return out
     raise ValueError(f"unknown sdk {sdk!r}")
 
 
@@ -198,7 +225,7 @@ def main():
                 report[path][label] = {
                     "calls": [],
                     "error": f"{type(e).__name__}: {e}"[:300],
-                    "status": getattr(e, "status_code", None),
+                    "status": getattr(e, "status_code", None) or getattr(e, "code", None),
                 }
     print(json.dumps(report))
 

@@ -314,6 +314,7 @@ async fn official_sdks_see(gate: Arc<dyn Gate>, reason: &str) {
         listen: "127.0.0.1:0".parse().expect("addr"),
         anthropic_upstream: format!("http://{upstream}"),
         openai_upstream: format!("http://{upstream}"),
+        gemini_upstream: format!("http://{upstream}"),
         session_id: "sdk".into(),
         ..LlmProxySettings::default()
     };

@@ -259,11 +259,12 @@ pub(crate) fn describe(config: &Config) -> String {
     let proxy = &config.proxy;
     let _ = writeln!(
         out,
-        "\nLLM proxy: {} on {} (anthropic {}, openai {})",
+        "\nLLM proxy: {} on {} (anthropic {}, openai {}, gemini {})",
         proxy.mode.as_str(),
         proxy.listen,
         proxy.providers.anthropic,
-        proxy.providers.openai
+        proxy.providers.openai,
+        proxy.providers.gemini
     );
     let _ = writeln!(
         out,

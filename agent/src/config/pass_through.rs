@@ -12,6 +12,8 @@ pub enum Provider {
     Anthropic,
     /// `proxy.providers.openai`.
     Openai,
+    /// `proxy.providers.gemini`.
+    Gemini,
 }
 
 impl Provider {
@@ -20,6 +22,7 @@ impl Provider {
         match self {
             Provider::Anthropic => "anthropic",
             Provider::Openai => "openai",
+            Provider::Gemini => "gemini",
         }
     }
 }

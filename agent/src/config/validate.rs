@@ -344,6 +344,7 @@ pub(crate) fn validate(config: &mut Config, file: &str, source: &str) -> Result<
             &config.proxy.providers.anthropic,
         ),
         ("proxy.providers.openai", &config.proxy.providers.openai),
+        ("proxy.providers.gemini", &config.proxy.providers.gemini),
     ] {
         if super::servers::url_host_port(url).is_empty() {
             let leaf = key.rsplit('.').next().unwrap_or(key);

@@ -66,13 +66,9 @@ pub(super) fn own_endpoints(own: OwnEndpoints) -> Vec<WatchedEndpoint> {
     api.chain(proxy).collect()
 }
 
-/// The Gemini API's base URL (Gemini CLI's default).
-const GEMINI_API: &str = "https://generativelanguage.googleapis.com";
-
 /// Which addresses the kernel watches: every network MCP server (DENY when the server is
 /// denied by policy or must be reached through `toolwall mcp-proxy`, else FLAG), and with
-/// `netmon.pin_llm_egress` the LLM providers' API hosts and the Gemini API's (DENY: the session
-/// must use the proxy, which does not read Gemini's).
+/// `netmon.pin_llm_egress` the LLM providers' API hosts (DENY: the session must use the proxy).
 pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<WatchedEndpoint> {
     let mut out = Vec::new();
     for server in &config.sandbox.mcp.servers {
@@ -98,12 +94,10 @@ pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<Watched
         });
     }
     if config.netmon.pin_llm_egress {
-        // The Gemini API is no dialect the proxy reads: refused outright rather than left as
-        // a way around it.
         for (name, url) in [
             ("anthropic", config.proxy.providers.anthropic.as_str()),
             ("openai", config.proxy.providers.openai.as_str()),
-            ("gemini", GEMINI_API),
+            ("gemini", config.proxy.providers.gemini.as_str()),
         ] {
             if let Some((host, port)) = split_host_port(&crate::config::url_host_port(url)) {
                 out.push(WatchedEndpoint {
@@ -205,10 +199,9 @@ pub(super) fn boundary_summary(config: &Config) -> String {
 mod tests {
     use super::*;
 
-    /// With `pin_llm_egress`, the sessions' way around the proxy is shut for both providers it
-    /// reads and for the Gemini API, which it does not.
+    /// With `pin_llm_egress`, the sessions' way around the proxy is shut for every provider.
     #[test]
-    fn pinned_egress_denies_every_providers_host_and_the_gemini_api() {
+    fn pinned_egress_denies_every_providers_host() {
         let mut config = Config::default();
         config.netmon.pin_llm_egress = true;
         let registry = crate::registry::Registry::in_memory().expect("registry");

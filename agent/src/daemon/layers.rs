@@ -38,6 +38,7 @@ pub(super) async fn start_proxy(
         listen: config.proxy.listen,
         anthropic_upstream: config.proxy.providers.anthropic.clone(),
         openai_upstream: config.proxy.providers.openai.clone(),
+        gemini_upstream: config.proxy.providers.gemini.clone(),
         on_malformed: config.interceptor.on_malformed,
         max_stream_buffer: usize::try_from(config.interceptor.max_stream_buffer_bytes)
             .unwrap_or(usize::MAX),

@@ -18,7 +18,9 @@
 //!   refused whatever it names, since toolwall does not know how its receiver runs it;
 //! - an element of a `tool_calls` array or the value of a `function_call` key (Chat), by the
 //!   `name` of its `function` or `custom` object, or its own `name` — outside a stream's
-//!   `delta`, where a name is a fragment the SDKs join (the Chat machine judges joined names).
+//!   `delta`, where a name is a fragment the SDKs join (the Chat machine judges joined names);
+//! - the value of a `functionCall` key (Gemini; `function_call` as the Python SDK also reads
+//!   it), by its `name`.
 //!
 //! Checks use `CallStage::Inspected`: the same rules, no rate-limit budget spent.
 
@@ -77,13 +79,14 @@ fn unknown_call(kind: &str, name: &str) -> Found {
 
 /// Bytes that every call shape's JSON holds (`tool_` of `tool_use`, `tool_calls`,
 /// `custom_tool_call`; `_call` of `function_call`, `mcp_call`; `approval_request` of
-/// `mcp_approval_request`), or behind which one could hide (`\u` escapes): text without any of
-/// them cannot carry a call. Four searches, each built once.
-static MARKERS: LazyLock<[memmem::Finder<'static>; 4]> = LazyLock::new(|| {
+/// `mcp_approval_request`; Gemini's `functionCall`), or behind which one could hide (`\u`
+/// escapes): text without any of them cannot carry a call. Five searches, each built once.
+static MARKERS: LazyLock<[memmem::Finder<'static>; 5]> = LazyLock::new(|| {
     [
         memmem::Finder::new(b"tool_"),
         memmem::Finder::new(b"_call"),
         memmem::Finder::new(b"approval_request"),
+        memmem::Finder::new(b"functionCall"),
         memmem::Finder::new(b"\\u"),
     ]
 });
@@ -136,7 +139,7 @@ fn judge(
             names.push((format!("mcp__{server}__{name}"), None));
         }
     }
-    if !in_delta && matches!(key, Some("tool_calls" | "function_call")) {
+    if !in_delta && matches!(key, Some("tool_calls" | "function_call" | "functionCall")) {
         for inner in ["function", "custom"] {
             if let Some(name) = map
                 .get(inner)
@@ -299,6 +302,8 @@ mod tests {
             r#"{"choices":[{"message":{"tool_calls":[{"id":"c","type":"function","function":{"name":"echo","arguments":"{}"}}]}}]}"#,
             r#"{"choices":[{"message":{"tool_calls":[{"type":"custom","custom":{"name":"echo","input":"x"}}]}}]}"#,
             r#"{"choices":[{"message":{"function_call":{"name":"echo","arguments":"{}"}}}]}"#,
+            r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"echo","args":{}}}]}}]}"#,
+            r#"[{"candidates":[{"content":{"parts":[{"function_call":{"name":"echo"}}]}}]}]"#,
             // A repeated key: the last value is what the SDKs read.
             r#"{"content":[{"type":"tool_use","name":"ping","name":"echo"}]}"#,
             // Escaped, with a byte order mark.

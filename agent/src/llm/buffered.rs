@@ -5,12 +5,12 @@
 //! ([`RawObject`](super::json::RawObject)); all other bytes are upstream's.
 //!
 //! Each dialect's rewrite (`rewrite_body`) sits beside its stream machine (`anthropic.rs`,
-//! `chat.rs`, `responses.rs`); this module picks the dialect and applies the malformed-body
+//! `chat.rs`, `responses.rs`, `gemini/`); this module picks the dialect and applies the malformed-body
 //! policy.
 
 use std::sync::Arc;
 
-use super::{Cx, Dialect, OnMalformed, Record, anthropic, chat, responses};
+use super::{Cx, Dialect, OnMalformed, Record, anthropic, chat, gemini, responses};
 use crate::decision::Gate;
 
 /// Why a buffered body could not be inspected.
@@ -24,6 +24,9 @@ pub(crate) enum BufferedError {
         /// The parse error.
         source: serde_json::Error,
     },
+    /// A call that cannot be judged as it stands (whatever `on_malformed` says).
+    #[error("{0}")]
+    Unjudgeable(String),
 }
 
 /// Inspects a complete response body. Returns the new body when something was blocked (`None`:
@@ -49,6 +52,15 @@ pub(crate) fn rewrite_buffered(
             Dialect::Anthropic => anthropic::rewrite_body(&mut cx, text),
             Dialect::OpenAiChat => chat::rewrite_body(&mut cx, text),
             Dialect::OpenAiResponses => responses::rewrite_body(&mut cx, text),
+            Dialect::Gemini => {
+                return gemini::rewrite_document(&mut cx, text).map_err(|e| match e {
+                    gemini::Unpassable::Json(source) => BufferedError::Malformed {
+                        dialect: dialect.as_str(),
+                        source,
+                    },
+                    gemini::Unpassable::Unjudgeable(why) => BufferedError::Unjudgeable(why),
+                });
+            }
         };
         r.map_err(|source| BufferedError::Malformed {
             dialect: dialect.as_str(),
@@ -57,6 +69,7 @@ pub(crate) fn rewrite_buffered(
     });
     match result {
         Ok(new) => Ok((new.map(String::into_bytes), cx.records)),
+        Err(e @ BufferedError::Unjudgeable(_)) => Err(e),
         Err(e) if on_malformed == OnMalformed::FailOpen => {
             tracing::warn!(error = %e, "passing a malformed body (fail_open)");
             Ok((None, cx.records))

@@ -110,9 +110,19 @@ fn parsed_events(stream: &[u8]) -> Vec<Value> {
     values
 }
 
+/// Each `data:` line of a stream read on its own, as Google's Python SDK reads a Gemini stream
+/// (lines split at LF, CRLF and CR; the `data:` prefix and one space taken off).
+fn data_lines(stream: &[u8]) -> Vec<Value> {
+    stream
+        .split(|&b| b == b'\n' || b == b'\r')
+        .filter_map(|line| line.strip_prefix(b"data:"))
+        .filter_map(|rest| serde_json::from_slice(rest.strip_prefix(b" ").unwrap_or(rest)).ok())
+        .collect()
+}
+
 /// Every tool name the events present as a call to a client of `dialect`: Anthropic
 /// `tool_use` blocks (streamed or in a message), Responses `function_call` items (namespace
-/// joined), or Chat Completions calls with their name pieces joined per choice and call index.
+/// joined), Gemini `functionCall` parts, or Chat Completions calls with their name pieces joined per choice and call index.
 /// Another dialect's shapes are not calls to that client (its SDK dispatches on its own event
 /// types and never reads them), so they are not counted.
 pub(crate) fn called_names(dialect: Dialect, events: &[Value]) -> Vec<String> {
@@ -140,6 +150,10 @@ pub(crate) fn called_names(dialect: Dialect, events: &[Value]) -> Vec<String> {
             for b in v["message"]["content"].as_array().into_iter().flatten() {
                 anthropic_block(b, &mut names);
             }
+            continue;
+        }
+        if dialect == Dialect::Gemini {
+            gemini_calls(v, &mut names);
             continue;
         }
         if dialect == Dialect::OpenAiResponses {
@@ -170,6 +184,28 @@ pub(crate) fn called_names(dialect: Dialect, events: &[Value]) -> Vec<String> {
     }
     names.extend(chat.into_values());
     names
+}
+
+/// The calls a Gemini SDK reads from one response, or from each of a JSON array of them (the
+/// array stream): every `functionCall` (or Python's `function_call`) part of every candidate.
+fn gemini_calls(v: &Value, names: &mut Vec<String>) {
+    if let Some(items) = v.as_array() {
+        items.iter().for_each(|item| gemini_calls(item, names));
+        return;
+    }
+    for candidate in v["candidates"].as_array().into_iter().flatten() {
+        for part in candidate["content"]["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for key in ["functionCall", "function_call"] {
+                if let Some(n) = part[key]["name"].as_str() {
+                    names.push(n.to_owned());
+                }
+            }
+        }
+    }
 }
 
 /// Runs `input` through an interceptor in pieces of the given lengths (cycled); the output.
@@ -204,7 +240,11 @@ pub(crate) fn intercept(
 /// Checks the oracle for one input at one chunking; panics with the evidence on a violation.
 pub(crate) fn check(dialect: Dialect, on_malformed: OnMalformed, input: &[u8], pieces: &[usize]) {
     let out = intercept(dialect, on_malformed, input, pieces);
-    let leaked: Vec<String> = called_names(dialect, &parsed_events(&out))
+    let mut readings = parsed_events(&out);
+    if dialect == Dialect::Gemini {
+        readings.extend(data_lines(&out));
+    }
+    let leaked: Vec<String> = called_names(dialect, &readings)
         .into_iter()
         .filter(|n| BLOCKED.contains(&n.as_str()))
         .collect();
@@ -250,6 +290,7 @@ pub(crate) fn check_body(dialect: Dialect, on_malformed: OnMalformed, body: &[u8
         Dialect::Anthropic => serde_json::json!({ "message": value }),
         Dialect::OpenAiChat => value,
         Dialect::OpenAiResponses => serde_json::json!({ "response": value }),
+        Dialect::Gemini => value,
     };
     let leaked: Vec<String> = called_names(dialect, &[as_event])
         .into_iter()
@@ -263,7 +304,8 @@ pub(crate) fn check_body(dialect: Dialect, on_malformed: OnMalformed, body: &[u8
     );
 }
 
-/// The fuzz entry point. The first byte picks the dialect (low two bits), the malformed-event
+/// The fuzz entry point. The first byte picks the dialect (low two bits: Anthropic, Chat,
+/// Responses, Gemini), the malformed-event
 /// policy (bit 2), whether the rest is a whole body (bit 3: judged as the proxy judges a
 /// body whatever its label, [`check_body`]) or a request and its answer (bit 4: the route
 /// table and whole-document judging, `fuzzing/routes.rs`); the second seeds the chunking; the
@@ -278,7 +320,8 @@ pub fn run(input: &[u8]) {
     let dialect = match control & 3 {
         0 => Dialect::Anthropic,
         1 => Dialect::OpenAiChat,
-        _ => Dialect::OpenAiResponses,
+        2 => Dialect::OpenAiResponses,
+        _ => Dialect::Gemini,
     };
     let on_malformed = if control & 4 == 0 {
         OnMalformed::FailClosed
@@ -315,10 +358,12 @@ mod tests {
 data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"delete"}}]}}]}
 "#;
         let responses = br#"data: {"type":"response.output_item.added","item":{"type":"function_call","namespace":"mcp__fs","name":"delete"}}"#;
+        let gemini = br#"data: {"candidates":[{"content":{"parts":[{"functionCall":{"name":"mcp__fs__delete","args":{}}}]}}]}"#;
         let cases = [
             (Dialect::Anthropic, &anthropic[..]),
             (Dialect::OpenAiChat, &chat[..]),
             (Dialect::OpenAiResponses, &responses[..]),
+            (Dialect::Gemini, &gemini[..]),
         ];
         for (dialect, stream) in cases {
             let names = called_names(dialect, &parsed_events(stream));
@@ -330,9 +375,25 @@ data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name
         }
     }
 
+    /// The committed seeds of the fuzz target (`agent/fuzz/seeds/llm_sse`) are regression
+    /// cases: each keeps the oracle.
+    #[test]
+    fn every_committed_seed_keeps_the_oracle() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/llm_sse");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("the seeds are committed") {
+            let path = entry.expect("seed").path();
+            run(&std::fs::read(&path).expect("read seed"));
+            seen += 1;
+        }
+        assert!(seen >= 10, "{} seeds in {}", seen, dir.display());
+    }
+
     #[test]
     fn whole_bodies_keep_the_oracle_whatever_they_are() {
-        let bodies: [(u8, &[u8]); 4] = [
+        let bodies: [(u8, &[u8]); 6] = [
+            (11, br#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"Bash","args":{}}}]}}]}"#),
+            (11 | 4, br#"[{"candidates":[]},{"candidates":[{"content":{"parts":[{"function_call":{"name":"Bash"}}]}}]}]"#),
             (8, br#"{"content":[{"type":"tool_use","id":"t","name":"mcp__fs__delete","input":{}}],"stop_reason":"tool_use"}"#),
             (9, br#"{"choices":[{"index":0,"message":{"tool_calls":[{"id":"c","type":"custom","custom":{"name":"Bash","input":"x"}}]}}]}"#),
             (10, b"\xEF\xBB\xBF {\"output\":[{\"type\":\"function_call\",\"name\":\"x\",\"name\":\"Bash\",\"input\":0}]}"),
@@ -347,7 +408,7 @@ data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name
 
     #[test]
     fn dialect_streams_keep_the_oracle_at_every_chunking() {
-        let streams: [(u8, Vec<u8>); 3] = [
+        let streams: [(u8, Vec<u8>); 4] = [
             (
                 0,
                 super::super::anthropic::tests::stream(&[
@@ -367,6 +428,18 @@ data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name
             (
                 2,
                 super::super::responses::tests::function_stream("mcp__fs", "delete"),
+            ),
+            (
+                3,
+                [
+                    super::super::gemini::tests::chunk(
+                        r#"{"functionCall":{"name":"mcp__fs__delete","args":{}}},{"functionCall":{"name":"mcp__fs__read","args":{}}}"#,
+                        None,
+                    ),
+                    super::super::gemini::tests::chunk(r#"{"text":""}"#, Some("STOP")),
+                ]
+                .concat()
+                .into_bytes(),
             ),
         ];
         for (control, stream) in streams {

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{
     Cx, Dialect, Fatal, Keys, OnMalformed, Record, SseDecoder, SseEvent, anthropic, backstop, chat,
-    responses, trim_ws,
+    gemini, responses, trim_ws,
 };
 use crate::decision::Gate;
 
@@ -46,6 +46,7 @@ enum AnyMachine {
     Anthropic(anthropic::Anthropic),
     Chat(chat::Chat),
     Responses(responses::Responses),
+    Gemini(gemini::Gemini),
 }
 
 impl AnyMachine {
@@ -54,6 +55,7 @@ impl AnyMachine {
             AnyMachine::Anthropic(m) => m,
             AnyMachine::Chat(m) => m,
             AnyMachine::Responses(m) => m,
+            AnyMachine::Gemini(m) => m,
         }
     }
 
@@ -62,6 +64,7 @@ impl AnyMachine {
             AnyMachine::Anthropic(m) => m.held_bytes(),
             AnyMachine::Chat(m) => m.held_bytes(),
             AnyMachine::Responses(m) => m.held_bytes(),
+            AnyMachine::Gemini(m) => m.held_bytes(),
         }
     }
 }
@@ -145,6 +148,7 @@ impl StreamInterceptor {
             Dialect::OpenAiResponses => {
                 AnyMachine::Responses(responses::Responses::new(max_buffer))
             }
+            Dialect::Gemini => AnyMachine::Gemini(gemini::Gemini),
         };
         StreamInterceptor {
             decoder: SseDecoder::new(max_buffer),

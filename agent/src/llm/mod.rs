@@ -30,6 +30,7 @@ mod cx;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub(crate) mod fuzzing;
+mod gemini;
 mod interceptor;
 pub(crate) mod json;
 pub(crate) mod keys;
@@ -57,6 +58,9 @@ pub enum Dialect {
     OpenAiChat,
     /// OpenAI Responses (`/v1/responses`), as used by Codex.
     OpenAiResponses,
+    /// Gemini API (`models/{model}:generateContent`, `:streamGenerateContent`), as used by
+    /// Gemini CLI.
+    Gemini,
 }
 
 impl Dialect {
@@ -66,6 +70,7 @@ impl Dialect {
             Dialect::Anthropic => "anthropic",
             Dialect::OpenAiChat => "openai-chat",
             Dialect::OpenAiResponses => "openai-responses",
+            Dialect::Gemini => "gemini",
         }
     }
 
@@ -85,6 +90,8 @@ impl Dialect {
             Some(Dialect::OpenAiChat)
         } else if path.ends_with("/responses") || path.contains("/responses/") {
             Some(Dialect::OpenAiResponses)
+        } else if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
+            Some(Dialect::Gemini)
         } else {
             None
         }
@@ -130,6 +137,11 @@ fn dialect_by_path() {
         ("/v1/responses/resp_1", Some(Dialect::OpenAiResponses)),
         ("/", None),
         ("/v1/models", None),
+        (
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+            Some(Dialect::Gemini),
+        ),
+        ("/v1beta/models/gemini-2.5-pro:countTokens", None),
     ];
     for (path, want) in cases {
         assert_eq!(Dialect::from_path(path), want, "{path}");

@@ -94,6 +94,8 @@ pub struct LlmProxySettings {
     pub anthropic_upstream: String,
     /// OpenAI base URL, e.g. `https://api.openai.com` (no `/v1`).
     pub openai_upstream: String,
+    /// Gemini API base URL, e.g. `https://generativelanguage.googleapis.com` (no `/v1beta`).
+    pub gemini_upstream: String,
     /// What a malformed event or body does.
     pub on_malformed: OnMalformed,
     /// Most bytes held for one response's incomplete event, held-back call, or whole buffered
@@ -123,6 +125,7 @@ impl Default for LlmProxySettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 18080)),
             anthropic_upstream: "https://api.anthropic.com".into(),
             openai_upstream: "https://api.openai.com".into(),
+            gemini_upstream: "https://generativelanguage.googleapis.com".into(),
             on_malformed: OnMalformed::FailClosed,
             // The configuration's default, whoever builds the settings.
             max_stream_buffer: usize::try_from(
@@ -149,6 +152,7 @@ struct Inner {
     settings: LlmProxySettings,
     anthropic: Upstream,
     openai: Upstream,
+    gemini: Upstream,
     gate: Arc<dyn Gate>,
     sink: EventSink,
     upstreams: Arc<Upstreams>,
@@ -173,7 +177,7 @@ struct Inner {
 impl Inner {
     /// The hosts of the configured upstreams, lower-case (`urls.rs`).
     fn provider_origins(&self) -> Vec<String> {
-        [&self.anthropic, &self.openai]
+        [&self.anthropic, &self.openai, &self.gemini]
             .iter()
             .map(|u| u.origin.host.to_ascii_lowercase())
             .collect()
@@ -197,6 +201,7 @@ impl LlmProxy {
     ) -> anyhow::Result<Self> {
         Upstream::parse(&settings.anthropic_upstream)?;
         Upstream::parse(&settings.openai_upstream)?;
+        Upstream::parse(&settings.gemini_upstream)?;
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -212,12 +217,14 @@ impl LlmProxy {
     ) -> anyhow::Result<Self> {
         let anthropic = Upstream::parse(&settings.anthropic_upstream)?;
         let openai = Upstream::parse(&settings.openai_upstream)?;
+        let gemini = Upstream::parse(&settings.gemini_upstream)?;
         let upstreams = Upstreams::new()?;
         Ok(LlmProxy {
             listener,
             inner: Arc::new(Inner {
                 anthropic,
                 openai,
+                gemini,
                 gate,
                 sink,
                 upstreams,
@@ -529,6 +536,7 @@ async fn handle(
             _ => match routed.provider {
                 Provider::Anthropic => Dialect::Anthropic,
                 Provider::Openai => Dialect::OpenAiChat,
+                Provider::Gemini => Dialect::Gemini,
             },
         },
         request_id,

@@ -2,18 +2,24 @@
 //!
 //! A byte reaches the other side only if toolwall read it the way the receiver will, so a
 //! request is relayed only on a route whose answer toolwall knows how to judge:
-//! - the dialect routes (Messages, Chat Completions, Responses), each by method and whole
-//!   path, whose responses the dialect machines read;
+//! - the dialect routes (Messages, Chat Completions, Responses, Gemini's `generateContent` and
+//!   `streamGenerateContent`), each by method and whole path, whose responses the dialect
+//!   machines read;
 //! - routes that carry no tool call of their own (`GET /v1/models`, `count_tokens`,
-//!   embeddings, conversations), whose responses are read whole and judged as one document
-//!   by call shape (`backstop.rs`);
+//!   `countTokens`, embeddings, conversations), whose responses are read whole and judged as
+//!   one document by call shape (`backstop.rs`);
 //! - the routes the host owner lists in `proxy.pass_through`, relayed uninspected and
 //!   recorded.
 //!
 //! Everything else is refused with the route and the setting that would allow it: the
 //! provider APIs that carry calls no dialect reads (Assistants, Managed Agents sessions,
-//! Message Batches results, ChatKit, files) and paths of vendors toolwall has no provider for
-//! (a Gemini request is never sent to another vendor with its key).
+//! Message Batches results, ChatKit, files, Gemini's cached contents and batches) and paths of
+//! vendors toolwall has no provider for (Vertex AI's).
+//!
+//! A key goes only to its own vendor: a Gemini key (`x-goog-api-key`, `key=`, any `AIza…`
+//! value) only on a route of the gemini provider, and an Anthropic or OpenAI key (`x-api-key`,
+//! an `sk-` bearer token) never there; an Anthropic key never to the openai provider. A route
+//! two providers share (`GET /v1/models`) goes to the vendor whose key the request carries.
 
 use hyper::{HeaderMap, Method};
 
@@ -45,13 +51,23 @@ pub(crate) struct Routed {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Refused {
     #[error(
-        "{method} {path} is not a route toolwall inspects for any configured provider (anthropic, openai), so it is not relayed; to relay it uninspected, add it to proxy.pass_through with its provider"
+        "{method} {path} is not a route toolwall inspects for any configured provider (anthropic, openai, gemini), so it is not relayed; to relay it uninspected, add it to proxy.pass_through with its provider"
     )]
     Unknown { method: String, path: String },
     #[error(
-        "the request carries a Gemini API key ({what}), and no Gemini provider is configured: a key is never sent to another vendor"
+        "the request carries a Gemini API key ({what}) on a route of the {provider} provider: a key is never sent to another vendor"
     )]
-    ForeignKey { what: &'static str },
+    ForeignKey {
+        what: &'static str,
+        provider: &'static str,
+    },
+    #[error(
+        "the request carries an {vendor} key ({what}) on a route of the gemini provider: a key is never sent to another vendor"
+    )]
+    KeyToGemini {
+        vendor: &'static str,
+        what: &'static str,
+    },
     #[error(
         "the request carries an Anthropic key (x-api-key, or an sk-ant- bearer token) on a route of the openai provider: a key is never sent to another vendor"
     )]
@@ -91,6 +107,13 @@ const DIALECTS: &[(&str, &str, Dialect)] = &[
         "GET",
         "/v1/responses/*/input_items",
         Dialect::OpenAiResponses,
+    ),
+    // `{v}`: any Gemini API version; `*:x`: a model id, then `:x` (`segment_matches`).
+    ("POST", "/{v}/models/*:generateContent", Dialect::Gemini),
+    (
+        "POST",
+        "/{v}/models/*:streamGenerateContent",
+        Dialect::Gemini,
     ),
 ];
 
@@ -142,17 +165,54 @@ const DOCUMENTS: &[(&str, &str, Provider, Option<request::Route>)] = &[
         Provider::Openai,
         None,
     ),
+    ("GET", "/{v}/models", Provider::Gemini, None),
+    ("GET", "/{v}/models/{model}", Provider::Gemini, None),
+    // Contents counted are judged like a request's (a tool result in them is inspected).
+    (
+        "POST",
+        "/{v}/models/*:countTokens",
+        Provider::Gemini,
+        Some(request::Route::Dialect(Dialect::Gemini)),
+    ),
+    ("POST", "/{v}/models/*:embedContent", Provider::Gemini, None),
+    (
+        "POST",
+        "/{v}/models/*:batchEmbedContents",
+        Provider::Gemini,
+        None,
+    ),
 ];
+
+/// The Gemini API's versions (`{v}` in a route).
+const GEMINI_VERSIONS: [&str; 3] = ["v1", "v1beta", "v1alpha"];
+
+/// Whether one path segment is what a route's segment asks: `*` any one, `{v}` a Gemini API
+/// version, `{model}` a Gemini model id (no colon: that starts a method), `*:x` a model id
+/// followed by `:x`, else itself.
+fn segment_matches(want: &str, have: &str) -> bool {
+    match want {
+        "*" => true,
+        "{v}" => GEMINI_VERSIONS.contains(&have),
+        "{model}" => !have.is_empty() && !have.contains(':'),
+        _ => match want.strip_prefix("*:") {
+            Some(method) => have
+                .rsplit_once(':')
+                .is_some_and(|(model, m)| m == method && !model.is_empty() && !model.contains(':')),
+            None => want == have,
+        },
+    }
+}
 
 fn document_matches(pattern: &str, path: &[&str]) -> bool {
     let want: Vec<&str> = pattern[1..].split('/').collect();
-    want.len() == path.len() && want.iter().zip(path).all(|(w, h)| *w == "*" || w == h)
+    want.len() == path.len() && want.iter().zip(path).all(|(w, h)| segment_matches(w, h))
 }
 
 fn provider_of(dialect: Dialect) -> Provider {
     match dialect {
         Dialect::Anthropic => Provider::Anthropic,
         Dialect::OpenAiChat | Dialect::OpenAiResponses => Provider::Openai,
+        Dialect::Gemini => Provider::Gemini,
     }
 }
 
@@ -160,6 +220,41 @@ fn provider_of(dialect: Dialect) -> Provider {
 /// `anthropic-version`; `x-api-key` is Anthropic's key header).
 fn speaks_anthropic(headers: &HeaderMap) -> bool {
     headers.contains_key("anthropic-version") || headers.contains_key("x-api-key")
+}
+
+/// Of the providers that have a route, the one the request names by its key or headers:
+/// Gemini for a Google key, Anthropic for its headers, else OpenAI (if it has the route).
+fn vendor_of(candidates: &[Provider], google_key: bool, headers: &HeaderMap) -> Provider {
+    let has = |p: Provider| candidates.contains(&p);
+    if google_key && has(Provider::Gemini) {
+        Provider::Gemini
+    } else if speaks_anthropic(headers) && has(Provider::Anthropic) {
+        Provider::Anthropic
+    } else if has(Provider::Openai) {
+        Provider::Openai
+    } else {
+        candidates[0]
+    }
+}
+
+/// The Gemini key the request carries, if any: `x-goog-api-key`, a `key` query parameter as a
+/// server decodes the query (`;` separates too, the name in any case, an escaped `=` still
+/// ends it), or a Google API key (`AIza…`) in the query or any header.
+fn google_key(query: &str, headers: &HeaderMap) -> Option<&'static str> {
+    if headers.contains_key("x-goog-api-key") {
+        return Some("x-goog-api-key");
+    }
+    let named = form_urlencoded::parse(query.replace(';', "&").as_bytes()).any(|(name, _)| {
+        name.split('=')
+            .next()
+            .is_some_and(|n| n.trim().eq_ignore_ascii_case("key"))
+    });
+    if named {
+        return Some("key=");
+    }
+    let aiza = |text: &[u8]| memchr::memmem::find(text, b"AIza").is_some();
+    (aiza(query.as_bytes()) || headers.values().any(|v| aiza(v.as_bytes())))
+        .then_some("a Google API key (AIza…)")
 }
 
 /// Routes a request: `path_and_query` is the client's, its session prefix gone.
@@ -172,50 +267,45 @@ pub(crate) fn route(
     let (path, query) = path_and_query
         .split_once('?')
         .unwrap_or((path_and_query, ""));
-    // Gemini's key, wherever it is sent: no route of another vendor takes it.
-    if headers.contains_key("x-goog-api-key") {
-        return Err(Refused::ForeignKey {
-            what: "x-goog-api-key",
-        });
-    }
-    // The query as a server decodes it (`;` separates too, names are matched in any case).
-    let decoded = form_urlencoded::parse(query.replace(';', "&").as_bytes())
-        // An escaped `=` (`key%3D…`) still names `key` to a server that decodes first.
-        .any(|(name, _)| {
-            name.split('=')
-                .next()
-                .is_some_and(|n| n.trim().eq_ignore_ascii_case("key"))
-        });
-    if decoded {
-        return Err(Refused::ForeignKey { what: "key=" });
-    }
-    let google_key = |text: &[u8]| memchr::memmem::find(text, b"AIza").is_some();
-    if google_key(query.as_bytes()) || headers.values().any(|v| google_key(v.as_bytes())) {
-        return Err(Refused::ForeignKey {
-            what: "a Google API key (AIza…)",
-        });
-    }
-    let routed = known(method, path, headers)
+    let google = google_key(query, headers);
+    let routed = known(method, path, google.is_some(), headers)
         .or_else(|| {
             let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-            let mut listed = pass_through.iter().filter(|p| p.matches(method, &segments));
-            let first = listed.next()?;
-            // Listed for both providers: the vendor the request names.
-            let provider = match listed.find(|p| p.provider() != first.provider()) {
-                Some(_) if speaks_anthropic(headers) => Provider::Anthropic,
-                Some(_) => Provider::Openai,
-                None => first.provider(),
-            };
+            let listed: Vec<Provider> = pass_through
+                .iter()
+                .filter(|p| p.matches(method, &segments))
+                .map(PassThrough::provider)
+                .collect();
+            if listed.is_empty() {
+                return None;
+            }
+            // Listed for several providers: the vendor the request names.
+            let provider = vendor_of(&listed, google.is_some(), headers);
             Some(Routed {
                 provider,
                 reading: Reading::Uninspected,
                 request: None,
             })
         })
-        .ok_or_else(|| Refused::Unknown {
-            method: method.to_string(),
-            path: path.to_owned(),
+        .ok_or_else(|| match google {
+            // A Gemini key on a route of no provider: the key is what matters.
+            Some(what) => Refused::ForeignKey {
+                what,
+                provider: "no",
+            },
+            None => Refused::Unknown {
+                method: method.to_string(),
+                path: path.to_owned(),
+            },
         })?;
+    if let Some(what) = google
+        && routed.provider != Provider::Gemini
+    {
+        return Err(Refused::ForeignKey {
+            what,
+            provider: routed.provider.as_str(),
+        });
+    }
     // Anthropic's key header, or one of its keys (`sk-ant-…`, API or OAuth) as a bearer token.
     let anthropic_key = headers.contains_key("x-api-key")
         || headers
@@ -225,11 +315,36 @@ pub(crate) fn route(
     if routed.provider == Provider::Openai && anthropic_key {
         return Err(Refused::AnthropicKeyToOpenai);
     }
+    if routed.provider == Provider::Gemini {
+        // OpenAI's keys are `sk-…` bearer tokens (Google's own are OAuth tokens).
+        let openai_key = headers
+            .get_all(hyper::header::AUTHORIZATION)
+            .iter()
+            .any(|v| {
+                v.to_str().is_ok_and(|v| {
+                    v.trim()
+                        .get(..10)
+                        .is_some_and(|p| p.eq_ignore_ascii_case("bearer sk-"))
+                })
+            });
+        if anthropic_key {
+            return Err(Refused::KeyToGemini {
+                vendor: "Anthropic",
+                what: "x-api-key, or an sk-ant- bearer token",
+            });
+        }
+        if openai_key {
+            return Err(Refused::KeyToGemini {
+                vendor: "OpenAI",
+                what: "an sk- bearer token",
+            });
+        }
+    }
     Ok(routed)
 }
 
 /// The routes toolwall reads.
-fn known(method: &Method, path: &str, headers: &HeaderMap) -> Option<Routed> {
+fn known(method: &Method, path: &str, google_key: bool, headers: &HeaderMap) -> Option<Routed> {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     if let Some((_, _, dialect)) = DIALECTS
         .iter()
@@ -241,16 +356,17 @@ fn known(method: &Method, path: &str, headers: &HeaderMap) -> Option<Routed> {
             request: Some(request::Route::Dialect(*dialect)),
         });
     }
-    let mut found = DOCUMENTS
+    let found: Vec<&(&str, &str, Provider, Option<request::Route>)> = DOCUMENTS
         .iter()
-        .filter(|(m, p, _, _)| *m == method.as_str() && document_matches(p, &segments));
-    let (_, _, provider, request) = found.next()?;
-    // Both providers have it (`/v1/models`): the vendor the request names.
-    let provider = match found.next() {
-        Some(_) if speaks_anthropic(headers) => Provider::Anthropic,
-        Some(_) => Provider::Openai,
-        None => *provider,
-    };
+        .filter(|(m, p, _, _)| *m == method.as_str() && document_matches(p, &segments))
+        .collect();
+    let providers: Vec<Provider> = found.iter().map(|(_, _, p, _)| *p).collect();
+    if providers.is_empty() {
+        return None;
+    }
+    // Several providers have it (`/v1/models`): the vendor the request names.
+    let provider = vendor_of(&providers, google_key, headers);
+    let (_, _, _, request) = found.iter().find(|(_, _, p, _)| *p == provider)?;
     Some(Routed {
         provider,
         reading: Reading::Document,

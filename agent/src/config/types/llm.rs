@@ -88,6 +88,10 @@ pub(crate) struct ProvidersConfig {
     /// OpenAI API base URL.
     #[serde(default = "default_openai")]
     pub openai: String,
+    /// Gemini API base URL (the Gemini Developer API, as Gemini CLI and the `google-genai`
+    /// SDKs call it).
+    #[serde(default = "default_gemini")]
+    pub gemini: String,
 }
 
 impl Default for ProvidersConfig {
@@ -95,6 +99,7 @@ impl Default for ProvidersConfig {
         ProvidersConfig {
             anthropic: default_anthropic(),
             openai: default_openai(),
+            gemini: default_gemini(),
         }
     }
 }
@@ -158,6 +163,10 @@ fn default_anthropic() -> String {
 
 fn default_openai() -> String {
     "https://api.openai.com".to_string()
+}
+
+fn default_gemini() -> String {
+    "https://generativelanguage.googleapis.com".to_string()
 }
 
 fn default_max_stream_buffer() -> u64 {

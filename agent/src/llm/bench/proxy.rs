@@ -156,6 +156,7 @@ async fn start_proxy(
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         anthropic_upstream: format!("http://{upstream}"),
         openai_upstream: format!("http://{upstream}"),
+        gemini_upstream: format!("http://{upstream}"),
         // The copy baseline: a route relayed uninspected, as `proxy.pass_through` lists it.
         pass_through: vec![crate::config::PassThrough::parse(
             crate::config::Provider::Openai,

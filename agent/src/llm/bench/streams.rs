@@ -195,6 +195,12 @@ pub fn many_calls_stream(dialect: Dialect, calls: usize) -> Vec<u8> {
                 s.push_str(&format!("event: response.output_item.done\ndata: {{\"type\":\"response.output_item.done\",\"output_index\":{i},\"item\":{}}}\n\n", item("completed", "{}")));
             }
         }
+        Dialect::Gemini => {
+            for i in 0..calls {
+                s.push_str(&format!("data: {{\"candidates\":[{{\"content\":{{\"parts\":[{{\"functionCall\":{{\"name\":\"{}\",\"args\":{{}}}}}}],\"role\":\"model\"}},\"index\":0}}],\"modelVersion\":\"g\"}}\r\n\r\n", name(i)));
+            }
+            s.push_str("data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"\"}],\"role\":\"model\"},\"finishReason\":\"STOP\",\"index\":0}],\"modelVersion\":\"g\"}\r\n\r\n");
+        }
     }
     s.into_bytes()
 }

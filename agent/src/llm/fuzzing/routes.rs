@@ -4,7 +4,8 @@
 //!
 //! - The route table never relays a request of an API toolwall refuses by default (Managed
 //!   Agents sessions, Assistants threads and assistants, Batches, ChatKit, files, Gemini's
-//!   `v1beta`), nor one carrying a Gemini key, nor an Anthropic key to the openai provider.
+//!   cached contents), nor a Gemini key to another provider, nor an Anthropic key to the
+//!   openai or gemini provider, nor an OpenAI key to gemini.
 //! - A document the call-shape judge accepts holds no call of a blocked tool and no call of a
 //!   type it does not know, read every way a client reads it: one JSON document, JSON lines
 //!   split at LF, CR or CRLF, SSE events. The oracle walks `serde_json::Value`s on its own; it
@@ -26,7 +27,7 @@ const REFUSED: &[&str] = &[
     "batches",
     "chatkit",
     "files",
-    "v1beta",
+    "cachedContents",
 ];
 
 pub(crate) fn check(input: &[u8]) {
@@ -58,17 +59,27 @@ pub(crate) fn check(input: &[u8]) {
             dialect || !bare.split('/').any(|s| REFUSED.contains(&s)),
             "{method} {path} of a refused API was routed: {routed:?}"
         );
+        let gemini = routed.provider == crate::config::Provider::Gemini;
         assert!(
-            !headers.contains_key("x-goog-api-key")
-                && !path
-                    .split_once('?')
-                    .is_some_and(|(_, q)| q.split('&').any(|p| p.starts_with("key="))),
-            "{method} {path}: a Gemini key was routed"
+            gemini
+                || (!headers.contains_key("x-goog-api-key")
+                    && !path
+                        .split_once('?')
+                        .is_some_and(|(_, q)| q.split('&').any(|p| p.starts_with("key=")))),
+            "{method} {path}: a Gemini key was routed to {routed:?}"
         );
         assert!(
-            routed.provider != crate::config::Provider::Openai
+            routed.provider == crate::config::Provider::Anthropic
                 || !headers.contains_key("x-api-key"),
-            "{method} {path}: an Anthropic key was routed to openai"
+            "{method} {path}: an Anthropic key was routed to {routed:?}"
+        );
+        assert!(
+            !gemini
+                || !headers.get_all("authorization").iter().any(|v| {
+                    v.to_str()
+                        .is_ok_and(|v| v.to_ascii_lowercase().contains("bearer sk-"))
+                }),
+            "{method} {path}: an sk- key was routed to gemini"
         );
         if routed.reading == Reading::Document {
             document(body.as_bytes());

@@ -67,5 +67,6 @@ pub(super) fn upstream_of(inner: &Inner, provider: Provider) -> &Upstream {
     match provider {
         Provider::Anthropic => &inner.anthropic,
         Provider::Openai => &inner.openai,
+        Provider::Gemini => &inner.gemini,
     }
 }

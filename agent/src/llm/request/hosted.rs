@@ -60,6 +60,10 @@ pub(crate) enum Unjudgeable {
         record: Box<crate::events::Event>,
     },
     #[error(
+        "the request offers a Gemini tool of a kind toolwall does not know ({kind:?}): the provider could run it, or an MCP server's tools, unjudged; it is not forwarded"
+    )]
+    GeminiToolKind { kind: String },
+    #[error(
         "the mcp_approval_response {id:?} approves a call toolwall cannot find (neither in this request's input nor in a response it passed), so it cannot judge what it approves; send the mcp_approval_request item with it"
     )]
     ApprovalUnknown { id: String },

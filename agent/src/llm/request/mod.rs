@@ -5,7 +5,7 @@
 //!
 //! A tool's result reaches the model in the agent's next request: Anthropic `tool_result`
 //! blocks (and `mcp_tool_result`), Chat Completions `role: "tool"` messages, Responses
-//! `function_call_output` / `custom_tool_call_output` items. Each is judged as the tool's
+//! `function_call_output` / `custom_tool_call_output` items, Gemini `functionResponse` parts. Each is judged as the tool's
 //! result (the call it answers is found by id in the request, its tool resolved by the
 //! policy, so per-tool exemptions hold); redacted, its content is replaced in place; withheld,
 //! it becomes a text saying why (an Anthropic block also `is_error: true`). A request with
@@ -202,6 +202,10 @@ fn judge(
         Dialect::Anthropic => anthropic(request),
         Dialect::OpenAiChat => chat(request),
         Dialect::OpenAiResponses => responses(request),
+        Dialect::Gemini => {
+            gemini::known_tools(request)?;
+            gemini::found(request)
+        }
     };
     let hidden = hide_denied(gate, dialect, request);
     if !hidden.is_empty() {
@@ -285,6 +289,10 @@ fn judge(
                     out.changed = true;
                 }
             }
+            ResultAction::Withhold if dialect == Dialect::Gemini => {
+                *content = gemini::withheld(&verdict.reason);
+                out.changed = true;
+            }
             ResultAction::Withhold => {
                 *content =
                     Value::String(format!("toolwall withheld this result: {}", verdict.reason));
@@ -327,6 +335,9 @@ fn hide_denied(gate: &dyn Gate, dialect: Dialect, request: &mut Value) -> Vec<St
                 })
                 .is_blocked()
     };
+    if dialect == Dialect::Gemini {
+        return gemini::hide_denied(request, &|name| denied(name, None));
+    }
     let mut hidden = Vec::new();
     let Some(object) = request.as_object_mut() else {
         return hidden;
@@ -546,6 +557,7 @@ fn messages<'a>(request: &'a Value, key: &str) -> impl Iterator<Item = (usize, &
 }
 
 mod approvals;
+mod gemini;
 mod hosted;
 
 pub(crate) use approvals::note_request as note_approval_request;

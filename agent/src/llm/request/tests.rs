@@ -321,3 +321,88 @@ fn paths_a_provider_could_route_otherwise_are_refused() {
         assert_eq!(ambiguous_path(path), None, "{path}");
     }
 }
+
+#[test]
+fn gemini_declarations_lose_denied_functions_and_results_are_judged() {
+    let gate = policy(DENY_SUM);
+    let request = json!({
+        "contents": [
+            {"role": "user", "parts": [{"text": "sum it"}]},
+            {"role": "model", "parts": [{"functionCall": {"id": "f1", "name": "mcp__everything__echo", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "f1", "name": "mcp__everything__echo", "response": {"output": format!("aws_key={AWS}")}}}]},
+            {"role": "user", "parts": [{"function_response": {"name": "read", "response": {"output": format!("again {AWS}")}}}]}
+        ],
+        "tools": [
+            {"functionDeclarations": [
+                {"name": "mcp__everything__echo", "parameters": {"type": "OBJECT"}},
+                {"name": "mcp__everything__get-sum"}
+            ]},
+            {"function_declarations": [{"name": "get-sum"}]},
+            {"googleSearch": {}}
+        ],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["mcp__everything__get-sum"]}}
+    });
+    let (body, records) = run(&gate, Dialect::Gemini, &request, &Recorded::default());
+    let body = body.expect("rewritten");
+    assert_eq!(
+        body["tools"],
+        json!([
+            {"functionDeclarations": [{"name": "mcp__everything__echo", "parameters": {"type": "OBJECT"}}]},
+            {"googleSearch": {}}
+        ])
+    );
+    // Forced to call only a denied function: the model chooses.
+    assert_eq!(
+        body["toolConfig"]["functionCallingConfig"],
+        json!({"mode": "AUTO"})
+    );
+    // Both results are redacted in place; a response stays an object.
+    assert_eq!(
+        body["contents"][2]["parts"][0]["functionResponse"]["response"]["output"],
+        "aws_key=[toolwall:redacted:aws-access-token]"
+    );
+    assert_eq!(
+        body["contents"][3]["parts"][0]["function_response"]["response"]["output"],
+        "again [toolwall:redacted:aws-access-token]"
+    );
+    let ids: Vec<&Value> = records
+        .iter()
+        .map(|e| match e {
+            Event::McpResultInspected(r) => &r.jsonrpc_id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, [&json!("f1"), &json!("contents/3/parts/0")]);
+    // Withheld, a result becomes the function's error.
+    let withhold = policy("sandbox:\n  mcp:\n    result_inspection:\n      secrets: withhold\n");
+    let (body, _) = run(&withhold, Dialect::Gemini, &request, &Recorded::default());
+    let response =
+        &body.expect("rewritten")["contents"][2]["parts"][0]["functionResponse"]["response"];
+    assert!(
+        response["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("toolwall withheld")),
+        "{response}"
+    );
+}
+
+#[test]
+fn a_gemini_tool_of_a_kind_toolwall_does_not_know_is_refused() {
+    let gate = policy("{}");
+    for tool in [
+        json!({"mcpServers": [{"name": "s"}]}),
+        json!({"somethingNew": {}}),
+    ] {
+        let request = json!({"contents": [], "tools": [tool]});
+        let body = serde_json::to_vec(&request).expect("json");
+        let err = inspect(
+            &gate,
+            Route::Dialect(Dialect::Gemini),
+            &body,
+            "sess",
+            &Recorded::default(),
+        )
+        .expect_err("unknown tool kind");
+        assert!(err.to_string().contains("Gemini tool"), "{err}");
+    }
+}

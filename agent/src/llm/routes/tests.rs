@@ -45,6 +45,18 @@ fn the_dialect_routes_go_to_their_provider() {
             Provider::Openai,
             Dialect::OpenAiResponses,
         ),
+        (
+            Method::POST,
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+            Provider::Gemini,
+            Dialect::Gemini,
+        ),
+        (
+            Method::POST,
+            "/v1/models/gemini-3-pro-preview:generateContent",
+            Provider::Gemini,
+            Dialect::Gemini,
+        ),
     ] {
         let r = routed(method, path, &[]).expect(path);
         assert_eq!(r.provider, provider, "{path}");
@@ -77,6 +89,21 @@ fn routes_without_calls_are_read_as_documents_and_shared_ones_follow_the_vendor_
     assert_eq!(r.request, Some(request::Route::Dialect(Dialect::Anthropic)));
     let r = routed(Method::POST, "/v1/conversations/c1/items", &[]).expect("items");
     assert_eq!(r.request, Some(request::Route::ConversationItems));
+    // Gemini's models list shares the path; its key names the vendor.
+    let r = routed(Method::GET, "/v1beta/models", &[("x-goog-api-key", "k")]).expect("models");
+    assert_eq!(
+        (r.provider, r.reading),
+        (Provider::Gemini, Reading::Document)
+    );
+    let r = routed(Method::GET, "/v1/models?key=k", &[]).expect("models");
+    assert_eq!(r.provider, Provider::Gemini);
+    let r = routed(
+        Method::POST,
+        "/v1beta/models/gemini-2.5-flash:countTokens",
+        &[("x-goog-api-key", "k")],
+    )
+    .expect("countTokens");
+    assert_eq!(r.request, Some(request::Route::Dialect(Dialect::Gemini)));
 }
 
 #[test]
@@ -102,7 +129,17 @@ fn every_other_route_is_refused_naming_the_route_and_the_setting() {
         (Method::PATCH, "/v1/responses"),
         (Method::POST, "/v1/models"),
         (Method::GET, "/"),
-        (Method::POST, "/v1beta/models/gemini:streamGenerateContent"),
+        // Gemini's APIs that carry calls or contents no dialect reads, and shapes of its
+        // routes that are not its routes.
+        (Method::POST, "/v1beta/cachedContents"),
+        (Method::POST, "/v1beta/models/gemini:batchGenerateContent"),
+        (Method::GET, "/v1beta/batches/b1"),
+        (Method::POST, "/v1beta/models/a:b:generateContent"),
+        (Method::POST, "/v1beta/models/:generateContent"),
+        (Method::POST, "/v2/models/gemini:generateContent"),
+        (Method::POST, "/v1beta/tunedModels/t:generateContent"),
+        (Method::GET, "/v1beta/models/gemini:streamGenerateContent"),
+        (Method::POST, "/v1beta/models/gemini/streamGenerateContent"),
     ] {
         let err = routed(method.clone(), path, &[]).expect_err(path);
         let text = err.to_string();
@@ -121,31 +158,63 @@ fn a_key_is_never_sent_to_another_vendor() {
         &[("x-goog-api-key", "AIza"), ("anthropic-version", "1")],
     )
     .expect_err("gemini key");
-    assert!(matches!(err, Refused::ForeignKey { .. }), "{err}");
-    let err = routed(
+    assert!(
+        matches!(
+            err,
+            Refused::ForeignKey {
+                provider: "anthropic",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The same key in the query of a Gemini route is that route's credential.
+    let ok = routed(
         Method::POST,
         "/v1beta/models/g:generateContent?alt=sse&key=AIza",
         &[],
     )
-    .expect_err("gemini key in the query");
-    assert!(matches!(err, Refused::ForeignKey { what: "key=" }), "{err}");
+    .expect("gemini key in the query of a gemini route");
+    assert_eq!(ok.provider, Provider::Gemini);
     for query in ["KEY=AIza", "%6bey=x", "x=1;key=x", "key%3Dx", "a=AIzaSyX"] {
-        let path = format!("/v1/models?{query}");
+        let path = format!("/v1/chat/completions?{query}");
+        assert!(
+            matches!(
+                routed(Method::POST, &path, &[]),
+                Err(Refused::ForeignKey { .. })
+            ),
+            "{path}"
+        );
+        // On a route of no provider, the key is what the refusal names.
+        let path = format!("/v1/files/f?{query}");
         assert!(
             matches!(
                 routed(Method::GET, &path, &[]),
-                Err(Refused::ForeignKey { .. })
+                Err(Refused::ForeignKey { provider: "no", .. })
             ),
             "{path}"
         );
     }
     let err = routed(
-        Method::GET,
-        "/v1/models",
+        Method::POST,
+        "/v1/responses",
         &[("authorization", "Bearer AIzaSyX")],
     )
     .expect_err("a Google key as a bearer token");
     assert!(matches!(err, Refused::ForeignKey { .. }), "{err}");
+    // Anthropic's and OpenAI's keys never go to Gemini; Google's own OAuth tokens do.
+    let gemini = "/v1beta/models/g:streamGenerateContent?alt=sse";
+    for (header, value) in [
+        ("x-api-key", "sk-ant-api03-x"),
+        ("authorization", "Bearer sk-ant-oat01-x"),
+        ("authorization", "Bearer sk-proj-x"),
+        ("authorization", "bearer SK-x"),
+    ] {
+        let err = routed(Method::POST, gemini, &[(header, value)]).expect_err(value);
+        assert!(matches!(err, Refused::KeyToGemini { .. }), "{value}: {err}");
+    }
+    let ok = routed(Method::POST, gemini, &[("authorization", "Bearer ya29.x")]).expect("oauth");
+    assert_eq!(ok.provider, Provider::Gemini);
     let err = routed(
         Method::POST,
         "/v1/chat/completions",

@@ -136,6 +136,7 @@ async fn start_proxy_passing(
         listen: "127.0.0.1:0".parse().expect("addr"),
         anthropic_upstream: upstream.to_owned(),
         openai_upstream: upstream.to_owned(),
+        gemini_upstream: upstream.to_owned(),
         session_id: "s1".into(),
         pass_through: pass_through
             .iter()

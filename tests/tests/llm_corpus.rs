@@ -1,6 +1,7 @@
 //! The hostile-upstream corpus (`tests/corpus/llm/*.json`) replayed through the real
 //! `toolwall run` to the official SDKs — Python (`tests/peers/llm_corpus.py`: `anthropic`,
-//! `openai`) and TypeScript (`tests/peers/llm_corpus.mjs`: `@anthropic-ai/sdk`, `openai`), whose
+//! `openai`, `google-genai`) and TypeScript (`tests/peers/llm_corpus.mjs`: `@anthropic-ai/sdk`,
+//! `openai`, `@google/genai`), whose
 //! response parsers differ: for every case and peer, no call of a denied tool may reach what the
 //! SDK assembles; a case's `expect`ed (allowed) calls must. Each case also runs direct (no proxy),
 //! where a hostile one must yield a denied call in that peer's SDK, so a case that stopped being
@@ -48,7 +49,7 @@ fn no_denied_call_of_the_hostile_corpus_reaches_the_official_sdks() {
     // call (valid JSON its strict reading refuses, a repeated key say, may hide one).
     for on_malformed in ["fail_closed", "fail_open"] {
         let daemon = Daemon::start(&format!(
-            "sandbox:\n  mcp:\n    deny: [\"(^|__)echo$\"]\nproxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: http://127.0.0.1:{port}\n    openai: http://127.0.0.1:{port}\nnetmon:\n  enabled: false\ninterceptor:\n  on_malformed: {on_malformed}\n"
+            "sandbox:\n  mcp:\n    deny: [\"(^|__)echo$\"]\nproxy:\n  listen: 127.0.0.1:0\n  providers:\n    anthropic: http://127.0.0.1:{port}\n    openai: http://127.0.0.1:{port}\n    gemini: http://127.0.0.1:{port}\nnetmon:\n  enabled: false\ninterceptor:\n  on_malformed: {on_malformed}\n"
         ));
         let proxy = daemon.proxy.clone().expect("the LLM proxy is on");
         for (peer, interpreter, script) in &peers {

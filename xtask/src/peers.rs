@@ -61,7 +61,7 @@ pub fn install() -> anyhow::Result<()> {
         eprintln!("xtask: Python peers up to date ({})", venv.display());
     } else {
         timed(
-            "Python peers (anthropic, openai, mcp, the OTLP collector stand-in's opentelemetry-proto and grpcio) into target/peers/venv",
+            "Python peers (anthropic, openai, google-genai, mcp, the OTLP collector stand-in's opentelemetry-proto and grpcio) into target/peers/venv",
             || {
                 step::run(Command::new("python3").args(["-m", "venv"]).arg(&venv)).context(
                     "python3 cannot make a virtualenv (on Debian: apt-get install python3-venv)",

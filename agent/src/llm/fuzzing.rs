@@ -110,13 +110,17 @@ fn parsed_events(stream: &[u8]) -> Vec<Value> {
     values
 }
 
-/// Each `data:` line of a stream read on its own, as Google's Python SDK reads a Gemini stream
-/// (lines split at LF, CRLF and CR; the `data:` prefix and one space taken off).
+/// Each line of a stream read on its own, as Google's Python SDK reads a Gemini stream (lines
+/// split at LF, CRLF and CR): a `data:` line without its prefix and one space, and a line that
+/// is a bare JSON object (no field name), which that SDK takes for a chunk too.
 fn data_lines(stream: &[u8]) -> Vec<Value> {
     stream
         .split(|&b| b == b'\n' || b == b'\r')
-        .filter_map(|line| line.strip_prefix(b"data:"))
-        .filter_map(|rest| serde_json::from_slice(rest.strip_prefix(b" ").unwrap_or(rest)).ok())
+        .filter_map(|line| match line.strip_prefix(b"data:") {
+            Some(rest) => Some(rest.strip_prefix(b" ").unwrap_or(rest)),
+            None => line.trim_ascii_start().starts_with(b"{").then_some(line),
+        })
+        .filter_map(|text| serde_json::from_slice(text).ok())
         .collect()
 }
 

@@ -1,20 +1,24 @@
 //! The Gemini stream machine (`streamGenerateContent?alt=sse`): each event is a whole
 //! response, judged as it comes; nothing is held.
 //!
-//! The SDKs do not frame events as the SSE standard does: Python's `google-genai` reads each
-//! `data:` line as a chunk of its own, `@google/genai` one `data:` line per event. So an event
-//! that mentions a call leaves in toolwall's own serialisation: one `data:` line of the JSON
-//! judged, its whitespace between tokens removed (no line break can split it), so every reader
-//! gets exactly the response toolwall judged. An event whose data does not parse as one
-//! response (two `data:` lines of a response each, say) mentions a call it cannot judge, and
-//! ends the stream.
+//! The SDKs do not frame events as the SSE standard does (verified against `google-genai`
+//! 3.6.1 and `@google/genai` 2.32.0): Python's reads lines, takes a line that is a bare JSON
+//! object (no `data:`) as a chunk too and fails on any other field; Node's reads one `data: `
+//! line per event, ended only by a blank line, and drops an event that opens with `event:`.
+//! So an event that mentions a call anywhere (in any line, not only its data) leaves in
+//! toolwall's own serialisation: one `data:` line of the JSON judged, its whitespace between
+//! tokens removed (no line break can split it), nothing else — every reader gets exactly the
+//! response toolwall judged. An event whose data does not parse as one response (two `data:`
+//! lines of a response each, say) mentions a call it cannot judge, and ends the stream; an
+//! event without data that mentions a call is dropped (no SSE reader takes data from it,
+//! Python's could).
 
 use bytes::{Bytes, BytesMut};
 
 use super::{TOOL_KEYS, Unpassable, rewrite_document};
 use crate::llm::json::quote;
 use crate::llm::{Cx, Fatal, Keys, Machine};
-use crate::sse::{write_event, write_with_data};
+use crate::sse::write_event;
 
 /// Streaming state of one Gemini response: none (calls arrive whole per chunk).
 pub(crate) struct Gemini;
@@ -27,7 +31,7 @@ impl Machine for Gemini {
         body: &[u8],
         out: &mut BytesMut,
     ) -> Result<(), Fatal> {
-        if !TOOL_KEYS.any_in(body) {
+        if !TOOL_KEYS.any_in(raw) {
             out.extend_from_slice(raw);
             return Ok(());
         }
@@ -40,18 +44,30 @@ impl Machine for Gemini {
         match rewrite_document(cx, text) {
             Ok(new) => {
                 let judged = new.as_deref().unwrap_or(text);
-                write_with_data(out, raw, minified(judged).as_bytes());
+                write_event(out, None, minified(judged).as_bytes());
                 Ok(())
             }
             Err(Unpassable::Json(e)) => {
                 // Every event reaching here mentions a call: fail closed, or (fail_open) pass
-                // it when it is no JSON at all (no SDK reads a call from it).
+                // its data when it is no JSON at all (the backstop still refuses what a
+                // lenient parser could read a blocked call from), its other lines dropped.
                 cx.malformed(&e, true)?;
-                out.extend_from_slice(raw);
+                write_event(out, None, body);
                 Ok(())
             }
             Err(Unpassable::Unjudgeable(why)) => Err(Fatal::new(why)),
         }
+    }
+
+    fn on_dataless(&mut self, raw: &Bytes, out: &mut BytesMut) {
+        if TOOL_KEYS.any_in(raw) {
+            tracing::warn!(
+                bytes = raw.len(),
+                "dropped a Gemini stream event without data that mentions a call (a reader of lines could take it for one)"
+            );
+            return;
+        }
+        out.extend_from_slice(raw);
     }
 
     fn on_end(&mut self, _cx: &mut Cx, _out: &mut BytesMut) {}

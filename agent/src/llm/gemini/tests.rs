@@ -108,6 +108,26 @@ fn nothing_blocked_leaves_every_byte_but_a_calls_chunk_is_one_line() {
 }
 
 #[test]
+fn a_call_outside_the_data_lines_never_leaves() {
+    let call =
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"mcp__fs__delete"}}]}}]}"#;
+    // Python's SDK takes a bare JSON line for a chunk: beside data, and as an event of its own.
+    for input in [
+        format!("data: {{\"candidates\":[]}}\n{call}\n\n"),
+        format!("{call}\n\n"),
+        format!("event: x\n{call}\n\n"),
+    ] {
+        let out = assert_split_invariant(Dialect::Gemini, &["mcp__fs__delete"], input.as_bytes());
+        let text = String::from_utf8_lossy(&out);
+        assert!(!text.contains("functionCall"), "{input:?} gave {text:?}");
+    }
+    // fail_open passes data it cannot read, never the lines beside it.
+    let broken = format!("data: {{\"candidates\"\n{call}\n\n");
+    let out = run_failing_open(Dialect::Gemini, &["mcp__fs__delete"], broken.into_bytes());
+    assert!(!out.contains("functionCall"), "{out}");
+}
+
+#[test]
 fn every_candidate_and_both_spellings_are_judged() {
     let body = r#"{"candidates":[{"content":{"parts":[{"text":"a"}]},"index":0},{"content":{"parts":[{"function_call":{"name":"Bash","args":{"c":"rm"}},"thoughtSignature":"c2ln"}]},"index":1}]}"#;
     let input = format!("data: {body}\n\n");

@@ -185,8 +185,19 @@ impl Index {
         // that very name must not stand in for it and be judged by the other server's rules.
         for pattern in patterns.iter() {
             let found = pattern.find_map(name, |server, tool| {
+                let server = server?;
+                // A form without a prefix of its own (OpenCode's `{server}_{tool}`) may be a
+                // tool's own name: a tool that server lists under the whole name (`github`'s
+                // `github_search`) is that tool, found as a bare name below.
+                if !pattern.marks_servers()
+                    && self
+                        .servers_for(server)
+                        .any(|(_, tools)| tools_for(tools, name).next().is_some())
+                {
+                    return None;
+                }
                 let mut hits = Hits::default();
-                let id = self.hits_on(server?, tool, &mut hits)?;
+                let id = self.hits_on(server, tool, &mut hits)?;
                 Some(
                     hits.into_resolution(tool)
                         .unwrap_or_else(|| unknown_on(id, tool)),

@@ -9,8 +9,13 @@
 //! with non-empty text between the two. Server ids may contain the separator (`my__srv`), so a
 //! name is split at every occurrence of it and each split is tried against the registry.
 
-/// Claude Code's form, always understood.
+/// Claude Code's form (Qwen Code's too), always understood.
 pub(crate) const CLAUDE_CODE_PATTERN: &str = "mcp__{server}__{tool}";
+
+/// The other agents' forms, always understood after Claude Code's: Gemini CLI's
+/// (`mcp_everything_echo`, a prefix of its own: a tool of any server, known or not) and
+/// OpenCode's (`everything_echo`: no prefix, so only a server toolwall knows is read from it).
+const BUILT_IN_PATTERNS: [&str; 2] = ["mcp_{server}_{tool}", "{server}_{tool}"];
 
 /// Codex's namespace prefix: `mcp__<server>`.
 pub(crate) const CODEX_NAMESPACE_PREFIX: &str = "mcp__";
@@ -120,12 +125,18 @@ pub(crate) struct NamePatterns {
 }
 
 impl NamePatterns {
-    /// Claude Code's form plus `extra` (config `sandbox.mcp.name_patterns`).
+    /// Claude Code's form, the other built-in ones, then `extra` (config
+    /// `sandbox.mcp.name_patterns`; one that repeats a built-in form is not added twice).
     pub(crate) fn new(extra: &[String]) -> Result<Self, (usize, String)> {
-        let mut patterns = Vec::with_capacity(extra.len() + 1);
-        patterns.push(NamePattern::parse(CLAUDE_CODE_PATTERN).map_err(|e| (usize::MAX, e))?);
+        let mut patterns = Vec::with_capacity(extra.len() + 1 + BUILT_IN_PATTERNS.len());
+        for built_in in std::iter::once(CLAUDE_CODE_PATTERN).chain(BUILT_IN_PATTERNS) {
+            patterns.push(NamePattern::parse(built_in).map_err(|e| (usize::MAX, e))?);
+        }
         for (i, source) in extra.iter().enumerate() {
-            patterns.push(NamePattern::parse(source).map_err(|e| (i, e))?);
+            let pattern = NamePattern::parse(source).map_err(|e| (i, e))?;
+            if !patterns.contains(&pattern) {
+                patterns.push(pattern);
+            }
         }
         Ok(NamePatterns { patterns })
     }

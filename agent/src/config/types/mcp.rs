@@ -53,7 +53,8 @@ pub(crate) struct McpConfig {
     #[serde(default)]
     pub deny: Vec<String>,
     /// Extra agent-side name forms, e.g. `"{server}.{tool}"`; Claude Code's
-    /// `mcp__{server}__{tool}` is always understood.
+    /// `mcp__{server}__{tool}`, Gemini CLI's `mcp_{server}_{tool}` and OpenCode's
+    /// `{server}_{tool}` are always understood.
     #[serde(default)]
     pub name_patterns: Vec<String>,
     /// Rug-pull protection.

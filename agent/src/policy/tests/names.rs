@@ -356,3 +356,49 @@ fn every_reading_of_an_unknown_servers_name_is_judged() {
         "{refused:?}"
     );
 }
+
+/// Gemini CLI's `mcp_{server}_{tool}` and OpenCode's `{server}_{tool}` are understood without a
+/// configured form: a declared or listed server's tool is judged by its rules in either, an
+/// unknown server's tool in Gemini CLI's (marked) form is an MCP tool, and a tool a server lists
+/// under a name that looks like the form (`github_search`) stays that tool.
+#[test]
+fn gemini_cli_and_opencode_forms_are_built_in() {
+    let p = policy(
+        "sandbox:\n  mcp:\n    servers:\n      - {id: everything, type: stdio, command: everything}\n      - {id: github, type: stdio, command: github}\n    denied_tools: [{server: everything, tool: get-sum}, {server: github, tool: search}]\n",
+    );
+    // Before any listing: the declared server's forms.
+    for name in ["mcp_everything_get-sum", "everything_get-sum"] {
+        let decision = p.check_call(&call(name));
+        assert!(decision.is_blocked(), "{name}: {decision:?}");
+    }
+    p.check_listed_all(
+        "everything",
+        "stdio",
+        &[tool("get-sum", "Adds"), tool("echo", "Echoes")],
+    );
+    p.check_listed_all("github", "stdio", &[tool("github_search", "Searches")]);
+    for (name, blocked) in [
+        ("mcp_everything_get-sum", true),
+        ("everything_get-sum", true),
+        ("mcp_everything_echo", false),
+        ("everything_echo", false),
+        // `github` lists `github_search`, not `search`: the name is its own.
+        ("github_search", false),
+        ("mcp_github_search", true),
+    ] {
+        let decision = p.check_call(&call(name));
+        assert_eq!(decision.is_blocked(), blocked, "{name}: {decision:?}");
+        assert!(decision.tool.is_some(), "{name} is an MCP tool: {decision:?}");
+    }
+    assert_eq!(
+        p.check_call(&call("github_search"))
+            .tool
+            .map(|t| t.tool),
+        Some("github_search".to_owned())
+    );
+    // A server nobody declared or listed: Gemini CLI's form still marks an MCP tool, recorded.
+    let unknown = p.check_call(&call("mcp_notion_delete_page"));
+    assert!(unknown.tool.is_some(), "{unknown:?}");
+    // OpenCode's form has no prefix: a native tool is not taken for an unknown server's.
+    assert!(p.check_call(&call("web_fetch")).tool.is_none());
+}

@@ -181,10 +181,7 @@ async fn a_route_toolwall_does_not_read_is_refused_recorded_and_never_sent() {
         ("GET", "/v1/sessions/s/events/stream"),
         ("POST", "/v1/threads/t/runs"),
         ("GET", "/v1/messages/batches/b/results"),
-        (
-            "POST",
-            "/v1beta/models/gemini:streamGenerateContent?alt=sse",
-        ),
+        ("POST", "/v1beta/cachedContents"),
     ] {
         let req = Request::builder()
             .method(method)

@@ -24,7 +24,7 @@ pub(crate) enum BufferedError {
         /// The parse error.
         source: serde_json::Error,
     },
-    /// A call that cannot be judged as it stands (whatever `on_malformed` says).
+    /// A body or call that cannot be judged as it stands (whatever `on_malformed` says).
     #[error("{0}")]
     Unjudgeable(String),
 }
@@ -43,10 +43,18 @@ pub(crate) fn rewrite_buffered(
         on_malformed,
         records: Vec::new(),
     };
-    let text = std::str::from_utf8(body).map_err(|_| BufferedError::Malformed {
-        dialect: dialect.as_str(),
-        source: serde::de::Error::custom("body is not UTF-8"),
-    });
+    // Not UTF-8 is no broken body to pass under fail_open: Python's `json.loads` reads UTF-16
+    // and UTF-32 bodies (it tells them by their NUL bytes, which UTF-8 JSON never holds raw),
+    // which toolwall's reading (and the backstop's search) cannot.
+    let text = std::str::from_utf8(body)
+        .ok()
+        .filter(|text| !text.contains('\0'))
+        .ok_or_else(|| {
+            BufferedError::Unjudgeable(format!(
+                "the {} response body is not UTF-8 JSON text, and a client may still decode it (as UTF-16 or UTF-32) into calls toolwall cannot read",
+                dialect.as_str()
+            ))
+        });
     let result = text.and_then(|text| {
         let r = match dialect {
             Dialect::Anthropic => anthropic::rewrite_body(&mut cx, text),

@@ -110,17 +110,59 @@ fn parsed_events(stream: &[u8]) -> Vec<Value> {
     values
 }
 
-/// Each line of a stream read on its own, as Google's Python SDK reads a Gemini stream (lines
-/// split at LF, CRLF and CR): a `data:` line without its prefix and one space, and a line that
-/// is a bare JSON object (no field name), which that SDK takes for a chunk too.
-fn data_lines(stream: &[u8]) -> Vec<Value> {
-    stream
-        .split(|&b| b == b'\n' || b == b'\r')
-        .filter_map(|line| match line.strip_prefix(b"data:") {
-            Some(rest) => Some(rest.strip_prefix(b" ").unwrap_or(rest)),
-            None => line.trim_ascii_start().starts_with(b"{").then_some(line),
-        })
-        .filter_map(|text| serde_json::from_slice(text).ok())
+/// The chunks Google's Python SDK reads from a Gemini stream (`google-genai`'s
+/// `_iter_response_stream`, written again here): lines split at LF, CRLF and CR; consecutive
+/// `data: ` lines joined by LF up to a blank line; every other line joined, without a
+/// separator and across blank lines, into a chunk wherever its braces balance outside strings.
+fn python_chunks(stream: &[u8]) -> Vec<Value> {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    let mut data: Vec<&[u8]> = Vec::new();
+    let (mut raw, mut depth, mut in_string, mut escaped) = (Vec::new(), 0i64, false, false);
+    let mut rest = stream;
+    while !rest.is_empty() {
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+            .unwrap_or(rest.len());
+        let line = &rest[..end];
+        let skip = match rest.get(end..end + 2) {
+            Some(b"\r\n") => 2,
+            _ => 1,
+        };
+        rest = rest.get(end + skip..).unwrap_or_default();
+        if line.is_empty() {
+            if !data.is_empty() {
+                chunks.push(data.join(&b'\n'));
+                data.clear();
+            }
+        } else if let Some(value) = line.strip_prefix(b"data: ") {
+            data.push(value);
+        } else {
+            for &c in line {
+                match (in_string, escaped, c) {
+                    (true, true, _) => escaped = false,
+                    (true, false, b'\\') => escaped = true,
+                    (true, false, b'"') => in_string = false,
+                    (false, _, b'"') => in_string = true,
+                    (false, _, b'{') => depth += 1,
+                    (false, _, b'}') => depth -= 1,
+                    _ => {}
+                }
+            }
+            raw.extend_from_slice(line);
+            if depth == 0 {
+                chunks.push(std::mem::take(&mut raw));
+                (in_string, escaped) = (false, false);
+            }
+        }
+    }
+    chunks.extend((!raw.is_empty()).then_some(raw));
+    if !data.is_empty() {
+        chunks.push(data.join(&b'\n'));
+    }
+    chunks
+        .iter()
+        .filter_map(|c| serde_json::from_slice(c).ok())
         .collect()
 }
 
@@ -246,7 +288,7 @@ pub(crate) fn check(dialect: Dialect, on_malformed: OnMalformed, input: &[u8], p
     let out = intercept(dialect, on_malformed, input, pieces);
     let mut readings = parsed_events(&out);
     if dialect == Dialect::Gemini {
-        readings.extend(data_lines(&out));
+        readings.extend(python_chunks(&out));
     }
     let leaked: Vec<String> = called_names(dialect, &readings)
         .into_iter()
@@ -377,6 +419,19 @@ data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name
                 assert!(called_names(*other, &parsed_events(stream)).is_empty());
             }
         }
+    }
+
+    /// The oracle reads a Gemini stream as Python's SDK does: lines outside data joined.
+    #[test]
+    fn oracle_reads_gemini_lines_as_pythons_sdk_does() {
+        let split = b"data: {}\r\n\r\n{\"candidates\":[{\"content\":{\"parts\":[{\"function\r\nCall\":{\"name\":\"mcp__fs__delete\"}}]}}]}\r\n\r\n";
+        assert_eq!(
+            called_names(Dialect::Gemini, &python_chunks(split)),
+            ["mcp__fs__delete"]
+        );
+        let mut input = vec![3, 0];
+        input.extend_from_slice(split);
+        run(&input);
     }
 
     /// The committed seeds of the fuzz target (`agent/fuzz/seeds/llm_sse`) are regression

@@ -25,9 +25,10 @@ pub(crate) trait Machine {
         out: &mut BytesMut,
     ) -> Result<(), Fatal>;
     /// An event without data (a comment, a bare `event:`): passes as it is unless a dialect
-    /// must keep it in order with what it holds.
-    fn on_dataless(&mut self, raw: &Bytes, out: &mut BytesMut) {
+    /// must keep it in order with what it holds, or reads it (Gemini's SDKs read lines).
+    fn on_dataless(&mut self, _cx: &mut Cx, raw: &Bytes, out: &mut BytesMut) -> Result<(), Fatal> {
         out.extend_from_slice(raw);
+        Ok(())
     }
     /// The stream ended (cleanly or not): release or drop what is held, record what is open.
     fn on_end(&mut self, cx: &mut Cx, out: &mut BytesMut);
@@ -148,7 +149,7 @@ impl StreamInterceptor {
             Dialect::OpenAiResponses => {
                 AnyMachine::Responses(responses::Responses::new(max_buffer))
             }
-            Dialect::Gemini => AnyMachine::Gemini(gemini::Gemini),
+            Dialect::Gemini => AnyMachine::Gemini(gemini::Gemini::new(max_buffer)),
         };
         StreamInterceptor {
             decoder: SseDecoder::new(max_buffer),
@@ -278,10 +279,7 @@ impl StreamInterceptor {
                 .machine
                 .get()
                 .on_data(&mut self.cx, raw, trim_ws(&data), out),
-            None => {
-                self.machine.get().on_dataless(raw, out);
-                Ok(())
-            }
+            None => self.machine.get().on_dataless(&mut self.cx, raw, out),
         }
     }
 

@@ -509,6 +509,15 @@ async fn handle(
             "toolwall: the upstream answered with a redirect; toolwall does not pass redirects on the routes it reads",
         ));
     }
+    if let Some(charset) = encoding::foreign_charset(&parts.headers) {
+        tracing::error!(%request_id, %charset, "upstream labelled its answer with a character set other than UTF-8: refused (502)");
+        return Ok(full(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "toolwall: the upstream's answer is labelled charset={charset}; toolwall reads only UTF-8, and a client decoding by that label would read something else"
+            ),
+        ));
+    }
     if method == hyper::Method::HEAD {
         return Ok(Response::from_parts(
             parts,

@@ -62,7 +62,7 @@ pub(crate) enum Refused {
         provider: &'static str,
     },
     #[error(
-        "the request carries an {vendor} key ({what}) on a route of the gemini provider: a key is never sent to another vendor"
+        "the request carries {vendor} credentials ({what}) on a route of the gemini provider: a key is never sent to another vendor"
     )]
     KeyToGemini {
         vendor: &'static str,
@@ -237,26 +237,6 @@ fn vendor_of(candidates: &[Provider], google_key: bool, headers: &HeaderMap) -> 
     }
 }
 
-/// The Gemini key the request carries, if any: `x-goog-api-key`, a `key` query parameter as a
-/// server decodes the query (`;` separates too, the name in any case, an escaped `=` still
-/// ends it), or a Google API key (`AIza…`) in the query or any header.
-fn google_key(query: &str, headers: &HeaderMap) -> Option<&'static str> {
-    if headers.contains_key("x-goog-api-key") {
-        return Some("x-goog-api-key");
-    }
-    let named = form_urlencoded::parse(query.replace(';', "&").as_bytes()).any(|(name, _)| {
-        name.split('=')
-            .next()
-            .is_some_and(|n| n.trim().eq_ignore_ascii_case("key"))
-    });
-    if named {
-        return Some("key=");
-    }
-    let aiza = |text: &[u8]| memchr::memmem::find(text, b"AIza").is_some();
-    (aiza(query.as_bytes()) || headers.values().any(|v| aiza(v.as_bytes())))
-        .then_some("a Google API key (AIza…)")
-}
-
 /// Routes a request: `path_and_query` is the client's, its session prefix gone.
 pub(crate) fn route(
     method: &Method,
@@ -267,7 +247,7 @@ pub(crate) fn route(
     let (path, query) = path_and_query
         .split_once('?')
         .unwrap_or((path_and_query, ""));
-    let google = google_key(query, headers);
+    let google = keys::google(query, headers);
     let routed = known(method, path, google.is_some(), headers)
         .or_else(|| {
             let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -306,39 +286,13 @@ pub(crate) fn route(
             provider: routed.provider.as_str(),
         });
     }
-    // Anthropic's key header, or one of its keys (`sk-ant-…`, API or OAuth) as a bearer token.
-    let anthropic_key = headers.contains_key("x-api-key")
-        || headers
-            .get_all(hyper::header::AUTHORIZATION)
-            .iter()
-            .any(|v| memchr::memmem::find(v.as_bytes(), b"sk-ant-").is_some());
-    if routed.provider == Provider::Openai && anthropic_key {
+    if routed.provider == Provider::Openai && keys::anthropic(query, headers) {
         return Err(Refused::AnthropicKeyToOpenai);
     }
-    if routed.provider == Provider::Gemini {
-        // OpenAI's keys are `sk-…` bearer tokens (Google's own are OAuth tokens).
-        let openai_key = headers
-            .get_all(hyper::header::AUTHORIZATION)
-            .iter()
-            .any(|v| {
-                v.to_str().is_ok_and(|v| {
-                    v.trim()
-                        .get(..10)
-                        .is_some_and(|p| p.eq_ignore_ascii_case("bearer sk-"))
-                })
-            });
-        if anthropic_key {
-            return Err(Refused::KeyToGemini {
-                vendor: "Anthropic",
-                what: "x-api-key, or an sk-ant- bearer token",
-            });
-        }
-        if openai_key {
-            return Err(Refused::KeyToGemini {
-                vendor: "OpenAI",
-                what: "an sk- bearer token",
-            });
-        }
+    if routed.provider == Provider::Gemini
+        && let Some((vendor, what)) = keys::foreign_to_gemini(query, headers)
+    {
+        return Err(Refused::KeyToGemini { vendor, what });
     }
     Ok(routed)
 }
@@ -374,5 +328,6 @@ fn known(method: &Method, path: &str, google_key: bool, headers: &HeaderMap) -> 
     })
 }
 
+mod keys;
 #[cfg(test)]
 mod tests;

@@ -163,6 +163,16 @@ fn malformed_bodies() {
     let (new, _) = rewrite_buffered(Dialect::Anthropic, bad, gate(&[]), OnMalformed::FailOpen)
         .expect("fail open passes");
     assert!(new.is_none());
+    // UTF-16 (Python's `json.loads` reads it) or not UTF-8 at all: refused whatever the setting.
+    let utf16: Vec<u8> = r#"{"content":[{"type":"tool_use","name":"x"}]}"#
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    for body in [&utf16[..], b"{\"content\":\"\xff\"}"] {
+        for on_malformed in [OnMalformed::FailOpen, OnMalformed::FailClosed] {
+            assert!(rewrite_buffered(Dialect::Anthropic, body, gate(&[]), on_malformed).is_err());
+        }
+    }
 }
 
 /// A `custom` tool call (`{"type":"custom","custom":{"name","input"}}`) is judged

@@ -70,9 +70,10 @@ pub(crate) struct Chat {
 }
 
 impl Machine for Chat {
-    fn on_dataless(&mut self, raw: &Bytes, out: &mut BytesMut) {
+    fn on_dataless(&mut self, _cx: &mut Cx, raw: &Bytes, out: &mut BytesMut) -> Result<(), Fatal> {
         // Behind a held event it must wait its turn.
         self.pass(raw, Vec::new(), out);
+        Ok(())
     }
 
     fn on_data(

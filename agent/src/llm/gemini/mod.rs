@@ -196,5 +196,43 @@ fn judge_part(cx: &mut Cx, raw: &RawValue) -> Result<Option<Box<RawValue>>, Unpa
     Ok(Some(raw_from_json(text)))
 }
 
+/// Records, as refused, every call a response that cannot be passed on presents to a lenient
+/// reader (a repeated key counts as its last value, as in both SDKs), so the refusal is on
+/// record even though the stream ends.
+pub(super) fn record_unreadable(cx: &mut Cx, text: &str, why: &str) {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return;
+    };
+    let responses = match &value {
+        serde_json::Value::Array(items) => items.iter().collect(),
+        other => vec![other],
+    };
+    for response in responses {
+        for candidate in response["candidates"].as_array().into_iter().flatten() {
+            for part in candidate["content"]["parts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                for field in CALL_FIELDS {
+                    let Some(name) = part[field]["name"].as_str() else {
+                        continue;
+                    };
+                    let decision = cx.check_at(name, None, crate::decision::CallStage::Inspected);
+                    let decision = if decision.is_blocked() {
+                        decision
+                    } else {
+                        decision.overruled(format!(
+                            "the response holding it cannot be passed on ({why}): refused, fail closed"
+                        ))
+                    };
+                    let id = part[field]["id"].as_str().unwrap_or_default().to_owned();
+                    cx.record(name.to_owned(), id, None, decision);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests;

@@ -59,10 +59,11 @@ fn a_blocked_call_becomes_text_and_allowed_ones_leave_as_they_came() {
         "[toolwall] Tool 'mcp__fs__delete' blocked by policy: denied by test"
     );
     assert_eq!(parts[2]["functionCall"]["args"], json!({"path": "/a"}));
-    // Chunks without a call leave byte for byte, CRLF ends and all.
+    // Chunks without a call leave as they came but for toolwall's line ends.
     let text = String::from_utf8_lossy(&out);
-    assert!(text.starts_with(&chunk(r#"{"text":"Let me look."}"#, None)));
-    assert!(text.ends_with(&chunk(r#"{"text":""}"#, Some("STOP"))));
+    let lf = |c: String| c.replace("\r\n", "\n");
+    assert!(text.starts_with(&lf(chunk(r#"{"text":"Let me look."}"#, None))));
+    assert!(text.ends_with(&lf(chunk(r#"{"text":""}"#, Some("STOP")))));
     let (_, records) = run(Dialect::Gemini, &["mcp__fs__delete"], input.as_bytes());
     let got: Vec<(&str, &str, Action)> = records
         .iter()
@@ -85,18 +86,15 @@ fn a_blocked_call_becomes_text_and_allowed_ones_leave_as_they_came() {
 }
 
 #[test]
-fn nothing_blocked_leaves_every_byte_but_a_calls_chunk_is_one_line() {
+fn every_chunk_leaves_as_one_data_line_of_what_was_judged() {
     let input = [
         chunk(&call("mcp__fs__read", "{}"), None),
         chunk(r#"{"text":"ok"}"#, Some("STOP")),
     ]
     .concat();
     let out = assert_split_invariant(Dialect::Gemini, &["mcp__fs__delete"], input.as_bytes());
-    // The call's chunk is written by toolwall (one data line, LF ends); the rest verbatim.
-    assert_eq!(
-        String::from_utf8_lossy(&out),
-        input.replacen("\r\n\r\n", "\n\n", 1)
-    );
+    // Every chunk is written by toolwall: one data line, LF ends, the JSON as it came.
+    assert_eq!(String::from_utf8_lossy(&out), input.replace("\r\n", "\n"));
     // A chunk with line breaks between its tokens leaves on one line: Python's SDK reads
     // each `data:` line as a chunk of its own.
     let spread = "data: {\"candidates\":\ndata: [{\"content\":{\"parts\":[{\"functionCall\":{\"name\":\"mcp__fs__read\"}}]}}]}\n\n";
@@ -246,4 +244,67 @@ fn argument_rules_judge_the_whole_arguments() {
     // The redacted value never reaches the record.
     assert_eq!(records[1].decision.action, Action::Allow);
     assert_ne!(records[1].input, Some(json!({"a": "SECRET_1"})));
+}
+
+/// Python's SDK joins every line that is not a `data: ` line, across events and without a
+/// separator, into chunks where the braces balance: a key split over such lines is whole there.
+#[test]
+fn lines_outside_data_are_read_as_pythons_sdk_reads_them() {
+    let text = r#"data: {"candidates":[{"content":{"parts":[{"text":"a"}]}}]}"#;
+    for input in [
+        format!(
+            "{text}\r\n\r\n{{\"candidates\":[{{\"content\":{{\"parts\":[{{\"function\r\nCall\":{{\"name\":\"mcp__fs__delete\"}}}}]}}}}]}}\r\n\r\n{text}\r\n\r\n"
+        ),
+        format!(
+            "{text}\n\n{{\"candidates\":[{{\"content\":{{\"parts\":[{{\"function_\ncall\":{{\"name\":\"mcp__fs__delete\"}}}}]}}}}]}}\n\n"
+        ),
+        // Halves in events of their own.
+        format!(
+            "{text}\n\n{{\"candidates\":[{{\"content\":{{\"parts\":[{{\"function\n\nCall\":{{\"name\":\"mcp__fs__delete\"}}}}]}}}}]}}\n\n"
+        ),
+        // `data:` without the space is no data line to Python.
+        "data:{\"candidates\":[{\"content\":{\"parts\":[{\"functionCall\":{\"name\":\"mcp__fs__delete\"}}]}}]}\n\n".to_owned(),
+    ] {
+        let out = assert_split_invariant(Dialect::Gemini, &["mcp__fs__delete"], input.as_bytes());
+        let text = String::from_utf8_lossy(&out);
+        // Every line that leaves is toolwall's own `data: ` line, and no call of a denied tool.
+        assert!(
+            text.lines()
+                .all(|l| l.is_empty() || l.starts_with("data: ")),
+            "{input:?} gave {text:?}"
+        );
+        assert!(
+            !text.contains("\"name\":\"mcp__fs__delete\""),
+            "{input:?} gave {text:?}"
+        );
+    }
+    // A mid-stream error as the API sends it (pretty-printed, no `data:`) reaches both SDKs.
+    let error = "{\n  \"error\": {\n    \"code\": 429,\n    \"message\": \"slow down\",\n    \"status\": \"RESOURCE_EXHAUSTED\"\n  }\n}\n\n";
+    let (out, _) = run(Dialect::Gemini, &[], error.as_bytes());
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "data: {\"error\":{\"code\":429,\"message\":\"slow down\",\"status\":\"RESOURCE_EXHAUSTED\"}}\n\n"
+    );
+    // A line outside data that is no JSON: Python's SDK fails on it, the stream ends.
+    let (out, _) = run(Dialect::Gemini, &[], b": keep-alive\n\ndata: {}\n\n");
+    assert!(String::from_utf8_lossy(&out).contains("\"status\":\"INTERNAL\""));
+}
+
+#[test]
+fn calls_of_a_response_that_cannot_pass_are_recorded_as_refused() {
+    for event in [
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"mcp__fs__read","name":"mcp__fs__delete"}}]}}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"mcp__fs__delete","partialArgs":[],"willContinue":true}}]}}]}"#,
+    ] {
+        let (_, records) = run(
+            Dialect::Gemini,
+            &[],
+            format!("data: {event}\n\n").as_bytes(),
+        );
+        let got: Vec<(&str, Action)> = records
+            .iter()
+            .map(|r| (r.tool_name.as_str(), r.decision.action))
+            .collect();
+        assert_eq!(got, [("mcp__fs__delete", Action::Block)], "{event}");
+    }
 }

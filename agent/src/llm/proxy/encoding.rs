@@ -13,6 +13,30 @@ use tokio_util::io::{ReaderStream, StreamReader};
 use super::{READ_CHUNK, Reads};
 use crate::llm::upstream::UpstreamBody;
 
+/// The character set a response's `Content-Type` names when it is not UTF-8: a client that
+/// decodes the body by it (Python's `google-genai` does, UTF-7 and UTF-16 included) reads other
+/// text than toolwall reads, so such a body is refused. A type that is not text counts too.
+pub(super) fn foreign_charset(headers: &HeaderMap) -> Option<String> {
+    for value in headers.get_all(header::CONTENT_TYPE) {
+        let Ok(text) = value.to_str() else {
+            return Some("(a Content-Type that is not text)".to_owned());
+        };
+        for param in text.split(';').skip(1) {
+            let Some((name, charset)) = param.split_once('=') else {
+                continue;
+            };
+            if !name.trim().eq_ignore_ascii_case("charset") {
+                continue;
+            }
+            let charset = charset.trim().trim_matches('"').to_ascii_lowercase();
+            if charset != "utf-8" && charset != "utf8" {
+                return Some(charset);
+            }
+        }
+    }
+    None
+}
+
 /// A response content coding we can undo.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Encoding {

@@ -35,12 +35,26 @@ const TOOL_KINDS: &[&str] = &[
 
 const DECLARATIONS: [&str; 2] = ["functionDeclarations", "function_declarations"];
 
-/// `contents[].parts[]`: `functionCall` parts name calls, `functionResponse` parts answer them
-/// (by `id` when they have one, else by their place, which later turns keep).
+/// The contents of a request the model reads: `contents[]`, and the system instruction (one
+/// content of its own), with their pointers.
+fn contents(request: &Value) -> Vec<(String, &Value)> {
+    let mut out: Vec<(String, &Value)> = super::messages(request, "contents")
+        .map(|(i, c)| (format!("/contents/{i}"), c))
+        .collect();
+    for key in ["systemInstruction", "system_instruction"] {
+        if let Some(c) = request.get(key) {
+            out.push((format!("/{key}"), c));
+        }
+    }
+    out
+}
+
+/// `functionCall` parts name calls, `functionResponse` parts answer them (by `id` when they
+/// have one, else by their place, which later turns keep), in every content the model reads.
 pub(super) fn found(request: &Value) -> Found {
     let mut names = std::collections::HashMap::new();
     let mut sites = Vec::new();
-    for (i, content) in super::messages(request, "contents") {
+    for (at, content) in contents(request) {
         let Some(parts) = content.get("parts").and_then(Value::as_array) else {
             continue;
         };
@@ -57,13 +71,13 @@ pub(super) fn found(request: &Value) -> Found {
                 };
                 let name = super::str_at(answer, "name").to_owned();
                 let call_id = match super::str_at(answer, "id") {
-                    "" => format!("contents/{i}/parts/{j}"),
+                    "" => format!("{}/parts/{j}", &at[1..]),
                     id => id.to_owned(),
                 };
                 if answer.get(field).is_some() {
                     names.insert(call_id.clone(), (name, None));
                     sites.push(Site {
-                        pointer: format!("/contents/{i}/parts/{j}/{key}/{field}"),
+                        pointer: format!("{at}/parts/{j}/{key}/{field}"),
                         call_id,
                     });
                 }
@@ -71,6 +85,36 @@ pub(super) fn found(request: &Value) -> Found {
         }
     }
     (names, sites)
+}
+
+/// Refuses a request whose lists are not lists where toolwall reads them (`contents`, `parts`,
+/// `tools`, `functionDeclarations`): what it skips as no list, a lenient reader may take.
+pub(super) fn known_shapes(request: &Value) -> Result<(), Unjudgeable> {
+    let not_list = |v: Option<&Value>| v.is_some_and(|v| !v.is_array() && !v.is_null());
+    let bad = |what: &str| {
+        Err(Unjudgeable::GeminiShape {
+            what: what.to_owned(),
+        })
+    };
+    if not_list(request.get("contents")) {
+        return bad("contents");
+    }
+    if not_list(request.get("tools")) {
+        return bad("tools");
+    }
+    for (at, content) in contents(request) {
+        if not_list(content.get("parts")) {
+            return bad(&format!("{at}/parts"));
+        }
+    }
+    for (i, tool) in super::messages(request, "tools") {
+        for key in DECLARATIONS {
+            if not_list(tool.get(key)) {
+                return bad(&format!("/tools/{i}/{key}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a request offering a tool of a kind the API may have and toolwall does not know

@@ -64,6 +64,10 @@ pub(crate) enum Unjudgeable {
     )]
     GeminiToolKind { kind: String },
     #[error(
+        "the Gemini request's {what} is not a list, so toolwall cannot read what it holds; it is not forwarded"
+    )]
+    GeminiShape { what: String },
+    #[error(
         "the mcp_approval_response {id:?} approves a call toolwall cannot find (neither in this request's input nor in a response it passed), so it cannot judge what it approves; send the mcp_approval_request item with it"
     )]
     ApprovalUnknown { id: String },

@@ -203,7 +203,22 @@ fn judge(
         Dialect::OpenAiChat => chat(request),
         Dialect::OpenAiResponses => responses(request),
         Dialect::Gemini => {
+            gemini::known_shapes(request)?;
             gemini::known_tools(request)?;
+            // countTokens may wrap a whole request: judged as one.
+            for key in ["generateContentRequest", "generate_content_request"] {
+                if let Some(inner) = request.get_mut(key) {
+                    judge(
+                        gate,
+                        dialect,
+                        inner,
+                        &format!("{at}/{key}"),
+                        session,
+                        recorded,
+                        out,
+                    )?;
+                }
+            }
             gemini::found(request)
         }
     };

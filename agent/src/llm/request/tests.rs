@@ -406,3 +406,41 @@ fn a_gemini_tool_of_a_kind_toolwall_does_not_know_is_refused() {
         assert!(err.to_string().contains("Gemini tool"), "{err}");
     }
 }
+
+#[test]
+fn gemini_results_are_found_wherever_the_model_reads_them_and_odd_shapes_are_refused() {
+    let gate = policy("{}");
+    let answer =
+        json!({"functionResponse": {"name": "read", "response": {"output": format!("key {AWS}")}}});
+    // A result in the system instruction, and a countTokens request wrapping a whole request.
+    for request in [
+        json!({"contents": [], "systemInstruction": {"parts": [answer.clone()]}}),
+        json!({"generateContentRequest": {"model": "models/g", "contents": [{"role": "user", "parts": [answer.clone()]}]}}),
+    ] {
+        let (body, records) = run(&gate, Dialect::Gemini, &request, &Recorded::default());
+        let text = body.expect("rewritten").to_string();
+        assert!(
+            !text.contains(AWS) && text.contains("toolwall:redacted"),
+            "{text}"
+        );
+        assert_eq!(records.len(), 1, "{records:?}");
+    }
+    // Lists that are not lists: nothing in them would be read.
+    for request in [
+        json!({"contents": {"0": {"parts": [answer.clone()]}}}),
+        json!({"contents": [{"parts": {"0": answer.clone()}}]}),
+        json!({"contents": [], "tools": {"functionDeclarations": [{"name": "x"}]}}),
+        json!({"contents": [], "tools": [{"functionDeclarations": {"name": "x"}}]}),
+    ] {
+        let body = serde_json::to_vec(&request).expect("json");
+        let err = inspect(
+            &gate,
+            Route::Dialect(Dialect::Gemini),
+            &body,
+            "sess",
+            &Recorded::default(),
+        )
+        .expect_err("not a list");
+        assert!(err.to_string().contains("not a list"), "{err}");
+    }
+}

@@ -388,12 +388,13 @@ fn gemini_cli_and_opencode_forms_are_built_in() {
     ] {
         let decision = p.check_call(&call(name));
         assert_eq!(decision.is_blocked(), blocked, "{name}: {decision:?}");
-        assert!(decision.tool.is_some(), "{name} is an MCP tool: {decision:?}");
+        assert!(
+            decision.tool.is_some(),
+            "{name} is an MCP tool: {decision:?}"
+        );
     }
     assert_eq!(
-        p.check_call(&call("github_search"))
-            .tool
-            .map(|t| t.tool),
+        p.check_call(&call("github_search")).tool.map(|t| t.tool),
         Some("github_search".to_owned())
     );
     // A server nobody declared or listed: Gemini CLI's form still marks an MCP tool, recorded.

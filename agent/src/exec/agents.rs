@@ -58,7 +58,12 @@ impl Agent {
 
 /// Points the agent at the session's proxy URL `proxy` (`…/s/<key>`): the variables every
 /// supported agent and SDK reads, in the form this agent reads them, and Codex's option.
-pub(super) fn point_at_proxy(agent: Agent, proxy: &str, cmd: &mut Command, args: &mut Vec<OsString>) {
+pub(super) fn point_at_proxy(
+    agent: Agent,
+    proxy: &str,
+    cmd: &mut Command,
+    args: &mut Vec<OsString>,
+) {
     let v1 = format!("{proxy}/v1");
     let anthropic = if agent == Agent::OpenCode { &v1 } else { proxy };
     cmd.env("ANTHROPIC_BASE_URL", anthropic)
@@ -76,11 +81,20 @@ pub(super) fn point_at_proxy(agent: Agent, proxy: &str, cmd: &mut Command, args:
 }
 
 /// What `exec` says of the agent's model traffic: `Ok` lines are facts, `Err` lines warnings.
-pub(super) fn coverage(agent: Agent, proxy: &str, home: &Path, cwd: &Path) -> Vec<Result<String, String>> {
+pub(super) fn coverage(
+    agent: Agent,
+    proxy: &str,
+    home: &Path,
+    cwd: &Path,
+) -> Vec<Result<String, String>> {
     let mut out = vec![Ok(format!(
         "LLM traffic through {proxy} for {}: ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL are set (Claude Code, OpenCode, Qwen Code, Gemini CLI, and the Anthropic, OpenAI and Google SDKs read them){}",
         agent.name(),
-        if agent == Agent::Codex { "; Codex CLI gets -c openai_base_url" } else { "" }
+        if agent == Agent::Codex {
+            "; Codex CLI gets -c openai_base_url"
+        } else {
+            ""
+        }
     ))];
     if agent == Agent::GeminiCli {
         match gemini_auth(home, cwd) {
@@ -176,7 +190,10 @@ fn read_json(path: &Path) -> Option<Value> {
 }
 
 fn shimmed(command: &str, args: &[&str]) -> bool {
-    Path::new(command).file_name().is_some_and(|f| f == "toolwall") && args.first() == Some(&"shim")
+    Path::new(command)
+        .file_name()
+        .is_some_and(|f| f == "toolwall")
+        && args.first() == Some(&"shim")
 }
 
 /// `{name: {command, args} | {url} | {httpUrl}}` at `pointer` of a JSON file.

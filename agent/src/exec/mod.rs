@@ -2,9 +2,10 @@
 //!
 //! Asks the running daemon for a session (a cgroup with the kernel programs attached), starts
 //! the command inside that cgroup from its first instruction, points its LLM SDKs at the proxy
-//! (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`; Codex CLI ignores the latter and gets
-//! `-c openai_base_url=...`), exports the session id for shims it starts, and passes its exit
-//! code through. The session's cgroup is removed afterwards.
+//! (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`, in each agent's form:
+//! `agents.rs`), names the MCP servers of the agent's configuration that do not run through
+//! `toolwall shim`, exports the session id for shims it starts, and passes its exit code
+//! through. The session's cgroup is removed afterwards.
 //!
 //! The agent must not be able to leave the session (out of it, the kernel layer's rules no
 //! longer hold for it): started by root, it runs
@@ -12,6 +13,7 @@
 //! ancestors out of sight), with `no_new_privs` and without the capabilities that could detach
 //! programs or move processes ([`DROPPED_CAPS`]), even when it is run as root on request.
 
+mod agents;
 mod ambient;
 mod confine;
 mod init;
@@ -177,13 +179,15 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         } else if unsafe { libc::geteuid() } == 0 {
             eprintln!("toolwall: WARNING: session {session}: the agent runs as root (--as-root); it keeps root's powers beyond the ones toolwall drops (raw sockets, kernel modules, every file), so only trusted agents should run this way");
         }
-        if is_codex(&args.command[0]) {
-            for (name, command) in unshimmed_codex_servers(&codex_config_path()) {
-                eprintln!(
-                    "toolwall: WARNING: session {session}: Codex MCP server {name:?} runs {command:?} directly, not through `toolwall shim`: in code mode a tool whose name the code computes at run time passes the LLM layer undecided, and nothing decides it when it runs. Wrap it in {}: command = \"toolwall\", args = [\"shim\", \"--server-id\", \"{name}\", \"--\", ...its command and args]",
-                    codex_config_path().display()
-                );
-            }
+        let agent = agents::Agent::of(&args.command[0]);
+        let home = user
+            .as_ref()
+            .map(|u| u.home.clone())
+            .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let cwd = std::env::current_dir().unwrap_or_default();
+        for server in agents::unshimmed_servers(agent, &home, &cwd) {
+            eprintln!("toolwall: WARNING: session {session}: {}", agents::warning(agent, &server));
         }
         let landlock = strict.map(|(plan, ruleset)| {
             eprintln!(
@@ -212,12 +216,14 @@ pub(crate) fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
         match &reply.proxy {
             Some(proxy) => {
-                eprintln!("toolwall: session {session}: LLM traffic through {proxy} for agents that take ANTHROPIC_BASE_URL or OPENAI_BASE_URL (Claude Code, the Anthropic and OpenAI SDKs) and for Codex CLI");
-                // The Gemini API is no dialect toolwall reads: say what becomes of it.
-                if config.netmon.pin_llm_egress {
-                    eprintln!("toolwall: session {session}: the Gemini API (Gemini CLI) is not read by toolwall and is refused to the session (netmon.pin_llm_egress)");
-                } else {
-                    eprintln!("toolwall: WARNING: session {session}: the Gemini API (Gemini CLI) is not read by toolwall: its tool calls reach the agent unjudged; netmon.pin_llm_egress refuses it to sessions");
+                for line in agents::coverage(agent, proxy, &home, &cwd) {
+                    match line {
+                        Ok(fact) => eprintln!("toolwall: session {session}: {fact}"),
+                        Err(warning) => eprintln!("toolwall: WARNING: session {session}: {warning}"),
+                    }
+                }
+                if !config.netmon.pin_llm_egress {
+                    eprintln!("toolwall: session {session}: an agent that ignores these variables reaches its provider directly, unread; netmon.pin_llm_egress refuses the providers' hosts to sessions");
                 }
             }
             None => eprintln!("toolwall: WARNING: session {session}: the daemon's LLM proxy is off; LLM calls go directly to the providers, unseen"),
@@ -330,7 +336,7 @@ async fn daemon_instance(api: &ApiClient) -> anyhow::Result<Option<String>> {
     Ok(serde_json::from_slice::<Health>(&body)?.instance)
 }
 
-/// The command with the session's environment; Codex also gets its base URL as an option.
+/// The command with the session's environment and its model endpoint (`agents.rs`).
 fn build_command(
     command: &[OsString],
     session: &str,
@@ -344,70 +350,10 @@ fn build_command(
     if let Some(proxy) = proxy {
         // The daemon gave the session a base URL of its own (`/s/<key>`): the shared proxy
         // tags this agent's calls with the session the key belongs to.
-        cmd.env("ANTHROPIC_BASE_URL", proxy)
-            .env("OPENAI_BASE_URL", format!("{proxy}/v1"));
-        let program = std::path::Path::new(&command[0])
-            .file_name()
-            .unwrap_or_default();
-        if program == "codex" {
-            // Codex CLI reads its base URL from config.toml or -c, not from OPENAI_BASE_URL.
-            args.splice(
-                0..0,
-                [
-                    OsString::from("-c"),
-                    OsString::from(format!("openai_base_url=\"{proxy}/v1\"")),
-                ],
-            );
-        }
+        agents::point_at_proxy(agents::Agent::of(&command[0]), proxy, &mut cmd, &mut args);
     }
     cmd.args(args);
     cmd
-}
-
-fn is_codex(program: &OsString) -> bool {
-    std::path::Path::new(program).file_name() == Some(std::ffi::OsStr::new("codex"))
-}
-
-/// Codex's configuration: `$CODEX_HOME/config.toml`, default `~/.codex/config.toml`.
-fn codex_config_path() -> PathBuf {
-    std::env::var_os("CODEX_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")))
-        .unwrap_or_default()
-        .join("config.toml")
-}
-
-/// The stdio MCP servers of a Codex configuration that do not run through `toolwall shim`
-/// (name, command): Codex's code mode can call their tools under names computed at run time,
-/// which only the shim decides (the LLM layer cannot read a name built at run time). A file
-/// that is missing or not TOML lists
-/// nothing (Codex itself reports a broken file).
-fn unshimmed_codex_servers(config: &std::path::Path) -> Vec<(String, String)> {
-    let Ok(text) = std::fs::read_to_string(config) else {
-        return Vec::new();
-    };
-    let Ok(table) = text.parse::<toml::Table>() else {
-        return Vec::new();
-    };
-    let Some(servers) = table.get("mcp_servers").and_then(toml::Value::as_table) else {
-        return Vec::new();
-    };
-    servers
-        .iter()
-        .filter_map(|(name, server)| {
-            let command = server.get("command")?.as_str()?;
-            let args: Vec<&str> = server
-                .get("args")
-                .and_then(toml::Value::as_array)
-                .map(|a| a.iter().filter_map(toml::Value::as_str).collect())
-                .unwrap_or_default();
-            let shimmed = std::path::Path::new(command)
-                .file_name()
-                .is_some_and(|f| f == "toolwall")
-                && args.first() == Some(&"shim");
-            (!shimmed).then(|| (name.clone(), command.to_owned()))
-        })
-        .collect()
 }
 
 /// Runs the child, forwarding SIGTERM and SIGHUP to it (SIGINT from a terminal reaches it on
@@ -505,23 +451,6 @@ mod tests {
         assert!(root.to_string().contains("--as-root"), "{root}");
         let missing = agent_user(&args(Some("no-such-user-x"), false), &config).unwrap_err();
         assert!(missing.to_string().contains("no user"), "{missing}");
-    }
-
-    #[test]
-    fn codex_servers_outside_the_shim_are_named() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let config = dir.path().join("config.toml");
-        std::fs::write(
-            &config,
-            "model = \"x\"\n[mcp_servers.raw]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-everything\"]\n[mcp_servers.wrapped]\ncommand = \"/usr/local/bin/toolwall\"\nargs = [\"shim\", \"--server-id\", \"wrapped\", \"--\", \"npx\"]\n[mcp_servers.remote]\nurl = \"http://127.0.0.1:1/mcp\"\n",
-        )
-        .expect("write");
-        assert_eq!(
-            unshimmed_codex_servers(&config),
-            vec![("raw".to_owned(), "npx".to_owned())]
-        );
-        assert!(unshimmed_codex_servers(&dir.path().join("missing.toml")).is_empty());
-        assert!(is_codex(&"/usr/bin/codex".into()) && !is_codex(&"claude".into()));
     }
 
     fn args_of(cmd: &std::process::Command) -> Vec<String> {

@@ -1,10 +1,12 @@
-"""A fake LLM API (stdlib only) for driving the real Claude Code and Codex CLIs through toolwall.
+"""A fake LLM API (stdlib only) for driving the real coding agents through toolwall.
 
 usage: fake_llm.py --log REQUESTS.jsonl --port-file FILE
 
 Speaks the Anthropic Messages API (`POST /v1/messages[?beta=true]`, streamed or not, plus
 `count_tokens`, `HEAD /` and other probes) and the OpenAI Responses API (`POST /v1/responses`,
-streamed; `GET /v1/responses`, Codex's WebSocket attempt, gets 426). Its model asks, in its
+streamed; `GET /v1/responses`, Codex's WebSocket attempt, gets 426), Chat Completions
+(`POST /v1/chat/completions`, streamed) and the Gemini API (`POST .../models/M:streamGenerateContent`,
+`:generateContent`, `:countTokens`). Its model asks, in its
 first turn, for two MCP tools of the server `everything`: `echo {"message": "hi"}` and
 `get-sum {"a": 1, "b": 2}` (in each agent's own naming); once a tool result is in the
 conversation it answers with text. Every request is logged as one JSON line.
@@ -39,12 +41,32 @@ def has_tool_result(req):
     for i in req.get("input") if isinstance(req.get("input"), list) else []:
         if isinstance(i, dict) and i.get("type") == "function_call_output":
             return True
+    for m in req.get("messages") or []:
+        if isinstance(m, dict) and m.get("role") == "tool":
+            return True
+    for c in req.get("contents") or []:
+        for p in c.get("parts") or [] if isinstance(c, dict) else []:
+            if isinstance(p, dict) and "functionResponse" in p:
+                return True
     return False
+
+
+# How each agent names tool `echo` of server `everything`: Claude Code and Qwen Code
+# `mcp__everything__echo`, Codex a namespace, Gemini CLI `mcp_everything_echo`, OpenCode
+# `everything_echo`.
+FORMS = ("mcp__everything__", "mcp_everything_", "everything_")
 
 
 def wants_tools(req):
     """Only the agent's main turn offers MCP tools; side requests (titles, probes) get text."""
-    return "mcp__everything" in json.dumps(req.get("tools") or [])
+    return any(f + "echo" in json.dumps(req.get("tools") or []) for f in FORMS) or (
+        "mcp__everything" in json.dumps(req.get("tools") or []))
+
+
+def offered_form(req):
+    """The prefix the agent gives the server's tools, as its request offers them."""
+    tools = json.dumps(req.get("tools") or [])
+    return next((f for f in FORMS if f + "echo" in tools), FORMS[0])
 
 
 def anthropic_events(req):
@@ -60,7 +82,7 @@ def anthropic_events(req):
     if wants_tools(req) and not has_tool_result(req):
         for i, (tool, args) in enumerate(CALLS):
             e({"type": "content_block_start", "index": i, "content_block": {
-                "type": "tool_use", "id": uid("toolu_"), "name": "mcp__everything__" + tool, "input": {}}})
+                "type": "tool_use", "id": uid("toolu_"), "name": offered_form(req) + tool, "input": {}}})
             e({"type": "content_block_delta", "index": i,
                "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)}})
             e({"type": "content_block_stop", "index": i})
@@ -133,6 +155,42 @@ def responses_events(req):
     return ev
 
 
+def chat_events(req):
+    """Chat Completions, streamed: the calls in the agent's own form, then text."""
+    base = {"id": uid("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": req.get("model", "gpt-fake")}
+    ev = []
+
+    def e(choice):
+        ev.append(f"data: {json.dumps(dict(base, choices=[choice]))}\n\n")
+
+    if wants_tools(req) and not has_tool_result(req):
+        form = offered_form(req)
+        for i, (tool, args) in enumerate(CALLS):
+            e({"index": 0, "delta": {"role": "assistant", "tool_calls": [{
+                "index": i, "id": uid("call_"), "type": "function",
+                "function": {"name": form + tool, "arguments": json.dumps(args)}}]}, "finish_reason": None})
+        e({"index": 0, "delta": {}, "finish_reason": "tool_calls"})
+    else:
+        e({"index": 0, "delta": {"role": "assistant", "content": "DONE"}, "finish_reason": None})
+        e({"index": 0, "delta": {}, "finish_reason": "stop"})
+    ev.append("data: [DONE]\n\n")
+    return ev
+
+
+def gemini_response(req):
+    """One Gemini response: the calls in Gemini CLI's form, then text."""
+    if wants_tools(req) and not has_tool_result(req):
+        form = offered_form(req)
+        parts = [{"functionCall": {"name": form + tool, "args": args}} for tool, args in CALLS]
+    else:
+        parts = [{"text": "DONE"}]
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
+                            "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+            "modelVersion": req.get("model", "gemini-fake")}
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -194,6 +252,14 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, anthropic_message(req))
         if path.endswith("/responses"):
             return self._sse(responses_events(req))
+        if path.endswith("/chat/completions"):
+            return self._sse(chat_events(req))
+        if path.endswith(":streamGenerateContent"):
+            return self._sse([f"data: {json.dumps(gemini_response(req))}\r\n\r\n"])
+        if path.endswith(":generateContent"):
+            return self._json(200, gemini_response(req))
+        if path.endswith(":countTokens"):
+            return self._json(200, {"totalTokens": 10})
         self._json(200, {})
 
 

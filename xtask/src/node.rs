@@ -1,5 +1,6 @@
-//! Node.js for the npm peers: they need Node.js 20 or newer, and Debian 12 ships 18. When the
-//! system's `node` is missing or older, a pinned Node.js (and npm) from the npm registry's
+//! Node.js for the npm peers: they need Node.js 22 or newer (Qwen Code asks for 22; the others
+//! run on 20), and Debian 12 ships 18. When the system's `node` is missing or older, a pinned
+//! Node.js (and npm) from the npm registry's
 //! `node-linux-<arch>` and `npm` packages goes into `target/peers/node-runtime`, and its `bin`
 //! goes first on PATH for everything xtask runs from then on (npm installs, the tests, the
 //! benchmarks), so the tests' `node` and the peers' `#!/usr/bin/env node` scripts find it.
@@ -14,8 +15,8 @@ use anyhow::{Context, bail};
 
 use crate::step::{self, timed};
 
-/// The oldest Node.js major the npm peers run on.
-const MIN_MAJOR: u32 = 20;
+/// The oldest Node.js major the npm peers run on (Qwen Code's `engines`).
+const MIN_MAJOR: u32 = 22;
 /// The Node.js installed when the system's is too old: the 22 LTS line, the newest release
 /// published for both x64 and arm64 as `node-linux-<arch>`.
 const NODE_VERSION: &str = "22.23.3";

@@ -80,7 +80,7 @@ pub fn install() -> anyhow::Result<()> {
     npm(
         &pins.join("package.json"),
         &dir.join("node"),
-        "npm peers (server-everything, @anthropic-ai/sdk, openai, Claude Code, Codex CLI, playwright-core) into target/peers/node",
+        "npm peers (server-everything, @anthropic-ai/sdk, openai, @google/genai, Claude Code, Codex CLI, Gemini CLI, OpenCode, Qwen Code, playwright-core) into target/peers/node",
     )?;
     // Apart from the others: its reference server needs zod 3, server-everything zod 4.
     npm(

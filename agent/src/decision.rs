@@ -219,6 +219,15 @@ pub trait Gate: Send + Sync {
     /// pass the question on, or streamed calls would go unjudged.
     fn needs_arguments(&self, call: &CallQuery<'_>) -> bool;
 
+    /// The call a dispatcher call makes (`tool_call {"name", "arguments"}`: the tool it names
+    /// and the arguments it passes), when `name` is a dispatcher's: what a record of it holds.
+    /// No default, as above.
+    fn dispatched(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Option<(String, serde_json::Value)>;
+
     /// A message `server_id` sends toward the client (a tool's result, a resource, a
     /// notification; whole JSON-RPC text): what the result rules find in it, or `None` when
     /// nothing (it passes as it is). `tool` is the tool whose `tools/call` it answers, when

@@ -57,10 +57,17 @@ def has_tool_result(req):
 FORMS = ("mcp__everything__", "mcp_everything_", "everything_")
 
 
+def dispatcher(req):
+    """Whether the agent offers its MCP tools only through a dispatcher (Qwen Code's default:
+    `tool_call {"name", "arguments"}`, the tools named in a reminder in the conversation)."""
+    tools = json.dumps(req.get("tools") or [])
+    return '"tool_call"' in tools and "mcp__everything__echo" in json.dumps(req.get("messages") or [])
+
+
 def wants_tools(req):
     """Only the agent's main turn offers MCP tools; side requests (titles, probes) get text."""
     return any(f + "echo" in json.dumps(req.get("tools") or []) for f in FORMS) or (
-        "mcp__everything" in json.dumps(req.get("tools") or []))
+        "mcp__everything" in json.dumps(req.get("tools") or [])) or dispatcher(req)
 
 
 def offered_form(req):
@@ -167,9 +174,12 @@ def chat_events(req):
     if wants_tools(req) and not has_tool_result(req):
         form = offered_form(req)
         for i, (tool, args) in enumerate(CALLS):
+            name, arguments = form + tool, args
+            if dispatcher(req):
+                name, arguments = "tool_call", {"name": "mcp__everything__" + tool, "arguments": args}
             e({"index": 0, "delta": {"role": "assistant", "tool_calls": [{
                 "index": i, "id": uid("call_"), "type": "function",
-                "function": {"name": form + tool, "arguments": json.dumps(args)}}]}, "finish_reason": None})
+                "function": {"name": name, "arguments": json.dumps(arguments)}}]}, "finish_reason": None})
         e({"index": 0, "delta": {}, "finish_reason": "tool_calls"})
     else:
         e({"index": 0, "delta": {"role": "assistant", "content": "DONE"}, "finish_reason": None})

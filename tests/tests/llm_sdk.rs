@@ -61,6 +61,10 @@ impl Gate for DenyGetSum {
         false
     }
 
+    fn dispatched(&self, _: &str, _: &serde_json::Value) -> Option<(String, serde_json::Value)> {
+        None
+    }
+
     fn inspect_result(&self, _: &str, _: Option<&str>, _: &[u8]) -> Option<ResultVerdict> {
         None
     }
@@ -295,6 +299,10 @@ impl Gate for GetSumArguments {
 
     fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
         everything_tool(call).is_some()
+    }
+
+    fn dispatched(&self, _: &str, _: &serde_json::Value) -> Option<(String, serde_json::Value)> {
+        None
     }
 
     fn inspect_result(&self, _: &str, _: Option<&str>, _: &[u8]) -> Option<ResultVerdict> {

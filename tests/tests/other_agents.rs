@@ -206,6 +206,42 @@ fn privileged_qwen_code_under_exec_runs_allowed_tools_and_never_sees_denied_ones
     assert!(daemon.stop().success());
 }
 
+/// Qwen Code as it comes: the server's tools offered through its dispatcher, `tool_call
+/// {"name", "arguments"}`, which the LLM layer judges as the call it names.
+#[test]
+#[ignore = "privileged: needs root (session cgroups); `cargo xtask test` runs it as root"]
+fn privileged_qwen_codes_dispatcher_is_judged_as_the_call_it_makes() {
+    assert!(is_root());
+    let home = tempfile::tempdir().unwrap();
+    let llm = FakeLlm::start(home.path());
+    let mut daemon = daemon(&llm.url);
+    write_qwen_settings(home.path(), shim_command(&daemon));
+    let out = exec(
+        &daemon,
+        "qwen-bridge",
+        home.path(),
+        QWEN_QUIET,
+        &agent_bin("qwen"),
+        &["--yolo".to_owned(), PROMPT.to_owned()],
+    );
+    assert!(out.status.success());
+    let turns = turns(&llm.requests(), "/v1/chat/completions");
+    assert!(
+        turns[0]["json"]["tools"]
+            .to_string()
+            .contains("\"tool_call\""),
+        "Qwen Code offered its dispatcher"
+    );
+    assert_run(
+        &daemon,
+        "qwen-bridge",
+        &turns,
+        "tool_call",
+        "llm/openai-chat",
+    );
+    assert!(daemon.stop().success());
+}
+
 /// Qwen Code's environment: its key and model (it starts only with both), no usage statistics.
 const QWEN_QUIET: &[(&str, &str)] = &[
     ("OPENAI_API_KEY", "sk-test"),

@@ -117,10 +117,18 @@ pub(crate) fn describe_policy(config: &Config) -> String {
     }
     let _ = writeln!(
         out,
-        "\nname forms: mcp__{{server}}__{{tool}} (Claude Code), Codex namespace mcp__{{server}}{}",
+        "\nname forms: mcp__{{server}}__{{tool}} (Claude Code, Qwen Code), Codex namespace mcp__{{server}}, mcp_{{server}}_{{tool}} (Gemini CLI), {{server}}_{{tool}} (OpenCode){}",
         mcp.name_patterns
             .iter()
             .map(|p| format!(", {p}"))
+            .collect::<String>()
+    );
+    let _ = writeln!(
+        out,
+        "dispatchers (judged as the call their arguments name): tool_call (Qwen Code){}",
+        mcp.dispatchers
+            .iter()
+            .map(|d| format!(", {d}"))
             .collect::<String>()
     );
 

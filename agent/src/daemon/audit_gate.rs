@@ -36,6 +36,14 @@ impl Gate for AuditGate {
         self.policy.needs_arguments(call)
     }
 
+    fn dispatched(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Option<(String, serde_json::Value)> {
+        self.policy.dispatched(name, arguments)
+    }
+
     fn inspect_result(
         &self,
         server_id: &str,

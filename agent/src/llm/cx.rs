@@ -160,7 +160,9 @@ impl Cx {
         })
     }
 
-    /// Records a decision unless it is about a tool that is not MCP (allowed, no identity).
+    /// Records a decision unless it is about a tool that is not MCP (allowed, no identity). A
+    /// dispatcher's call is recorded as the call it makes (its name and arguments), so the
+    /// record joins that call's execution.
     pub(super) fn record(
         &mut self,
         name: String,
@@ -171,6 +173,10 @@ impl Cx {
         if decision.tool.is_none() && !decision.is_blocked() {
             return;
         }
+        let (name, input) = match input.as_ref().and_then(|i| self.gate.dispatched(&name, i)) {
+            Some((inner, passed)) => (inner, Some(passed)),
+            None => (name, input),
+        };
         tracing::info!(
             dialect = self.dialect.as_str(),
             tool = %name,

@@ -20,6 +20,10 @@ impl Gate for TestGate {
         call.name.ends_with("guarded")
     }
 
+    fn dispatched(&self, _: &str, _: &serde_json::Value) -> Option<(String, serde_json::Value)> {
+        None
+    }
+
     /// The default result rules (gitleaks' set, redact), as a daemon without config has.
     fn inspect_result(
         &self,

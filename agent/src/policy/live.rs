@@ -66,6 +66,14 @@ impl Gate for LivePolicy {
         self.now().policy.needs_arguments(call)
     }
 
+    fn dispatched(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Option<(String, serde_json::Value)> {
+        self.now().policy.dispatched(name, arguments)
+    }
+
     fn inspect_result(
         &self,
         server_id: &str,

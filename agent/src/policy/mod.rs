@@ -23,6 +23,7 @@ mod bench;
 mod decide;
 mod definitions;
 mod deny;
+mod dispatch;
 mod glob;
 mod listing;
 mod listing_events;
@@ -84,6 +85,8 @@ pub(crate) struct Policy {
     patterns: NamePatterns,
     /// Step 5: rules on a call's arguments.
     arguments: ArgumentRules,
+    /// Tools whose arguments name the call they make (`dispatch.rs`).
+    dispatchers: Vec<String>,
     /// What servers' answers may carry (not a step of a call's decision: asked per message).
     results: results::ResultRules,
     /// What listed definitions may say to the model.
@@ -96,6 +99,55 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
+    /// A call of a tool (not of a dispatcher: `dispatch.rs`).
+    fn check_call_inner(&self, call: &CallQuery<'_>) -> Decision {
+        match self.registry.resolve(call, &self.patterns) {
+            // A registered tool of another server named like a declared server's tool whose
+            // server has not registered it (`mcp__github__delete_repo` listed by server `x`):
+            // it is the declared server's tool first, and is judged as such.
+            Resolution::Found(entry)
+                if call.server_id.is_none()
+                    && self
+                        .declared_form(call.name)
+                        .is_some_and(|(server, _)| server != entry.server_id) =>
+            {
+                let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
+                self.decide_unregistered(server_id, tool, call.stage.spends(), call.arguments)
+            }
+            Resolution::Found(entry) => {
+                self.decide_entry(&entry, call.stage.spends(), call.arguments)
+            }
+            Resolution::Ambiguous { name, candidates } => {
+                self.decide_ambiguous(&name, &candidates, call.stage, call.arguments)
+            }
+            Resolution::UnknownOnServer { server_id, tool } => {
+                // Codex writes `-` as `_` in function names; until the server's tools are
+                // registered the original spelling is unknown, so a rule on either blocks.
+                if call.namespace.is_some() && tool.contains('_') {
+                    let hyphenated = self.decide_unregistered(
+                        &server_id,
+                        &tool.replace('_', "-"),
+                        None,
+                        call.arguments,
+                    );
+                    if hyphenated.is_blocked() {
+                        return hyphenated;
+                    }
+                }
+                self.decide_unregistered(&server_id, &tool, call.stage.spends(), call.arguments)
+            }
+            // Not registered yet, but named in the form of a declared server's tool (a stdio
+            // server whose shim has not listed its tools yet): that server's tool, decided by
+            // the rules, never waved through as a native tool.
+            Resolution::Unknown if self.declared_form(call.name).is_some() => {
+                let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
+                self.decide_unregistered(server_id, tool, call.stage.spends(), call.arguments)
+            }
+            // A name no registry knows and no declared server's form fits (`unknown.rs`).
+            Resolution::Unknown => self.decide_unknown(call),
+        }
+    }
+
     /// Compiles `config`'s policy over `registry`; `extra_deny` are the `--deny` regexes of
     /// the shim or filter proxy command line. Fails on a pattern that cannot be applied.
     pub(crate) fn new(
@@ -150,6 +202,11 @@ impl Policy {
             pinning: mcp.version_pinning.clone(),
             limits: RateLimiter::new(&mcp.rate_limits, clock),
             patterns,
+            dispatchers: dispatch::BUILT_IN
+                .iter()
+                .map(|d| (*d).to_owned())
+                .chain(mcp.dispatchers.iter().cloned())
+                .collect(),
             arguments: ArgumentRules::new(&mcp.argument_rules).map_err(|(i, key, why)| {
                 ConfigError::Invalid {
                     location: Location {
@@ -236,6 +293,10 @@ impl Gate for Policy {
     }
 
     fn needs_arguments(&self, call: &CallQuery<'_>) -> bool {
+        // A dispatcher is judged as the call its arguments name.
+        if self.is_dispatcher(call) {
+            return true;
+        }
         let rules = &self.arguments;
         // Asked on every call by every layer: without argument rules, no registry lookup.
         if rules.is_empty() {
@@ -265,51 +326,14 @@ impl Gate for Policy {
     }
 
     fn check_call(&self, call: &CallQuery<'_>) -> Decision {
-        match self.registry.resolve(call, &self.patterns) {
-            // A registered tool of another server named like a declared server's tool whose
-            // server has not registered it (`mcp__github__delete_repo` listed by server `x`):
-            // it is the declared server's tool first, and is judged as such.
-            Resolution::Found(entry)
-                if call.server_id.is_none()
-                    && self
-                        .declared_form(call.name)
-                        .is_some_and(|(server, _)| server != entry.server_id) =>
-            {
-                let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
-                self.decide_unregistered(server_id, tool, call.stage.spends(), call.arguments)
-            }
-            Resolution::Found(entry) => {
-                self.decide_entry(&entry, call.stage.spends(), call.arguments)
-            }
-            Resolution::Ambiguous { name, candidates } => {
-                self.decide_ambiguous(&name, &candidates, call.stage, call.arguments)
-            }
-            Resolution::UnknownOnServer { server_id, tool } => {
-                // Codex writes `-` as `_` in function names; until the server's tools are
-                // registered the original spelling is unknown, so a rule on either blocks.
-                if call.namespace.is_some() && tool.contains('_') {
-                    let hyphenated = self.decide_unregistered(
-                        &server_id,
-                        &tool.replace('_', "-"),
-                        None,
-                        call.arguments,
-                    );
-                    if hyphenated.is_blocked() {
-                        return hyphenated;
-                    }
-                }
-                self.decide_unregistered(&server_id, &tool, call.stage.spends(), call.arguments)
-            }
-            // Not registered yet, but named in the form of a declared server's tool (a stdio
-            // server whose shim has not listed its tools yet): that server's tool, decided by
-            // the rules, never waved through as a native tool.
-            Resolution::Unknown if self.declared_form(call.name).is_some() => {
-                let (server_id, tool) = self.declared_form(call.name).unwrap_or_default();
-                self.decide_unregistered(server_id, tool, call.stage.spends(), call.arguments)
-            }
-            // A name no registry knows and no declared server's form fits (`unknown.rs`).
-            Resolution::Unknown => self.decide_unknown(call),
+        if self.is_dispatcher(call) {
+            return self.check_dispatched(call);
         }
+        self.check_call_inner(call)
+    }
+
+    fn dispatched(&self, name: &str, arguments: &Value) -> Option<(String, Value)> {
+        self.dispatched_call(name, arguments)
     }
 
     fn check_listed(&self, server_id: &str, server_type: &str, tool: &Value) -> Decision {

@@ -57,6 +57,10 @@ pub(crate) struct McpConfig {
     /// `{server}_{tool}` are always understood.
     #[serde(default)]
     pub name_patterns: Vec<String>,
+    /// Tools whose arguments name the call they make, `{"name": TOOL, "arguments": {…}}`,
+    /// judged and recorded as that call; Qwen Code's `tool_call` is always one.
+    #[serde(default)]
+    pub dispatchers: Vec<String>,
     /// Rug-pull protection.
     #[serde(default)]
     pub version_pinning: VersionPinningConfig,
@@ -93,6 +97,7 @@ impl Default for McpConfig {
             denied_tools: Vec::new(),
             deny: Vec::new(),
             name_patterns: Vec::new(),
+            dispatchers: Vec::new(),
             version_pinning: VersionPinningConfig::default(),
             rate_limits: RateLimitsConfig::default(),
             argument_rules: Vec::new(),

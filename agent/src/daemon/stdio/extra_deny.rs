@@ -45,6 +45,14 @@ impl Gate for ExtraDeny {
         self.inner.needs_arguments(call)
     }
 
+    fn dispatched(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Option<(String, serde_json::Value)> {
+        self.inner.dispatched(name, arguments)
+    }
+
     fn inspect_result(
         &self,
         server_id: &str,

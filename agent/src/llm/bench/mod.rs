@@ -43,6 +43,10 @@ impl Gate for BenchGate {
         false
     }
 
+    fn dispatched(&self, _: &str, _: &serde_json::Value) -> Option<(String, serde_json::Value)> {
+        None
+    }
+
     fn inspect_result(
         &self,
         _: &str,

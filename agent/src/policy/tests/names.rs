@@ -403,3 +403,86 @@ fn gemini_cli_and_opencode_forms_are_built_in() {
     // OpenCode's form has no prefix: a native tool is not taken for an unknown server's.
     assert!(p.check_call(&call("web_fetch")).tool.is_none());
 }
+
+/// Qwen Code's `tool_call {"name", "arguments"}` (and a configured dispatcher) is judged as the
+/// call it names, with that call's arguments, and recorded as it.
+#[test]
+fn a_dispatcher_call_is_judged_as_the_call_it_names() {
+    let p = policy(concat!(
+        "sandbox:\n  mcp:\n    dispatchers: [run_tool]\n",
+        "    servers:\n      - {id: everything, type: stdio, command: everything}\n",
+        "    denied_tools: [{server: everything, tool: get-sum}]\n",
+        "    argument_rules:\n      - tool: echo\n        action: block\n",
+        "        when:\n          - pointer: /message\n            regex: secret\n",
+    ));
+    let with = |name: &'static str, args: Value, stage: CallStage| {
+        let args: &'static Value = Box::leak(Box::new(args));
+        p.check_call(&CallQuery {
+            arguments: Some(args),
+            stage,
+            ..call(name)
+        })
+    };
+    assert!(p.needs_arguments(&call("tool_call")));
+    for (name, args, blocked) in [
+        (
+            "tool_call",
+            json!({"name": "mcp__everything__get-sum", "arguments": {"a": 1}}),
+            true,
+        ),
+        (
+            "tool_call",
+            json!({"name": "mcp__everything__echo", "arguments": {"message": "a secret"}}),
+            true,
+        ),
+        (
+            "tool_call",
+            json!({"name": "mcp__everything__echo", "arguments": "{\"message\": \"hi\"}"}),
+            false,
+        ),
+        ("run_tool", json!({"name": "everything_get-sum"}), true),
+        ("tool_call", json!({"arguments": {}}), true),
+        (
+            "tool_call",
+            json!({"name": "tool_call", "arguments": {"name": "x"}}),
+            true,
+        ),
+        (
+            "tool_call",
+            json!({"name": "mcp__everything__echo", "arguments": "not json"}),
+            true,
+        ),
+    ] {
+        let decision = with(name, args.clone(), CallStage::Proposed);
+        assert_eq!(
+            decision.is_blocked(),
+            blocked,
+            "{name} {args}: {decision:?}"
+        );
+    }
+    let echo = with(
+        "tool_call",
+        json!({"name": "mcp__everything__echo", "arguments": {"message": "hi"}}),
+        CallStage::Proposed,
+    );
+    assert_eq!(
+        echo.tool.map(|t| (t.server_id, t.tool)),
+        Some(("everything".to_owned(), "echo".to_owned()))
+    );
+    // Its record is the call it makes.
+    assert_eq!(
+        p.dispatched(
+            "tool_call",
+            &json!({"name": "mcp__everything__echo", "arguments": {"message": "hi"}})
+        ),
+        Some(("mcp__everything__echo".to_owned(), json!({"message": "hi"})))
+    );
+    assert_eq!(p.dispatched("echo", &json!({"name": "x"})), None);
+    // Before its arguments are read: a proposal is refused, a second look lets it be.
+    assert!(p.check_call(&call("tool_call")).is_blocked());
+    let inspected = p.check_call(&CallQuery {
+        stage: CallStage::Inspected,
+        ..call("tool_call")
+    });
+    assert!(!inspected.is_blocked() && inspected.tool.is_none());
+}

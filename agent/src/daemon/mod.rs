@@ -200,9 +200,10 @@ async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow
             layers.push(LayerStatus::on(
                 "llm-proxy",
                 &format!(
-                    "http://{addr} → anthropic {} / openai {} (mode {}; point agents at it with ANTHROPIC_BASE_URL / OPENAI_BASE_URL, or use `toolwall exec`)",
+                    "http://{addr} → anthropic {} / openai {} / gemini {} (mode {}; point agents at it with ANTHROPIC_BASE_URL / OPENAI_BASE_URL / GOOGLE_GEMINI_BASE_URL, or use `toolwall exec`)",
                     config.proxy.providers.anthropic,
                     config.proxy.providers.openai,
+                    config.proxy.providers.gemini,
                     config.proxy.mode.as_str()
                 ),
             ));
@@ -406,7 +407,7 @@ async fn serve(args: RunArgs, mut activated: crate::listen::Activated) -> anyhow
     println!("toolwall running");
     match proxy_addr {
         Some(addr) => println!(
-            "  LLM proxy         http://{addr}  (ANTHROPIC_BASE_URL=http://{addr}, OPENAI_BASE_URL=http://{addr}/v1)"
+            "  LLM proxy         http://{addr}  (ANTHROPIC_BASE_URL=http://{addr}, OPENAI_BASE_URL=http://{addr}/v1, GOOGLE_GEMINI_BASE_URL=http://{addr})"
         ),
         None => println!("  LLM proxy         off (proxy.mode: disabled)"),
     }

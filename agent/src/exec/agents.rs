@@ -142,43 +142,60 @@ pub(super) struct Unshimmed {
     pub(super) remote: bool,
 }
 
+/// The files in which `agent` keeps its MCP servers (user and project), whether or not they
+/// exist.
+pub(super) fn config_files(agent: Agent, home: &Path, cwd: &Path) -> Vec<PathBuf> {
+    match agent {
+        Agent::ClaudeCode => vec![cwd.join(".mcp.json"), home.join(".claude.json")],
+        Agent::Codex => vec![codex_config_path(home)],
+        Agent::GeminiCli => gemini_settings(home, cwd),
+        Agent::QwenCode => vec![
+            cwd.join(".qwen/settings.json"),
+            std::env::var_os("QWEN_HOME")
+                .map_or_else(|| home.join(".qwen"), PathBuf::from)
+                .join("settings.json"),
+        ],
+        Agent::OpenCode => {
+            let config = std::env::var_os("XDG_CONFIG_HOME")
+                .map_or_else(|| home.join(".config"), PathBuf::from)
+                .join("opencode");
+            let mut files = vec![cwd.join("opencode.json"), config.join("opencode.json")];
+            files.extend(std::env::var_os("OPENCODE_CONFIG").map(PathBuf::from));
+            files
+        }
+        Agent::Other => Vec::new(),
+    }
+}
+
 /// The MCP servers in every configuration file `agent` reads (for another program, every
 /// supported agent's) that do not run through `toolwall shim`.
 pub(super) fn unshimmed_servers(agent: Agent, home: &Path, cwd: &Path) -> Vec<Unshimmed> {
-    let all = agent == Agent::Other;
+    let agents = match agent {
+        Agent::Other => vec![
+            Agent::ClaudeCode,
+            Agent::Codex,
+            Agent::GeminiCli,
+            Agent::QwenCode,
+            Agent::OpenCode,
+        ],
+        one => vec![one],
+    };
     let mut out = Vec::new();
-    if all || agent == Agent::ClaudeCode {
-        json_servers(&cwd.join(".mcp.json"), "/mcpServers", &mut out);
-        let user = home.join(".claude.json");
-        json_servers(&user, "/mcpServers", &mut out);
-        // Per project: `projects` is keyed by the project's path.
-        let pointer = format!(
-            "/projects/{}/mcpServers",
-            cwd.to_string_lossy().replace('~', "~0").replace('/', "~1")
-        );
-        json_servers(&user, &pointer, &mut out);
-    }
-    if all || agent == Agent::Codex {
-        codex_servers(&codex_config_path(home), &mut out);
-    }
-    if all || agent == Agent::GeminiCli {
-        for path in gemini_settings(home, cwd) {
-            json_servers(&path, "/mcpServers", &mut out);
-        }
-    }
-    if all || agent == Agent::QwenCode {
-        let qwen = std::env::var_os("QWEN_HOME").map_or_else(|| home.join(".qwen"), PathBuf::from);
-        json_servers(&cwd.join(".qwen/settings.json"), "/mcpServers", &mut out);
-        json_servers(&qwen.join("settings.json"), "/mcpServers", &mut out);
-    }
-    if all || agent == Agent::OpenCode {
-        let config = std::env::var_os("XDG_CONFIG_HOME")
-            .map_or_else(|| home.join(".config"), PathBuf::from)
-            .join("opencode");
-        let mut files = vec![cwd.join("opencode.json"), config.join("opencode.json")];
-        files.extend(std::env::var_os("OPENCODE_CONFIG").map(PathBuf::from));
-        for path in files {
-            opencode_servers(&path, &mut out);
+    for agent in agents {
+        for path in config_files(agent, home, cwd) {
+            match agent {
+                Agent::Codex => codex_servers(&path, &mut out),
+                Agent::OpenCode => opencode_servers(&path, &mut out),
+                _ => json_servers(&path, "/mcpServers", &mut out),
+            }
+            if agent == Agent::ClaudeCode && path == home.join(".claude.json") {
+                // Per project: `projects` is keyed by the project's path.
+                let pointer = format!(
+                    "/projects/{}/mcpServers",
+                    cwd.to_string_lossy().replace('~', "~0").replace('/', "~1")
+                );
+                json_servers(&path, &pointer, &mut out);
+            }
         }
     }
     out
@@ -337,5 +354,6 @@ pub(super) fn warning(agent: Agent, server: &Unshimmed) -> String {
     )
 }
 
+pub(super) mod install;
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,8 @@
 
 mod agents;
 mod ambient;
+
+pub(crate) use agents::install::{ShimAction, install};
 mod confine;
 mod init;
 mod private;

@@ -33,7 +33,11 @@ pub(crate) const SIGTERM_GRACE: Duration = Duration::from_secs(2);
 
 /// Arguments of `toolwall shim`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ShimArgs {
+    /// `install` / `uninstall`: wrap an agent's MCP servers in the shim, or unwrap them.
+    #[command(subcommand)]
+    pub action: Option<crate::exec::ShimAction>,
     /// Configuration file (YAML); turns on event recording.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -114,6 +118,9 @@ pub(crate) fn default_server_id(command: &[String]) -> String {
 /// and, when `--config` or `--db` is given, the event store, then runs [`run_shim`] and returns
 /// the child's exit code once every event is stored.
 pub(crate) fn run(args: ShimArgs) -> anyhow::Result<ExitCode> {
+    if let Some(action) = args.action {
+        return crate::exec::install(action);
+    }
     // An id with a trailing space or a control character reads as another server's in the views.
     crate::config::check_server_id(&args.server_id()).map_err(|why| match args.server_id {
         Some(_) => anyhow::anyhow!("--server-id: {why}"),

@@ -213,6 +213,30 @@ fn shimmed(command: &str, args: &[&str]) -> bool {
         && args.first() == Some(&"shim")
 }
 
+/// Notes a server of `path` that runs `command args` (unless through the shim) or is reached
+/// at `url`.
+fn note(
+    out: &mut Vec<Unshimmed>,
+    path: &Path,
+    name: &str,
+    command: Option<&str>,
+    args: &[&str],
+    url: Option<&str>,
+) {
+    let (runs, remote) = match (command, url) {
+        (Some(command), _) if shimmed(command, args) => return,
+        (Some(command), _) => (command, false),
+        (None, Some(url)) => (url, true),
+        (None, None) => return,
+    };
+    out.push(Unshimmed {
+        file: path.to_owned(),
+        name: name.to_owned(),
+        runs: runs.to_owned(),
+        remote,
+    });
+}
+
 /// `{name: {command, args} | {url} | {httpUrl}}` at `pointer` of a JSON file.
 fn json_servers(path: &Path, pointer: &str, out: &mut Vec<Unshimmed>) {
     let Some(v) = read_json(path) else {
@@ -230,22 +254,8 @@ fn json_servers(path: &Path, pointer: &str, out: &mut Vec<Unshimmed>) {
         let remote = ["url", "httpUrl", "serverUrl"]
             .iter()
             .find_map(|k| server.get(*k).and_then(Value::as_str));
-        match (server.get("command").and_then(Value::as_str), remote) {
-            (Some(command), _) if shimmed(command, &args) => {}
-            (Some(command), _) => out.push(Unshimmed {
-                file: path.to_owned(),
-                name: name.clone(),
-                runs: command.to_owned(),
-                remote: false,
-            }),
-            (None, Some(url)) => out.push(Unshimmed {
-                file: path.to_owned(),
-                name: name.clone(),
-                runs: url.to_owned(),
-                remote: true,
-            }),
-            (None, None) => {}
-        }
+        let command = server.get("command").and_then(Value::as_str);
+        note(out, path, name, command, &args, remote);
     }
 }
 
@@ -266,23 +276,17 @@ fn opencode_servers(path: &Path, out: &mut Vec<Unshimmed>) {
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        if let Some((program, args)) = command.split_first() {
-            if !shimmed(program, args) {
-                out.push(Unshimmed {
-                    file: path.to_owned(),
-                    name: name.clone(),
-                    runs: (*program).to_owned(),
-                    remote: false,
-                });
-            }
-        } else if let Some(url) = server.get("url").and_then(Value::as_str) {
-            out.push(Unshimmed {
-                file: path.to_owned(),
-                name: name.clone(),
-                runs: url.to_owned(),
-                remote: true,
-            });
-        }
+        let (program, args) = command
+            .split_first()
+            .map_or((None, &[][..]), |(p, a)| (Some(*p), a));
+        note(
+            out,
+            path,
+            name,
+            program,
+            args,
+            server.get("url").and_then(Value::as_str),
+        );
     }
 }
 
@@ -311,22 +315,8 @@ fn codex_servers(path: &Path, out: &mut Vec<Unshimmed>) {
             .map(|a| a.iter().filter_map(toml::Value::as_str).collect())
             .unwrap_or_default();
         let url = server.get("url").and_then(toml::Value::as_str);
-        match (server.get("command").and_then(toml::Value::as_str), url) {
-            (Some(command), _) if shimmed(command, &args) => {}
-            (Some(command), _) => out.push(Unshimmed {
-                file: path.to_owned(),
-                name: name.clone(),
-                runs: command.to_owned(),
-                remote: false,
-            }),
-            (None, Some(url)) => out.push(Unshimmed {
-                file: path.to_owned(),
-                name: name.clone(),
-                runs: url.to_owned(),
-                remote: true,
-            }),
-            (None, None) => {}
-        }
+        let command = server.get("command").and_then(toml::Value::as_str);
+        note(out, path, name, command, &args, url);
     }
 }
 

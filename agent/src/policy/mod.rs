@@ -101,6 +101,9 @@ pub(crate) struct Policy {
 impl Policy {
     /// A call of a tool (not of a dispatcher: `dispatch.rs`).
     fn check_call_inner(&self, call: &CallQuery<'_>) -> Decision {
+        if let Some(refusal) = self.declared_refusal(call) {
+            return refusal;
+        }
         match self.registry.resolve(call, &self.patterns) {
             // A registered tool of another server named like a declared server's tool whose
             // server has not registered it (`mcp__github__delete_repo` listed by server `x`):

@@ -51,6 +51,62 @@ impl Policy {
         })
     }
 
+    /// A refusal of any reading of `name` as a declared server's tool: where a server id
+    /// ends is not known (`mcp_google_drive_x` is `google`'s or `google_drive`'s tool), and a
+    /// flat name's `_` may stand for `-` (`get_sum` for `get-sum`), so each is judged (no
+    /// rate budget spent) and any refusal refuses the call, whichever reading the record
+    /// names.
+    pub(super) fn declared_refusal(&self, call: &CallQuery<'_>) -> Option<Decision> {
+        if call.server_id.is_some() || call.namespace.is_some() {
+            return None;
+        }
+        let mut refusal = None;
+        for pattern in self.patterns.iter() {
+            let _: Option<()> = pattern.find_map(call.name, |server, tool| {
+                let id = self.declared_names.get(server?)?;
+                let whole = CallQuery {
+                    server_id: Some(id.as_str()),
+                    name: call.name,
+                    namespace: None,
+                    stage: crate::decision::CallStage::Inspected,
+                    arguments: None,
+                };
+                // In a form without a prefix, a tool the server lists under the whole name
+                // (`github`'s `github_search`) is that tool, not a reading.
+                if !pattern.marks_servers()
+                    && matches!(
+                        self.registry.resolve(&whole, &self.patterns),
+                        crate::registry::Resolution::Found(e) if e.tool == call.name
+                    )
+                {
+                    return None;
+                }
+                // As the server's layers would judge it: its listed tool, or an unlisted one.
+                let reading = CallQuery {
+                    server_id: Some(id.as_str()),
+                    name: tool,
+                    namespace: None,
+                    stage: crate::decision::CallStage::Inspected,
+                    arguments: call.arguments,
+                };
+                let listed = matches!(
+                    self.registry.resolve(&reading, &self.patterns),
+                    crate::registry::Resolution::Found(_)
+                );
+                let mut decision = self.check_call_inner(&reading);
+                if !decision.is_blocked() && !listed && tool.contains('_') {
+                    let hyphenated = tool.replace('_', "-");
+                    decision = self.decide_unregistered(id, &hyphenated, None, call.arguments);
+                }
+                decision.is_blocked().then(|| refusal = Some(decision))
+            });
+            if refusal.is_some() {
+                break;
+            }
+        }
+        refusal
+    }
+
     /// The readings of `name` in forms that mark an MCP tool, each `(server, tool)`; `None`
     /// when there are more than [`MAX_READINGS`].
     fn marked_readings<'n>(&self, name: &'n str) -> Option<Vec<(&'n str, &'n str)>> {

@@ -71,6 +71,10 @@ impl Hits {
         self.first.is_none()
     }
 
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+
     /// `Found`, `Ambiguous` (candidates sorted by server id, then tool) or `None`.
     fn into_resolution(self, name: &str) -> Option<Resolution> {
         let first = self.first?;
@@ -183,8 +187,13 @@ impl Index {
         // A name in a known server's form (`mcp__github__delete_repo`) is that server's tool,
         // registered or not: a tool some other server (or a forged listing) registered under
         // that very name must not stand in for it and be judged by the other server's rules.
+        // Where a server id ends is not known (`google` and `google_drive` both fit
+        // `mcp_google_drive_x`): the tools every reading names are taken together (two are
+        // ambiguous, each judged); with none listed, the first known server's unlisted tool.
+        let mut hits = Hits::default();
+        let mut unlisted = None;
         for pattern in patterns.iter() {
-            let found = pattern.find_map(name, |server, tool| {
+            let _: Option<()> = pattern.find_map(name, |server, tool| {
                 let server = server?;
                 // A form without a prefix of its own (OpenCode's `{server}_{tool}`) may be a
                 // tool's own name: a tool that server lists under the whole name (`github`'s
@@ -196,16 +205,16 @@ impl Index {
                 {
                     return None;
                 }
-                let mut hits = Hits::default();
+                let before = hits.len();
                 let id = self.hits_on(server, tool, &mut hits)?;
-                Some(
-                    hits.into_resolution(tool)
-                        .unwrap_or_else(|| unknown_on(id, tool)),
-                )
+                if hits.len() == before {
+                    unlisted.get_or_insert_with(|| unknown_on(id, tool));
+                }
+                None
             });
-            if let Some(found) = found {
-                return found;
-            }
+        }
+        if let Some(found) = hits.into_resolution(name).or(unlisted) {
+            return found;
         }
         if let Some(found) = bare(self, name) {
             return found;

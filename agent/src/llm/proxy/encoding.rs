@@ -15,18 +15,22 @@ use crate::llm::upstream::UpstreamBody;
 
 /// The character set a response's `Content-Type` names when it is not UTF-8: a client that
 /// decodes the body by it (Python's `google-genai` does, UTF-7 and UTF-16 included) reads other
-/// text than toolwall reads, so such a body is refused. A type that is not text counts too.
+/// text than toolwall reads, so such a body is refused. A type that is not text counts too, and
+/// so does a charset in any other spelling a reader may take (RFC 2231's `charset*=utf-8''…`,
+/// `charset*0=…`).
 pub(super) fn foreign_charset(headers: &HeaderMap) -> Option<String> {
     for value in headers.get_all(header::CONTENT_TYPE) {
         let Ok(text) = value.to_str() else {
             return Some("(a Content-Type that is not text)".to_owned());
         };
         for param in text.split(';').skip(1) {
-            let Some((name, charset)) = param.split_once('=') else {
+            let (name, charset) = param.split_once('=').unwrap_or((param, ""));
+            let name = name.trim().to_ascii_lowercase();
+            if !name.starts_with("charset") {
                 continue;
-            };
-            if !name.trim().eq_ignore_ascii_case("charset") {
-                continue;
+            }
+            if name != "charset" {
+                return Some(format!("{name}={}", charset.trim()));
             }
             let charset = charset.trim().trim_matches('"').to_ascii_lowercase();
             if charset != "utf-8" && charset != "utf8" {
@@ -100,5 +104,33 @@ impl Encoding {
             Encoding::Identity => Box::pin(BodyDataStream::new(body).map_err(io::Error::other)),
             coded => Box::pin(ReaderStream::with_capacity(coded.reader(body), READ_CHUNK)),
         }
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn only_utf8_or_no_charset_is_read() {
+    let of = |value: &'static str| {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, value.parse().expect("value"));
+        foreign_charset(&h)
+    };
+    for ok in [
+        "application/json",
+        "application/json; charset=utf-8",
+        "text/event-stream;charset=\"UTF-8\"",
+        "application/json; charset=utf8; x=1",
+    ] {
+        assert_eq!(of(ok), None, "{ok}");
+    }
+    for refused in [
+        "application/json; charset=utf-7",
+        "application/json; charset=utf-16",
+        "application/json; charset*=utf-8''utf-7",
+        "application/json; charset*0=utf-; charset*1=7",
+        "application/json; CHARSET*=x",
+        "application/json; charset",
+    ] {
+        assert!(of(refused).is_some(), "{refused}");
     }
 }

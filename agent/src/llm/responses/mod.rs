@@ -76,6 +76,9 @@ struct Envelope<'a> {
     delta: Option<&'a RawValue>,
     #[serde(default, borrow)]
     input: Option<&'a RawValue>,
+    /// `function_call_arguments.done`'s whole arguments.
+    #[serde(default, borrow)]
+    arguments: Option<&'a RawValue>,
     #[serde(default, borrow)]
     response: Option<&'a RawValue>,
 }

@@ -29,7 +29,11 @@ enum ItemState {
     /// rules judge (its name and namespace) held until its arguments are.
     Held {
         events: Vec<Bytes>,
+        /// The input as its deltas build it (what the SDKs' snapshots show).
         input: String,
+        /// The whole input a `….done` event stated, when one did: SDKs show that too, so a
+        /// call is judged on each view that differs (`items.rs`).
+        stated: Option<String>,
         bytes: usize,
         function: Option<(String, Option<String>)>,
     },
@@ -166,11 +170,14 @@ impl Machine for Responses {
                     Some(ItemState::Held {
                         events,
                         input,
+                        stated,
                         bytes,
                         function: Some(_),
                     }) => {
                         if env.ty == "response.function_call_arguments.delta" {
                             input.push_str(&raw_string(env.delta));
+                        } else if env.arguments.is_some() {
+                            *stated = Some(raw_string(env.arguments));
                         }
                         *bytes += raw.len();
                         self.held_total += raw.len();
@@ -195,13 +202,14 @@ impl Machine for Responses {
                     Some(ItemState::Held {
                         events,
                         input,
+                        stated,
                         bytes,
                         ..
                     }) => {
                         if env.ty == "response.custom_tool_call_input.delta" {
                             input.push_str(&raw_string(env.delta));
                         } else if env.input.is_some() {
-                            *input = raw_string(env.input);
+                            *stated = Some(raw_string(env.input));
                         }
                         *bytes += raw.len();
                         self.held_total += raw.len();

@@ -579,3 +579,35 @@ fn a_final_copy_with_other_arguments_is_judged_again() {
         "{records:?}"
     );
 }
+
+/// A held call is judged on every view of its arguments the SDKs show: what its deltas build
+/// (their snapshots), what `function_call_arguments.done` states, what the done item holds.
+/// Any view an argument rule refuses refuses the call.
+#[test]
+fn every_view_of_a_held_calls_arguments_is_judged() {
+    let allowed = String::from_utf8_lossy(&function_stream("mcp__srv", "guarded")).into_owned();
+    let delta_only = allowed.replacen(r#""delta":"RET\"}""#, r#""delta":"RET_2\"}""#, 1);
+    let stated_only = allowed.replacen(
+        r#""arguments":"{\"a\":\"SECRET\"}""#,
+        r#""arguments":"{\"a\":\"SECRET_2\"}""#,
+        1,
+    );
+    for (what, stream) in [("deltas", &delta_only), (".done", &stated_only)] {
+        assert_ne!(stream, &allowed, "{what}: the case changes the stream");
+        let out = assert_split_invariant(Dialect::OpenAiResponses, &[], stream.as_bytes());
+        let shown = String::from_utf8_lossy(&out);
+        assert!(
+            !shown.contains("RET_2") && !shown.contains("\"SEC"),
+            "{what}: {shown}"
+        );
+        let (_, records) = run(Dialect::OpenAiResponses, &[], stream.as_bytes());
+        assert_eq!(
+            records
+                .iter()
+                .map(|r| r.decision.action)
+                .collect::<Vec<_>>(),
+            [Action::Block],
+            "{what}"
+        );
+    }
+}

@@ -486,3 +486,63 @@ fn a_dispatcher_call_is_judged_as_the_call_it_names() {
     });
     assert!(!inspected.is_blocked() && inspected.tool.is_none());
 }
+
+/// Where a declared server's id ends is not known, and a flat name's `_` may stand for `-`:
+/// every reading of a declared server's tool is judged, before and after the servers list
+/// their tools, and any refusal refuses.
+#[test]
+fn every_reading_of_a_declared_servers_name_is_judged() {
+    let p = policy(concat!(
+        "sandbox:\n  mcp:\n    servers:\n",
+        "      - {id: google, type: stdio, command: g}\n",
+        "      - {id: google_drive, type: stdio, command: d}\n",
+        "      - {id: everything, type: stdio, command: e}\n",
+        "    denied_tools: [{server: google_drive, tool: delete_file}, {server: everything, tool: get-sum}]\n",
+    ));
+    let names = [
+        "mcp_google_drive_delete_file",
+        "google_drive_delete_file",
+        "mcp__google_drive__delete_file",
+        "mcp__everything__get_sum",
+        "mcp_everything_get_sum",
+        "everything_get_sum",
+    ];
+    let check = |p: &Policy| {
+        for name in names {
+            let decision = p.check_call(&call(name));
+            assert!(decision.is_blocked(), "{name}: {decision:?}");
+        }
+        assert!(!p.check_call(&call("mcp_google_drive_list")).is_blocked());
+    };
+    check(&p);
+    p.check_listed_all("google", "stdio", &[tool("search", "S")]);
+    p.check_listed_all(
+        "google_drive",
+        "stdio",
+        &[tool("delete_file", "D"), tool("list", "L")],
+    );
+    p.check_listed_all(
+        "everything",
+        "stdio",
+        &[tool("get-sum", "S"), tool("echo", "E")],
+    );
+    check(&p);
+    // A listed tool whose own name has `_` is not taken for a hyphenated one.
+    assert!(!p.check_call(&call("mcp__google_drive__list")).is_blocked());
+}
+
+/// The same for servers nobody declared, once they listed their tools (shims on their own).
+#[test]
+fn every_reading_of_a_listed_servers_name_is_judged() {
+    let p =
+        policy("sandbox:\n  mcp:\n    denied_tools: [{server: google_drive, tool: delete_file}]\n");
+    p.check_listed_all("google", "stdio", &[tool("search", "S")]);
+    p.check_listed_all("google_drive", "stdio", &[tool("delete_file", "D")]);
+    for name in [
+        "mcp_google_drive_delete_file",
+        "mcp__google_drive__delete_file",
+    ] {
+        let decision = p.check_call(&call(name));
+        assert!(decision.is_blocked(), "{name}: {decision:?}");
+    }
+}

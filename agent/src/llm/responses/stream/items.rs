@@ -78,6 +78,7 @@ impl Responses {
                         state: ItemState::Held {
                             events: vec![raw.clone()],
                             input: item.arguments.as_deref().unwrap_or_default().to_owned(),
+                            stated: None,
                             bytes: raw.len(),
                             function: Some((name.to_owned(), namespace.map(str::to_owned))),
                         },
@@ -136,6 +137,7 @@ impl Responses {
                     state: ItemState::Held {
                         events: vec![raw.clone()],
                         input,
+                        stated: None,
                         bytes: raw.len(),
                         function: None,
                     },
@@ -235,17 +237,33 @@ impl Responses {
                 let ItemState::Held {
                     events,
                     input,
+                    stated,
                     function: Some((name, namespace)),
                     ..
                 } = entry.state
                 else {
                     return Ok(());
                 };
-                let arguments = item
-                    .as_ref()
-                    .and_then(|i| i.arguments.as_deref())
-                    .map_or(input, str::to_owned);
-                let decision = cx.check_complete(&name, namespace.as_deref(), Some(&arguments));
+                let done = item.as_ref().and_then(|i| i.arguments.as_deref());
+                // What the deltas built, what `.done` stated, what the done item holds: the
+                // SDKs show each, so each that differs is judged, and any refusal refuses.
+                let views = distinct([Some(input.as_str()), stated.as_deref(), done]);
+                let arguments = done.map_or_else(|| views[0].to_owned(), str::to_owned);
+                let mut decision = cx.check_complete(&name, namespace.as_deref(), Some(&arguments));
+                for view in views.iter().filter(|v| **v != arguments) {
+                    if decision.is_blocked() {
+                        break;
+                    }
+                    let other = cx.complete_at(
+                        &name,
+                        namespace.as_deref(),
+                        Some(view),
+                        crate::decision::CallStage::Inspected,
+                    );
+                    if other.is_blocked() {
+                        decision = other;
+                    }
+                }
                 let shown = display_name(&name, namespace.as_deref());
                 let call_id = item
                     .as_ref()
@@ -269,18 +287,31 @@ impl Responses {
             }
             ItemState::Held { .. } => {
                 let entry = self.remove_item(pos);
-                let ItemState::Held { events, input, .. } = entry.state else {
+                let ItemState::Held {
+                    events,
+                    input: built,
+                    stated,
+                    ..
+                } = entry.state
+                else {
                     return Ok(());
                 };
-                let (input, name, call_id) = match &item {
+                let done = item.as_ref().and_then(|i| i.input.as_deref());
+                let views = distinct([Some(built.as_str()), stated.as_deref(), done]);
+                let input = done.map_or_else(|| views[0].to_owned(), str::to_owned);
+                let (name, call_id) = match &item {
                     Some(i) => (
-                        i.input.as_deref().map_or(input, str::to_owned),
                         i.name.as_deref().unwrap_or_default().to_owned(),
                         i.call_id.as_deref().unwrap_or(&entry.item_id).to_owned(),
                     ),
-                    None => (input, String::new(), entry.item_id.clone()),
+                    None => (String::new(), entry.item_id.clone()),
                 };
-                match judge_custom(cx, &name, &call_id, &input) {
+                // Every view of the code is judged (as for a function's arguments above).
+                let refused = views
+                    .iter()
+                    .filter(|v| **v != input)
+                    .find_map(|v| judge_custom(cx, &name, &call_id, v));
+                match refused.or_else(|| judge_custom(cx, &name, &call_id, &input)) {
                     Some(text) => self.replace_held(out, seq, index, entry.item_id, text),
                     None => {
                         let judged = Judged::of("custom_tool_call", &name, None, &input);
@@ -346,4 +377,19 @@ impl Responses {
         }
         Ok(())
     }
+}
+
+/// The views of one input that are there, each once, the first first (an empty one, which no
+/// SDK reads as arguments, only when there is no other).
+fn distinct<'a>(views: [Option<&'a str>; 3]) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::with_capacity(3);
+    for view in views.into_iter().flatten().filter(|v| !v.trim().is_empty()) {
+        if !out.contains(&view) {
+            out.push(view);
+        }
+    }
+    if out.is_empty() {
+        out.push("");
+    }
+    out
 }

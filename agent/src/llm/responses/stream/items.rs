@@ -381,7 +381,7 @@ impl Responses {
 
 /// The views of one input that are there, each once, the first first (an empty one, which no
 /// SDK reads as arguments, only when there is no other).
-fn distinct<'a>(views: [Option<&'a str>; 3]) -> Vec<&'a str> {
+fn distinct(views: [Option<&str>; 3]) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::with_capacity(3);
     for view in views.into_iter().flatten().filter(|v| !v.trim().is_empty()) {
         if !out.contains(&view) {

@@ -66,6 +66,9 @@ pub(super) fn own_endpoints(own: OwnEndpoints) -> Vec<WatchedEndpoint> {
     api.chain(proxy).collect()
 }
 
+/// Google's Code Assist API: Gemini CLI's model endpoint when it signs in with Google.
+const CODE_ASSIST: &str = "https://cloudcode-pa.googleapis.com";
+
 /// Which addresses the kernel watches: every network MCP server (DENY when the server is
 /// denied by policy or must be reached through `toolwall mcp-proxy`, else FLAG), and with
 /// `netmon.pin_llm_egress` the LLM providers' API hosts (DENY: the session must use the proxy).
@@ -98,6 +101,8 @@ pub(crate) fn watched_endpoints(config: &Config, policy: &Policy) -> Vec<Watched
             ("anthropic", config.proxy.providers.anthropic.as_str()),
             ("openai", config.proxy.providers.openai.as_str()),
             ("gemini", config.proxy.providers.gemini.as_str()),
+            // Gemini CLI signed in with Google talks to Code Assist, which no dialect reads.
+            ("gemini-code-assist", CODE_ASSIST),
         ] {
             if let Some((host, port)) = split_host_port(&crate::config::url_host_port(url)) {
                 out.push(WatchedEndpoint {
@@ -199,7 +204,8 @@ pub(super) fn boundary_summary(config: &Config) -> String {
 mod tests {
     use super::*;
 
-    /// With `pin_llm_egress`, the sessions' way around the proxy is shut for every provider.
+    /// With `pin_llm_egress`, the sessions' way around the proxy is shut for every provider,
+    /// and for Code Assist, which Gemini CLI signed in with Google uses and no dialect reads.
     #[test]
     fn pinned_egress_denies_every_providers_host() {
         let mut config = Config::default();
@@ -217,6 +223,7 @@ mod tests {
                 ("llm:anthropic", "api.anthropic.com"),
                 ("llm:openai", "api.openai.com"),
                 ("llm:gemini", "generativelanguage.googleapis.com"),
+                ("llm:gemini-code-assist", "cloudcode-pa.googleapis.com"),
             ]
             .map(|(id, host)| (id.to_owned(), host.to_owned(), 443))
         );

@@ -100,10 +100,10 @@ pub(super) fn coverage(
         match gemini_auth(home, cwd) {
             Some(kind) if kind == "gemini-api-key" => {}
             Some(kind) => out.push(Err(format!(
-                "Gemini CLI signs in as {kind:?} (security.auth.selectedType): only with \"gemini-api-key\" does it send its model traffic to GOOGLE_GEMINI_BASE_URL; otherwise it goes to Google directly, unread by toolwall (netmon.pin_llm_egress refuses it)"
+                "Gemini CLI signs in as {kind:?} (security.auth.selectedType): only with \"gemini-api-key\" does it send its model traffic to GOOGLE_GEMINI_BASE_URL; otherwise it goes to Google's Code Assist directly, unread by toolwall (netmon.pin_llm_egress refuses it to sessions)"
             ))),
             None => out.push(Err(
-                "Gemini CLI reads GOOGLE_GEMINI_BASE_URL only when it signs in with an API key: set security.auth.selectedType to \"gemini-api-key\" in ~/.gemini/settings.json and export GEMINI_API_KEY; signed in with Google, its model traffic goes to Google directly, unread by toolwall".to_owned(),
+                "Gemini CLI reads GOOGLE_GEMINI_BASE_URL only when it signs in with an API key: set security.auth.selectedType to \"gemini-api-key\" in ~/.gemini/settings.json and export GEMINI_API_KEY; signed in with Google, its model traffic goes to Google's Code Assist directly, unread by toolwall (netmon.pin_llm_egress refuses it to sessions)".to_owned(),
             )),
         }
     }

@@ -174,6 +174,26 @@ fn privileged_opencode_under_exec_runs_allowed_tools_and_never_sees_denied_ones(
     assert!(daemon.stop().success());
 }
 
+/// Qwen Code under `exec` with `server` as its MCP server; the daemon and its model turns.
+fn run_qwen(home: &Path, llm: &FakeLlm, session: &str, alone: bool) -> (Daemon, Vec<Value>) {
+    let daemon = daemon(&llm.url);
+    let mut server = shim_command(&daemon);
+    if alone {
+        server["alwaysLoadTools"] = json!(true);
+    }
+    write_qwen_settings(home, server);
+    let out = exec(
+        &daemon,
+        session,
+        home,
+        QWEN_QUIET,
+        &agent_bin("qwen"),
+        &["--yolo".to_owned(), PROMPT.to_owned()],
+    );
+    assert!(out.status.success());
+    (daemon, turns(&llm.requests(), "/v1/chat/completions"))
+}
+
 /// Qwen Code with the server's tools offered by name (`alwaysLoadTools`); its default, a
 /// dispatcher tool, is the next test's.
 #[test]
@@ -182,20 +202,7 @@ fn privileged_qwen_code_under_exec_runs_allowed_tools_and_never_sees_denied_ones
     assert!(is_root());
     let home = tempfile::tempdir().unwrap();
     let llm = FakeLlm::start(home.path());
-    let mut daemon = daemon(&llm.url);
-    let mut server = shim_command(&daemon);
-    server["alwaysLoadTools"] = json!(true);
-    write_qwen_settings(home.path(), server);
-    let out = exec(
-        &daemon,
-        "qwen",
-        home.path(),
-        QWEN_QUIET,
-        &agent_bin("qwen"),
-        &["--yolo".to_owned(), PROMPT.to_owned()],
-    );
-    assert!(out.status.success());
-    let turns = turns(&llm.requests(), "/v1/chat/completions");
+    let (mut daemon, turns) = run_qwen(home.path(), &llm, "qwen", true);
     assert_run(
         &daemon,
         "qwen",
@@ -214,18 +221,7 @@ fn privileged_qwen_codes_dispatcher_is_judged_as_the_call_it_makes() {
     assert!(is_root());
     let home = tempfile::tempdir().unwrap();
     let llm = FakeLlm::start(home.path());
-    let mut daemon = daemon(&llm.url);
-    write_qwen_settings(home.path(), shim_command(&daemon));
-    let out = exec(
-        &daemon,
-        "qwen-bridge",
-        home.path(),
-        QWEN_QUIET,
-        &agent_bin("qwen"),
-        &["--yolo".to_owned(), PROMPT.to_owned()],
-    );
-    assert!(out.status.success());
-    let turns = turns(&llm.requests(), "/v1/chat/completions");
+    let (mut daemon, turns) = run_qwen(home.path(), &llm, "qwen-bridge", false);
     assert!(
         turns[0]["json"]["tools"]
             .to_string()

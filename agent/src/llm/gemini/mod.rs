@@ -76,18 +76,30 @@ pub(super) fn rewrite_document(cx: &mut Cx, text: &str) -> Result<Option<String>
         return rewrite_response(cx, text);
     }
     let items: Vec<&RawValue> = serde_json::from_str(text)?;
-    let mut out: Vec<Cow<'_, RawValue>> = Vec::with_capacity(items.len());
+    let new = rewrite_each(items, |item| {
+        Ok(rewrite_response(cx, item.get())?.map(raw_from_json))
+    })?;
+    Ok(new.map(|array| array.get().to_owned()))
+}
+
+/// A JSON array of `items` with each one `rewrite` replaces (`Some`) replaced and the others
+/// verbatim; `None` when it replaced none.
+fn rewrite_each<'a>(
+    items: Vec<&'a RawValue>,
+    mut rewrite: impl FnMut(&'a RawValue) -> Result<Option<Box<RawValue>>, Unpassable>,
+) -> Result<Option<Box<RawValue>>, Unpassable> {
+    let mut out: Vec<Cow<'a, RawValue>> = Vec::with_capacity(items.len());
     let mut changed = false;
     for item in items {
-        match rewrite_response(cx, item.get())? {
+        match rewrite(item)? {
             Some(new) => {
                 changed = true;
-                out.push(Cow::Owned(raw_from_json(new)));
+                out.push(Cow::Owned(new));
             }
             None => out.push(Cow::Borrowed(item)),
         }
     }
-    Ok(changed.then(|| raw_array(out.iter().map(AsRef::as_ref)).get().to_owned()))
+    Ok(changed.then(|| raw_array(out.iter().map(AsRef::as_ref))))
 }
 
 /// One `GenerateContentResponse`: every candidate's call parts judged, the blocked ones
@@ -100,21 +112,10 @@ fn rewrite_response(cx: &mut Cx, text: &str) -> Result<Option<String>, Unpassabl
     let Some(candidates) = serde_json::from_str::<Option<Vec<&RawValue>>>(raw.get())? else {
         return Ok(None);
     };
-    let mut out: Vec<Cow<'_, RawValue>> = Vec::with_capacity(candidates.len());
-    let mut changed = false;
-    for candidate in candidates {
-        match rewrite_candidate(cx, candidate)? {
-            Some(new) => {
-                changed = true;
-                out.push(Cow::Owned(new));
-            }
-            None => out.push(Cow::Borrowed(candidate)),
-        }
-    }
-    if !changed {
+    let Some(new) = rewrite_each(candidates, |c| rewrite_candidate(cx, c))? else {
         return Ok(None);
-    }
-    top.set("candidates", raw_array(out.iter().map(AsRef::as_ref)));
+    };
+    top.set("candidates", new);
     Ok(Some(top.to_json()))
 }
 
@@ -133,21 +134,10 @@ fn rewrite_candidate(cx: &mut Cx, raw: &RawValue) -> Result<Option<Box<RawValue>
     let Some(parts) = serde_json::from_str::<Option<Vec<&RawValue>>>(parts_raw.get())? else {
         return Ok(None);
     };
-    let mut out: Vec<Cow<'_, RawValue>> = Vec::with_capacity(parts.len());
-    let mut changed = false;
-    for part in parts {
-        match judge_part(cx, part)? {
-            Some(new) => {
-                changed = true;
-                out.push(Cow::Owned(new));
-            }
-            None => out.push(Cow::Borrowed(part)),
-        }
-    }
-    if !changed {
+    let Some(new) = rewrite_each(parts, |p| judge_part(cx, p))? else {
         return Ok(None);
-    }
-    content.set("parts", raw_array(out.iter().map(AsRef::as_ref)));
+    };
+    content.set("parts", new);
     candidate.set("content", content.to_raw());
     Ok(Some(candidate.to_raw()))
 }

@@ -6,6 +6,9 @@ TARGET is a URL, or for stdio a JSON array [command, args...]. CALL_JSON is a JS
 [tool, arguments] pairs to call. Prints one JSON object: every listed tool (all pages), each
 call's result or error, the first resource read and the first prompt fetched. With
 MCP_CLIENT_PROGRESS=1 each call asks for progress; "progress" lists the notifications heard.
+MCP_CLIENT_CAPABILITIES=sampling,elicitation,roots declares those client capabilities (servers
+list some tools only to clients that have them); MCP_CLIENT_CALL_FIRST=1 makes the calls before
+the session lists its tools.
 """
 
 import asyncio
@@ -23,20 +26,49 @@ def dump(model):
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def capabilities():
+    """Callbacks for the capabilities MCP_CLIENT_CAPABILITIES names (the SDK declares a
+    capability when its callback is given)."""
+    wanted = set(filter(None, os.environ.get("MCP_CLIENT_CAPABILITIES", "").split(",")))
+    callbacks = {}
+    if "sampling" in wanted:
+        async def sampling(context, params):
+            from mcp.types import CreateMessageResult, TextContent
+            return CreateMessageResult(role="assistant", content=TextContent(type="text", text="ok"), model="none")
+        callbacks["sampling_callback"] = sampling
+    if "elicitation" in wanted:
+        async def elicitation(context, params):
+            from mcp.types import ElicitResult
+            return ElicitResult(action="decline")
+        callbacks["elicitation_callback"] = elicitation
+    if "roots" in wanted:
+        async def roots(context):
+            from mcp.types import ListRootsResult
+            return ListRootsResult(roots=[])
+        callbacks["list_roots_callback"] = roots
+    return callbacks
+
+
+async def list_all(session, out):
+    cursor = None
+    while True:
+        params = {"cursor": cursor} if cursor else None
+        page = await session.list_tools(params=params)
+        out["tools"].extend(dump(t) for t in page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+
+
 async def exercise(read, write, calls):
     out = {"tools": [], "calls": []}
-    async with ClientSession(read, write) as session:
+    call_first = bool(os.environ.get("MCP_CLIENT_CALL_FIRST"))
+    async with ClientSession(read, write, **capabilities()) as session:
         init = await session.initialize()
         if getattr(init, "instructions", None) is not None:
             out["instructions"] = init.instructions
-        cursor = None
-        while True:
-            params = {"cursor": cursor} if cursor else None
-            page = await session.list_tools(params=params)
-            out["tools"].extend(dump(t) for t in page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
+        if not call_first:
+            await list_all(session, out)
         for name, arguments in calls:
             # MCP_CLIENT_PROGRESS=1: ask for progress on each call and keep what was said.
             progress = None
@@ -54,6 +86,8 @@ async def exercise(read, write, calls):
                     "name": name,
                     "error": {"code": getattr(err, "code", None), "message": getattr(err, "message", str(e))},
                 })
+        if call_first:
+            await list_all(session, out)
         resources = await session.list_resources()
         if resources.resources:
             first = resources.resources[0]

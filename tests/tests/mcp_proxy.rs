@@ -47,6 +47,87 @@ fn legacy_sse_upstream() {
     check_all_client_transports("sse", "sse");
 }
 
+/// Each client session is listed what the upstream lists to *it*: `server-everything` lists
+/// sampling, elicitation and roots tools only to clients that declare those capabilities.
+/// A session that calls before it lists is listed for first, in its own session; its calls
+/// are judged against that list, not another session's.
+fn sessions_listed_as_themselves(upstream_transport: &str, client: &str) {
+    let (_server, url) = server_everything_http(upstream_transport);
+    let all = [("MCP_CLIENT_CAPABILITIES", "sampling,elicitation,roots")];
+    let none = [("MCP_CLIENT_CAPABILITIES", "")];
+    let calls = serde_json::json!([]);
+    let direct_all = python_client_with(client, &url, &calls, &all);
+    let direct_none = python_client_with(client, &url, &calls, &none);
+    assert!(
+        names(&direct_all).len() > names(&direct_none).len(),
+        "the server lists more to a client with capabilities: {:?} vs {:?}",
+        names(&direct_all),
+        names(&direct_none)
+    );
+    let (_proxy, port) = proxy(&url, &["--deny", "^get-env$"]);
+    let stdio = serde_json::json!([
+        toolwall_tests::toolwall_bin().display().to_string(),
+        "mcp-proxy",
+        "--stdio",
+        "--upstream",
+        url,
+        "--deny",
+        "^get-env$"
+    ])
+    .to_string();
+    for (transport, target) in [
+        ("http", format!("http://127.0.0.1:{port}/mcp")),
+        ("sse", format!("http://127.0.0.1:{port}/sse")),
+        ("stdio", stdio),
+    ] {
+        for (env, direct) in [(&all, &direct_all), (&none, &direct_none)] {
+            let through = python_client_with(transport, &target, &calls, env);
+            let mut want = names(direct);
+            want.retain(|n| n != "get-env");
+            assert_eq!(names(&through), want, "{transport} client with {env:?}");
+        }
+        // Calls before any listing: with roots declared, the roots tool is this session's and
+        // runs; the sampling tool was never listed to it, and a denied tool stays unknown.
+        let calls = serde_json::json!([
+            ["get-roots-list", {}],
+            ["trigger-sampling-request", {"prompt": "hi"}],
+            ["get-env", {}]
+        ]);
+        let first = python_client_with(
+            transport,
+            &target,
+            &calls,
+            &[
+                ("MCP_CLIENT_CAPABILITIES", "roots"),
+                ("MCP_CLIENT_CALL_FIRST", "1"),
+            ],
+        );
+        assert!(
+            call(&first, "get-roots-list").get("result").is_some(),
+            "{transport}: {first}"
+        );
+        for refused in ["trigger-sampling-request", "get-env"] {
+            let message = call(&first, refused)["error"]["message"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                message.contains("Unknown tool"),
+                "{transport} {refused}: {first}"
+            );
+        }
+    }
+}
+
+#[test]
+fn streamable_http_upstream_lists_each_session_as_itself() {
+    sessions_listed_as_themselves("streamableHttp", "http");
+}
+
+#[test]
+fn legacy_sse_upstream_lists_each_session_as_itself() {
+    sessions_listed_as_themselves("sse", "sse");
+}
+
 #[test]
 fn empty_deny_list_shows_everything_all_denied_shows_nothing() {
     let (_server, url) = server_everything_http("streamableHttp");

@@ -113,13 +113,9 @@ pub(crate) struct Filter {
     in_batch: bool,
 }
 
-/// The tools a session may call, and the filter proxy's cached list.
+/// The tools a session may call.
 #[derive(Debug, Default)]
 pub(crate) struct Listing {
-    /// The filtered tool array (JSON text) to answer `tools/list` with instead of asking the
-    /// server: the filter proxy lists once at start-up. Dropped when the server
-    /// says its list changed: later lists are asked of the server and filtered.
-    cached: Option<Arc<str>>,
     /// The tools a `tools/list` result judged here let through (`None` until one did). A
     /// call of any other tool is refused, so a tool a server adds (after
     /// `notifications/tools/list_changed`, or unannounced) is judged in a listing before it
@@ -127,16 +123,30 @@ pub(crate) struct Listing {
     /// list that shows the change passes; until then the client only knows the definition
     /// that was judged.
     names: Option<HashSet<String>>,
+    /// A call before any listing is refused: the filter proxy lists on a session's behalf
+    /// before its first call ([`Filter::list_first`]), because what a server lists depends on
+    /// who asks (the session's capabilities, its credentials).
+    required: bool,
 }
 
 impl Listing {
-    /// A listing answered from `tools_json` (a JSON array of allowed tools).
-    pub(crate) fn cached(tools_json: Arc<str>) -> Self {
+    /// A session whose calls are judged against the list it was given, and refused before
+    /// one was judged.
+    pub(crate) fn required() -> Self {
         Listing {
-            names: Some(tool_names(&tools_json)),
-            cached: Some(tools_json),
+            names: None,
+            required: true,
         }
     }
+}
+
+/// What a session's first call needs before it is judged: its tool list, asked of the server
+/// on its behalf in the call's own protocol revision.
+#[derive(Debug)]
+pub(crate) struct ListFirst {
+    /// The call's 2026-07-28 envelope (`params._meta`'s `io.modelcontextprotocol/*` keys),
+    /// for a listing at that revision; `None` for a session of the handshake revisions.
+    pub meta: Option<serde_json::Map<String, Value>>,
 }
 
 impl Filter {
@@ -186,6 +196,42 @@ impl Filter {
         self.ctx.events.as_ref()
     }
 
+    /// Whether `msg` (a client message) calls a tool before this session was given a tool
+    /// list that must come first ([`Listing::required`]).
+    pub(crate) fn list_first(&self, msg: &[u8]) -> Option<ListFirst> {
+        {
+            let listing = self.listing();
+            if !listing.required || listing.names.is_some() {
+                return None;
+            }
+        }
+        let text = canonical::canonical(msg).ok().flatten()?;
+        let value: Value = serde_json::from_slice(&text).ok()?;
+        let items = match &value {
+            Value::Array(items) => items.as_slice(),
+            one => std::slice::from_ref(one),
+        };
+        let call = items
+            .iter()
+            .find(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"))?;
+        let meta = call
+            .pointer("/params/_meta")
+            .and_then(Value::as_object)
+            .filter(|m| m.contains_key("io.modelcontextprotocol/protocolVersion"))
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| k.starts_with("io.modelcontextprotocol/"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            });
+        Some(ListFirst { meta })
+    }
+
+    /// Whether this session was given a tool list yet.
+    pub(crate) fn listed(&self) -> bool {
+        self.listing().names.is_some()
+    }
+
     fn listing(&self) -> MutexGuard<'_, Listing> {
         // A poisoned lock means a filter panicked mid-update; the set is still a set.
         self.listing.lock().unwrap_or_else(PoisonError::into_inner)
@@ -223,12 +269,11 @@ mod jsonrpc;
 mod listing;
 mod pending;
 
-use jsonrpc::{CallParams, Probe, batch, first_token, modern, offset_in, progress_token};
+use jsonrpc::{CallParams, Probe, batch, first_token, offset_in, progress_token};
 pub(crate) use jsonrpc::{
     INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, error_response, unknown_tool,
 };
 pub(crate) use listing::allowed_tools;
-use listing::tool_names;
 pub(crate) use pending::IdKey;
 use pending::{Pending, Request};
 

@@ -114,9 +114,21 @@ fn client_script() -> PathBuf {
 /// Runs the Python SDK client (`stdio`, `sse` or `http` against `target`), calling `calls`
 /// (`[[name, arguments], ...]`); returns its report (tools, call results, resource, prompt).
 pub fn python_client(transport: &str, target: &str, calls: &Value) -> Value {
+    python_client_with(transport, target, calls, &[])
+}
+
+/// [`python_client`] with its environment set (`MCP_CLIENT_CAPABILITIES`,
+/// `MCP_CLIENT_CALL_FIRST`: `tests/peers/mcp_client.py`).
+pub fn python_client_with(
+    transport: &str,
+    target: &str,
+    calls: &Value,
+    env: &[(&str, &str)],
+) -> Value {
     let output = Command::new(toolwall_tests::python())
         .arg(client_script())
         .args([transport, target, &calls.to_string()])
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run the Python MCP client");

@@ -9,8 +9,7 @@ use serde_json::value::RawValue;
 
 use super::{
     CallParams, Filter, Held, INVALID_PARAMS, INVALID_REQUEST, IdKey, Outcome, PARSE_ERROR, Probe,
-    Request, batch, canonical, error_response, first_token, modern, progress_token, tool_names,
-    unknown_tool,
+    Request, batch, canonical, error_response, first_token, progress_token, unknown_tool,
 };
 use crate::decision::{Action, CallQuery, CallStage, Decision};
 use crate::events::{Event, ToolCalled};
@@ -182,11 +181,13 @@ impl Filter {
                     }
                     return None;
                 };
-                let unlisted = self
-                    .listing()
-                    .names
-                    .as_ref()
-                    .is_some_and(|names| !names.contains(params.name.as_ref()));
+                let unlisted = {
+                    let listing = self.listing();
+                    match &listing.names {
+                        Some(names) => !names.contains(params.name.as_ref()),
+                        None => listing.required,
+                    }
+                };
                 // An unlisted tool is asked of the policy without spending its budget, so a
                 // denied one is recorded with the rule that denies it.
                 let ctx = self.ctx.clone();
@@ -226,10 +227,16 @@ impl Filter {
                 }
                 if unlisted && !decision.is_blocked() {
                     decision.action = Action::Block;
-                    decision.reason = format!(
-                        "tool {:?} is not in any tool list toolwall judged for this server (a tool is listed before it is called)",
-                        params.name
-                    );
+                    decision.reason = match self.listed() {
+                        true => format!(
+                            "tool {:?} is not in the tool list toolwall judged for this session (a tool is listed before it is called)",
+                            params.name
+                        ),
+                        false => format!(
+                            "tool {:?} was called before this session was given a tool list, and none could be asked for on its behalf",
+                            params.name
+                        ),
+                    };
                 }
                 if let Some(ask) = decision.ask.take() {
                     match (id, &ctx.approvals, self.in_batch, unlisted) {
@@ -297,27 +304,6 @@ impl Filter {
                     return None;
                 }
                 request = Request::Call(params.name.into_owned());
-                Some(Cow::Borrowed(msg))
-            }
-            Some("tools/list") => {
-                // A 2026-07-28 request (its version in `_meta`) is asked of the server: its
-                // result carries fields (`ttlMs`, `cacheScope`, `resultType`) a cached 2025
-                // list lacks, and the server judges the version.
-                let cached = match modern(probe.params) {
-                    true => None,
-                    false => self.listing().cached.clone(),
-                };
-                if let Some(cached) = cached {
-                    self.listing().names = Some(tool_names(&cached));
-                    if let Some(id) = id {
-                        // Listed by the server at start-up: inspected like its messages.
-                        let reply = format!(
-                            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":{cached}}}}}"#
-                        );
-                        replies.extend(self.inspect_reply(reply.into_bytes()));
-                    }
-                    return None;
-                }
                 Some(Cow::Borrowed(msg))
             }
             Some("notifications/cancelled") => {

@@ -71,25 +71,6 @@ pub(super) fn progress_token(params: Option<&RawValue>) -> Option<String> {
     (token.is_string() || token.is_number()).then(|| token.to_string())
 }
 
-/// Whether a request's params carry a 2026-07-28 envelope (its protocol version in `_meta`);
-/// the params are canonical text (`mcp/canonical.rs`), so the key has one spelling.
-pub(super) fn modern(params: Option<&RawValue>) -> bool {
-    #[derive(Deserialize)]
-    struct Params<'a> {
-        #[serde(borrow, default, rename = "_meta")]
-        meta: Option<Meta<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Meta<'a> {
-        #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
-        version: Option<&'a RawValue>,
-    }
-    params
-        .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
-        .and_then(|p| p.meta)
-        .is_some_and(|m| m.version.is_some())
-}
-
 /// Applies `one` to each batch element and reassembles the batch: the original bytes when
 /// every element came back untouched, a new array of what is left otherwise, nothing when
 /// nothing is left (an empty array is not a valid batch).

@@ -58,18 +58,6 @@ impl Filter {
         self.inspected(forward, tool, verdict)
     }
 
-    /// A reply toolwall makes from what a server said before (the filter proxy's cached
-    /// tool list), inspected like the server's own messages.
-    pub(super) fn inspect_reply(&mut self, reply: Vec<u8>) -> Option<Vec<u8>> {
-        let ctx = self.ctx.clone();
-        match ctx.gate.inspect_result(&ctx.server_id, None, &reply) {
-            None => Some(reply),
-            Some(verdict) => self
-                .inspected(Cow::Owned(reply), None, verdict)
-                .map(Cow::into_owned),
-        }
-    }
-
     /// Applies and records a result verdict on the (list-filtered) message `forward`.
     fn inspected<'a>(
         &mut self,
@@ -151,7 +139,6 @@ impl Filter {
                 tracing::info!(
                     "server says its tool list changed: new tools are callable once a tools/list judged them"
                 );
-                self.listing().cached = None;
             }
             return Some(Cow::Borrowed(msg));
         }
@@ -280,15 +267,6 @@ fn seen(ctx: &FilterContext, tool: &Value, decision: &Decision) -> Event {
         action: decision.action,
         reason: decision.reason.clone(),
     })
-}
-
-/// The names in a JSON array of tools.
-pub(super) fn tool_names(tools_json: &str) -> HashSet<String> {
-    serde_json::from_str::<Vec<Value>>(tools_json)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
-        .collect()
 }
 
 /// Filters a tool list fetched by toolwall itself (the proxy's start-up list, discovery):

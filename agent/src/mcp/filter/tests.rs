@@ -199,24 +199,74 @@ fn list_response_in_a_batch_and_with_escaped_keys() {
     assert!(out.forward.is_none());
 }
 
+/// A session that must list first (the filter proxy's): a call before its list is refused,
+/// and `list_first` says so beforehand, in the call's own revision.
 #[test]
-fn cached_list_is_answered_locally() {
-    let mut f = filter(&[]).with_listing(Arc::new(Mutex::new(Listing::cached(Arc::from(
-        r#"[{"name":"add"}]"#,
-    )))));
-    let out = f.on_client(br#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{}}"#);
-    assert!(out.forward.is_none());
-    assert_eq!(
-        out.replies,
-        vec![br#"{"jsonrpc":"2.0","id":"l1","result":{"tools":[{"name":"add"}]}}"#.to_vec()]
+fn a_session_that_must_list_first_is_told_to_before_its_first_call() {
+    let mut f = filter(&[]).with_listing(Arc::new(Mutex::new(Listing::required())));
+    let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}}"#;
+    assert!(
+        f.list_first(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+            .is_none()
     );
-    // A 2026-07-28 list goes to the server (its result has fields a cached list lacks).
-    let modern = br#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-    assert!(f.on_client(modern).forward.is_some());
-    // After the server's list changed, the cache is gone: lists go to the server too.
-    f.on_server(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
-    let out = f.on_client(br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
-    assert!(out.forward.is_some() && out.replies.is_empty());
+    assert!(f.list_first(b"not json").is_none());
+    let first = f
+        .list_first(call)
+        .expect("a call before listing lists first");
+    assert!(first.meta.is_none());
+    // Hidden in a batch behind escapes, it is the same call.
+    let batch = br#"[{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","id":2,"method":"tools\u002fcall","params":{"name":"add"}}]"#;
+    assert!(f.list_first(batch).is_some());
+    // A 2026-07-28 call lists at its revision: the envelope's keys, and only those.
+    let modern = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"progressToken":7}}}"#;
+    let meta = f.list_first(modern).and_then(|m| m.meta).expect("envelope");
+    assert_eq!(meta.len(), 2, "{meta:?}");
+    assert_eq!(
+        meta["io.modelcontextprotocol/clientCapabilities"]["sampling"],
+        serde_json::json!({})
+    );
+    // Unlisted, the call is refused, and says why.
+    let (sink, _rx) = EventSink::channel();
+    let mut recorded =
+        Filter::new(ctx(&[], Some(sink))).with_listing(Arc::new(Mutex::new(Listing::required())));
+    let out = recorded.on_client(call);
+    assert!(out.forward.is_none());
+    assert!(String::from_utf8_lossy(&out.replies[0]).contains("Unknown tool: add"));
+    let Some(Event::McpToolCalled(called)) = out.records.first() else {
+        panic!("the refusal is recorded: {:?}", out.records);
+    };
+    assert_eq!(called.action, Action::Block);
+    assert!(
+        called
+            .reason
+            .contains("before this session was given a tool list"),
+        "{}",
+        called.reason
+    );
+    // Listed (even an empty list), nothing more is asked for first.
+    assert!(
+        f.on_server(br#"{"jsonrpc":"2.0","id":"l","result":{"tools":[]}}"#)
+            .forward
+            .is_some()
+    );
+    assert!(f.list_first(call).is_none());
+    // A session that need not list first (the shim's) is never told to.
+    assert!(filter(&[]).list_first(call).is_none());
+}
+
+/// Two sessions of one server, each judged by the list it was given: what one was listed is
+/// not callable by the other.
+#[test]
+fn each_session_is_judged_by_its_own_list() {
+    let session = || filter(&[]).with_listing(Arc::new(Mutex::new(Listing::required())));
+    let (mut a, mut b) = (session(), session());
+    a.on_server(br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"add"}]}}"#);
+    b.on_server(
+        br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"add"},{"name":"sample"}]}}"#,
+    );
+    let call = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"sample"}}"#;
+    assert!(a.on_client(call).forward.is_none());
+    assert!(b.on_client(call).forward.is_some());
 }
 
 #[test]
@@ -565,27 +615,6 @@ fn a_withheld_result_is_a_tool_error_and_other_responses_an_rpc_error() {
         serde_json::from_slice(&super::listing::withheld("\"r\"", false, "why")).expect("JSON");
     assert_eq!(other["id"], "r");
     assert_eq!(other["error"]["code"], -32603);
-}
-
-#[test]
-fn a_cached_tool_list_is_inspected_like_the_servers_messages() {
-    let tools =
-        format!(r#"[{{"name":"t","description":"uses {AWS}","inputSchema":{{"type":"object"}}}}]"#);
-    let listing = Arc::new(Mutex::new(Listing::cached(Arc::from(tools.as_str()))));
-    let (sink, _rx) = EventSink::channel();
-    let mut f = Filter::new(ctx(&[], Some(sink))).with_listing(listing);
-    let out = f.on_client(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
-    assert!(out.forward.is_none());
-    let reply = String::from_utf8(out.replies[0].clone()).expect("utf8");
-    assert!(
-        !reply.contains(AWS) && reply.contains("[toolwall:redacted:aws-access-token]"),
-        "{reply}"
-    );
-    assert!(
-        out.records
-            .iter()
-            .any(|r| matches!(r, Event::McpResultInspected(_)))
-    );
 }
 
 /// A filter whose policy asks about `add` calls with `a` from 100 up; `asker` is who it asks.

@@ -37,12 +37,12 @@ fn is_initialize(body: &[u8]) -> bool {
 }
 
 /// A POST's waiters, removed when the POST ends however it ends.
-struct Waiters {
-    session: Arc<BridgedSession>,
+struct Waiters<'a> {
+    session: &'a BridgedSession,
     ids: Vec<IdKey>,
 }
 
-impl Drop for Waiters {
+impl Drop for Waiters<'_> {
     fn drop(&mut self) {
         if let Ok(mut w) = self.session.waiting.lock() {
             for id in &self.ids {
@@ -179,6 +179,19 @@ impl BridgedSession {
     /// when nothing was, or the upstream refused it) and the replies the client gets from
     /// toolwall: refused calls, and an error for each request the upstream refused to take.
     async fn client_message(&self, shared: &Shared, body: &[u8]) -> (Option<Bytes>, Vec<Vec<u8>>) {
+        // A call before the session listed: its list first, in its own upstream session.
+        let first = self
+            .filter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .list_first(body);
+        if let Some(first) = first
+            && let Err(why) = self.list_for(shared, first).await
+        {
+            tracing::warn!(
+                "could not list tools on a session's behalf before its call ({why}); the call is refused"
+            );
+        }
         let (forward, replies, held) = {
             let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
             let out = f.on_client(body).record(f.sink());
@@ -227,6 +240,39 @@ impl BridgedSession {
             }
         }
         (forward, replies)
+    }
+}
+
+impl BridgedSession {
+    /// Lists every tool page in this session; each response is judged by the session's filter
+    /// on its way in (which makes its tools callable) and taken here, not by the client.
+    async fn list_for(&self, shared: &Shared, first: ListFirst) -> Result<(), String> {
+        let mut pages = ListPages::new(first);
+        loop {
+            let (request, id) = pages.request()?;
+            let key = IdKey::of(&Value::from(id.as_str()).to_string())
+                .ok_or("a listing id that is no JSON-RPC id")?;
+            let (tx, mut rx) = mpsc::channel(1);
+            if let Ok(mut w) = self.waiting.lock() {
+                w.insert(key.clone(), tx);
+            }
+            let _waiter = Waiters {
+                session: self,
+                ids: vec![key],
+            };
+            self.upstream
+                .send(request)
+                .await
+                .map_err(|e| format!("sending tools/list: {e}"))?;
+            let answer = tokio::time::timeout(shared.timeout, rx.recv())
+                .await
+                .ok()
+                .flatten()
+                .ok_or("no answer to tools/list in time")?;
+            if pages.answered(&answer)? {
+                return Ok(());
+            }
+        }
     }
 }
 
@@ -471,7 +517,7 @@ pub(super) async fn bridge_streamable(
             }
             // A client that leaves takes its waiters with it (else the session never idles).
             let _waiters = Waiters {
-                session: session.clone(),
+                session: &session,
                 ids: keys,
             };
             let (forward, mut replies) = session.client_message(&shared, &body).await;

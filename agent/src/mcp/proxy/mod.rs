@@ -1,16 +1,18 @@
 //! `toolwall mcp-proxy`: the MCP tool-filter proxy in front of a network MCP server.
 //!
-//! At start-up the upstream is contacted once (handshake and every `tools/list` page); a
-//! server that cannot be reached stops start-up with a clear error. The filtered list is
-//! cached and every client `tools/list` is answered from it (the seed's "filter at start-up":
-//! denied tools never travel again, and the list costs the upstream nothing per session).
-//! `tools/call` of a denied tool is answered "unknown tool" without reaching the upstream.
+//! At start-up the upstream is contacted once (handshake and every `tools/list` page) to
+//! register and record its tools; a server that cannot be reached stops start-up with a clear
+//! error, and one that asks for authorization (401) is served all the same (`auth.rs`). No
+//! list is shared between client sessions: each session's `tools/list` is asked of the
+//! upstream in that session and filtered, and its calls are judged against the list it was
+//! given (a session that calls first is listed for first: `listing.rs`). `tools/call` of a
+//! denied tool is answered "unknown tool" without reaching the upstream.
 //! What reaches the upstream of a client's messages is the filter's canonical text
 //! (`mcp/canonical.rs`); the upstream's messages pass as they are, tool lists filtered.
 //!
-//! Rooms: `edge` (listener, routes, bounded bodies, responses), `passthrough` (Streamable
+//! Rooms: `routes` (listener, routes, bounded bodies, responses), `passthrough` (Streamable
 //! HTTP on both sides), `bridge` (sessions bridged to an [`UpstreamSession`]), `stdio`
-//! (`--stdio`).
+//! (`--stdio`), `listing` (each session's tool list), `auth` (authorization passed through).
 //!
 //! Client-side transports: Streamable HTTP on `/mcp`, legacy HTTP+SSE on `/sse` + `/message`,
 //! or stdio (`--stdio`). Each client session gets its own upstream session. When the client
@@ -58,7 +60,7 @@ use super::client::{
     UpstreamSession, http_client,
 };
 use super::filter::{
-    Filter, FilterContext, INVALID_REQUEST, Listing, allowed_tools, error_response,
+    Filter, FilterContext, INVALID_REQUEST, ListFirst, Listing, allowed_tools, error_response,
 };
 use super::filtered_sse::FilteredSse;
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
@@ -223,9 +225,8 @@ struct Shared {
     connector: Connector,
     transport: Transport,
     ctx: Arc<FilterContext>,
-    /// The filtered tool list (a JSON array), answered to every `tools/list`.
-    /// The cached list and what may be called, shared by every session's filter.
-    listing: Arc<Mutex<Listing>>,
+    /// The passthrough's sessions' tool lists (a bridged or stdio session keeps its own).
+    listings: Mutex<SessionListings>,
     http: HttpClient,
     timeout: Duration,
     /// Most bytes of one client request body.
@@ -261,8 +262,17 @@ impl Shared {
         self.probe.notify_one();
     }
 
+    /// A filter for a session of its own (bridged, `--stdio`): judged against its own list.
     fn filter(&self) -> Filter {
-        Filter::shared(self.ctx.clone()).with_listing(self.listing.clone())
+        Filter::shared(self.ctx.clone()).with_listing(Arc::new(Mutex::new(Listing::required())))
+    }
+
+    /// The tool list of the passthrough session a request belongs to.
+    fn listing_of(&self, headers: &HeaderMap) -> Arc<Mutex<Listing>> {
+        self.listings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .of(headers)
     }
 }
 
@@ -311,8 +321,6 @@ pub(crate) async fn run_proxy(
         "{} of {total} upstream tools exposed",
         allowed.len()
     );
-    let cached: Arc<str> =
-        Arc::from(serde_json::to_string(&allowed).context("serialising the tool list")?);
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
     let probe = Arc::new(tokio::sync::Notify::new());
     let upstream: Uri = args.upstream.parse().context("upstream URL")?;
@@ -323,7 +331,7 @@ pub(crate) async fn run_proxy(
         upstream: upstream.clone(),
         transport: discovered.transport,
         ctx: Arc::new(ctx),
-        listing: Arc::new(Mutex::new(Listing::cached(cached))),
+        listings: Mutex::default(),
         http: http_client()?,
         timeout,
         max_message: args.max_message_bytes,
@@ -447,14 +455,18 @@ async fn watchdog(
     }
 }
 
+mod auth;
 mod bridge;
+mod listing;
 mod passthrough;
 mod routes;
 mod stdio;
 #[cfg(test)]
 mod tests;
 
+use auth::*;
 use bridge::*;
+use listing::*;
 use passthrough::*;
 use routes::*;
 use stdio::*;

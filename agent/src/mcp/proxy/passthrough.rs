@@ -25,11 +25,16 @@ pub(super) async fn passthrough(
         (&Method::GET, Some(session)) => Some(shared.streams.opening(session.clone())),
         (&Method::DELETE, Some(session)) => {
             shared.streams.ended(session);
+            if let Ok(mut listings) = shared.listings.lock() {
+                listings.ended(session);
+            }
             None
         }
         _ => None,
     };
-    let mut filter = shared.filter();
+    // Judged against the list this session (and credential) was given.
+    let listing = shared.listing_of(&parts.headers);
+    let mut filter = Filter::shared(shared.ctx.clone()).with_listing(listing.clone());
     let mut replies = Vec::new();
     // The requests forwarded upstream: their responses complete the response stream.
     let mut requests = 0;
@@ -40,6 +45,18 @@ pub(super) async fn passthrough(
             Ok(b) => b,
             Err(r) => return r,
         };
+        // A call before the session listed: its list first, asked in its session with its
+        // credentials, so the call is judged against what the server would list to it.
+        if let Some(first) = filter.list_first(&body) {
+            let lister = Filter::shared(shared.ctx.clone()).with_listing(listing);
+            match list_http(&shared, upstream, &parts.headers, first, lister).await {
+                Ok(()) => {}
+                Err(ListFailed::Answer(response)) => return response,
+                Err(ListFailed::Why(why)) => tracing::warn!(
+                    "could not list tools on a session's behalf before its call ({why}); the call is refused"
+                ),
+            }
+        }
         let mut out = filter.on_client(&body);
         // What was judged is recorded once the request's fate is known: a call the header
         // check below refuses is recorded refused, never `allow`.

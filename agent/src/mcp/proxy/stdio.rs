@@ -1,6 +1,7 @@
 //! `mcp-proxy --stdio`: one client on stdin/stdout, bridged to an upstream session.
 
 use super::*;
+use tokio::sync::oneshot;
 
 pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyhow::Result<()> {
     let (session, mut inbox) = UpstreamSession::open(
@@ -15,9 +16,17 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
     let session = Arc::new(session);
     let filter = Arc::new(Mutex::new(shared.filter()));
     let stdout = Arc::new(tokio::sync::Mutex::new(crate::mcp::async_stdout()));
+    // A `tools/list` page the proxy asks on the client's behalf: its answer comes here, not to
+    // the client.
+    let awaited: Arc<Mutex<Option<(String, oneshot::Sender<Bytes>)>>> = Arc::default();
 
     let down = {
-        let (filter, stdout, shared) = (filter.clone(), stdout.clone(), shared.clone());
+        let (filter, stdout, shared, awaited) = (
+            filter.clone(),
+            stdout.clone(),
+            shared.clone(),
+            awaited.clone(),
+        );
         async move {
             while let Some(item) = inbox.recv().await {
                 let message = match item {
@@ -33,6 +42,10 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                         .record(f.sink())
                         .forward
                         .map(|c| one_line(&c).into_owned())
+                };
+                let out = match out {
+                    Some(line) => taken_by(&awaited, line),
+                    None => None,
                 };
                 if let Some(line) = out {
                     let mut w = stdout.lock().await;
@@ -82,9 +95,22 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                         continue;
                     }
                 };
+                let line = strip_newline(&line);
+                // A call before the client listed: its list first, in its session.
+                let first = filter
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .list_first(line);
+                if let Some(first) = first
+                    && let Err(why) = list_for(&shared, &session, &awaited, first).await
+                {
+                    tracing::warn!(
+                        "could not list tools on the client's behalf before its call ({why}); the call is refused"
+                    );
+                }
                 let (forward, replies, held) = {
                     let mut f = filter.lock().unwrap_or_else(|e| e.into_inner());
-                    let out = f.on_client(strip_newline(&line)).record(f.sink());
+                    let out = f.on_client(line).record(f.sink());
                     (
                         out.forward.map(|c| Bytes::from(c.into_owned())),
                         out.replies,
@@ -164,6 +190,55 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
         session.close().await;
     }
     Ok(())
+}
+
+/// A server message for the client, unless it answers the listing the proxy waits for.
+fn taken_by(
+    awaited: &Mutex<Option<(String, oneshot::Sender<Bytes>)>>,
+    line: Vec<u8>,
+) -> Option<Vec<u8>> {
+    let mut slot = awaited.lock().unwrap_or_else(|e| e.into_inner());
+    match slot.take() {
+        Some((id, tx)) if answers(&line, &id) => {
+            let _ = tx.send(Bytes::from(line));
+            None
+        }
+        other => {
+            *slot = other;
+            Some(line)
+        }
+    }
+}
+
+/// Lists every tool page in the `--stdio` client's session; each response is judged by the
+/// session's filter on its way in (which makes its tools callable) and taken here.
+async fn list_for(
+    shared: &Shared,
+    session: &UpstreamSession,
+    awaited: &Mutex<Option<(String, oneshot::Sender<Bytes>)>>,
+    first: ListFirst,
+) -> Result<(), String> {
+    let mut pages = ListPages::new(first);
+    loop {
+        let (request, id) = pages.request()?;
+        let (tx, rx) = oneshot::channel();
+        *awaited.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, tx));
+        let answer = async {
+            session
+                .send(request)
+                .await
+                .map_err(|e| format!("sending tools/list: {e}"))?;
+            tokio::time::timeout(shared.timeout, rx)
+                .await
+                .map_err(|_| "no answer to tools/list in time".to_owned())?
+                .map_err(|_| "the session ended".to_owned())
+        }
+        .await;
+        awaited.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if pages.answered(&answer?)? {
+            return Ok(());
+        }
+    }
 }
 
 /// A message as one line: SSE data may legally hold a pretty-printed (multi-line) message.

@@ -1,0 +1,284 @@
+//! Each client session's own tool list. What a server lists depends on who asks (the
+//! session's capabilities, its credentials), so no list is shared between sessions: a call is
+//! judged against the list its own session was given, and a session that calls before it
+//! listed is listed for first, in its own session and with its own credentials.
+//!
+//! The Streamable HTTP passthrough keeps one [`Listing`] per upstream session id and credential
+//! ([`SessionListings`], bounded); a bridged or `--stdio` session keeps its own in its filter.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use super::*;
+use crate::mcp::filter::IdKey;
+
+/// Most pages one listing on a session's behalf follows (the registry keeps at most 2,048
+/// tools of a server; a server that pages on past this is not listed further).
+const MAX_LIST_PAGES: usize = 100;
+/// Most sessions whose tool lists the passthrough keeps; past it the least recently used one
+/// is forgotten, and its next call is listed for again first.
+pub(super) const MAX_LISTINGS: usize = 4096;
+
+/// Why a listing on a session's behalf did not finish.
+pub(super) enum ListFailed {
+    /// What the client gets instead of its request's answer (the upstream's 401 challenge).
+    Answer(Response<ProxyBody>),
+    /// The session's call is refused for this reason (it stays unlisted).
+    Why(String),
+}
+
+/// The passthrough's tool lists, one per upstream session and credential.
+#[derive(Default)]
+pub(super) struct SessionListings {
+    by_key: HashMap<ListingKey, (Arc<Mutex<Listing>>, u64)>,
+    /// Counts uses, so the least recently used list is the one forgotten.
+    clock: u64,
+    /// Keys credentials by a keyed hash: the map never holds a token.
+    hasher: RandomState,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ListingKey {
+    /// The upstream's `Mcp-Session-Id` (none for a server without sessions).
+    session: Option<String>,
+    /// The client's `Authorization` values, hashed: a session id used with another credential
+    /// is judged against the list that credential was given.
+    credential: u64,
+}
+
+impl SessionListings {
+    /// The list of the session a request belongs to (a new, empty one the first time).
+    pub(super) fn of(&mut self, headers: &HeaderMap) -> Arc<Mutex<Listing>> {
+        let key = ListingKey {
+            session: headers
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            credential: self.hasher.hash_one(
+                headers
+                    .get_all(http::header::AUTHORIZATION)
+                    .iter()
+                    .map(HeaderValue::as_bytes)
+                    .collect::<Vec<_>>(),
+            ),
+        };
+        self.clock += 1;
+        let now = self.clock;
+        if let Some((listing, used)) = self.by_key.get_mut(&key) {
+            *used = now;
+            return listing.clone();
+        }
+        if self.by_key.len() >= MAX_LISTINGS
+            && let Some(oldest) = self
+                .by_key
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+        {
+            self.by_key.remove(&oldest);
+        }
+        let listing = Arc::new(Mutex::new(Listing::required()));
+        self.by_key.insert(key, (listing.clone(), now));
+        listing
+    }
+
+    /// The session ended (DELETE): its lists go with it.
+    pub(super) fn ended(&mut self, session: &str) {
+        self.by_key
+            .retain(|k, _| k.session.as_deref() != Some(session));
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+}
+
+/// The pages of one listing on a session's behalf, sans I/O: [`ListPages::request`] gives the
+/// next `tools/list` request (its text and id) to send in the session; its response, once the
+/// session's filter judged it (which is what makes its tools callable), goes to
+/// [`ListPages::answered`], until that says the list is whole.
+pub(super) struct ListPages {
+    meta: Option<serde_json::Map<String, Value>>,
+    /// An id no client request of the session holds: the response is taken by the proxy.
+    nonce: String,
+    page: usize,
+    cursor: Option<String>,
+}
+
+impl ListPages {
+    pub(super) fn new(first: ListFirst) -> Self {
+        ListPages {
+            meta: first.meta,
+            nonce: new_session_id(),
+            page: 0,
+            cursor: None,
+        }
+    }
+
+    /// Whether the listing speaks the 2026-07-28 revision (its requests carry `Mcp-Method`).
+    pub(super) fn modern(&self) -> bool {
+        self.meta.is_some()
+    }
+
+    /// The next request and its id, or why there is none (too many pages).
+    pub(super) fn request(&mut self) -> Result<(Bytes, String), String> {
+        if self.page >= MAX_LIST_PAGES {
+            return Err(format!(
+                "the server's tools/list goes on past {MAX_LIST_PAGES} pages"
+            ));
+        }
+        let mut params = serde_json::Map::new();
+        if let Some(c) = &self.cursor {
+            params.insert("cursor".into(), Value::String(c.clone()));
+        }
+        if let Some(meta) = &self.meta {
+            params.insert("_meta".into(), Value::Object(meta.clone()));
+        }
+        let id = format!("toolwall-list-{}-{}", self.nonce, self.page);
+        self.page += 1;
+        let request = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/list",
+            "params": params,
+        });
+        Ok((Bytes::from(request.to_string()), id))
+    }
+
+    /// A page's (judged) response: `Ok(true)` when the list is whole, `Ok(false)` when another
+    /// page is to be asked for.
+    pub(super) fn answered(&mut self, answer: &[u8]) -> Result<bool, String> {
+        let answer: Value = serde_json::from_slice(answer)
+            .map_err(|e| format!("the tools/list answer is not JSON: {e}"))?;
+        if let Some(error) = answer.get("error") {
+            return Err(format!(
+                "the server answered tools/list with an error: {error}"
+            ));
+        }
+        match answer.pointer("/result/nextCursor").and_then(Value::as_str) {
+            Some(next) if self.cursor.as_deref() == Some(next) => {
+                Err(format!("the server repeats tools/list cursor {next:?}"))
+            }
+            Some(next) => {
+                self.cursor = Some(next.to_owned());
+                Ok(false)
+            }
+            None => Ok(true),
+        }
+    }
+}
+
+/// The id a listing request's response must carry.
+pub(super) fn answers(message: &[u8], id: &str) -> bool {
+    response_id(message).and_then(|r| IdKey::of(&r)) == IdKey::of(&Value::from(id).to_string())
+}
+
+/// One `tools/list` page on a passthrough session's behalf: sent with the client's headers
+/// (its session, its credentials) on its connection's upstream connection; the response
+/// judged by `lister`, which shares the session's [`Listing`]. An upstream 401 or 403 is the
+/// client's answer (its credentials are refused; `auth.rs` says where to get others).
+pub(super) async fn list_http(
+    shared: &Shared,
+    upstream: &UpstreamConn,
+    client: &HeaderMap,
+    first: ListFirst,
+    mut lister: Filter,
+) -> Result<(), ListFailed> {
+    let mut pages = ListPages::new(first);
+    loop {
+        let (body, id) = pages.request().map_err(ListFailed::Why)?;
+        let answer = ask_http(
+            shared,
+            upstream,
+            client,
+            pages.modern(),
+            &mut lister,
+            body,
+            &id,
+        )
+        .await?;
+        if pages.answered(&answer).map_err(ListFailed::Why)? {
+            return Ok(());
+        }
+    }
+}
+
+async fn ask_http(
+    shared: &Shared,
+    upstream: &UpstreamConn,
+    client: &HeaderMap,
+    modern: bool,
+    lister: &mut Filter,
+    body: Bytes,
+    id: &str,
+) -> Result<Bytes, ListFailed> {
+    let mut headers = upstream_headers(shared, client);
+    // The routing headers say what this request is, not what the client's was.
+    let routing: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| {
+            let n = n.as_str();
+            n == "mcp-method" || n == "mcp-name" || n.starts_with("mcp-param-")
+        })
+        .cloned()
+        .collect();
+    for name in routing {
+        headers.remove(name);
+    }
+    if modern {
+        headers.insert(
+            HeaderName::from_static("mcp-method"),
+            HeaderValue::from_static("tools/list"),
+        );
+    }
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        http::header::ACCEPT,
+        HeaderValue::from_static("application/json, text/event-stream"),
+    );
+    let response = forward(shared, upstream, Method::POST, headers, body)
+        .await
+        .map_err(ListFailed::Answer)?;
+    let status = response.status();
+    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        return Err(ListFailed::Answer(refused_credentials(
+            shared, client, response,
+        )));
+    }
+    let is_sse = crate::edge::is_event_stream(response.headers());
+    let read = tokio::time::timeout(
+        shared.timeout,
+        http_body_util::Limited::new(response.into_body(), shared.max_message).collect(),
+    );
+    let body = match read.await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => return Err(ListFailed::Why(format!("reading its answer: {e}"))),
+        Err(_) => return Err(ListFailed::Why("its answer did not come in time".into())),
+    };
+    if !status.is_success() {
+        return Err(ListFailed::Why(format!(
+            "the server answered HTTP {status}"
+        )));
+    }
+    let found = match is_sse {
+        true => {
+            let mut decoder = crate::sse::message::SseDecoder::with_limit(shared.max_message);
+            decoder.feed(&body);
+            std::iter::from_fn(|| decoder.next_event())
+                .map(|e| Bytes::from(e.data))
+                .find(|m| answers(m, id))
+        }
+        false => Some(body).filter(|m| answers(m, id)),
+    };
+    let Some(message) = found else {
+        return Err(ListFailed::Why(
+            "no answer to tools/list in the response".into(),
+        ));
+    };
+    let judged = lister.on_server(&message).record(lister.sink());
+    match judged.forward {
+        Some(m) => Ok(Bytes::from(m.into_owned())),
+        None => Err(ListFailed::Why("its tools/list answer was dropped".into())),
+    }
+}

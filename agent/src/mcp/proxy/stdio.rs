@@ -18,7 +18,7 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
     let stdout = Arc::new(tokio::sync::Mutex::new(crate::mcp::async_stdout()));
     // A `tools/list` page the proxy asks on the client's behalf: its answer comes here, not to
     // the client.
-    let awaited: Arc<Mutex<Option<(String, oneshot::Sender<Bytes>)>>> = Arc::default();
+    let awaited: Arc<Awaited> = Arc::default();
 
     let down = {
         let (filter, stdout, shared, awaited) = (
@@ -192,11 +192,11 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
     Ok(())
 }
 
+/// The id of the listing page the proxy waits for, and where its answer goes.
+type Awaited = Mutex<Option<(String, oneshot::Sender<Bytes>)>>;
+
 /// A server message for the client, unless it answers the listing the proxy waits for.
-fn taken_by(
-    awaited: &Mutex<Option<(String, oneshot::Sender<Bytes>)>>,
-    line: Vec<u8>,
-) -> Option<Vec<u8>> {
+fn taken_by(awaited: &Awaited, line: Vec<u8>) -> Option<Vec<u8>> {
     let mut slot = awaited.lock().unwrap_or_else(|e| e.into_inner());
     match slot.take() {
         Some((id, tx)) if answers(&line, &id) => {
@@ -215,7 +215,7 @@ fn taken_by(
 async fn list_for(
     shared: &Shared,
     session: &UpstreamSession,
-    awaited: &Mutex<Option<(String, oneshot::Sender<Bytes>)>>,
+    awaited: &Awaited,
     first: ListFirst,
 ) -> Result<(), String> {
     let mut pages = ListPages::new(first);

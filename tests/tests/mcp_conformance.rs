@@ -4,10 +4,9 @@
 //! denied): every scenario that passes directly passes through the proxy too.
 //!
 //! Each run gets a fresh server. A scenario passes when none of its checks (the suite's
-//! `-o DIR/<scenario>-<time>/checks.json`) is a `FAILURE`; `INFO` and `WARNING` do not count, so
-//! `server-sse-multiple-streams` passes through the proxy although the proxy answers `tools/list`
-//! with JSON from its cached list where the server streams SSE (the suite notes that as `INFO`).
-//! The suite's own output is kept in files (its summary lines are not the test's).
+//! `-o DIR/<scenario>-<time>/checks.json`) is a `FAILURE`; `INFO` and `WARNING` do not count.
+//! The suite's own output is kept in files (its summary lines are not the test's). Its client
+//! (authorization) scenarios run in `mcp_oauth.rs`.
 
 mod mcp_common;
 

@@ -175,7 +175,7 @@ impl Filter {
         &self.ctx
     }
 
-    /// Share what may be called (and the cached list) with other filters of one server.
+    /// Judge against `listing`: the list of the session this filter serves.
     pub(crate) fn with_listing(mut self, listing: Arc<Mutex<Listing>>) -> Self {
         self.listing = listing;
         self

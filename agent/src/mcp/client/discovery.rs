@@ -107,6 +107,15 @@ impl Modern<'_> {
                         reason: e.to_string(),
                     })?;
             let status = response.status();
+            // A protected server: its challenge is the answer, whatever its body says.
+            if status == StatusCode::UNAUTHORIZED
+                || (status == StatusCode::FORBIDDEN
+                    && response
+                        .headers()
+                        .contains_key(http::header::WWW_AUTHENTICATE))
+            {
+                return Err(McpClientError::refused(self.url(), step.clone(), response).await);
+            }
             let is_sse = crate::edge::is_event_stream(response.headers());
             let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
                 .collect()

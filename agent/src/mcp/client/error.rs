@@ -37,6 +37,19 @@ pub(crate) enum McpClientError {
         /// The start of the body, for the reader.
         body: String,
     },
+    /// The server asks for credentials (401, or 403 with a challenge): it is protected, and
+    /// its challenge says where a client gets them.
+    #[error("MCP server {url}: {step}: HTTP {status}: the server asks for authorization{}", challenge.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
+    Unauthorized {
+        /// The server.
+        url: String,
+        /// What we were doing.
+        step: String,
+        /// 401 or 403.
+        status: StatusCode,
+        /// Its `WWW-Authenticate` challenge, when it gave one.
+        challenge: Option<String>,
+    },
     /// Nothing arrived in time.
     #[error("MCP server {url}: {step}: timed out after {timeout:?}")]
     Timeout {
@@ -71,6 +84,37 @@ pub(crate) enum McpClientError {
 }
 
 impl McpClientError {
+    /// The error for a refused request: [`McpClientError::Unauthorized`] for a challenge,
+    /// else [`McpClientError::Status`] with the start of its body.
+    pub(crate) async fn refused(
+        url: String,
+        step: String,
+        response: http::Response<hyper::body::Incoming>,
+    ) -> Self {
+        let status = response.status();
+        let challenge = response
+            .headers()
+            .get(http::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if status == StatusCode::UNAUTHORIZED
+            || (status == StatusCode::FORBIDDEN && challenge.is_some())
+        {
+            return McpClientError::Unauthorized {
+                url,
+                step,
+                status,
+                challenge,
+            };
+        }
+        McpClientError::Status {
+            url,
+            step,
+            status,
+            body: super::transport::error_body(response).await,
+        }
+    }
+
     /// Whether this is an HTTP 4xx (how `auto` recognises a legacy SSE server).
     pub(crate) fn is_client_error_status(&self) -> bool {
         matches!(self, McpClientError::Status { status, .. } if status.is_client_error())

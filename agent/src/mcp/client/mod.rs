@@ -16,7 +16,7 @@ mod error;
 mod session;
 mod transport;
 
-pub(crate) use discovery::discover;
+pub(crate) use discovery::{Discovered, discover};
 pub(crate) use error::McpClientError;
 pub(crate) use session::UpstreamSession;
 pub(crate) use transport::{

@@ -15,8 +15,8 @@ use tokio::task::JoinHandle;
 
 use super::error::McpClientError;
 use super::transport::{
-    HttpClient, PROTOCOL_VERSION_HEADER, SESSION_HEADER, Transport, error_body, error_chain,
-    http_client, is_sse, note_protocol_version, parse_url, pump_sse, resolve_endpoint,
+    HttpClient, PROTOCOL_VERSION_HEADER, SESSION_HEADER, Transport, error_chain, http_client,
+    is_sse, note_protocol_version, parse_url, pump_sse, resolve_endpoint,
 };
 use crate::mcp::framing::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::sse::message::SseDecoder;
@@ -173,12 +173,7 @@ impl UpstreamSession {
         let response = self.send_request(request, step).await?;
         let status = response.status();
         if !status.is_success() {
-            return Err(McpClientError::Status {
-                url: self.url(),
-                step: step.to_owned(),
-                status,
-                body: error_body(response).await,
-            });
+            return Err(McpClientError::refused(self.url(), step.to_owned(), response).await);
         }
         if self.transport == Transport::Sse {
             // Legacy SSE: the POST is only acknowledged; answers come on the stream.
@@ -287,12 +282,8 @@ impl UpstreamSession {
         let response = self.send_request(request, step).await?;
         let status = response.status();
         if !status.is_success() || !is_sse(&response) {
-            return Err(McpClientError::Status {
-                url: self.url(),
-                step: format!("{step} (expected 200 text/event-stream)"),
-                status,
-                body: error_body(response).await,
-            });
+            let step = format!("{step} (expected 200 text/event-stream)");
+            return Err(McpClientError::refused(self.url(), step, response).await);
         }
         let mut body = response.into_body();
         let mut decoder = SseDecoder::with_limit(DEFAULT_MAX_MESSAGE_BYTES);

@@ -521,7 +521,7 @@ pub(super) async fn bridge_streamable(
                 ids: keys,
             };
             let (forward, mut replies) = session.client_message(&shared, &body).await;
-            // Ids answered locally (refused calls, cached lists) or not sent do not wait.
+            // Ids answered locally (refused calls) or not sent do not wait.
             let sent_ids = forward.as_deref().map(request_ids).unwrap_or_default();
             if let Ok(mut w) = session.waiting.lock() {
                 for id in ids.iter().filter(|id| !sent_ids.contains(id)) {

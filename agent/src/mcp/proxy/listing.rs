@@ -242,9 +242,9 @@ async fn ask_http(
         .map_err(ListFailed::Answer)?;
     let status = response.status();
     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
-        return Err(ListFailed::Answer(refused_credentials(
-            shared, client, response,
-        )));
+        return Err(ListFailed::Answer(
+            refused_credentials(shared, client, "/mcp", response).await,
+        ));
     }
     let is_sse = crate::edge::is_event_stream(response.headers());
     let read = tokio::time::timeout(

@@ -106,10 +106,15 @@ pub struct ProxyArgs {
     /// Browser origins allowed besides localhost (`Origin` is checked on every request).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     pub allow_origins: Vec<String>,
-    /// Header for every upstream request, e.g. `Authorization: Bearer ...` (repeatable); the
-    /// clients' own auth headers are passed through as well.
+    /// Header for the proxy's own requests to the upstream (its start-up listing; every
+    /// request of a `--stdio` client), e.g. `Authorization: Bearer ...` (repeatable). HTTP
+    /// clients send their own credentials, passed through to the upstream and nowhere else.
     #[arg(long = "upstream-header", value_name = "NAME: VALUE")]
     pub upstream_headers: Vec<String>,
+    /// Also send the `--upstream-header`s with the requests of HTTP clients that bring no
+    /// `Authorization` of their own: every such client then acts with these credentials.
+    #[arg(long)]
+    pub lend_upstream_headers: bool,
     /// Seconds for each start-up step and for the upstream to start answering a forwarded
     /// request (TCP connect: 10 s; the upstream is probed every 5 s and its loss ends the
     /// proxy with status 1).
@@ -232,7 +237,15 @@ struct Shared {
     /// Most bytes of one client request body.
     max_message: usize,
     allow_origins: Vec<String>,
+    /// `--upstream-header`: the proxy's own credentials.
     upstream_headers: HeaderMap,
+    /// `--lend-upstream-headers`: they go with HTTP clients' requests that carry no
+    /// `Authorization` of their own.
+    lend: bool,
+    /// Where the proxy serves HTTP (`None` with `--stdio`): its own URL for the metadata.
+    listen: Option<SocketAddr>,
+    /// What the upstream's challenges said (`auth.rs`).
+    auth: AuthState,
     /// Legacy SSE client sessions by our session id.
     sse_sessions: Mutex<HashMap<String, Arc<BridgedSession>>>,
     /// Streamable HTTP client sessions bridged to a legacy SSE upstream.
@@ -288,19 +301,55 @@ pub(crate) async fn run_proxy(
 ) -> anyhow::Result<()> {
     let upstream_headers = parse_headers(&args.upstream_headers)?;
     let timeout = Duration::from_secs(args.timeout.max(1));
-    let discovered = client::discover(
+    let auth = AuthState::default();
+    let discovered = match client::discover(
         &args.upstream,
         args.transport,
         upstream_headers.clone(),
         timeout,
     )
     .await
-    .with_context(|| {
-        format!(
-            "cannot start: the upstream MCP server {} is not usable",
-            args.upstream
-        )
-    })?;
+    {
+        Ok(discovered) => discovered,
+        // A protected server: its clients authenticate themselves (`auth.rs`), and each
+        // session is listed with its own credentials. A `--stdio` client cannot: it has only
+        // the proxy's. A legacy SSE upstream's session is the proxy's, not its client's.
+        Err(McpClientError::Unauthorized { challenge, .. })
+            if !args.stdio && args.transport != Transport::Sse =>
+        {
+            tracing::info!(
+                upstream = %args.upstream,
+                "the upstream asks for authorization: each client authenticates itself (the upstream's challenge is passed on, pointing at this proxy's protected-resource metadata); its tools are registered as clients list them"
+            );
+            if let Some(challenge) = &challenge {
+                auth.challenged(challenge);
+            }
+            client::Discovered {
+                transport: Transport::StreamableHttp,
+                tools: Vec::new(),
+            }
+        }
+        Err(e) => {
+            let hint = match &e {
+                McpClientError::Unauthorized { .. } if args.stdio => {
+                    " (a --stdio client cannot authenticate itself: pass the proxy's credentials with --upstream-header 'Authorization: Bearer ...')"
+                }
+                McpClientError::Unauthorized { .. } => {
+                    " (a legacy SSE upstream's session is the proxy's own: pass its credentials with --upstream-header)"
+                }
+                _ => "",
+            };
+            return Err(anyhow::Error::new(e).context(format!(
+                "cannot start: the upstream MCP server {} is not usable{hint}",
+                args.upstream
+            )));
+        }
+    };
+    if !upstream_headers.is_empty() && !args.stdio && !args.lend_upstream_headers {
+        tracing::info!(
+            "--upstream-header is for the proxy's own requests: HTTP clients bring their own credentials (--lend-upstream-headers lends these to clients that bring none)"
+        );
+    }
     let ctx = FilterContext {
         gate,
         server_id: args.server_id(),
@@ -337,6 +386,9 @@ pub(crate) async fn run_proxy(
         max_message: args.max_message_bytes,
         allow_origins: args.allow_origins.clone(),
         upstream_headers,
+        lend: args.lend_upstream_headers,
+        listen: listener.as_ref().and_then(|l| l.local_addr().ok()),
+        auth,
         sse_sessions: Mutex::default(),
         bridged: Mutex::default(),
         streams: Arc::default(),

@@ -35,6 +35,9 @@ pub(super) async fn passthrough(
     // Judged against the list this session (and credential) was given.
     let listing = shared.listing_of(&parts.headers);
     let mut filter = Filter::shared(shared.ctx.clone()).with_listing(listing.clone());
+    // What was judged of the request, recorded once its fate is known: a call is recorded
+    // `allow` only once the upstream took it.
+    let mut judged = Vec::new();
     let mut replies = Vec::new();
     // The requests forwarded upstream: their responses complete the response stream.
     let mut requests = 0;
@@ -60,7 +63,7 @@ pub(super) async fn passthrough(
         let mut out = filter.on_client(&body);
         // What was judged is recorded once the request's fate is known: a call the header
         // check below refuses is recorded refused, never `allow`.
-        let judged = std::mem::take(&mut out.records);
+        judged = std::mem::take(&mut out.records);
         // A call that waits for a person (`approval.rs`): this POST waits with it.
         if let Some(held) = out.held.pop() {
             let waiting = std::sync::Mutex::new(filter);
@@ -91,7 +94,11 @@ pub(super) async fn passthrough(
         // The upstream may route on the 2026-07-28 headers: they must say what the body says.
         if let Err(mismatch) = headers::check(&parts.headers, &text) {
             tracing::warn!("refused a request: {mismatch}");
-            record(&filter, judged, Some(&mismatch));
+            record(
+                &filter,
+                judged,
+                Some(&format!("refused before forwarding: {mismatch}")),
+            );
             let id = request_ids(&text).into_iter().next();
             return full(
                 StatusCode::BAD_REQUEST,
@@ -103,7 +110,6 @@ pub(super) async fn passthrough(
                 ),
             );
         }
-        record(&filter, judged, None);
         text
     } else {
         Bytes::new()
@@ -122,8 +128,27 @@ pub(super) async fn passthrough(
     .await
     {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => {
+            let why = format!(
+                "not forwarded: the upstream answered nothing (HTTP {})",
+                r.status()
+            );
+            record(&filter, judged, Some(&why));
+            return r;
+        }
     };
+    let status = response.status();
+    if status == StatusCode::UNAUTHORIZED
+        || (status == StatusCode::FORBIDDEN
+            && response
+                .headers()
+                .contains_key(http::header::WWW_AUTHENTICATE))
+    {
+        let why = format!("the upstream refused the client's credentials (HTTP {status})");
+        record(&filter, judged, Some(&why));
+        return refused_credentials(&shared, &parts.headers, "/mcp", response).await;
+    }
+    record(&filter, judged, None);
     drop(opening);
     let (mut rparts, rbody) = response.into_parts();
     crate::edge::strip_hop_by_hop(&mut rparts.headers);
@@ -218,7 +243,7 @@ pub(super) async fn passthrough(
 }
 
 /// Records what the filter judged of a request; with `refused`, the calls it let through are
-/// recorded refused for that reason (the request was not forwarded).
+/// recorded refused for that reason (the upstream never took them).
 fn record(filter: &Filter, judged: Vec<Event>, refused: Option<&dyn std::fmt::Display>) {
     let Some(sink) = filter.sink() else { return };
     for mut event in judged {
@@ -226,7 +251,7 @@ fn record(filter: &Filter, judged: Vec<Event>, refused: Option<&dyn std::fmt::Di
             && call.action == Action::Allow
         {
             call.action = Action::Block;
-            call.reason = format!("refused before forwarding: {why}");
+            call.reason = why.to_string();
         }
         sink.emit(event);
     }

@@ -212,6 +212,13 @@ pub(super) async fn handle(
         );
     }
     match (method, path.as_str()) {
+        (Method::GET, p)
+            if p == METADATA_PREFIX
+                || p.strip_prefix(METADATA_PREFIX)
+                    .is_some_and(|rest| rest.starts_with('/')) =>
+        {
+            protected_resource(&shared, &req).await
+        }
         (Method::POST | Method::GET | Method::DELETE, "/mcp")
             if shared.transport == Transport::StreamableHttp =>
         {
@@ -235,10 +242,20 @@ pub(super) async fn handle(
 /// The client's headers minus hop-by-hop ones and `Origin` (checked here; the upstream sees
 /// the proxy, not the browser), plus the configured upstream headers where the client has none.
 pub(super) fn upstream_headers(shared: &Shared, client: &HeaderMap) -> HeaderMap {
-    merge_headers(&shared.upstream_headers, client)
+    let lent = match shared.lend {
+        true => &shared.upstream_headers,
+        false => &HeaderMap::new(),
+    };
+    merge_headers(lent, client)
 }
 
-pub(super) fn merge_headers(configured: &HeaderMap, client: &HeaderMap) -> HeaderMap {
+/// The client's headers for the upstream, with `lent` (the operator's `--upstream-header`s)
+/// only when the client brings no `Authorization` of its own: credentials are never mixed.
+pub(super) fn merge_headers(lent: &HeaderMap, client: &HeaderMap) -> HeaderMap {
+    let configured = match client.contains_key(http::header::AUTHORIZATION) {
+        true => &HeaderMap::new(),
+        false => lent,
+    };
     let mut headers = HeaderMap::with_capacity(client.len() + configured.len());
     for (name, value) in client {
         // The body that goes upstream is the filter's canonical UTF-8 JSON, not the client's:

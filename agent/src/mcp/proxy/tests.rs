@@ -61,11 +61,17 @@ fn auth_passes_and_hop_by_hop_and_origin_do_not() {
     client.insert("last-event-id", HeaderValue::from_static("7"));
     let merged = merge_headers(&configured, &client);
     assert_eq!(merged.get("authorization").unwrap(), "Bearer client");
-    assert_eq!(merged.get("x-api-key").unwrap(), "k1");
     assert_eq!(merged.get("last-event-id").unwrap(), "7");
+    // A client with credentials of its own gets none of the lent ones beside them.
+    assert!(merged.get("x-api-key").is_none());
     for gone in ["host", "origin", "connection"] {
         assert!(merged.get(gone).is_none(), "{gone}");
     }
+    // A client without gets the lent ones (when they are lent at all: `upstream_headers`).
+    client.remove("authorization");
+    let merged = merge_headers(&configured, &client);
+    assert_eq!(merged.get("authorization").unwrap(), "Bearer cfg");
+    assert_eq!(merged.get("x-api-key").unwrap(), "k1");
     assert!(parse_headers(&["no colon".into()]).is_err());
 }
 
@@ -124,4 +130,89 @@ fn session_listings_are_per_session_and_credential_and_bounded() {
         &kept,
         &listings.of(&headers(Some("kept"), None))
     ));
+}
+
+/// Every `resource_metadata` of a challenge names the proxy's metadata (quoted, bare, twice, in
+/// another parameter's text), one is added to a Bearer challenge that had none, and the rest
+/// (scope, error, other schemes) is kept.
+#[test]
+fn challenges_point_at_the_proxys_metadata() {
+    let ours = "http://127.0.0.1:8090/.well-known/oauth-protected-resource/mcp";
+    let cases = [
+        (
+            r#"Bearer error="invalid_token", resource_metadata="http://up:3000/.well-known/oauth-protected-resource/mcp", scope="a b""#,
+            format!(r#"Bearer error="invalid_token", resource_metadata="{ours}", scope="a b""#),
+        ),
+        (
+            "Bearer resource_metadata=http://up/x, scope=a",
+            format!(r#"Bearer resource_metadata="{ours}", scope=a"#),
+        ),
+        (
+            r#"Bearer error="insufficient_scope", scope="admin""#,
+            format!(
+                r#"Bearer error="insufficient_scope", scope="admin", resource_metadata="{ours}""#
+            ),
+        ),
+        ("Bearer", format!(r#"Bearer resource_metadata="{ours}""#)),
+        (r#"Basic realm="up""#, r#"Basic realm="up""#.to_owned()),
+    ];
+    for (challenge, want) in cases {
+        assert_eq!(rewrite_challenge(challenge, ours), want, "{challenge}");
+    }
+    // Whatever the SDKs' first-match reading finds is ours, however the challenge hides
+    // another URL (the TypeScript SDK's own challenge writer does not escape quotes).
+    let sdk = regex::Regex::new(r#"resource_metadata=(?:"([^"]+)"|([^\s,]+))"#).unwrap();
+    for hostile in [
+        r#"Bearer error_description="see resource_metadata=http://evil/", resource_metadata="http://up/m""#,
+        r#"Bearer error_description="resource_metadata=\"http://evil/\"", resource_metadata="http://up/m""#,
+        r#"Bearer error_description="x", RESOURCE_METADATA=http://evil/,resource_metadata="http://up/m""#,
+        r#"Bearer realm="resource_metadata="http://evil/"""#,
+    ] {
+        let rewritten = rewrite_challenge(hostile, ours);
+        let first = sdk.captures(&rewritten).expect("a match");
+        let found = first.get(1).or_else(|| first.get(2)).unwrap().as_str();
+        assert_eq!(found, ours, "{hostile} -> {rewritten}");
+    }
+}
+
+/// Metadata toolwall vouches for names authorization servers and the upstream as its resource
+/// (its origin, and a path the upstream's is under), as the SDKs compare them.
+#[test]
+fn only_the_upstreams_own_metadata_is_vouched_for() {
+    let upstream: Uri = "http://localhost:3000/mcp".parse().unwrap();
+    let doc = |v: Value| v.as_object().cloned().unwrap();
+    let servers = serde_json::json!(["http://localhost:3001/"]);
+    for resource in [
+        "http://localhost:3000/mcp",
+        "http://LOCALHOST:3000/mcp/",
+        "http://localhost:3000",
+        "http://localhost:3000/",
+    ] {
+        let m = doc(serde_json::json!({"resource": resource, "authorization_servers": servers}));
+        assert!(check_metadata(&m, &upstream).is_ok(), "{resource}");
+    }
+    for resource in [
+        "https://evil.example.com/mcp",
+        "http://localhost:3001/mcp",
+        "https://localhost:3000/mcp",
+        "http://127.0.0.1:3000/mcp",
+        "http://localhost:3000/mcpx",
+        "http://localhost:3000/other",
+        "not a url at all",
+    ] {
+        let m = doc(serde_json::json!({"resource": resource, "authorization_servers": servers}));
+        assert!(check_metadata(&m, &upstream).is_err(), "{resource}");
+    }
+    for servers in [
+        serde_json::json!([]),
+        serde_json::json!("x"),
+        serde_json::json!([1]),
+    ] {
+        let m = doc(
+            serde_json::json!({"resource": "http://localhost:3000/mcp", "authorization_servers": servers}),
+        );
+        assert!(check_metadata(&m, &upstream).is_err(), "{servers}");
+    }
+    let m = doc(serde_json::json!({"authorization_servers": ["http://a/"]}));
+    assert!(check_metadata(&m, &upstream).is_err());
 }

@@ -23,6 +23,10 @@ use super::filter::Filter;
 use crate::sse::message::SseDecoder;
 use crate::sse::writer::encode_event_into;
 
+/// Most filtered bytes gathered before they are handed on (besides one message larger than
+/// this, which the message limit bounds).
+const FILL_LIMIT: usize = 256 << 10;
+
 /// An upstream SSE body, filtered.
 pub(crate) struct FilteredSse {
     upstream: Option<Incoming>,
@@ -94,8 +98,9 @@ impl FilteredSse {
             .is_some_and(|owed| self.filter.responses() >= owed)
     }
 
-    /// Reads what the upstream has ready into `ready`. Ready when the stream is over (the
-    /// upstream ended or broke, or every owed response passed); pending otherwise.
+    /// Reads what the upstream has ready into `ready`, up to [`FILL_LIMIT`]. Ready when the
+    /// stream is over (the upstream ended or broke, or every owed response passed); pending
+    /// otherwise (with `ready` full, without waiting to be woken: it is handed on first).
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             let Some(upstream) = self.upstream.as_mut() else {
@@ -117,6 +122,12 @@ impl FilteredSse {
                     if self.complete() {
                         self.finish_upstream(cx);
                         return Poll::Ready(());
+                    }
+                    // Enough for one write: the client takes it before more is read, so an
+                    // upstream that writes faster than its client reads is held back by TCP,
+                    // not buffered here.
+                    if self.ready.len() >= FILL_LIMIT {
+                        return Poll::Pending;
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {

@@ -38,6 +38,7 @@
 //! compile to more than 1 MiB are refused at start-up.
 
 mod asking;
+pub(crate) mod budget;
 pub(crate) mod canonical;
 pub(crate) mod client;
 pub(crate) mod enforce;

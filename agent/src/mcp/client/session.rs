@@ -15,9 +15,10 @@ use tokio::task::JoinHandle;
 
 use super::error::McpClientError;
 use super::transport::{
-    HttpClient, PROTOCOL_VERSION_HEADER, SESSION_HEADER, Transport, error_chain, http_client,
-    is_sse, note_protocol_version, parse_url, pump_sse, resolve_endpoint,
+    HttpClient, Inbound, Outlet, PROTOCOL_VERSION_HEADER, SESSION_HEADER, Transport, error_chain,
+    http_client, is_sse, note_protocol_version, parse_url, pump_sse, resolve_endpoint,
 };
+use crate::mcp::budget::Budget;
 use crate::mcp::framing::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::sse::message::SseDecoder;
 
@@ -25,7 +26,7 @@ use crate::sse::message::SseDecoder;
 pub(crate) const PROTOCOL_VERSION: &str = "2025-06-18";
 
 /// Messages from the server, in arrival order, or the error that ended the session.
-pub(crate) type Inbox = mpsc::Receiver<Result<Bytes, McpClientError>>;
+pub(crate) type Inbox = mpsc::Receiver<Result<Inbound, McpClientError>>;
 
 /// One session with an upstream MCP server.
 pub(crate) struct UpstreamSession {
@@ -38,7 +39,7 @@ pub(crate) struct UpstreamSession {
     headers: HeaderMap,
     session_id: Arc<Mutex<Option<HeaderValue>>>,
     protocol_version: Arc<Mutex<Option<HeaderValue>>>,
-    tx: mpsc::Sender<Result<Bytes, McpClientError>>,
+    outlet: Outlet,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     timeout: Duration,
 }
@@ -68,16 +69,19 @@ impl Drop for UpstreamSession {
 impl UpstreamSession {
     /// Opens a session: for legacy SSE this opens the stream and waits for `endpoint`; for
     /// Streamable HTTP nothing is sent until the first message (`initialize`). `Auto` is
-    /// resolved by [`connect_and_initialize`], not here. `headers` go on every request.
+    /// resolved by [`connect_and_initialize`], not here. `headers` go on every request. What
+    /// the upstream sends is charged to `budget` while it is held ([`Inbound`]).
     pub(crate) async fn open(
         http: HttpClient,
         url: &str,
         transport: Transport,
         headers: HeaderMap,
         timeout: Duration,
+        budget: Option<Arc<Budget>>,
     ) -> Result<(Self, Inbox), McpClientError> {
         let uri = parse_url(url)?;
         let (tx, rx) = mpsc::channel(64);
+        let outlet = Outlet { tx, budget };
         let mut session = UpstreamSession {
             http,
             post_url: uri.clone(),
@@ -86,7 +90,7 @@ impl UpstreamSession {
             headers,
             session_id: Arc::default(),
             protocol_version: Arc::default(),
-            tx,
+            outlet,
             tasks: Mutex::default(),
             timeout,
         };
@@ -191,7 +195,7 @@ impl UpstreamSession {
             let task = tokio::spawn(pump_sse(
                 response.into_body(),
                 SseDecoder::with_limit(DEFAULT_MAX_MESSAGE_BYTES),
-                self.tx.clone(),
+                self.outlet.clone(),
                 self.protocol_version.clone(),
                 self.url(),
                 false,
@@ -199,20 +203,20 @@ impl UpstreamSession {
             self.track(task);
             return Ok(());
         }
-        let body = response
-            .into_body()
+        // Bounded like any message: a server cannot make a response of unbounded size held.
+        let body = http_body_util::Limited::new(response.into_body(), DEFAULT_MAX_MESSAGE_BYTES)
             .collect()
             .await
             .map_err(|e| self.err_connect("reading a response", e))?
             .to_bytes();
         note_protocol_version(&self.protocol_version, &body);
-        self.tx
-            .send(Ok(body))
-            .await
-            .map_err(|_| McpClientError::Closed {
+        match self.outlet.put(body).await {
+            true => Ok(()),
+            false => Err(McpClientError::Closed {
                 url: self.url(),
                 reason: "the session was closed".into(),
-            })
+            }),
+        }
     }
 
     fn track(&self, task: JoinHandle<()>) {
@@ -250,7 +254,7 @@ impl UpstreamSession {
         let task = tokio::spawn(pump_sse(
             response.into_body(),
             SseDecoder::with_limit(DEFAULT_MAX_MESSAGE_BYTES),
-            self.tx.clone(),
+            self.outlet.clone(),
             self.protocol_version.clone(),
             self.url(),
             false,
@@ -330,7 +334,7 @@ impl UpstreamSession {
         let task = tokio::spawn(pump_sse(
             body,
             decoder,
-            self.tx.clone(),
+            self.outlet.clone(),
             self.protocol_version.clone(),
             self.url(),
             true,
@@ -352,7 +356,8 @@ pub(crate) async fn connect_and_initialize(
         let headers = headers.clone();
         async move {
             let (session, mut inbox) =
-                UpstreamSession::open(http_client()?, url, transport, headers, timeout).await?;
+                UpstreamSession::open(http_client()?, url, transport, headers, timeout, None)
+                    .await?;
             let init = call(
                 &session,
                 &mut inbox,

@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 
 use super::error::McpClientError;
+use crate::mcp::budget::{Budget, Charge};
 use crate::sse::message::SseDecoder;
 
 /// `Mcp-Session-Id`, the Streamable HTTP session header.
@@ -163,12 +164,60 @@ pub(super) fn note_protocol_version(slot: &Mutex<Option<HeaderValue>>, message: 
     }
 }
 
+/// A message from the upstream, charged to its session's byte budget (if it has one) until it
+/// is dropped or its charge is taken on with it ([`Inbound::into_parts`]).
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    message: Bytes,
+    charge: Option<Charge>,
+}
+
+impl Inbound {
+    /// The message, and its charge to carry on for as long as the message is held.
+    pub(crate) fn into_parts(self) -> (Bytes, Option<Charge>) {
+        (self.message, self.charge)
+    }
+}
+
+impl std::ops::Deref for Inbound {
+    type Target = Bytes;
+
+    fn deref(&self) -> &Bytes {
+        &self.message
+    }
+}
+
+/// Where a session's readers put what the upstream sends: its inbox, each message charged to
+/// the session's budget first (a reader waits for room, so an upstream is read no faster than
+/// its client takes what it sends).
+#[derive(Clone)]
+pub(crate) struct Outlet {
+    pub(super) tx: mpsc::Sender<Result<Inbound, McpClientError>>,
+    pub(super) budget: Option<Arc<Budget>>,
+}
+
+impl Outlet {
+    /// Puts one message in the inbox; false once the inbox is gone.
+    pub(super) async fn put(&self, message: Bytes) -> bool {
+        let charge = match &self.budget {
+            Some(budget) => Some(budget.charge(message.len()).await),
+            None => None,
+        };
+        self.tx.send(Ok(Inbound { message, charge })).await.is_ok()
+    }
+
+    /// Ends the inbox with an error.
+    pub(super) async fn fail(&self, error: McpClientError) {
+        let _ = self.tx.send(Err(error)).await;
+    }
+}
+
 /// Delivers an SSE body's message events to the inbox. For the legacy transport the stream is
 /// the session, so its end is reported as an error; a Streamable HTTP POST stream simply ends.
 pub(super) async fn pump_sse(
     mut body: Incoming,
     mut decoder: SseDecoder,
-    tx: mpsc::Sender<Result<Bytes, McpClientError>>,
+    outlet: Outlet,
     protocol_version: Arc<Mutex<Option<HeaderValue>>>,
     url: String,
     is_session_stream: bool,
@@ -179,7 +228,7 @@ pub(super) async fn pump_sse(
                 continue;
             }
             note_protocol_version(&protocol_version, &event.data);
-            if tx.send(Ok(Bytes::from(event.data))).await.is_err() {
+            if !outlet.put(Bytes::from(event.data)).await {
                 return;
             }
         }
@@ -188,32 +237,32 @@ pub(super) async fn pump_sse(
                 if let Some(data) = frame.data_ref() {
                     decoder.feed(data);
                     if decoder.overflowed() {
-                        let _ = tx
-                            .send(Err(McpClientError::Closed {
+                        outlet
+                            .fail(McpClientError::Closed {
                                 url,
                                 reason: "an SSE event is larger than the message limit".into(),
-                            }))
+                            })
                             .await;
                         return;
                     }
                 }
             }
             Some(Err(e)) => {
-                let _ = tx
-                    .send(Err(McpClientError::Closed {
+                outlet
+                    .fail(McpClientError::Closed {
                         url,
                         reason: format!("the SSE stream broke: {}", error_chain(&e)),
-                    }))
+                    })
                     .await;
                 return;
             }
             None => {
                 if is_session_stream {
-                    let _ = tx
-                        .send(Err(McpClientError::Closed {
+                    outlet
+                        .fail(McpClientError::Closed {
                             url,
                             reason: "the server closed the SSE stream".into(),
-                        }))
+                        })
                         .await;
                 }
                 return;

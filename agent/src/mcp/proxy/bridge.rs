@@ -9,12 +9,13 @@ pub(super) struct BridgedSession {
     upstream: UpstreamSession,
     filter: Mutex<Filter>,
     /// The client's stream (legacy SSE stream, or the Streamable HTTP GET stream).
-    stream: Mutex<Option<mpsc::Sender<Bytes>>>,
-    /// Server messages waiting for a GET stream (Streamable HTTP client, bounded).
-    queued: Mutex<Vec<Bytes>>,
+    stream: Mutex<Option<mpsc::Sender<Outbound>>>,
+    /// Server messages waiting for a GET stream (Streamable HTTP client, bounded), each with
+    /// its charge to the session's budget.
+    queued: Mutex<Vec<Outbound>>,
     /// Requests of Streamable HTTP POSTs waiting for their responses, by id as the peers
     /// compare ids (`8.0` is answered `8`: [`IdKey`]).
-    waiting: Mutex<HashMap<IdKey, mpsc::Sender<Bytes>>>,
+    waiting: Mutex<HashMap<IdKey, mpsc::Sender<Outbound>>>,
     get_opened: std::sync::atomic::AtomicBool,
     /// When the client last sent a request or opened its stream (idle sessions are reaped).
     last_active: Mutex<tokio::time::Instant>,
@@ -22,10 +23,9 @@ pub(super) struct BridgedSession {
     ended: tokio::sync::Notify,
 }
 
-/// Most server messages (and bytes) a bridged Streamable HTTP session keeps for a GET stream
-/// its client has not opened yet.
+/// Most server messages a bridged Streamable HTTP session keeps for a GET stream its client
+/// has not opened yet (and at most half its byte budget: the rest is for its responses).
 pub(super) const MAX_QUEUED: usize = 256;
-pub(super) const MAX_QUEUED_BYTES: usize = 16 << 20;
 /// Most client sessions bridged at once (each holds an upstream session), of each transport:
 /// Streamable HTTP sessions to a legacy SSE upstream, and legacy `GET /sse` streams.
 pub(super) const MAX_BRIDGED: usize = 256;
@@ -133,35 +133,43 @@ impl BridgedSession {
         }
     }
 
-    /// Delivers one (filtered) server message: to the POST waiting for it, else the stream,
-    /// else the queue. Returns false when the client is gone.
-    async fn deliver(&self, message: Bytes) -> bool {
+    /// Delivers one (filtered) server message with its charge: to the POST waiting for it,
+    /// else the stream, else the queue. Returns false when the client is gone.
+    async fn deliver(&self, shared: &Shared, message: Bytes, charge: Option<Charge>) -> bool {
         if let Some(id) = response_id(&message).and_then(|id| IdKey::of(&id)) {
             let waiter = self.waiting.lock().ok().and_then(|mut w| w.remove(&id));
             if let Some(waiter) = waiter {
-                let _ = waiter.send(message).await;
+                let _ = waiter.send((message, charge)).await;
                 return true;
             }
         }
         let stream = self.stream.lock().ok().and_then(|s| s.clone());
         match stream {
             Some(tx) => tx
-                .send(Bytes::from(encode_event(Some("message"), None, &message)))
+                .send((
+                    Bytes::from(encode_event(Some("message"), None, &message)),
+                    charge,
+                ))
                 .await
                 .is_ok(),
             // A response goes to the request that waits for it, never to a stream opened
             // later: one nobody waits for any more (its POST timed out or left) is dropped.
             None if response_id(&message).is_some() => {
+                let dropped = shared
+                    .unawaited
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
                 tracing::warn!(
+                    dropped,
                     "dropped a server response no request waits for (its client left or timed out)"
                 );
                 true
             }
             None => {
                 if let Ok(mut q) = self.queued.lock() {
-                    let held: usize = q.iter().map(Bytes::len).sum();
-                    if q.len() < MAX_QUEUED && held + message.len() <= MAX_QUEUED_BYTES {
-                        q.push(message);
+                    let held: usize = q.iter().map(|(m, _)| m.len()).sum();
+                    if q.len() < MAX_QUEUED && held + message.len() <= shared.session_bytes / 2 {
+                        q.push((message, charge));
                     } else {
                         tracing::warn!(
                             queued = q.len(),
@@ -264,7 +272,7 @@ impl BridgedSession {
                 .send(request)
                 .await
                 .map_err(|e| format!("sending tools/list: {e}"))?;
-            let answer = tokio::time::timeout(shared.timeout, rx.recv())
+            let (answer, _charge) = tokio::time::timeout(shared.timeout, rx.recv())
                 .await
                 .ok()
                 .flatten()
@@ -280,7 +288,7 @@ impl BridgedSession {
 pub(super) async fn bridge(
     shared: &Arc<Shared>,
     headers: &HeaderMap,
-    stream: Option<mpsc::Sender<Bytes>>,
+    stream: Option<mpsc::Sender<Outbound>>,
 ) -> Result<Arc<BridgedSession>, Response<ProxyBody>> {
     // The session sets its own protocol headers; the client's others (auth) go along.
     let mut headers = upstream_headers(shared, headers);
@@ -305,6 +313,7 @@ pub(super) async fn bridge(
         shared.transport,
         headers,
         shared.timeout,
+        Some(shared.session_budget()),
     )
     .await
     {
@@ -333,8 +342,8 @@ pub(super) async fn bridge(
             let Some(session) = weak.upgrade() else {
                 return;
             };
-            let message = match item {
-                Ok(m) => m,
+            let (message, charge) = match item {
+                Ok(m) => m.into_parts(),
                 Err(e) => {
                     shared2.suspect(format!("a bridged session ended: {e}"));
                     session.end(&shared2);
@@ -349,7 +358,7 @@ pub(super) async fn bridge(
                     .map(|c| Bytes::from(one_line(&c).into_owned()))
             };
             if let Some(m) = filtered
-                && !session.deliver(m).await
+                && !session.deliver(&shared2, m, charge).await
             {
                 return;
             }
@@ -381,7 +390,7 @@ pub(super) async fn sse_open(shared: Arc<Shared>, req: Request<Incoming>) -> Res
         None,
         format!("/message?sessionId={id}").as_bytes(),
     );
-    if tx.send(Bytes::from(endpoint)).await.is_err() {
+    if tx.send((Bytes::from(endpoint), None)).await.is_err() {
         return plain(StatusCode::INTERNAL_SERVER_ERROR, "stream closed");
     }
     let session = match bridge(&shared, req.headers(), Some(tx.clone())).await {
@@ -441,7 +450,7 @@ pub(super) async fn sse_message(
     };
     let (_, replies) = session.client_message(&shared, &body).await;
     for r in replies {
-        session.deliver(Bytes::from(r)).await;
+        session.deliver(&shared, Bytes::from(r), None).await;
     }
     plain(StatusCode::ACCEPTED, "Accepted")
 }
@@ -535,7 +544,7 @@ pub(super) async fn bridge_streamable(
             let mut unanswered = sent_ids;
             while !unanswered.is_empty() {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(m)) => {
+                    Ok(Some((m, _charge))) => {
                         if let Some(id) = response_id(&m).and_then(|id| IdKey::of(&id)) {
                             unanswered.retain(|u| IdKey::of(u).as_ref() != Some(&id));
                         }
@@ -573,9 +582,9 @@ pub(super) async fn bridge_streamable(
                 .lock()
                 .map(|mut q| std::mem::take(&mut *q))
                 .unwrap_or_default();
-            for m in queued {
+            for (m, charge) in queued {
                 let _ = tx
-                    .send(Bytes::from(encode_event(Some("message"), None, &m)))
+                    .send((Bytes::from(encode_event(Some("message"), None, &m)), charge))
                     .await;
             }
             if let Ok(mut s) = session.stream.lock() {

@@ -55,6 +55,7 @@ use crate::decision::Gate;
 use crate::events::EventSink;
 
 use super::asking::NoProgress;
+use super::budget::{Budget, Charge};
 use super::client::{
     self, CONNECT_TIMEOUT, Connector, HttpClient, McpClientError, SESSION_HEADER, Transport,
     UpstreamSession, http_client,
@@ -72,6 +73,11 @@ use crate::sse::writer::encode_event;
 const INTERNAL_ERROR: i64 = -32603;
 /// The MCP SDKs' "Request timed out" code.
 const REQUEST_TIMEOUT: i64 = -32001;
+
+/// `--max-session-bytes`: two of the largest messages by default.
+const DEFAULT_SESSION_BYTES: usize = 2 * DEFAULT_MAX_MESSAGE_BYTES;
+/// `--max-held-bytes`.
+const DEFAULT_HELD_BYTES: usize = 256 << 20;
 
 /// Failed probes in a row (a second apart) that mean the upstream is gone.
 const PROBES_TO_LOSE: usize = 3;
@@ -120,6 +126,15 @@ pub struct ProxyArgs {
     /// proxy with status 1).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub timeout: u64,
+    /// Most bytes of server messages one client session may have the proxy hold (read from
+    /// the upstream, not yet taken by the client); past it the session's upstream is read no
+    /// further until its client reads. Half of it at most is kept for a GET stream a
+    /// Streamable HTTP client has not opened yet (the rest is dropped, and logged).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_SESSION_BYTES)]
+    pub max_session_bytes: usize,
+    /// Most bytes of server messages all client sessions together may have the proxy hold.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_HELD_BYTES)]
+    pub max_held_bytes: usize,
     /// Seconds a client session bridged to a legacy SSE upstream may go without a request
     /// (and with no GET stream open) before the proxy ends it and its upstream session; its
     /// client then gets 404 and starts a new session, as the MCP spec says.
@@ -246,6 +261,12 @@ struct Shared {
     listen: Option<SocketAddr>,
     /// What the upstream's challenges said (`auth.rs`).
     auth: AuthState,
+    /// Every session's held messages together (`--max-held-bytes`); each session's budget
+    /// (`--max-session-bytes`) is within it.
+    held: Arc<Budget>,
+    session_bytes: usize,
+    /// Responses dropped because no request waits for them any more (logged with the count).
+    unawaited: std::sync::atomic::AtomicU64,
     /// Legacy SSE client sessions by our session id.
     sse_sessions: Mutex<HashMap<String, Arc<BridgedSession>>>,
     /// Streamable HTTP client sessions bridged to a legacy SSE upstream.
@@ -276,6 +297,11 @@ impl Shared {
     }
 
     /// A filter for a session of its own (bridged, `--stdio`): judged against its own list.
+    /// A new session's byte budget, within the total.
+    fn session_budget(&self) -> Arc<Budget> {
+        Budget::new(self.session_bytes, Some(self.held.clone()))
+    }
+
     fn filter(&self) -> Filter {
         Filter::shared(self.ctx.clone()).with_listing(Arc::new(Mutex::new(Listing::required())))
     }
@@ -300,6 +326,13 @@ pub(crate) async fn run_proxy(
     asker: Option<crate::approval::Asker>,
 ) -> anyhow::Result<()> {
     let upstream_headers = parse_headers(&args.upstream_headers)?;
+    if args.max_session_bytes > args.max_held_bytes {
+        anyhow::bail!(
+            "--max-session-bytes ({}) is more than --max-held-bytes ({}): one session may hold at most what all may",
+            args.max_session_bytes,
+            args.max_held_bytes
+        );
+    }
     let timeout = Duration::from_secs(args.timeout.max(1));
     let auth = AuthState::default();
     let discovered = match client::discover(
@@ -389,6 +422,9 @@ pub(crate) async fn run_proxy(
         lend: args.lend_upstream_headers,
         listen: listener.as_ref().and_then(|l| l.local_addr().ok()),
         auth,
+        held: Budget::new(args.max_held_bytes, None),
+        session_bytes: args.max_session_bytes,
+        unawaited: Default::default(),
         sse_sessions: Mutex::default(),
         bridged: Mutex::default(),
         streams: Arc::default(),

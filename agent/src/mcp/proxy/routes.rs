@@ -5,8 +5,12 @@ use super::*;
 
 pub(super) type ProxyBody = BoxBody<Bytes, Infallible>;
 
+/// What a client stream's channel carries: bytes to write, and the charge of the message they
+/// hold (released once they are handed to the connection).
+pub(super) type Outbound = (Bytes, Option<Charge>);
+
 /// A response body fed by a channel (our SSE streams).
-pub(super) struct ChannelBody(mpsc::Receiver<Bytes>);
+pub(super) struct ChannelBody(mpsc::Receiver<Outbound>);
 
 impl hyper::body::Body for ChannelBody {
     type Data = Bytes;
@@ -18,7 +22,7 @@ impl hyper::body::Body for ChannelBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0
             .poll_recv(cx)
-            .map(|item| item.map(|b| Ok(Frame::data(b))))
+            .map(|item| item.map(|(b, _charge)| Ok(Frame::data(b))))
     }
 }
 
@@ -41,7 +45,7 @@ pub(super) fn plain(status: StatusCode, text: &str) -> Response<ProxyBody> {
     full(status, Some("text/plain; charset=utf-8"), text.to_owned())
 }
 
-pub(super) fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<ProxyBody> {
+pub(super) fn sse_response(rx: mpsc::Receiver<Outbound>) -> Response<ProxyBody> {
     let mut response = Response::new(ChannelBody(rx).boxed());
     let h = response.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -10,6 +10,7 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
         shared.transport,
         shared.upstream_headers.clone(),
         shared.timeout,
+        Some(shared.session_budget()),
     )
     .await
     .context("opening the upstream session")?;

@@ -51,6 +51,10 @@ impl AuthState {
 pub(super) fn own_origin(shared: &Shared, headers: &HeaderMap) -> Option<String> {
     let listen = shared.listen?;
     let host = headers.get(http::header::HOST)?.to_str().ok()?;
+    // No user part: it would be reflected into the metadata's `resource`.
+    if host.contains('@') {
+        return None;
+    }
     let authority: http::uri::Authority = host.parse().ok()?;
     if authority.port_u16() != Some(listen.port()) {
         return None;

@@ -148,7 +148,14 @@ pub(super) async fn passthrough(
         record(&filter, judged, Some(&why));
         return refused_credentials(&shared, &parts.headers, "/mcp", response).await;
     }
-    record(&filter, judged, None);
+    // Refused whole (an unknown session, an error): the upstream took none of its calls.
+    let refused =
+        (!status.is_success()).then(|| format!("the upstream refused the request (HTTP {status})"));
+    record(
+        &filter,
+        judged,
+        refused.as_ref().map(|r| r as &dyn std::fmt::Display),
+    );
     drop(opening);
     let (mut rparts, rbody) = response.into_parts();
     crate::edge::strip_hop_by_hop(&mut rparts.headers);

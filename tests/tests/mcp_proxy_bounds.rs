@@ -33,16 +33,6 @@ fn flood_upstream(count: usize, size: usize) -> (Proc, String) {
     (proc, format!("http://127.0.0.1:{port}/sse"))
 }
 
-/// The memory the proxy holds (VmRSS, kB).
-fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("proc status")
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 /// A legacy SSE session through the proxy: its stream (read up to the `endpoint` event and
 /// then not at all) and its message path.
 fn open_sse(port: u16) -> (TcpStream, String) {

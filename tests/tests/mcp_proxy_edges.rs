@@ -45,16 +45,6 @@ fn only_the_methods_the_transports_define_are_served() {
     assert!(body.contains("serverInfo"), "{body}");
 }
 
-/// The memory the proxy holds (VmRSS, kB).
-fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("proc status")
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 #[test]
 fn request_bodies_past_the_limit_are_refused_without_reading_them() {
     let (_server, url) = server_everything_http("streamableHttp");

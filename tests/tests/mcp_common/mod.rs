@@ -281,3 +281,13 @@ pub fn session_of(head: &str) -> String {
         })
         .unwrap_or_else(|| panic!("no session id in {head}"))
 }
+
+/// The memory a process holds (VmRSS, kB).
+pub fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("proc status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}

@@ -108,12 +108,7 @@ impl Modern<'_> {
                     })?;
             let status = response.status();
             // A protected server: its challenge is the answer, whatever its body says.
-            if status == StatusCode::UNAUTHORIZED
-                || (status == StatusCode::FORBIDDEN
-                    && response
-                        .headers()
-                        .contains_key(http::header::WWW_AUTHENTICATE))
-            {
+            if super::error::is_challenge(status, response.headers()) {
                 return Err(McpClientError::refused(self.url(), step.clone(), response).await);
             }
             let is_sse = crate::edge::is_event_stream(response.headers());

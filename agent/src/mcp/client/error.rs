@@ -97,9 +97,7 @@ impl McpClientError {
             .get(http::header::WWW_AUTHENTICATE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        if status == StatusCode::UNAUTHORIZED
-            || (status == StatusCode::FORBIDDEN && challenge.is_some())
-        {
+        if is_challenge(status, response.headers()) {
             return McpClientError::Unauthorized {
                 url,
                 step,
@@ -119,4 +117,10 @@ impl McpClientError {
     pub(crate) fn is_client_error_status(&self) -> bool {
         matches!(self, McpClientError::Status { status, .. } if status.is_client_error())
     }
+}
+
+/// Whether a refusal asks for credentials: 401, or 403 with a challenge (insufficient scope).
+pub(crate) fn is_challenge(status: StatusCode, headers: &http::HeaderMap) -> bool {
+    status == StatusCode::UNAUTHORIZED
+        || (status == StatusCode::FORBIDDEN && headers.contains_key(http::header::WWW_AUTHENTICATE))
 }

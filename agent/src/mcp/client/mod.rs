@@ -17,7 +17,7 @@ mod session;
 mod transport;
 
 pub(crate) use discovery::{Discovered, discover};
-pub(crate) use error::McpClientError;
+pub(crate) use error::{McpClientError, is_challenge};
 pub(crate) use session::UpstreamSession;
 pub(crate) use transport::{
     CONNECT_TIMEOUT, Connector, HttpClient, SESSION_HEADER, Transport, connector, http_client,

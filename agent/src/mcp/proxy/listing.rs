@@ -241,7 +241,7 @@ async fn ask_http(
         .await
         .map_err(ListFailed::Answer)?;
     let status = response.status();
-    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+    if client::is_challenge(status, response.headers()) {
         return Err(ListFailed::Answer(
             refused_credentials(shared, client, "/mcp", response).await,
         ));

@@ -138,12 +138,7 @@ pub(super) async fn passthrough(
         }
     };
     let status = response.status();
-    if status == StatusCode::UNAUTHORIZED
-        || (status == StatusCode::FORBIDDEN
-            && response
-                .headers()
-                .contains_key(http::header::WWW_AUTHENTICATE))
-    {
+    if client::is_challenge(status, response.headers()) {
         let why = format!("the upstream refused the client's credentials (HTTP {status})");
         record(&filter, judged, Some(&why));
         return refused_credentials(&shared, &parts.headers, "/mcp", response).await;

@@ -545,6 +545,7 @@ async fn watchdog(
 
 mod auth;
 mod bridge;
+mod legacy_sse;
 mod listing;
 mod passthrough;
 mod routes;
@@ -554,6 +555,7 @@ mod tests;
 
 use auth::*;
 use bridge::*;
+use legacy_sse::*;
 use listing::*;
 use passthrough::*;
 use routes::*;

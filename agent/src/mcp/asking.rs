@@ -21,7 +21,9 @@ pub(crate) type NoProgress = tokio::sync::Mutex<tokio::io::Sink>;
 /// How often a client that asked for progress hears that its call still waits.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
-/// Waits for the answer to `held` and settles it: what to forward and answer, recorded.
+/// Waits for the answer to `held` and settles it: what to forward and answer, and the record
+/// (in [`Outcome::records`]), which the caller writes once it knows whether the call was
+/// forwarded (an approved call the upstream refused is recorded refused).
 /// `client` is where progress notifications go (`None`: the transport cannot send them);
 /// `hangup` resolves when the client is gone (its stream ended): the question is withdrawn and
 /// the call, refused, reaches no one.
@@ -98,7 +100,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
         None => (None, Answer::Unavailable("no one to ask".into())),
     };
     let mut filter = filter.lock().unwrap_or_else(|e| e.into_inner());
-    filter.settle(held, approval, &answer).record(filter.sink())
+    filter.settle(held, approval, &answer)
 }
 
 /// A stdio client's hang-up while a call of its waits: reads on (what it sends is kept in

@@ -149,6 +149,52 @@ pub(crate) struct ListFirst {
     pub meta: Option<serde_json::Map<String, Value>>,
 }
 
+/// A 2026-07-28 message's envelope: its `params._meta`'s `io.modelcontextprotocol/*` keys,
+/// when it names a protocol version (who sends it, with what capabilities).
+fn envelope(message: &Value) -> Option<serde_json::Map<String, Value>> {
+    message
+        .pointer("/params/_meta")
+        .and_then(Value::as_object)
+        .filter(|m| m.contains_key("io.modelcontextprotocol/protocolVersion"))
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| k.starts_with("io.modelcontextprotocol/"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+}
+
+/// The envelope a client request (one message or a batch) speaks with, as the server reads
+/// it: from the canonical text the server is sent, so an escaped key is found too. `Err` when
+/// its messages carry different envelopes (one body, two senders) or it cannot be read (the
+/// filter refuses it anyway).
+pub(crate) fn request_envelope(
+    msg: &[u8],
+) -> Result<Option<serde_json::Map<String, Value>>, &'static str> {
+    // Without the key's name or an escape that could spell it, there is no envelope.
+    if memchr::memmem::find(msg, b"io.modelcontextprotocol/").is_none()
+        && memchr::memchr(b'\\', msg).is_none()
+    {
+        return Ok(None);
+    }
+    let Ok(Some(text)) = canonical::canonical(msg) else {
+        return Ok(None);
+    };
+    let Ok(value) = serde_json::from_slice::<Value>(&text) else {
+        return Ok(None);
+    };
+    let items = match &value {
+        Value::Array(items) => items.as_slice(),
+        one => std::slice::from_ref(one),
+    };
+    let mut envelopes = items.iter().map(envelope);
+    let first = envelopes.next().flatten();
+    match envelopes.all(|e| e == first) {
+        true => Ok(first),
+        false => Err("the messages of one request carry different _meta envelopes"),
+    }
+}
+
 impl Filter {
     /// A fresh session.
     pub(crate) fn new(ctx: FilterContext) -> Self {
@@ -214,22 +260,21 @@ impl Filter {
         let call = items
             .iter()
             .find(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"))?;
-        let meta = call
-            .pointer("/params/_meta")
-            .and_then(Value::as_object)
-            .filter(|m| m.contains_key("io.modelcontextprotocol/protocolVersion"))
-            .map(|m| {
-                m.iter()
-                    .filter(|(k, _)| k.starts_with("io.modelcontextprotocol/"))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            });
-        Some(ListFirst { meta })
+        Some(ListFirst {
+            meta: envelope(call),
+        })
     }
 
     /// Whether this session was given a tool list yet.
     pub(crate) fn listed(&self) -> bool {
         self.listing().names.is_some()
+    }
+
+    /// A listing on the session's behalf did not finish: what its first pages gave is
+    /// forgotten, so the call that waited for it is refused as unlisted (and the next one
+    /// listed for again), never judged against part of a list.
+    pub(crate) fn listing_failed(&self) {
+        self.listing().names = None;
     }
 
     fn listing(&self) -> MutexGuard<'_, Listing> {

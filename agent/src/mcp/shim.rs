@@ -455,6 +455,10 @@ where
                     }
                 };
                 let out = super::asking::settle(&filter, held, Some(&*client_out), hangup).await;
+                let out = {
+                    let f = filter.lock().unwrap_or_else(|e| e.into_inner());
+                    out.record(f.sink())
+                };
                 eof = ended;
                 let forward = match out.forward {
                     Some(message) => Forward::Changed(message.into_owned()),

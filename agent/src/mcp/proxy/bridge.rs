@@ -21,6 +21,9 @@ pub(super) struct BridgedSession {
     last_active: Mutex<tokio::time::Instant>,
     /// Told when the upstream session broke (a legacy client's stream then ends).
     pub(super) ended: tokio::sync::Notify,
+    /// Who opened it (`identity.rs`): the upstream session holds their credentials, so only
+    /// their requests may use it (knowing a session id is not enough).
+    opened_by: u64,
 }
 
 /// Most server messages a bridged Streamable HTTP session keeps for a GET stream its client
@@ -93,6 +96,24 @@ pub(super) fn response_id(message: &[u8]) -> Option<String> {
 }
 
 impl BridgedSession {
+    /// Whether a request comes from the session's opener; the refusal for one that does not.
+    pub(super) fn check_opener(
+        &self,
+        shared: &Shared,
+        headers: &HeaderMap,
+    ) -> Result<(), Box<Response<ProxyBody>>> {
+        if shared.identities.of(headers, None) == self.opened_by {
+            return Ok(());
+        }
+        tracing::warn!(
+            "refused a request for a session opened with other credentials (the same headers must come with each request of a session)"
+        );
+        Err(Box::new(plain(
+            StatusCode::FORBIDDEN,
+            "this session was opened with other credentials; send each request of a session with the headers that opened it",
+        )))
+    }
+
     fn touch(&self) {
         if let Ok(mut t) = self.last_active.lock() {
             *t = tokio::time::Instant::now();
@@ -205,17 +226,24 @@ impl BridgedSession {
         if let Some(first) = first
             && let Err(why) = self.list_for(shared, first).await
         {
+            self.filter
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .listing_failed();
             tracing::warn!(
                 "could not list tools on a session's behalf before its call ({why}); the call is refused"
             );
         }
-        let (forward, replies, held) = {
+        // What was judged is recorded once the request's fate is known: a call the upstream
+        // refused (a revoked token's 401, a lost session) is recorded refused, never `allow`.
+        let (forward, replies, held, mut judged) = {
             let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
-            let out = f.on_client(body).record(f.sink());
+            let out = f.on_client(body);
             (
                 out.forward.map(|c| Bytes::from(c.into_owned())),
                 out.replies,
                 out.held,
+                out.records,
             )
         };
         // A call that waits for a person (`approval.rs`): this POST waits with it.
@@ -229,6 +257,7 @@ impl BridgedSession {
                     std::future::pending(),
                 )
                 .await;
+                judged.extend(out.records);
                 (
                     out.forward.map(|c| Bytes::from(c.into_owned())),
                     out.replies,
@@ -237,8 +266,19 @@ impl BridgedSession {
             None => (forward, replies),
         };
         let mut replies = replies;
+        let sink = self
+            .filter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sink()
+            .cloned();
         if let Some(message) = &forward {
             if let Err(e) = self.upstream.send(message.clone()).await {
+                record_judged(
+                    sink.as_ref(),
+                    judged,
+                    Some(&format!("the upstream MCP server refused the request: {e}")),
+                );
                 for id in request_ids(message) {
                     replies.push(error_response(
                         &id,
@@ -256,6 +296,7 @@ impl BridgedSession {
                 tracing::warn!("upstream GET stream: {e}");
             }
         }
+        record_judged(sink.as_ref(), judged, None);
         (forward, replies)
     }
 }
@@ -264,9 +305,10 @@ impl BridgedSession {
     /// Lists every tool page in this session; each response is judged by the session's filter
     /// on its way in (which makes its tools callable) and taken here, not by the client.
     async fn list_for(&self, shared: &Shared, first: ListFirst) -> Result<(), String> {
-        let mut pages = ListPages::new(first);
+        let mut pages = ListPages::new(first, shared);
         loop {
             let (request, id) = pages.request()?;
+            let left = pages.time_left()?;
             let key = IdKey::of(&Value::from(id.as_str()).to_string())
                 .ok_or("a listing id that is no JSON-RPC id")?;
             let (tx, mut rx) = mpsc::channel(1);
@@ -277,15 +319,18 @@ impl BridgedSession {
                 session: self,
                 ids: vec![key],
             };
-            self.upstream
-                .send(request)
+            let asked = async {
+                self.upstream
+                    .send(request)
+                    .await
+                    .map_err(|e| format!("sending tools/list: {e}"))?;
+                rx.recv()
+                    .await
+                    .ok_or_else(|| "the session ended".to_owned())
+            };
+            let (answer, _charge) = tokio::time::timeout(left, asked)
                 .await
-                .map_err(|e| format!("sending tools/list: {e}"))?;
-            let (answer, _charge) = tokio::time::timeout(shared.timeout, rx.recv())
-                .await
-                .ok()
-                .flatten()
-                .ok_or("no answer to tools/list in time")?;
+                .map_err(|_| too_slow())??;
             if pages.answered(&answer)? {
                 return Ok(());
             }
@@ -296,11 +341,11 @@ impl BridgedSession {
 /// Opens an upstream session for a new client session and starts delivering its messages.
 pub(super) async fn bridge(
     shared: &Arc<Shared>,
-    headers: &HeaderMap,
+    client: &HeaderMap,
     stream: Option<mpsc::Sender<Outbound>>,
 ) -> Result<Arc<BridgedSession>, Response<ProxyBody>> {
     // The session sets its own protocol headers; the client's others (auth) go along.
-    let mut headers = upstream_headers(shared, headers);
+    let mut headers = upstream_headers(shared, client);
     for name in ["accept", "last-event-id"] {
         headers.remove(name);
     }
@@ -343,6 +388,7 @@ pub(super) async fn bridge(
         get_opened: std::sync::atomic::AtomicBool::new(false),
         last_active: Mutex::new(tokio::time::Instant::now()),
         ended: tokio::sync::Notify::new(),
+        opened_by: shared.identities.of(client, None),
     });
     let weak = Arc::downgrade(&session);
     let shared2 = shared.clone();
@@ -390,6 +436,11 @@ pub(super) async fn bridge_streamable(
     let existing = session_id
         .as_ref()
         .and_then(|id| shared.bridged.lock().ok().and_then(|m| m.get(id).cloned()));
+    if let Some(session) = &existing
+        && let Err(refused) = session.check_opener(&shared, req.headers())
+    {
+        return *refused;
+    }
     match (req.method().clone(), existing, session_id) {
         (Method::POST, existing, sid) => {
             let (parts, body) = req.into_parts();

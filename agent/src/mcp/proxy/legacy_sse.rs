@@ -79,6 +79,9 @@ pub(super) async fn sse_message(
     else {
         return plain(StatusCode::NOT_FOUND, "unknown session");
     };
+    if let Err(refused) = session.check_opener(&shared, req.headers()) {
+        return *refused;
+    }
     let (parts, body) = req.into_parts();
     let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
         Ok(b) => b,

@@ -6,9 +6,6 @@
 //! The Streamable HTTP passthrough keeps one [`Listing`] per upstream session id and credential
 //! ([`SessionListings`], bounded); a bridged or `--stdio` session keeps its own in its filter.
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
-
 use super::*;
 use crate::mcp::filter::IdKey;
 
@@ -27,40 +24,29 @@ pub(super) enum ListFailed {
     Why(String),
 }
 
-/// The passthrough's tool lists, one per upstream session and credential.
+/// The passthrough's tool lists, one per upstream session and identity.
 #[derive(Default)]
 pub(super) struct SessionListings {
     by_key: HashMap<ListingKey, (Arc<Mutex<Listing>>, u64)>,
     /// Counts uses, so the least recently used list is the one forgotten.
     clock: u64,
-    /// Keys credentials by a keyed hash: the map never holds a token.
-    hasher: RandomState,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct ListingKey {
     /// The upstream's `Mcp-Session-Id` (none for a server without sessions).
     session: Option<String>,
-    /// The client's `Authorization` values, hashed: a session id used with another credential
-    /// is judged against the list that credential was given.
-    credential: u64,
+    /// Who asks (`identity.rs`): a session id used with other credentials, or a server without
+    /// sessions asked by another client, is judged against the list that identity was given.
+    identity: u64,
 }
 
 impl SessionListings {
-    /// The list of the session a request belongs to (a new, empty one the first time).
-    pub(super) fn of(&mut self, headers: &HeaderMap) -> Arc<Mutex<Listing>> {
+    /// The list of a session and identity (a new, empty one the first time).
+    pub(super) fn of(&mut self, session: Option<&str>, identity: u64) -> Arc<Mutex<Listing>> {
         let key = ListingKey {
-            session: headers
-                .get(SESSION_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            credential: self.hasher.hash_one(
-                headers
-                    .get_all(http::header::AUTHORIZATION)
-                    .iter()
-                    .map(HeaderValue::as_bytes)
-                    .collect::<Vec<_>>(),
-            ),
+            session: session.map(str::to_owned),
+            identity,
         };
         self.clock += 1;
         let now = self.clock;
@@ -98,22 +84,39 @@ impl SessionListings {
 /// next `tools/list` request (its text and id) to send in the session; its response, once the
 /// session's filter judged it (which is what makes its tools callable), goes to
 /// [`ListPages::answered`], until that says the list is whole.
+///
+/// The whole listing is bounded like one request: it ends within `--timeout` and reads at most
+/// `--max-message-bytes` in all, whatever number of pages it takes (each page's wait gets what
+/// is left, [`ListPages::time_left`]), so a client's call is never held for page after slow
+/// or huge page.
 pub(super) struct ListPages {
     meta: Option<serde_json::Map<String, Value>>,
     /// An id no client request of the session holds: the response is taken by the proxy.
     nonce: String,
     page: usize,
     cursor: Option<String>,
+    deadline: tokio::time::Instant,
+    bytes_left: usize,
 }
 
 impl ListPages {
-    pub(super) fn new(first: ListFirst) -> Self {
+    pub(super) fn new(first: ListFirst, shared: &Shared) -> Self {
         ListPages {
             meta: first.meta,
             nonce: new_session_id(),
             page: 0,
             cursor: None,
+            deadline: tokio::time::Instant::now() + shared.timeout,
+            bytes_left: shared.max_message,
         }
+    }
+
+    /// How long the next page may take, or why the listing is over.
+    pub(super) fn time_left(&self) -> Result<Duration, String> {
+        self.deadline
+            .checked_duration_since(tokio::time::Instant::now())
+            .filter(|left| !left.is_zero())
+            .ok_or_else(too_slow)
     }
 
     /// Whether the listing speaks the 2026-07-28 revision (its requests carry `Mcp-Method`).
@@ -149,6 +152,10 @@ impl ListPages {
     /// A page's (judged) response: `Ok(true)` when the list is whole, `Ok(false)` when another
     /// page is to be asked for.
     pub(super) fn answered(&mut self, answer: &[u8]) -> Result<bool, String> {
+        self.bytes_left = self
+            .bytes_left
+            .checked_sub(answer.len())
+            .ok_or("the server's tools/list pages are larger than --max-message-bytes in all")?;
         let answer: Value = serde_json::from_slice(answer)
             .map_err(|e| format!("the tools/list answer is not JSON: {e}"))?;
         if let Some(error) = answer.get("error") {
@@ -169,6 +176,11 @@ impl ListPages {
     }
 }
 
+/// Why a listing ended at its deadline.
+pub(super) fn too_slow() -> String {
+    "the server's tools/list pages took longer than --timeout in all".into()
+}
+
 /// The id a listing request's response must carry.
 pub(super) fn answers(message: &[u8], id: &str) -> bool {
     response_id(message).and_then(|r| IdKey::of(&r)) == IdKey::of(&Value::from(id).to_string())
@@ -185,10 +197,11 @@ pub(super) async fn list_http(
     first: ListFirst,
     mut lister: Filter,
 ) -> Result<(), ListFailed> {
-    let mut pages = ListPages::new(first);
+    let mut pages = ListPages::new(first, shared);
     loop {
         let (body, id) = pages.request().map_err(ListFailed::Why)?;
-        let answer = ask_http(
+        let left = pages.time_left().map_err(ListFailed::Why)?;
+        let asked = ask_http(
             shared,
             upstream,
             client,
@@ -196,8 +209,10 @@ pub(super) async fn list_http(
             &mut lister,
             body,
             &id,
-        )
-        .await?;
+        );
+        let answer = tokio::time::timeout(left, asked)
+            .await
+            .map_err(|_| ListFailed::Why(too_slow()))??;
         if pages.answered(&answer).map_err(ListFailed::Why)? {
             return Ok(());
         }

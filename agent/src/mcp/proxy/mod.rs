@@ -12,7 +12,8 @@
 //!
 //! Rooms: `routes` (listener, routes, bounded bodies, responses), `passthrough` (Streamable
 //! HTTP on both sides), `bridge` (sessions bridged to an [`UpstreamSession`]), `stdio`
-//! (`--stdio`), `listing` (each session's tool list), `auth` (authorization passed through).
+//! (`--stdio`), `listing` (each session's tool list), `identity` (who a request speaks for), `outstanding`
+//! (the ids a passthrough session's requests wait under), `auth` (authorization passed through).
 //!
 //! Client-side transports: Streamable HTTP on `/mcp`, legacy HTTP+SSE on `/sse` + `/message`,
 //! or stdio (`--stdio`). Each client session gets its own upstream session. When the client
@@ -62,6 +63,7 @@ use super::client::{
 };
 use super::filter::{
     Filter, FilterContext, INVALID_REQUEST, ListFirst, Listing, allowed_tools, error_response,
+    request_envelope,
 };
 use super::filtered_sse::FilteredSse;
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineFramer, strip_newline};
@@ -247,6 +249,10 @@ struct Shared {
     ctx: Arc<FilterContext>,
     /// The passthrough's sessions' tool lists (a bridged or stdio session keeps its own).
     listings: Mutex<SessionListings>,
+    /// Who a client request speaks for (`identity.rs`).
+    identities: Identities,
+    /// The ids the passthrough's sessions' requests wait under (`outstanding.rs`).
+    outstanding: Arc<Outstanding>,
     http: HttpClient,
     timeout: Duration,
     /// Most bytes of one client request body.
@@ -306,12 +312,32 @@ impl Shared {
         Filter::shared(self.ctx.clone()).with_listing(Arc::new(Mutex::new(Listing::required())))
     }
 
-    /// The tool list of the passthrough session a request belongs to.
-    fn listing_of(&self, headers: &HeaderMap) -> Arc<Mutex<Listing>> {
+    /// The tool list of the passthrough session and identity a request belongs to.
+    fn listing_of(&self, session: Option<&str>, identity: u64) -> Arc<Mutex<Listing>> {
         self.listings
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .of(headers)
+            .of(session, identity)
+    }
+}
+
+/// Records what a filter judged of a request; with `refused`, the calls it let through are
+/// recorded refused for that reason (the upstream never took them): a call is recorded
+/// `allow` only once it was forwarded.
+fn record_judged(
+    sink: Option<&EventSink>,
+    judged: Vec<crate::events::Event>,
+    refused: Option<&dyn std::fmt::Display>,
+) {
+    let Some(sink) = sink else { return };
+    for mut event in judged {
+        if let (Some(why), crate::events::Event::McpToolCalled(call)) = (refused, &mut event)
+            && call.action == crate::decision::Action::Allow
+        {
+            call.action = crate::decision::Action::Block;
+            call.reason = why.to_string();
+        }
+        sink.emit(event);
     }
 }
 
@@ -414,6 +440,8 @@ pub(crate) async fn run_proxy(
         transport: discovered.transport,
         ctx: Arc::new(ctx),
         listings: Mutex::default(),
+        identities: Identities::default(),
+        outstanding: Arc::default(),
         http: http_client()?,
         timeout,
         max_message: args.max_message_bytes,
@@ -545,8 +573,10 @@ async fn watchdog(
 
 mod auth;
 mod bridge;
+mod identity;
 mod legacy_sse;
 mod listing;
+mod outstanding;
 mod passthrough;
 mod routes;
 mod stdio;
@@ -555,8 +585,10 @@ mod tests;
 
 use auth::*;
 use bridge::*;
+use identity::Identities;
 use legacy_sse::*;
 use listing::*;
+use outstanding::{Holding, Outstanding, Scope};
 use passthrough::*;
 use routes::*;
 use stdio::*;

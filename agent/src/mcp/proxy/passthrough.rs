@@ -2,7 +2,6 @@
 //! as the filter's text, each response filtered (a stream in its body, [`FilteredSse`]).
 
 use super::*;
-use crate::{decision::Action, events::Event};
 
 /// How long the rest of an answered response stream is read for its connection to be reused: a
 /// server ends it right after its last response; one that does not holds a connection no
@@ -32,9 +31,15 @@ pub(super) async fn passthrough(
         }
         _ => None,
     };
-    // Judged against the list this session (and credential) was given.
-    let listing = shared.listing_of(&parts.headers);
-    let mut filter = Filter::shared(shared.ctx.clone()).with_listing(listing.clone());
+    // A GET stream (a resumed response stream may carry listings) shares its session's list;
+    // a POST's is chosen once its body says who it speaks for; a DELETE judges nothing.
+    let mut filter = Filter::shared(shared.ctx.clone());
+    if parts.method == Method::GET {
+        let identity = shared.identities.of(&parts.headers, None);
+        filter = filter.with_listing(shared.listing_of(session.as_deref(), identity));
+    }
+    // The ids this request's requests wait under, held until its response ends.
+    let mut claimed = None;
     // What was judged of the request, recorded once its fate is known: a call is recorded
     // `allow` only once the upstream took it.
     let mut judged = Vec::new();
@@ -48,6 +53,22 @@ pub(super) async fn passthrough(
             Ok(b) => b,
             Err(r) => return r,
         };
+        // Judged against the list this session and identity was given: its headers, and at
+        // 2026-07-28 its envelope (a server without sessions lists per request).
+        let envelope = match request_envelope(&body) {
+            Ok(e) => e,
+            Err(why) => {
+                tracing::warn!("refused a request: {why}");
+                return full(
+                    StatusCode::BAD_REQUEST,
+                    Some("application/json"),
+                    error_response("null", INVALID_REQUEST, &format!("[toolwall] {why}")),
+                );
+            }
+        };
+        let identity = shared.identities.of(&parts.headers, envelope.as_ref());
+        let listing = shared.listing_of(session.as_deref(), identity);
+        filter = filter.with_listing(listing.clone());
         // A call before the session listed: its list first, asked in its session with its
         // credentials, so the call is judged against what the server would list to it.
         if let Some(first) = filter.list_first(&body) {
@@ -55,9 +76,12 @@ pub(super) async fn passthrough(
             match list_http(&shared, upstream, &parts.headers, first, lister).await {
                 Ok(()) => {}
                 Err(ListFailed::Answer(response)) => return response,
-                Err(ListFailed::Why(why)) => tracing::warn!(
-                    "could not list tools on a session's behalf before its call ({why}); the call is refused"
-                ),
+                Err(ListFailed::Why(why)) => {
+                    filter.listing_failed();
+                    tracing::warn!(
+                        "could not list tools on a session's behalf before its call ({why}); the call is refused"
+                    )
+                }
             }
         }
         let mut out = filter.on_client(&body);
@@ -76,11 +100,13 @@ pub(super) async fn passthrough(
             )
             .await;
             filter = waiting.into_inner().unwrap_or_else(|e| e.into_inner());
+            // An approved call is recorded `allow` only once the upstream took it, like any.
+            judged.append(&mut out.records);
         }
         replies = out.replies;
         let text = match out.forward {
             None => {
-                record(&filter, judged, None);
+                record_judged(filter.sink(), judged, None);
                 return json_reply(replies);
             }
             Some(text) => Bytes::from(text.into_owned()),
@@ -91,11 +117,37 @@ pub(super) async fn passthrough(
         {
             shared.streams.before_request(session, shared.timeout).await;
         }
+        // A server routes a session's responses by id: no two of its requests wait under one.
+        let scope = match &session {
+            Some(s) => Scope::Session(s.clone()),
+            None => Scope::Identity(identity),
+        };
+        match shared.outstanding.claim(scope, &request_ids(&text)) {
+            Ok(ids) => claimed = Some(ids),
+            Err(refused) => {
+                tracing::warn!("refused a request: {refused}");
+                record_judged(
+                    filter.sink(),
+                    judged,
+                    Some(&format!("refused before forwarding: {refused}")),
+                );
+                let id = request_ids(&text).into_iter().next();
+                return full(
+                    StatusCode::BAD_REQUEST,
+                    Some("application/json"),
+                    error_response(
+                        id.as_deref().unwrap_or("null"),
+                        INVALID_REQUEST,
+                        &format!("[toolwall] {refused}"),
+                    ),
+                );
+            }
+        }
         // The upstream may route on the 2026-07-28 headers: they must say what the body says.
         if let Err(mismatch) = headers::check(&parts.headers, &text) {
             tracing::warn!("refused a request: {mismatch}");
-            record(
-                &filter,
+            record_judged(
+                filter.sink(),
                 judged,
                 Some(&format!("refused before forwarding: {mismatch}")),
             );
@@ -133,21 +185,21 @@ pub(super) async fn passthrough(
                 "not forwarded: the upstream answered nothing (HTTP {})",
                 r.status()
             );
-            record(&filter, judged, Some(&why));
+            record_judged(filter.sink(), judged, Some(&why));
             return r;
         }
     };
     let status = response.status();
     if client::is_challenge(status, response.headers()) {
         let why = format!("the upstream refused the client's credentials (HTTP {status})");
-        record(&filter, judged, Some(&why));
+        record_judged(filter.sink(), judged, Some(&why));
         return refused_credentials(&shared, &parts.headers, "/mcp", response).await;
     }
     // Refused whole (an unknown session, an error): the upstream took none of its calls.
     let refused =
         (!status.is_success()).then(|| format!("the upstream refused the request (HTTP {status})"));
-    record(
-        &filter,
+    record_judged(
+        filter.sink(),
         judged,
         refused.as_ref().map(|r| r as &dyn std::fmt::Display),
     );
@@ -177,7 +229,11 @@ pub(super) async fn passthrough(
                 Err(streaming) => body = streaming,
             }
         }
-        let mut response = Response::new(body.boxed());
+        let body = match claimed {
+            Some(ids) => Holding::new(body.boxed(), ids).boxed(),
+            None => body.boxed(),
+        };
+        let mut response = Response::new(body);
         *response.status_mut() = rparts.status;
         // The upstream's headers as they were (repeated ones included); it already says
         // `text/event-stream`.
@@ -242,19 +298,4 @@ pub(super) async fn passthrough(
     *response.status_mut() = rparts.status;
     *response.headers_mut() = rparts.headers;
     response
-}
-
-/// Records what the filter judged of a request; with `refused`, the calls it let through are
-/// recorded refused for that reason (the upstream never took them).
-fn record(filter: &Filter, judged: Vec<Event>, refused: Option<&dyn std::fmt::Display>) {
-    let Some(sink) = filter.sink() else { return };
-    for mut event in judged {
-        if let (Some(why), Event::McpToolCalled(call)) = (refused, &mut event)
-            && call.action == Action::Allow
-        {
-            call.action = Action::Block;
-            call.reason = why.to_string();
-        }
-        sink.emit(event);
-    }
 }

@@ -105,17 +105,23 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                 if let Some(first) = first
                     && let Err(why) = list_for(&shared, &session, &awaited, first).await
                 {
+                    filter
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .listing_failed();
                     tracing::warn!(
                         "could not list tools on the client's behalf before its call ({why}); the call is refused"
                     );
                 }
-                let (forward, replies, held) = {
+                // Recorded once the upstream took the request or refused it.
+                let (forward, replies, held, mut judged) = {
                     let mut f = filter.lock().unwrap_or_else(|e| e.into_inner());
-                    let out = f.on_client(line).record(f.sink());
+                    let out = f.on_client(line);
                     (
                         out.forward.map(|c| Bytes::from(c.into_owned())),
                         out.replies,
                         out.held,
+                        out.records,
                     )
                 };
                 // A call that waits for a person (`approval.rs`) holds the client's later
@@ -136,6 +142,7 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                         };
                         let out =
                             crate::mcp::asking::settle(&filter, held, Some(&*stdout), hangup).await;
+                        judged.extend(out.records);
                         eof = ended;
                         (
                             out.forward.map(|c| Bytes::from(c.into_owned())),
@@ -144,6 +151,26 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                     }
                     None => (forward, replies),
                 };
+                let sink = filter
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .sink()
+                    .cloned();
+                // Refusals are recorded now (a client gone while they are answered loses
+                // none); the calls let through once the upstream took them or not.
+                judged.retain(|event| match event {
+                    crate::events::Event::McpToolCalled(call)
+                        if call.action == crate::decision::Action::Allow =>
+                    {
+                        true
+                    }
+                    _ => {
+                        if let Some(sink) = &sink {
+                            sink.emit(event.clone());
+                        }
+                        false
+                    }
+                });
                 if !replies.is_empty() {
                     let mut w = stdout.lock().await;
                     for r in replies {
@@ -154,6 +181,11 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                 }
                 if let Some(message) = forward {
                     if let Err(e) = session.send(message.clone()).await {
+                        record_judged(
+                            sink.as_ref(),
+                            std::mem::take(&mut judged),
+                            Some(&format!("the upstream MCP server refused the request: {e}")),
+                        );
                         // A refused request is answered, so the client does not wait for ever.
                         let mut w = stdout.lock().await;
                         for id in request_ids(&message) {
@@ -177,6 +209,7 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                         }
                     }
                 }
+                record_judged(sink.as_ref(), judged, None);
             }
             if eof {
                 return Ok::<(), anyhow::Error>(());
@@ -219,22 +252,22 @@ async fn list_for(
     awaited: &Awaited,
     first: ListFirst,
 ) -> Result<(), String> {
-    let mut pages = ListPages::new(first);
+    let mut pages = ListPages::new(first, shared);
     loop {
+        let left = pages.time_left()?;
         let (request, id) = pages.request()?;
         let (tx, rx) = oneshot::channel();
         *awaited.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, tx));
-        let answer = async {
+        let asked = async {
             session
                 .send(request)
                 .await
                 .map_err(|e| format!("sending tools/list: {e}"))?;
-            tokio::time::timeout(shared.timeout, rx)
-                .await
-                .map_err(|_| "no answer to tools/list in time".to_owned())?
-                .map_err(|_| "the session ended".to_owned())
-        }
-        .await;
+            rx.await.map_err(|_| "the session ended".to_owned())
+        };
+        let answer = tokio::time::timeout(left, asked)
+            .await
+            .unwrap_or_else(|_| Err(too_slow()));
         awaited.lock().unwrap_or_else(|e| e.into_inner()).take();
         if pages.answered(&answer?)? {
             return Ok(());

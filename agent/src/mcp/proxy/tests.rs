@@ -81,54 +81,40 @@ fn one_line_compacts_multiline_messages() {
     assert_eq!(one_line(b"{\"a\":1}").as_ref(), b"{\"a\":1}");
 }
 
-/// One list per upstream session and credential; a DELETE forgets the session's; past the
+/// One list per upstream session and identity; a DELETE forgets the session's; past the
 /// bound the least recently used one is forgotten (its next call is listed for again).
 #[test]
-fn session_listings_are_per_session_and_credential_and_bounded() {
-    let headers = |session: Option<&str>, auth: Option<&str>| {
+fn session_listings_are_per_session_and_identity_and_bounded() {
+    let ids = Identities::default();
+    let mut listings = SessionListings::default();
+    let mut of = |session: Option<&str>, auth: Option<&str>| {
         let mut h = HeaderMap::new();
-        if let Some(s) = session {
-            h.insert(SESSION_HEADER, HeaderValue::from_str(s).expect("value"));
-        }
         if let Some(a) = auth {
             h.insert(
                 http::header::AUTHORIZATION,
                 HeaderValue::from_str(a).expect("value"),
             );
         }
-        h
+        listings.of(session, ids.of(&h, None))
     };
-    let mut listings = SessionListings::default();
-    let a = listings.of(&headers(Some("s1"), Some("Bearer one")));
-    assert!(Arc::ptr_eq(
-        &a,
-        &listings.of(&headers(Some("s1"), Some("Bearer one")))
-    ));
-    assert!(!Arc::ptr_eq(
-        &a,
-        &listings.of(&headers(Some("s1"), Some("Bearer two")))
-    ));
-    assert!(!Arc::ptr_eq(
-        &a,
-        &listings.of(&headers(Some("s2"), Some("Bearer one")))
-    ));
-    assert!(!Arc::ptr_eq(
-        &a,
-        &listings.of(&headers(None, Some("Bearer one")))
-    ));
-    assert_eq!(listings.len(), 4);
+    let a = of(Some("s1"), Some("Bearer one"));
+    assert!(Arc::ptr_eq(&a, &of(Some("s1"), Some("Bearer one"))));
+    assert!(!Arc::ptr_eq(&a, &of(Some("s1"), Some("Bearer two"))));
+    assert!(!Arc::ptr_eq(&a, &of(Some("s2"), Some("Bearer one"))));
+    assert!(!Arc::ptr_eq(&a, &of(None, Some("Bearer one"))));
+    let kept = of(Some("kept"), None);
+    assert_eq!(listings.len(), 5);
     listings.ended("s1");
-    assert_eq!(listings.len(), 2);
-    let kept = listings.of(&headers(Some("kept"), None));
+    assert_eq!(listings.len(), 3);
     for i in 0..MAX_LISTINGS {
         // `kept` is used between the others, so it is never the least recently used.
-        listings.of(&headers(Some(&format!("n{i}")), None));
-        listings.of(&headers(Some("kept"), None));
+        listings.of(Some(&format!("n{i}")), 0);
+        listings.of(Some("kept"), ids.of(&HeaderMap::new(), None));
     }
     assert_eq!(listings.len(), MAX_LISTINGS);
     assert!(Arc::ptr_eq(
         &kept,
-        &listings.of(&headers(Some("kept"), None))
+        &listings.of(Some("kept"), ids.of(&HeaderMap::new(), None))
     ));
 }
 

@@ -1,0 +1,337 @@
+//! `toolwall mcp-proxy` keeps each client's view its own, through the real binary, in front of
+//! a server without sessions whose tool list depends on who asks (`mcp_identity_upstream.py`):
+//!
+//! - a tool listed to one identity (an `X-Api-Key`, a 2026-07-28 envelope's capabilities) is
+//!   never callable by another: each identity is judged against the list it was given;
+//! - a legacy SSE session holds the upstream credentials it was opened with, so it takes
+//!   requests from its opener only, whoever knows its id;
+//! - a call the upstream refuses (a revoked token's 401) is recorded refused, never `allow`;
+//! - a request may not borrow an id another POST of its session still waits under (the
+//!   TypeScript SDK's server routes responses by id, so the other's answer could reach it);
+//! - a listing on a session's behalf ends within `--timeout` and `--max-message-bytes` in all,
+//!   however many pages the server offers.
+
+mod mcp_common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use mcp_common::*;
+use serde_json::Value;
+
+/// The upstream on a free port; its URL.
+fn upstream(ran: &Path, revoked: &Path) -> (Proc, String) {
+    let script = toolwall_tests::workspace_root().join("tests/peers/mcp_identity_upstream.py");
+    let (proc, port) = start_listening("the identity upstream", |port| {
+        Proc(
+            Command::new(toolwall_tests::python())
+                .arg(&script)
+                .arg(port.to_string())
+                .env("RAN", ran)
+                .env("REVOKED", revoked)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start the identity upstream"),
+        )
+    });
+    (proc, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    ran: PathBuf,
+    revoked: PathBuf,
+    db: PathBuf,
+    _upstream: Proc,
+    url: String,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ran = dir.path().join("ran");
+    let revoked = dir.path().join("revoked");
+    let db = dir.path().join("events.db");
+    let (upstream, url) = upstream(&ran, &revoked);
+    Setup {
+        _dir: dir,
+        ran,
+        revoked,
+        db,
+        _upstream: upstream,
+        url,
+    }
+}
+
+fn ran(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One Streamable HTTP POST of `body` with `headers`; its status and body.
+fn post(port: u16, headers: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", headers, body));
+    (status, body)
+}
+
+fn call(id: u32, name: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{{}}}}}}"#
+    )
+}
+
+const V2025: &str = "MCP-Protocol-Version: 2025-06-18\r\n";
+
+#[test]
+fn a_server_without_sessions_lists_each_identity_as_itself() {
+    let s = setup();
+    let (_proxy, port) = proxy(&s.url, &[]);
+    let guest = &format!("{V2025}X-Api-Key: guest\r\n");
+    let admin = &format!("{V2025}X-Api-Key: admin\r\n");
+    // The guest calls first: listed for as itself, it was never given admin_reset.
+    let (_, body) = post(port, guest, &call(1, "admin_reset"));
+    assert!(body.contains("Unknown tool"), "{body}");
+    // The admin lists and is given admin_reset; the guest is still refused it.
+    let (_, body) = post(
+        port,
+        admin,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    assert!(body.contains("admin_reset"), "{body}");
+    let (_, body) = post(port, guest, &call(3, "admin_reset"));
+    assert!(body.contains("Unknown tool"), "{body}");
+    let (_, body) = post(port, admin, &call(4, "admin_reset"));
+    assert!(body.contains("ran admin_reset"), "{body}");
+    assert_eq!(ran(&s.ran), ["admin_reset admin"]);
+
+    // 2026-07-28: the envelope each request carries says who asks.
+    let v2026 = "MCP-Protocol-Version: 2026-07-28\r\n";
+    let envelope = |capabilities: &str| {
+        format!(
+            r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"t","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{capabilities}}}"#
+        )
+    };
+    let list = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{{{}}}}}"#,
+        envelope(r#"{"sampling":{}}"#)
+    );
+    let (_, body) = post(port, &format!("{v2026}Mcp-Method: tools/list\r\n"), &list);
+    assert!(body.contains("sample_llm"), "{body}");
+    let sample = |id: u32, capabilities: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"sample_llm","arguments":{{}},{}}}}}"#,
+            envelope(capabilities)
+        )
+    };
+    let routed = format!("{v2026}Mcp-Method: tools/call\r\nMcp-Name: sample_llm\r\n");
+    let (_, body) = post(port, &routed, &sample(6, "{}"));
+    assert!(body.contains("Unknown tool"), "{body}");
+    let (_, body) = post(port, &routed, &sample(7, r#"{"sampling":{}}"#));
+    assert!(body.contains("ran sample_llm"), "{body}");
+    // One body speaking for two clients is refused whole.
+    let two = format!("[{},{}]", sample(8, r#"{"sampling":{}}"#), sample(9, "{}"));
+    let (status, body) = post(port, &routed, &two);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("different _meta envelopes"), "{body}");
+    assert_eq!(ran(&s.ran), ["admin_reset admin", "sample_llm None"]);
+}
+
+/// A legacy SSE client's stream.
+struct SseStream {
+    reader: BufReader<TcpStream>,
+}
+
+impl SseStream {
+    fn open(port: u16, headers: &str) -> Self {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("read timeout");
+        write!(
+            stream,
+            "GET /sse HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nCache-Control: no-store\r\n{headers}\r\n"
+        )
+        .expect("send");
+        SseStream {
+            reader: BufReader::new(stream),
+        }
+    }
+
+    /// The data of the first event that `matches`.
+    fn until(&mut self, matches: impl Fn(&str) -> bool) -> String {
+        loop {
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) | Err(_) => panic!("the stream ended before the event looked for"),
+                Ok(_) => {
+                    if let Some(data) = line.strip_prefix("data:")
+                        && matches(data.trim())
+                    {
+                        return data.trim().to_owned();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The message that answers request `id`.
+    fn answer(&mut self, id: u32) -> Value {
+        let data = self.until(|d| {
+            serde_json::from_str::<Value>(d)
+                .is_ok_and(|m| m["id"] == id && m.get("method").is_none())
+        });
+        serde_json::from_str(&data).expect("JSON")
+    }
+}
+
+/// The `mcp_tool_called` records of a proxy's database (the proxy stopped), as (action, reason).
+fn calls_recorded(proxy: &mut Proc, db: &Path) -> Vec<(String, String)> {
+    // SAFETY: kill(2) on our own child; SIGTERM lets it store what it recorded.
+    unsafe { libc::kill(proxy.0.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = proxy.0.wait();
+    let out = Command::new(toolwall_tests::toolwall_bin())
+        .args([
+            "mcp",
+            "events",
+            "--json",
+            "--type",
+            "mcp_tool_called",
+            "--db",
+        ])
+        .arg(db)
+        .output()
+        .expect("toolwall mcp events");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("a JSON line");
+            (
+                v["action"].as_str().unwrap_or_default().to_owned(),
+                v["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_legacy_sse_session_takes_requests_from_its_opener_only_and_records_refusals() {
+    let s = setup();
+    let db = s.db.to_str().expect("a UTF-8 path");
+    let (mut proxy, port) = proxy(&s.url, &["--db", db]);
+    let opener = "Authorization: Bearer alice\r\nX-Api-Key: admin\r\n";
+    let mut stream = SseStream::open(port, opener);
+    let endpoint = stream.until(|d| d.starts_with("/message?sessionId="));
+    let message =
+        |headers: &str, body: &str| exchange(port, &request("POST", &endpoint, headers, body)).0;
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    // Knowing the session's id is not enough: no credentials, another's, or part of them.
+    for stranger in [
+        "",
+        "Authorization: Bearer mallory\r\nX-Api-Key: admin\r\n",
+        "Authorization: Bearer alice\r\n",
+        "Authorization: Bearer alice\r\nX-Api-Key: admin\r\nCookie: a=b\r\n",
+    ] {
+        assert_eq!(message(stranger, initialize), 403, "{stranger:?}");
+    }
+    assert_eq!(message(opener, initialize), 202);
+    stream.answer(1);
+    assert_eq!(
+        message(
+            opener,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#
+        ),
+        202
+    );
+    assert_eq!(message(opener, &call(2, "admin_reset")), 202);
+    let ran_it = stream.answer(2);
+    assert!(ran_it.to_string().contains("ran admin_reset"), "{ran_it}");
+    // The token is revoked: the upstream refuses the next call with 401.
+    std::fs::write(&s.revoked, "").expect("revoke");
+    assert_eq!(message(opener, &call(3, "echo")), 202);
+    let refused = stream.answer(3);
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert_eq!(ran(&s.ran), ["admin_reset admin"]);
+    let recorded = calls_recorded(&mut proxy, &s.db);
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    assert_eq!(recorded[0].0, "allow", "{recorded:?}");
+    assert_eq!(recorded[1].0, "block", "{recorded:?}");
+    assert!(recorded[1].1.contains("refused"), "{recorded:?}");
+}
+
+/// The pages a server without end served to one call's listing, by `limits`.
+fn pages_served(limits: &[&str], page_bytes: usize) -> (usize, String) {
+    let s = setup();
+    let (_proxy, port) = proxy(&s.url, limits);
+    let (_, body) = post(
+        port,
+        &format!("{V2025}X-Pages: {page_bytes}\r\n"),
+        &call(1, "echo"),
+    );
+    let pages = ran(&s.ran).iter().filter(|l| *l == "PAGE").count();
+    assert!(!ran(&s.ran).iter().any(|l| l.starts_with("echo")), "{body}");
+    (pages, body)
+}
+
+#[test]
+fn a_listing_on_a_sessions_behalf_is_bounded_in_time_and_bytes() {
+    // A page a second, for ever: the listing ends at --timeout, not after 100 pages.
+    let (pages, body) = pages_served(&["--timeout", "3"], 10);
+    assert!((2..=4).contains(&pages), "{pages} pages: {body}");
+    assert!(body.contains("Unknown tool"), "{body}");
+    // Pages of 400 kB: the third passes 1 MiB in all, and the listing ends there.
+    let (pages, body) = pages_served(
+        &["--timeout", "60", "--max-message-bytes", "1048576"],
+        400_000,
+    );
+    assert_eq!(pages, 3, "{body}");
+    assert!(body.contains("Unknown tool"), "{body}");
+}
+
+#[test]
+fn a_request_may_not_borrow_an_id_another_post_of_its_session_waits_under() {
+    let (_server, url) = server_everything_http("streamableHttp");
+    let (_proxy, port) = proxy(&url, &[]);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+    let session = format!("{V2025}Mcp-Session-Id: {}\r\n", session_of(&head));
+    let (status, _, _) = exchange(
+        port,
+        &request(
+            "POST",
+            "/mcp",
+            &session,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        ),
+    );
+    assert!(status == 202 || status == 200, "{status}");
+    let slow = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"trigger-long-running-operation","arguments":{"duration":3,"steps":1}}}"#;
+    let waiting = {
+        let session = session.clone();
+        std::thread::spawn(move || exchange(port, &request("POST", "/mcp", &session, slow)))
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    // 7, 7.0 and 7e0 are one id to the servers.
+    for id in ["7", "7.0", "7e0"] {
+        let echo = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"message":"borrowed"}}}}}}"#
+        );
+        let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, &echo));
+        assert_eq!(status, 400, "{id}: {body}");
+        assert!(body.contains("already in use"), "{body}");
+    }
+    let (status, _, body) = waiting.join().expect("the slow call");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Long running operation completed"), "{body}");
+    // Answered: the id is free again.
+    let echo = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"again"}}}"#;
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, echo));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("again"), "{body}");
+}

@@ -6,6 +6,8 @@ RAN for each run, so a test sees what a proxy in front let through.
 
 - A file REVOKED present: every `tools/call` is refused with 401 and a Bearer challenge (a
   token revoked mid-session).
+- `numbers` answers with numbers JSON readers write differently from how they read them
+  (`987654321098765432101234`, `1.50`, `1E2`), written by hand, and an AWS key beside them.
 - A request with `X-Pages: SIZE`: its `tools/list` never ends, each page SIZE bytes long with a
   `nextCursor`, one second apart; each page served appends `PAGE` to RAN.
 
@@ -70,7 +72,8 @@ class Handler(BaseHTTPRequestHandler):
                     "tools": [{"name": "echo", "description": padding,
                                "inputSchema": {"type": "object"}}],
                     "nextCursor": "page-%d" % time.monotonic_ns()}})
-            tools = [{"name": "echo", "inputSchema": {"type": "object"}}]
+            tools = [{"name": "echo", "inputSchema": {"type": "object"}},
+                     {"name": "numbers", "inputSchema": {"type": "object"}}]
             if self.headers.get("X-Api-Key") == "admin":
                 tools.append({"name": "admin_reset", "inputSchema": {"type": "object"}})
             meta = params.get("_meta") or {}
@@ -85,6 +88,16 @@ class Handler(BaseHTTPRequestHandler):
                     % self.server.server_address[1])])
             name = params.get("name")
             note("%s %s" % (name, self.headers.get("X-Api-Key")))
+            if name == "numbers":
+                body = ('{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"n"}],'
+                        '"structuredContent":{"big":987654321098765432101234,"small":1.50,'
+                        '"exp":1E2,"key":"AKIAQYLPMN5HHHFPZAM2"}}}' % json.dumps(id_)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             return self.reply(200, {"jsonrpc": "2.0", "id": id_, "result": {
                 "content": [{"type": "text", "text": "ran " + str(name)}]}})
         return self.reply(200, {"jsonrpc": "2.0", "id": id_,

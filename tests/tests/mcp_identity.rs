@@ -9,7 +9,9 @@
 //! - a request may not borrow an id another POST of its session still waits under (the
 //!   TypeScript SDK's server routes responses by id, so the other's answer could reach it);
 //! - a listing on a session's behalf ends within `--timeout` and `--max-message-bytes` in all,
-//!   however many pages the server offers.
+//!   however many pages the server offers;
+//! - numbers are read and forwarded by their text: a redacted result keeps its other numbers
+//!   byte for byte, and a pattern sees a 24-digit number's digits.
 
 mod mcp_common;
 
@@ -334,4 +336,45 @@ fn a_request_may_not_borrow_an_id_another_post_of_its_session_waits_under() {
     let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, echo));
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("again"), "{body}");
+}
+
+#[test]
+fn numbers_are_judged_and_forwarded_by_their_text() {
+    let s = setup();
+    let config = s.db.with_file_name("toolwall.yaml");
+    let config_arg = config.to_str().expect("a UTF-8 path");
+    let numbers = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"numbers","arguments":{}}}"#;
+    // The key in the result is redacted; the numbers beside it are forwarded as written.
+    std::fs::write(
+        &config,
+        "sandbox:\n  mcp:\n    result_inspection:\n      secrets: redact\n",
+    )
+    .expect("config");
+    let (mut redacting, port) = proxy(&s.url, &["--config", config_arg]);
+    let (status, body) = post(port, V2025, numbers);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("[toolwall:redacted:aws-access-token]"),
+        "{body}"
+    );
+    // Digits as written (an exponent is written `e+N`, one number to every reader).
+    for kept in [
+        r#""big":987654321098765432101234"#,
+        r#""small":1.50"#,
+        r#""exp":1e+2"#,
+    ] {
+        assert!(body.contains(kept), "{kept}: {body}");
+    }
+    stop_proxy(&mut redacting);
+    // A pattern of twenty digits or more sees the number's digits, as it would a string's.
+    std::fs::write(
+        &config,
+        "sandbox:\n  mcp:\n    result_inspection:\n      patterns:\n        - name: long-number\n          regex: '[0-9]{20,}'\n          action: withhold\n",
+    )
+    .expect("config");
+    let (_withholding, port) = proxy(&s.url, &["--config", config_arg]);
+    let (status, body) = post(port, V2025, numbers);
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("987654321098765432101234"), "{body}");
+    assert!(body.contains("long-number"), "{body}");
 }

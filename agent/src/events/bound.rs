@@ -86,8 +86,8 @@ pub(crate) fn marker_for_text(text: &str) -> Option<Value> {
     Some(Value::Object(marker))
 }
 
-/// A marker for arguments whose text is not a value the record can keep (a number past
-/// what a float holds, `1e400`): kept as a marker with the text's hash, so that, like cut
+/// A marker for arguments whose text is not a value the record can keep (a lone surrogate
+/// escape, `"\ud800"`, which the SDKs read and serde_json refuses): kept as a marker with the text's hash, so that, like cut
 /// arguments, they are compared with nothing ([`is_marker`]) rather than recorded as absent.
 pub(crate) fn marker_for_unreadable(text: &str, why: &serde_json::Error) -> Value {
     let mut marker = Map::new();

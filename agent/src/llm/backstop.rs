@@ -198,9 +198,8 @@ fn looks_like_json(text: &[u8]) -> bool {
     opens_json(text) == Some(true)
 }
 
-/// JSON that may hold a call and that this reading cannot take (a number out of `f64`'s
-/// range, nesting past 128, a lone surrogate, `NaN`: Python's `json` or `JSON.parse` read some
-/// of them): what cannot be judged does not leave (forward only what was understood).
+/// JSON that may hold a call and that this reading cannot take (nesting past 128, a lone
+/// surrogate, `NaN`: Python's `json` or `JSON.parse` read some of them): what cannot be judged does not leave (forward only what was understood).
 fn unreadable(error: &serde_json::Error) -> Found {
     Found {
         name: "<unreadable>".into(),
@@ -321,13 +320,21 @@ mod tests {
         // What Python's `json` or `JSON.parse` read and serde_json does not (a call hidden in
         // it would pass the backstop): refused rather than passed unjudged.
         for body in [
-            r#"{"content":[{"type":"server_tool_use","name":"echo","input":{"n":1e400}}]}"#,
             r#"{"content":[{"type":"tool_use","name":"echo","id":"\ud800"}]}"#,
             r#"{"content":[{"type":"tool_use","name":"echo","input":NaN}]}"#,
+            "{\"custom_id\":\"r\",\"result\":{\"message\":{\"content\":[{\"type\":\"tool_use\",\"name\":\"echo\",\"x\":NaN}]}}}\n{\"a\":1}\n",
+            "data: {\"type\":\"content_block_start\",\"index\":NaN,\"content_block\":{\"type\":\"tool_use\",\"name\":\"echo\"}}\n\n",
+        ] {
+            assert_eq!(blocked(body).as_deref(), Some("<unreadable>"), "{body}");
+        }
+        // A number past a double's range (Python and JavaScript read infinity) is read by its
+        // text, so the call around it is judged by its name.
+        for body in [
+            r#"{"content":[{"type":"server_tool_use","name":"echo","input":{"n":1e400}}]}"#,
             "{\"custom_id\":\"r\",\"result\":{\"message\":{\"content\":[{\"type\":\"tool_use\",\"name\":\"echo\",\"x\":1e400}]}}}\n{\"a\":1}\n",
             "data: {\"type\":\"content_block_start\",\"index\":1e400,\"content_block\":{\"type\":\"tool_use\",\"name\":\"echo\"}}\n\n",
         ] {
-            assert_eq!(blocked(body).as_deref(), Some("<unreadable>"), "{body}");
+            assert_eq!(blocked(body).as_deref(), Some("echo"), "{body}");
         }
         // Unreadable text that cannot hold a call, or is no JSON at all, is not judged.
         assert_eq!(blocked(r#"{"n":1e400}"#), None);

@@ -35,7 +35,14 @@ pub(crate) enum Malformed {
     DuplicateKey { key: String, at: usize },
     #[error("nested deeper than {MAX_DEPTH} arrays and objects (byte {0})")]
     TooDeep(usize),
+    #[error("the key {NUMBER_KEY:?}, which toolwall's reader takes for a number, at byte {0}")]
+    NumberKey(usize),
 }
+
+/// serde_json (with `arbitrary_precision`, which keeps numbers' text) reads an object whose
+/// first key is this as the number its value spells; every other reader sees an object. So a
+/// client message with it would be judged as one thing and run as another: it is refused.
+const NUMBER_KEY: &str = "$serde_json::private::Number";
 
 /// The canonical form of one JSON value (the whole of `input`, whitespace around it allowed);
 /// `Ok(None)` when `input` is only whitespace.
@@ -167,7 +174,15 @@ impl Writer<'_> {
                 return Err(self.syntax("expected a key"));
             }
             let start = self.out.len();
+            let at = self.pos;
             self.string()?;
+            if self.out[start..]
+                .strip_prefix(b"\"")
+                .and_then(|k| k.strip_suffix(b"\""))
+                == Some(NUMBER_KEY.as_bytes())
+            {
+                return Err(Malformed::NumberKey(at));
+            }
             keys.push((start, self.out.len()));
             self.skip_ws();
             self.expect(b':', "expected `:`")?;
@@ -452,6 +467,10 @@ mod tests {
             b"\"unterminated",
             b"[",
             b"\x00{}",
+            // serde_json reads these as the number 1; a server, as an object.
+            b"{\"a\":{\"$serde_json::private::Number\":\"1\"}}",
+            b"[{\"\\u0024serde_json::private::Number\":\"1\"}]",
+            b"{\"x\":0,\"$serde_json::private::Number\":\"1\"}",
         ] {
             assert!(
                 canonical(bad).is_err(),

@@ -91,8 +91,29 @@ fn write_canonical(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
-        // Scalars: serde_json's own compact form (numbers as parsed, strings escaped).
+        Value::Number(n) => out.push_str(&number_text(n)),
+        // Strings escaped, `true`, `false`, `null`: serde_json's compact form.
         scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// A number as a double's shortest text, integers that fit 64 bits as integers: one value has
+/// one hash however it was written (`1.50` and `1.5`, `1E2` and `100.0`), so the layers' two
+/// spellings of an argument join, and pins stored before numbers kept their text still match.
+/// Numbers keep their text everywhere else (patterns see it, messages forward it).
+fn number_text(n: &serde_json::Number) -> String {
+    let text = n.to_string();
+    if !text.contains(['.', 'e', 'E']) && text != "-0" {
+        if let Some(u) = n.as_u64() {
+            return u.to_string();
+        }
+        if let Some(i) = n.as_i64() {
+            return i.to_string();
+        }
+    }
+    match n.as_f64().and_then(serde_json::Number::from_f64) {
+        Some(f) => f.to_string(),
+        None => text,
     }
 }
 

@@ -175,6 +175,9 @@ impl Condition {
                 Some(n) => {
                     yes_if(range.min.is_none_or(|lo| n >= lo) && range.max.is_none_or(|hi| n <= hi))
                 }
+                None if v.is_number() => {
+                    Held::Unknown(format!("{p} is {v}, past what a double holds"))
+                }
                 None => Held::Unknown(format!("{p} is {}, not a number", kind(v))),
             },
         }

@@ -126,6 +126,20 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Numbers hash by value, in the text serde_json gave them when it read them as doubles:
+    /// the spellings of one number hash alike, and pins stored then still match.
+    #[test]
+    fn numbers_hash_by_value_as_before_they_kept_their_text() {
+        let mut out = String::new();
+        let read: Value =
+            serde_json::from_str(r#"[1.50, 1E2, -0, 7, -7, 18446744073709551615, 0.1, 2.5e-3]"#)
+                .unwrap();
+        write_canonical(&mut out, &read);
+        assert_eq!(out, "[1.5,100.0,-0.0,7,-7,18446744073709551615,0.1,0.0025]");
+        let a: Value = serde_json::from_str(r#"{"n": 1.50}"#).unwrap();
+        assert_eq!(value_hash(&a), value_hash(&json!({"n": 1.5})));
+    }
+
     #[test]
     fn value_hash_ignores_key_order_and_sees_values() {
         let a: Value = serde_json::from_str(r#"{"b": [1, {"y": 2, "x": 1}], "a": "s"}"#).unwrap();

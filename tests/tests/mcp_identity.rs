@@ -142,6 +142,17 @@ fn a_server_without_sessions_lists_each_identity_as_itself() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("different _meta envelopes"), "{body}");
     assert_eq!(ran(&s.ran), ["admin_reset admin", "sample_llm None"]);
+    // Capabilities in `_meta` at any revision, with or without a protocol version, say who
+    // asks.
+    let (_, body) = post(
+        port,
+        V2025,
+        r#"{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"sampling":{}}}}}"#,
+    );
+    assert!(body.contains("sample_llm"), "{body}");
+    let (_, body) = post(port, V2025, &call(11, "sample_llm"));
+    assert!(body.contains("Unknown tool"), "{body}");
+    assert_eq!(ran(&s.ran), ["admin_reset admin", "sample_llm None"]);
 }
 
 /// A legacy SSE client's stream.
@@ -331,6 +342,21 @@ fn a_request_may_not_borrow_an_id_another_post_of_its_session_waits_under() {
     let (status, _, body) = waiting.join().expect("the slow call");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("Long running operation completed"), "{body}");
+    // A client that leaves before its answer came leaves its id held: the server still runs
+    // the request, and would send its answer to the next request given that id.
+    let abandoned = slow.replace(r#""id":7"#, r#""id":11"#);
+    {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .write_all(&request("POST", "/mcp", &session, &abandoned))
+            .expect("send");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let echo11 = r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"message":"borrowed"}}}"#;
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, echo11));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("already in use"), "{body}");
     // Answered: the id is free again.
     let echo = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"again"}}}"#;
     let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, echo));

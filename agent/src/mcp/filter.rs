@@ -164,17 +164,35 @@ fn envelope(message: &Value) -> Option<serde_json::Map<String, Value>> {
         })
 }
 
-/// The envelope a client request (one message or a batch) speaks with, as the server reads
-/// it: from the canonical text the server is sent, so an escaped key is found too. `Err` when
-/// its messages carry different envelopes (one body, two senders) or it cannot be read (the
-/// filter refuses it anyway).
+/// What of a message's `params._meta` may say who sends it: all of it but what describes this
+/// one request (its progress token, W3C trace context). At 2026-07-28 that is the envelope
+/// (protocol version, client, capabilities), but a server may read any key, at any revision.
+fn sender_meta(message: &Value) -> Option<serde_json::Map<String, Value>> {
+    let kept: serde_json::Map<String, Value> = match message.pointer("/params/_meta")? {
+        Value::Object(meta) => meta
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "progressToken" | "traceparent" | "tracestate" | "baggage"
+                )
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        other => std::iter::once((String::new(), other.clone())).collect(),
+    };
+    (!kept.is_empty()).then_some(kept)
+}
+
+/// Who a client request (one message or a batch) says it is in its `_meta` ([`sender_meta`]),
+/// as the server reads it: from the canonical text the server is sent, so an escaped key is
+/// found too. `Err` when its messages say different things (one body, two senders). A body
+/// that cannot be read has none (the filter refuses it anyway).
 pub(crate) fn request_envelope(
     msg: &[u8],
 ) -> Result<Option<serde_json::Map<String, Value>>, &'static str> {
-    // Without the key's name or an escape that could spell it, there is no envelope.
-    if memchr::memmem::find(msg, b"io.modelcontextprotocol/").is_none()
-        && memchr::memchr(b'\\', msg).is_none()
-    {
+    // Without the key's name or an escape that could spell it, there is no `_meta`.
+    if memchr::memmem::find(msg, b"_meta").is_none() && memchr::memchr(b'\\', msg).is_none() {
         return Ok(None);
     }
     let Ok(Some(text)) = canonical::canonical(msg) else {
@@ -187,9 +205,9 @@ pub(crate) fn request_envelope(
         Value::Array(items) => items.as_slice(),
         one => std::slice::from_ref(one),
     };
-    let mut envelopes = items.iter().map(envelope);
-    let first = envelopes.next().flatten();
-    match envelopes.all(|e| e == first) {
+    let mut metas = items.iter().map(sender_meta);
+    let first = metas.next().flatten();
+    match metas.all(|e| e == first) {
         true => Ok(first),
         false => Err("the messages of one request carry different _meta envelopes"),
     }
@@ -230,6 +248,12 @@ impl Filter {
     /// How many responses passed [`Filter::on_server`] (dropped ones included).
     pub(crate) fn responses(&self) -> usize {
         self.responses
+    }
+
+    /// The ids of the requests this filter passed on (or holds) that the server has not
+    /// answered yet, as the peers compare ids.
+    pub(crate) fn outstanding_ids(&self) -> Vec<IdKey> {
+        self.pending.ids()
     }
 
     /// How many requests [`Filter::on_client`] passed on.

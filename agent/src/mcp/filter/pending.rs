@@ -38,6 +38,16 @@ impl IdKey {
     }
 }
 
+impl std::fmt::Display for IdKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdKey::Number(bits) => write!(f, "{}", f64::from_bits(*bits)),
+            IdKey::Text(s) => write!(f, "{}", Value::from(s.as_str())),
+            IdKey::Null => f.write_str("null"),
+        }
+    }
+}
+
 /// What an outstanding request was.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Request {
@@ -61,6 +71,11 @@ impl Pending {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.by_id.len()
+    }
+
+    /// The ids of the requests waiting for the server.
+    pub(super) fn ids(&self) -> Vec<IdKey> {
+        self.by_id.keys().cloned().collect()
     }
 
     /// Why a request with id `key` may not go out now, if it may not.

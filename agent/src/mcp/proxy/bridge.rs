@@ -238,12 +238,14 @@ impl BridgedSession {
         // refused (a revoked token's 401, a lost session) is recorded refused, never `allow`.
         let (forward, replies, held, mut judged) = {
             let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
-            let out = f.on_client(body);
+            let mut out = f.on_client(body);
+            let mut judged = Verdicts::new(f.sink());
+            judged.add(&mut out.records);
             (
                 out.forward.map(|c| Bytes::from(c.into_owned())),
                 out.replies,
                 out.held,
-                out.records,
+                judged,
             )
         };
         // A call that waits for a person (`approval.rs`): this POST waits with it.
@@ -257,7 +259,8 @@ impl BridgedSession {
                     std::future::pending(),
                 )
                 .await;
-                judged.extend(out.records);
+                let mut out = out;
+                judged.add(&mut out.records);
                 (
                     out.forward.map(|c| Bytes::from(c.into_owned())),
                     out.replies,
@@ -266,19 +269,12 @@ impl BridgedSession {
             None => (forward, replies),
         };
         let mut replies = replies;
-        let sink = self
-            .filter
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .sink()
-            .cloned();
         if let Some(message) = &forward {
+            judged.forwarding();
             if let Err(e) = self.upstream.send(message.clone()).await {
-                record_judged(
-                    sink.as_ref(),
-                    judged,
-                    Some(&format!("the upstream MCP server refused the request: {e}")),
-                );
+                judged.settle(Some(&format!(
+                    "the upstream MCP server refused the request: {e}"
+                )));
                 for id in request_ids(message) {
                     replies.push(error_response(
                         &id,
@@ -296,7 +292,7 @@ impl BridgedSession {
                 tracing::warn!("upstream GET stream: {e}");
             }
         }
-        record_judged(sink.as_ref(), judged, None);
+        judged.settle(None);
         (forward, replies)
     }
 }
@@ -489,9 +485,12 @@ pub(super) async fn bridge_streamable(
             session.touch();
             // Register the waiters before sending, so a fast answer is not missed.
             let ids = request_ids(&body);
-            let keys: Vec<IdKey> = ids.iter().filter_map(|id| IdKey::of(id)).collect();
+            let mut keys: Vec<IdKey> = ids.iter().filter_map(|id| IdKey::of(id)).collect();
             let (tx, mut rx) = mpsc::channel(ids.len().max(1));
             if let Ok(mut w) = session.waiting.lock() {
+                // An id another request waits under stays that request's: the filter refuses
+                // this one, and its waiter must not take (then drop) the other's answer.
+                keys.retain(|key| !w.contains_key(key));
                 for key in &keys {
                     w.insert(key.clone(), tx.clone());
                 }
@@ -506,7 +505,9 @@ pub(super) async fn bridge_streamable(
             let sent_ids = forward.as_deref().map(request_ids).unwrap_or_default();
             if let Ok(mut w) = session.waiting.lock() {
                 for id in ids.iter().filter(|id| !sent_ids.contains(id)) {
-                    if let Some(key) = IdKey::of(id) {
+                    if let Some(key) = IdKey::of(id)
+                        && w.get(&key).is_some_and(|waiter| waiter.same_channel(&tx))
+                    {
                         w.remove(&key);
                     }
                 }

@@ -8,7 +8,8 @@
 //! body and framing (`Content-*`, hop-by-hop), what it accepts, MCP's own per-message headers
 //! (the session id is keyed apart), caching, W3C trace context and a browser's fetch metadata.
 //! A header not named here counts, so a server's own credential header is never missed; a
-//! client whose other headers change per request only costs a listing per request.
+//! client whose other headers change per request only costs a listing per request. Repeated
+//! headers count in the order they came (a server reads the first, or all).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -16,14 +17,16 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
-/// Headers that say what one request is or how it travels, not who sends it.
+/// Headers that say what one request is or how it travels, not who sends it. Only names MCP,
+/// HTTP and browsers give that meaning: a server's own header (`Mcp-Api-Key`, `Sec-Api-Key`)
+/// counts, whatever its prefix.
 fn describes_request(name: &str) -> bool {
     matches!(
         name,
         "host"
             | "origin"
-            | "referer"
             | "accept"
+            | "accept-encoding"
             | "cache-control"
             | "pragma"
             | "last-event-id"
@@ -38,10 +41,14 @@ fn describes_request(name: &str) -> bool {
             | "traceparent"
             | "tracestate"
             | "baggage"
+            | "mcp-session-id"
+            | "mcp-protocol-version"
+            | "mcp-method"
+            | "mcp-name"
     ) || name.starts_with("content-")
-        || name.starts_with("accept-")
-        || name.starts_with("mcp-")
-        || name.starts_with("sec-")
+        || name.starts_with("mcp-param-")
+        || name.starts_with("sec-fetch-")
+        || name.starts_with("sec-ch-")
 }
 
 /// Keys identities by a keyed hash: nothing that holds one holds a token.
@@ -58,8 +65,9 @@ impl Identities {
             .map(|(n, v)| (n.as_str(), v.as_bytes()))
             .filter(|(n, _)| !describes_request(n))
             .collect();
-        // The order a client writes its headers in says nothing of who it is.
-        sent.sort_unstable();
+        // The order a client writes its headers in says nothing of who it is; the order of one
+        // header's values may (a stable sort keeps it).
+        sent.sort_by_key(|(name, _)| *name);
         let mut h = self.hasher.build_hasher();
         sent.hash(&mut h);
         // serde_json's map is ordered by key: one envelope has one text.
@@ -92,6 +100,23 @@ mod tests {
         assert_ne!(guest, nothing);
         let cookie = ids.of(&headers(&[("cookie", "sid=1")]), None);
         assert_ne!(cookie, nothing);
+        // A server's own header counts whatever its prefix.
+        for own in ["mcp-api-key", "sec-api-key", "referer", "accept-language"] {
+            let mut h = HeaderMap::new();
+            h.append(own, http::HeaderValue::from_static("admin"));
+            assert_ne!(ids.of(&h, None), nothing, "{own}");
+        }
+        // Repeated values in another order are another identity.
+        assert_ne!(
+            ids.of(
+                &headers(&[("x-api-key", "admin"), ("x-api-key", "guest")]),
+                None
+            ),
+            ids.of(
+                &headers(&[("x-api-key", "guest"), ("x-api-key", "admin")]),
+                None
+            )
+        );
     }
 
     #[test]

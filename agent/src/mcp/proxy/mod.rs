@@ -321,6 +321,58 @@ impl Shared {
     }
 }
 
+/// What a filter judged of a passthrough request, recorded once the request's fate is known
+/// ([`Verdicts::settle`]); when the client leaves first (the request's future is dropped),
+/// as far as it went: once it was being forwarded, its calls as judged (the upstream may run
+/// them), before that refused.
+struct Verdicts {
+    sink: Option<EventSink>,
+    events: Vec<crate::events::Event>,
+    forwarded: bool,
+}
+
+impl Verdicts {
+    fn new(sink: Option<&EventSink>) -> Self {
+        Verdicts {
+            sink: sink.cloned(),
+            events: Vec::new(),
+            forwarded: false,
+        }
+    }
+
+    fn add(&mut self, events: &mut Vec<crate::events::Event>) {
+        self.events.append(events);
+    }
+
+    /// From here on the upstream may have the request.
+    fn forwarding(&mut self) {
+        self.forwarded = true;
+    }
+
+    /// Records them; with `refused`, the calls let through are recorded refused for it.
+    fn settle(mut self, refused: Option<&dyn std::fmt::Display>) {
+        record_judged(
+            self.sink.as_ref(),
+            std::mem::take(&mut self.events),
+            refused,
+        );
+    }
+}
+
+impl Drop for Verdicts {
+    fn drop(&mut self) {
+        let refused: Option<&dyn std::fmt::Display> = match self.forwarded {
+            true => None,
+            false => Some(&"the client left before the request was forwarded"),
+        };
+        record_judged(
+            self.sink.as_ref(),
+            std::mem::take(&mut self.events),
+            refused,
+        );
+    }
+}
+
 /// Records what a filter judged of a request; with `refused`, the calls it let through are
 /// recorded refused for that reason (the upstream never took them): a call is recorded
 /// `allow` only once it was forwarded.
@@ -441,7 +493,9 @@ pub(crate) async fn run_proxy(
         ctx: Arc::new(ctx),
         listings: Mutex::default(),
         identities: Identities::default(),
-        outstanding: Arc::default(),
+        outstanding: Arc::new(Outstanding::new(Duration::from_secs(
+            args.session_idle_timeout.max(1),
+        ))),
         http: http_client()?,
         timeout,
         max_message: args.max_message_bytes,
@@ -588,7 +642,7 @@ use bridge::*;
 use identity::Identities;
 use legacy_sse::*;
 use listing::*;
-use outstanding::{Holding, Outstanding, Scope};
+use outstanding::{Holding, Outstanding};
 use passthrough::*;
 use routes::*;
 use stdio::*;

@@ -3,105 +3,138 @@
 //! routes a session's responses by id: the TypeScript SDK's transport keeps one stream per id,
 //! so a second request with an id already waiting takes over the first one's stream, and a
 //! `get-env` result reached the POST whose filter took it for an exempt tool's. So an id is
-//! held for its session from the moment its request is forwarded until its POST's response
-//! ends, and a request reusing one that is held is refused.
+//! held for its session from the moment its request is forwarded until its answer has passed,
+//! and a request reusing one that is held is refused.
 //!
-//! A server without sessions answers each POST on its own response, but one transport may
-//! serve them all: its ids are held per identity (`identity.rs`), so one client's reuse is
-//! refused and two clients' ids never meet.
+//! A POST whose client leaves (or whose upstream fails) before its answers passed leaves its
+//! ids *stranded*: the server may still be running the request and send its answer to whoever
+//! holds the id next. They stay held until `--session-idle-timeout` has passed or the session
+//! is deleted.
+//!
+//! A server without sessions answers each POST on its own response, and the SDKs make it a
+//! transport per request ("a single instance would cause request ID collisions"): there, ids
+//! are only kept apart within a POST, and two clients may use the same ones.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
+use tokio::time::Instant;
 
 use super::ProxyBody;
 use crate::mcp::filter::IdKey;
 
-/// Most ids one session (or identity) may hold at once, as a session's filter does.
+/// Most ids one session may hold at once, as a session's filter does.
 const MAX_HELD: usize = 256;
 /// Most sessions holding ids at once.
-const MAX_SCOPES: usize = 4096;
-
-/// Whose ids these are: an upstream session's, or (without sessions) an identity's.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub(super) enum Scope {
-    Session(String),
-    Identity(u64),
-}
+const MAX_SESSIONS: usize = 4096;
 
 /// Why a request was not given its ids.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum Refused {
     #[error(
-        "request id {0} is already in use by a request of this session that has not been answered"
+        "request id {0} is already in use by a request of this session that has not been answered; give each outstanding request its own id"
     )]
-    InUse(String),
+    InUse(IdKey),
     #[error("this session has {MAX_HELD} requests waiting for answers; wait for some")]
     TooMany,
-    #[error("{MAX_SCOPES} sessions have requests waiting; try again later")]
+    #[error("{MAX_SESSIONS} sessions have requests waiting; try again later")]
     TooManySessions,
 }
 
-#[derive(Default)]
-pub(super) struct Outstanding {
-    held: Mutex<HashMap<Scope, HashSet<IdKey>>>,
+/// Whether an id's request is still on its way, or was abandoned unanswered (and when).
+#[derive(Clone, Copy)]
+enum Hold {
+    Live,
+    Stranded(Instant),
 }
 
-/// Ids held until dropped (with the response that answers them).
+pub(super) struct Outstanding {
+    held: Mutex<HashMap<String, HashMap<IdKey, Hold>>>,
+    /// How long a stranded id stays held.
+    strand_for: Duration,
+}
+
+/// Ids held until dropped: released when [`Claimed::answered`] was said, stranded otherwise.
 pub(super) struct Claimed {
     owner: Arc<Outstanding>,
-    scope: Scope,
+    session: String,
     ids: Vec<IdKey>,
+    answered: bool,
 }
 
 impl Outstanding {
-    /// Holds `ids` (raw JSON-RPC id texts) for `scope`, all or none.
+    pub(super) fn new(strand_for: Duration) -> Self {
+        Outstanding {
+            held: Mutex::default(),
+            strand_for,
+        }
+    }
+
+    /// Holds `ids` for `session`, all or none.
     pub(super) fn claim(
         self: &Arc<Self>,
-        scope: Scope,
-        ids: &[String],
+        session: &str,
+        ids: Vec<IdKey>,
     ) -> Result<Claimed, Refused> {
-        let keys: Vec<(IdKey, &String)> = ids
-            .iter()
-            .filter_map(|raw| IdKey::of(raw).map(|k| (k, raw)))
-            .collect();
+        let claimed = |ids: Vec<IdKey>| Claimed {
+            owner: self.clone(),
+            session: session.to_owned(),
+            answered: ids.is_empty(),
+            ids,
+        };
+        if ids.is_empty() {
+            return Ok(claimed(ids));
+        }
+        let now = Instant::now();
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if !held.contains_key(&scope) && held.len() >= MAX_SCOPES && !keys.is_empty() {
+        if !held.contains_key(session) && held.len() >= MAX_SESSIONS {
             return Err(Refused::TooManySessions);
         }
-        let set = held.entry(scope.clone()).or_default();
-        if let Some((_, raw)) = keys.iter().find(|(k, _)| set.contains(k)) {
-            let raw = (*raw).clone();
+        let set = held.entry(session.to_owned()).or_default();
+        set.retain(|_, hold| match hold {
+            Hold::Live => true,
+            Hold::Stranded(at) => now.duration_since(*at) < self.strand_for,
+        });
+        let refused = match ids.iter().find(|id| set.contains_key(id)) {
+            Some(id) => Some(Refused::InUse(id.clone())),
+            None if set.len() + ids.len() > MAX_HELD => Some(Refused::TooMany),
+            None => None,
+        };
+        if let Some(refused) = refused {
             if set.is_empty() {
-                held.remove(&scope);
+                held.remove(session);
             }
-            return Err(Refused::InUse(raw));
+            return Err(refused);
         }
-        if set.len() + keys.len() > MAX_HELD {
-            if set.is_empty() {
-                held.remove(&scope);
-            }
-            return Err(Refused::TooMany);
+        set.extend(ids.iter().map(|id| (id.clone(), Hold::Live)));
+        drop(held);
+        Ok(claimed(ids))
+    }
+
+    /// The session was deleted: what it held goes with it.
+    pub(super) fn ended(&self, session: &str) {
+        if let Ok(mut held) = self.held.lock() {
+            held.remove(session);
         }
-        set.extend(keys.iter().map(|(k, _)| k.clone()));
-        if set.is_empty() {
-            held.remove(&scope);
-        }
-        Ok(Claimed {
-            owner: self.clone(),
-            scope,
-            ids: keys.into_iter().map(|(k, _)| k).collect(),
-        })
     }
 
     #[cfg(test)]
-    fn scopes(&self) -> usize {
+    fn sessions(&self) -> usize {
         self.held.lock().map(|h| h.len()).unwrap_or(0)
+    }
+}
+
+impl Claimed {
+    /// Every request of the POST was answered (its response ended as the server ended it):
+    /// its ids are free once this is dropped.
+    pub(super) fn answered(&mut self) {
+        self.answered = true;
     }
 }
 
@@ -111,26 +144,38 @@ impl Drop for Claimed {
             return;
         }
         let mut held = self.owner.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(set) = held.get_mut(&self.scope) {
-            for id in &self.ids {
-                set.remove(id);
+        let Some(set) = held.get_mut(&self.session) else {
+            return;
+        };
+        let now = Instant::now();
+        for id in &self.ids {
+            match self.answered {
+                true => {
+                    set.remove(id);
+                }
+                false => {
+                    if let Some(hold) = set.get_mut(id) {
+                        *hold = Hold::Stranded(now);
+                    }
+                }
             }
-            if set.is_empty() {
-                held.remove(&self.scope);
-            }
+        }
+        if set.is_empty() {
+            held.remove(&self.session);
         }
     }
 }
 
-/// A response body that holds its request's ids until it is done (or dropped).
+/// A response stream that holds its requests' ids: answered once it ended as the upstream
+/// ended it, stranded if dropped before (its client left).
 pub(super) struct Holding {
     body: ProxyBody,
-    _ids: Claimed,
+    ids: Claimed,
 }
 
 impl Holding {
     pub(super) fn new(body: ProxyBody, ids: Claimed) -> Self {
-        Holding { body, _ids: ids }
+        Holding { body, ids }
     }
 }
 
@@ -142,7 +187,11 @@ impl Body for Holding {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) {
+            self.ids.answered();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -158,49 +207,65 @@ impl Body for Holding {
 mod tests {
     use super::*;
 
-    fn ids(raw: &[&str]) -> Vec<String> {
-        raw.iter().map(|s| (*s).to_owned()).collect()
+    fn ids(raw: &[&str]) -> Vec<IdKey> {
+        raw.iter().filter_map(|s| IdKey::of(s)).collect()
     }
 
     #[test]
-    fn an_id_is_held_for_its_session_until_its_response_ends() {
-        let out = Arc::new(Outstanding::default());
-        let s1 = Scope::Session("s1".into());
-        let seven = out.claim(s1.clone(), &ids(&["7"])).expect("free");
+    fn an_id_is_held_for_its_session_until_answered() {
+        let out = Arc::new(Outstanding::new(Duration::from_secs(600)));
+        let mut seven = out.claim("s1", ids(&["7"])).expect("free");
         // 7, 7.0 and 7e0 are one id to the peers.
         for again in ["7", "7.0", "7e0"] {
             assert!(matches!(
-                out.claim(s1.clone(), &ids(&[again])),
+                out.claim("s1", ids(&[again])),
                 Err(Refused::InUse(_))
             ));
         }
         // All or none: a batch with one held id holds none of the others.
-        assert!(out.claim(s1.clone(), &ids(&["8", "7"])).is_err());
-        let eight = out.claim(s1.clone(), &ids(&["8"])).expect("8 was not held");
-        // Another session, or an identity, has ids of its own.
-        let other = out
-            .claim(Scope::Session("s2".into()), &ids(&["7"]))
-            .expect("another session");
-        let stateless = out
-            .claim(Scope::Identity(1), &ids(&["7"]))
-            .expect("identity");
+        assert!(out.claim("s1", ids(&["8", "7"])).is_err());
+        let mut eight = out.claim("s1", ids(&["8"])).expect("8 was not held");
+        // Another session has ids of its own.
+        let mut other = out.claim("s2", ids(&["7"])).expect("another session");
+        seven.answered();
         drop(seven);
-        let again = out.claim(s1.clone(), &ids(&["7"])).expect("answered");
-        drop((again, eight, other, stateless));
-        assert_eq!(out.scopes(), 0);
+        let mut again = out.claim("s1", ids(&["7"])).expect("answered");
+        for c in [&mut again, &mut eight, &mut other] {
+            c.answered();
+        }
+        drop((again, eight, other));
+        assert_eq!(out.sessions(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_id_stays_held_until_it_expires_or_its_session_ends() {
+        let out = Arc::new(Outstanding::new(Duration::from_secs(600)));
+        drop(out.claim("s1", ids(&["9"])).expect("free"));
+        assert!(matches!(
+            out.claim("s1", ids(&["9"])),
+            Err(Refused::InUse(_))
+        ));
+        tokio::time::advance(Duration::from_secs(601)).await;
+        let mut late = out.claim("s1", ids(&["9"])).expect("expired");
+        late.answered();
+        drop(late);
+        drop(out.claim("s2", ids(&["9"])).expect("free"));
+        out.ended("s2");
+        assert!(out.claim("s2", ids(&["9"])).is_ok());
     }
 
     #[test]
     fn a_session_holds_a_bounded_number_of_ids() {
-        let out = Arc::new(Outstanding::default());
-        let s = Scope::Identity(9);
+        let out = Arc::new(Outstanding::new(Duration::from_secs(600)));
         let many: Vec<String> = (0..MAX_HELD).map(|i| i.to_string()).collect();
-        let held = out.claim(s.clone(), &many).expect("up to the bound");
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let mut held = out.claim("s", ids(&many)).expect("up to the bound");
         assert!(matches!(
-            out.claim(s.clone(), &ids(&["\"one more\""])),
+            out.claim("s", ids(&["\"one more\""])),
             Err(Refused::TooMany)
         ));
+        held.answered();
         drop(held);
-        assert!(out.claim(s, &ids(&["\"one more\""])).is_ok());
+        assert!(out.claim("s", ids(&["\"one more\""])).is_ok());
     }
 }

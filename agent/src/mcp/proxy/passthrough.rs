@@ -24,6 +24,7 @@ pub(super) async fn passthrough(
         (&Method::GET, Some(session)) => Some(shared.streams.opening(session.clone())),
         (&Method::DELETE, Some(session)) => {
             shared.streams.ended(session);
+            shared.outstanding.ended(session);
             if let Ok(mut listings) = shared.listings.lock() {
                 listings.ended(session);
             }
@@ -42,7 +43,7 @@ pub(super) async fn passthrough(
     let mut claimed = None;
     // What was judged of the request, recorded once its fate is known: a call is recorded
     // `allow` only once the upstream took it.
-    let mut judged = Vec::new();
+    let mut judged = Verdicts::new(filter.sink());
     let mut replies = Vec::new();
     // The requests forwarded upstream: their responses complete the response stream.
     let mut requests = 0;
@@ -75,7 +76,13 @@ pub(super) async fn passthrough(
             let lister = Filter::shared(shared.ctx.clone()).with_listing(listing);
             match list_http(&shared, upstream, &parts.headers, first, lister).await {
                 Ok(()) => {}
-                Err(ListFailed::Answer(response)) => return response,
+                Err(ListFailed::Answer(response)) => {
+                    // The client gets the upstream's refusal; its call is recorded refused.
+                    let mut out = filter.on_client(&body);
+                    judged.add(&mut out.records);
+                    judged.settle(Some(&"the upstream refused the client's credentials"));
+                    return response;
+                }
                 Err(ListFailed::Why(why)) => {
                     filter.listing_failed();
                     tracing::warn!(
@@ -87,7 +94,7 @@ pub(super) async fn passthrough(
         let mut out = filter.on_client(&body);
         // What was judged is recorded once the request's fate is known: a call the header
         // check below refuses is recorded refused, never `allow`.
-        judged = std::mem::take(&mut out.records);
+        judged.add(&mut out.records);
         // A call that waits for a person (`approval.rs`): this POST waits with it.
         if let Some(held) = out.held.pop() {
             let waiting = std::sync::Mutex::new(filter);
@@ -101,12 +108,12 @@ pub(super) async fn passthrough(
             .await;
             filter = waiting.into_inner().unwrap_or_else(|e| e.into_inner());
             // An approved call is recorded `allow` only once the upstream took it, like any.
-            judged.append(&mut out.records);
+            judged.add(&mut out.records);
         }
         replies = out.replies;
         let text = match out.forward {
             None => {
-                record_judged(filter.sink(), judged, None);
+                judged.settle(None);
                 return json_reply(replies);
             }
             Some(text) => Bytes::from(text.into_owned()),
@@ -117,40 +124,31 @@ pub(super) async fn passthrough(
         {
             shared.streams.before_request(session, shared.timeout).await;
         }
-        // A server routes a session's responses by id: no two of its requests wait under one.
-        let scope = match &session {
-            Some(s) => Scope::Session(s.clone()),
-            None => Scope::Identity(identity),
-        };
-        match shared.outstanding.claim(scope, &request_ids(&text)) {
-            Ok(ids) => claimed = Some(ids),
-            Err(refused) => {
-                tracing::warn!("refused a request: {refused}");
-                record_judged(
-                    filter.sink(),
-                    judged,
-                    Some(&format!("refused before forwarding: {refused}")),
-                );
-                let id = request_ids(&text).into_iter().next();
-                return full(
-                    StatusCode::BAD_REQUEST,
-                    Some("application/json"),
-                    error_response(
-                        id.as_deref().unwrap_or("null"),
-                        INVALID_REQUEST,
-                        &format!("[toolwall] {refused}"),
-                    ),
-                );
+        // A server routes a session's responses by id: no two of its requests wait under one
+        // (the ids the filter passed on, read as the peers compare them).
+        if let Some(session) = &session {
+            match shared.outstanding.claim(session, filter.outstanding_ids()) {
+                Ok(ids) => claimed = Some(ids),
+                Err(refused) => {
+                    tracing::warn!("refused a request: {refused}");
+                    judged.settle(Some(&format!("refused before forwarding: {refused}")));
+                    let id = request_ids(&text).into_iter().next();
+                    return full(
+                        StatusCode::BAD_REQUEST,
+                        Some("application/json"),
+                        error_response(
+                            id.as_deref().unwrap_or("null"),
+                            INVALID_REQUEST,
+                            &format!("[toolwall] {refused}"),
+                        ),
+                    );
+                }
             }
         }
         // The upstream may route on the 2026-07-28 headers: they must say what the body says.
         if let Err(mismatch) = headers::check(&parts.headers, &text) {
             tracing::warn!("refused a request: {mismatch}");
-            record_judged(
-                filter.sink(),
-                judged,
-                Some(&format!("refused before forwarding: {mismatch}")),
-            );
+            judged.settle(Some(&format!("refused before forwarding: {mismatch}")));
             let id = request_ids(&text).into_iter().next();
             return full(
                 StatusCode::BAD_REQUEST,
@@ -170,6 +168,7 @@ pub(super) async fn passthrough(
     if parts.method == Method::POST {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
+    judged.forwarding();
     let response = match forward(
         &shared,
         upstream,
@@ -180,29 +179,42 @@ pub(super) async fn passthrough(
     .await
     {
         Ok(r) => r,
+        // Past --timeout the upstream had the request and may have run it: as judged.
+        Err(r) if r.status() == StatusCode::GATEWAY_TIMEOUT => {
+            judged.settle(None);
+            return r;
+        }
         Err(r) => {
             let why = format!(
                 "not forwarded: the upstream answered nothing (HTTP {})",
                 r.status()
             );
-            record_judged(filter.sink(), judged, Some(&why));
+            judged.settle(Some(&why));
+            if let Some(ids) = claimed.as_mut() {
+                ids.answered();
+            }
             return r;
         }
     };
     let status = response.status();
     if client::is_challenge(status, response.headers()) {
         let why = format!("the upstream refused the client's credentials (HTTP {status})");
-        record_judged(filter.sink(), judged, Some(&why));
+        judged.settle(Some(&why));
+        if let Some(ids) = claimed.as_mut() {
+            ids.answered();
+        }
         return refused_credentials(&shared, &parts.headers, "/mcp", response).await;
     }
     // Refused whole (an unknown session, an error): the upstream took none of its calls.
     let refused =
         (!status.is_success()).then(|| format!("the upstream refused the request (HTTP {status})"));
-    record_judged(
-        filter.sink(),
-        judged,
-        refused.as_ref().map(|r| r as &dyn std::fmt::Display),
-    );
+    judged.settle(refused.as_ref().map(|r| r as &dyn std::fmt::Display));
+    // Refused whole: nothing of it runs, no answer will come.
+    if refused.is_some()
+        && let Some(ids) = claimed.as_mut()
+    {
+        ids.answered();
+    }
     drop(opening);
     let (mut rparts, rbody) = response.into_parts();
     crate::edge::strip_hop_by_hop(&mut rparts.headers);
@@ -221,6 +233,9 @@ pub(super) async fn passthrough(
             body = body.answering(requests, shared.timeout.min(DRAIN_AFTER_ANSWER));
             match body.gather(shared.timeout).await {
                 Ok(all) => {
+                    if let Some(ids) = claimed.as_mut() {
+                        ids.answered();
+                    }
                     let mut response = Response::new(Full::new(all).boxed());
                     *response.status_mut() = rparts.status;
                     *response.headers_mut() = rparts.headers;
@@ -246,7 +261,12 @@ pub(super) async fn passthrough(
         http_body_util::Limited::new(rbody, shared.max_message).collect(),
     );
     let rbody = match read.await {
-        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Ok(b)) => {
+            if let Some(ids) = claimed.as_mut() {
+                ids.answered();
+            }
+            b.to_bytes()
+        }
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             tracing::warn!("an upstream response is larger than the message limit; refused");
             return plain(

@@ -202,3 +202,39 @@ fn only_the_upstreams_own_metadata_is_vouched_for() {
     let m = doc(serde_json::json!({"authorization_servers": ["http://a/"]}));
     assert!(check_metadata(&m, &upstream).is_err());
 }
+
+/// What was judged of a request is recorded whatever becomes of it: refused with the reason
+/// when settled so, and when its client leaves first, refused before it was forwarded and as
+/// judged after (the upstream may run it).
+#[test]
+fn verdicts_are_recorded_as_far_as_the_request_went() {
+    use crate::decision::Action;
+    use crate::events::{Event, test_call};
+    let (sink, mut queue) = EventSink::channel();
+    let action = |queue: &mut crate::events::EventQueue| match queue.try_recv() {
+        Ok(Event::McpToolCalled(call)) => (call.action, call.reason),
+        other => panic!("no call recorded: {other:?}"),
+    };
+    let judged = || vec![test_call("echo", None, Action::Allow, "allowed".into())];
+    let mut settled = Verdicts::new(Some(&sink));
+    settled.add(&mut judged());
+    settled.forwarding();
+    settled.settle(Some(&"the upstream refused the request (HTTP 404)"));
+    assert_eq!(
+        action(&mut queue),
+        (
+            Action::Block,
+            "the upstream refused the request (HTTP 404)".into()
+        )
+    );
+    let mut left_early = Verdicts::new(Some(&sink));
+    left_early.add(&mut judged());
+    drop(left_early);
+    assert_eq!(action(&mut queue).0, Action::Block);
+    let mut left_late = Verdicts::new(Some(&sink));
+    left_late.add(&mut judged());
+    left_late.forwarding();
+    drop(left_late);
+    assert_eq!(action(&mut queue), (Action::Allow, "allowed".into()));
+    assert!(queue.try_recv().is_err(), "each recorded once");
+}

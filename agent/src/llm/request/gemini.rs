@@ -75,7 +75,7 @@ pub(super) fn found(request: &Value) -> Found {
                     id => id.to_owned(),
                 };
                 if answer.get(field).is_some() {
-                    names.insert(call_id.clone(), (name, None));
+                    super::name_call(&mut names, call_id.clone(), (name, None));
                     sites.push(Site {
                         pointer: format!("{at}/parts/{j}/{key}/{field}"),
                         call_id,

@@ -437,6 +437,26 @@ fn prune(
 /// Call id → tool name (and Codex namespace), and the tool results.
 type Found = (HashMap<String, (String, Option<String>)>, Vec<Site>);
 
+/// Notes the tool a call id names. An id named for two tools (a model may write its own ids)
+/// answers to neither: its result could be either's, so it is judged as no tool's, and no
+/// tool's exemption applies to it.
+fn name_call(
+    names: &mut HashMap<String, (String, Option<String>)>,
+    id: String,
+    tool: (String, Option<String>),
+) {
+    match names.entry(id) {
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(tool);
+        }
+        std::collections::hash_map::Entry::Occupied(mut e) => {
+            if *e.get() != tool {
+                *e.get_mut() = (String::new(), None);
+            }
+        }
+    }
+}
+
 fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
@@ -454,7 +474,7 @@ fn anthropic(request: &Value) -> Found {
             match str_at(block, "type") {
                 "tool_use" | "mcp_tool_use" | "server_tool_use" => {
                     let name = str_at(block, "name").to_owned();
-                    names.insert(str_at(block, "id").to_owned(), (name, None));
+                    name_call(&mut names, str_at(block, "id").to_owned(), (name, None));
                 }
                 "tool_result" | "mcp_tool_result" if block.get("content").is_some() => {
                     sites.push(Site {
@@ -485,7 +505,11 @@ fn chat(request: &Value) -> Found {
                 .get("function")
                 .or_else(|| call.get("custom"))
                 .map_or("", |f| str_at(f, "name"));
-            names.insert(str_at(call, "id").to_owned(), (name.to_owned(), None));
+            name_call(
+                &mut names,
+                str_at(call, "id").to_owned(),
+                (name.to_owned(), None),
+            );
         }
         let role = str_at(message, "role");
         if matches!(role, "tool" | "function") && message.get("content").is_some() {
@@ -493,7 +517,7 @@ fn chat(request: &Value) -> Found {
                 "tool" => str_at(message, "tool_call_id").to_owned(),
                 _ => {
                     let name = str_at(message, "name").to_owned();
-                    names.insert(format!("function:{name}"), (name.clone(), None));
+                    name_call(&mut names, format!("function:{name}"), (name.clone(), None));
                     format!("function:{name}")
                 }
             };
@@ -522,7 +546,11 @@ fn responses(request: &Value) -> Found {
                     .and_then(Value::as_str)
                     .map(str::to_owned);
                 let name = str_at(item, "name").to_owned();
-                names.insert(str_at(item, "call_id").to_owned(), (name, namespace));
+                name_call(
+                    &mut names,
+                    str_at(item, "call_id").to_owned(),
+                    (name, namespace),
+                );
             }
             // Every kind of call output an agent hands back (`function_call_output`,
             // `custom_tool_call_output`, `local_shell_call_output`, `shell_call_output`,
@@ -549,7 +577,11 @@ fn responses(request: &Value) -> Found {
             }
             "mcp_call" if item.get("output").is_some() => {
                 let id = str_at(item, "id").to_owned();
-                names.insert(id.clone(), (str_at(item, "name").to_owned(), None));
+                name_call(
+                    &mut names,
+                    id.clone(),
+                    (str_at(item, "name").to_owned(), None),
+                );
                 sites.push(Site {
                     pointer: format!("/input/{i}/output"),
                     call_id: id,

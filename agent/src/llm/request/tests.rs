@@ -163,6 +163,38 @@ fn an_exempt_tool_s_result_passes() {
     other["messages"][1]["content"][0]["name"] = json!("mcp__files__write");
     let (body, _) = run(&gate, Dialect::Anthropic, &other, &Recorded::default());
     assert!(body.is_some());
+    // One id named for the exempt tool and for another: its result could be the other's, so
+    // no exemption applies (in every dialect's history, whichever is named first).
+    for order in [
+        ["mcp__files__write", "mcp__files__read"],
+        ["mcp__files__read", "mcp__files__write"],
+    ] {
+        let mut borrowed = request.clone();
+        borrowed["messages"][1]["content"] = json!([
+            {"type": "tool_use", "id": "toolu_1", "name": order[0], "input": {}},
+            {"type": "tool_use", "id": "toolu_1", "name": order[1], "input": {}}
+        ]);
+        let (body, _) = run(&gate, Dialect::Anthropic, &borrowed, &Recorded::default());
+        assert!(
+            body.is_some(),
+            "{order:?}: the secret passed as the exempt tool's"
+        );
+    }
+    let chat = json!({
+        "model": "gpt",
+        "messages": [
+            {"role": "assistant", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "mcp__files__write", "arguments": "{}"}},
+                {"id": "c1", "type": "function", "function": {"name": "mcp__files__read", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": AWS}
+        ]
+    });
+    let (body, _) = run(&gate, Dialect::OpenAiChat, &chat, &Recorded::default());
+    assert!(
+        body.is_some(),
+        "chat: the secret passed as the exempt tool's"
+    );
 }
 
 const DENY_SUM: &str = "sandbox:\n  mcp:\n    deny: ['^get-sum$']\n    servers:\n      - id: everything\n        type: stdio\n        command: /bin/true\n";

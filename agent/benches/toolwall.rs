@@ -1144,6 +1144,56 @@ fn mcp_pair(
     Ok((side("a"), side("b")))
 }
 
+/// One round of `mcp_bench.py multi`: the `paths` (a session spec, and the pid whose CPU is
+/// measured) open side by side, their calls interleaved one by one, the order rotated each
+/// turn — per path `(p50, p99, CPU per call)`, µs (CPU: user and system of every thread of the
+/// pid, from the scheduler; NaN without a pid).
+fn mcp_multi(
+    python: &Path,
+    script: &Path,
+    calls: usize,
+    paths: &[(Vec<String>, Option<u32>)],
+) -> Result<Vec<(f64, f64, f64)>, String> {
+    let specs: Vec<String> = paths
+        .iter()
+        .map(|(spec, pid)| match pid {
+            Some(pid) => serde_json::json!({"spec": spec, "pid": pid}).to_string(),
+            None => serde_json::to_string(spec).unwrap_or_default(),
+        })
+        .collect();
+    let output = Command::new(python)
+        .arg(script)
+        .args(["multi", &calls.to_string()])
+        .args(&specs)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run {}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "mcp_bench.py multi failed: {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("mcp_bench.py printed no report ({e})"))?;
+    let number = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    let sessions = report["sessions"]
+        .as_array()
+        .filter(|s| s.len() == paths.len())
+        .ok_or("mcp_bench.py multi reported another number of sessions")?;
+    Ok(sessions
+        .iter()
+        .map(|s| {
+            (
+                number(&s["p50_us"]),
+                number(&s["p99_us"]),
+                number(&s["cpu_us_per_call"]),
+            )
+        })
+        .collect())
+}
+
 /// A process's resident memory, kB: `(anonymous, file-backed)` — the second is the binary's
 /// own pages, shared page cache the kernel maps in large folios (on this kernel nearly all of
 /// a 21 MB text once a few pages of it run).
@@ -1280,34 +1330,37 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     // And the hop itself: bytes copied between two sockets by two threads, no HTTP at all.
     let copy_port = tcp_copy_relay(port).map_err(|e| format!("the TCP copy relay: {e}"))?;
     let copy_url = format!("http://127.0.0.1:{copy_port}/mcp");
+    // One client, every path interleaved call by call in each round (`mcp_bench.py multi`):
+    // the proxy and nginx are compared on the same moments of the machine, latency and CPU.
+    let nginx_pid = nginx.as_ref().ok().map(|(proc, _)| proc.0.id());
+    let nginx_url = nginx
+        .as_ref()
+        .ok()
+        .map(|(_, p)| format!("http://127.0.0.1:{p}/mcp"));
+    let mut paths = vec![
+        (http(&upstream), None),
+        (http(&copy_url), None),
+        (http(&proxied_url), Some(proxy.0.id())),
+    ];
+    if let Some(url) = &nginx_url {
+        paths.push((http(url), nginx_pid));
+    }
     let mut nginx_rounds = Vec::new();
     let mut copy_rounds = Vec::new();
     let mut http_rounds = Vec::new();
+    // CPU per call (µs, user and system) of the proxy and of nginx, per round.
+    let mut proxy_cpu = Vec::new();
+    let mut nginx_cpu = Vec::new();
     for _ in 0..ROUNDS {
-        copy_rounds.push(mcp_pair(
-            python,
-            script,
-            PER,
-            &http(&upstream),
-            &http(&copy_url),
-        )?);
-        if let Ok((_, p)) = &nginx {
-            let url = format!("http://127.0.0.1:{p}/mcp");
-            nginx_rounds.push(mcp_pair(
-                python,
-                script,
-                PER,
-                &http(&upstream),
-                &http(&url),
-            )?);
+        let sessions = mcp_multi(python, script, PER, &paths)?;
+        let side = |i: usize| (sessions[i].0, sessions[i].1);
+        copy_rounds.push((side(0), side(1)));
+        http_rounds.push((side(0), side(2)));
+        proxy_cpu.push(sessions[2].2);
+        if nginx_url.is_some() {
+            nginx_rounds.push((side(0), side(3)));
+            nginx_cpu.push(sessions[3].2);
         }
-        http_rounds.push(mcp_pair(
-            python,
-            script,
-            PER,
-            &http(&upstream),
-            &http(&proxied_url),
-        )?);
     }
     std::thread::sleep(Duration::from_millis(300));
     let memory_after = memory_kb(proxy.0.id());
@@ -1359,8 +1412,33 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
         false => println!(),
     }
     println!(
-        "   ({ROUNDS} rounds of {PER} calls per path, direct and through interleaved call by call; medians over rounds)"
+        "   ({ROUNDS} rounds of {PER} calls per path, every path interleaved call by call; medians over rounds)"
     );
+    if nginx.is_ok() {
+        // The goals, against the same nginx hop in the same rounds: added latency at most
+        // 1.2 times nginx's, CPU per call at most nginx's. Each round's ratio, then their
+        // median: a round's moments of the machine fall on both.
+        let ratios = |a: Vec<f64>, b: Vec<f64>| {
+            let mut r: Vec<f64> = a.iter().zip(&b).map(|(a, b)| a / b).collect();
+            r.sort_by(f64::total_cmp);
+            r[r.len() / 2]
+        };
+        let added_each = |rounds: &[Round]| rounds.iter().map(|r| r.1.0 - r.0.0).collect();
+        let latency = ratios(added_each(&http_rounds), added_each(&nginx_rounds));
+        let mid = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let cpu = ratios(proxy_cpu.clone(), nginx_cpu.clone());
+        let met = |ok: bool| if ok { "MET" } else { "NOT MET" };
+        println!(
+            "   filter proxy / nginx, same rounds: added p50 {latency:.2}x (goal <= 1.2: {}); CPU per call {:.0} / {:.0} µs = {cpu:.2}x (goal <= 1.0: {})",
+            met(latency <= 1.2),
+            mid(proxy_cpu),
+            mid(nginx_cpu),
+            met(cpu <= 1.0)
+        );
+    }
     let mb = |kb: u64| kb as f64 / 1024.0;
     let shown = |m: Option<(u64, u64)>| match m {
         Some((anon, file)) => format!(

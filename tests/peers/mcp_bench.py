@@ -5,12 +5,19 @@ usage: mcp_bench.py stdio N CMD ARGS...     (a stdio server, or `toolwall shim -
        mcp_bench.py http N URL              (a Streamable HTTP endpoint)
        mcp_bench.py pair N SPEC_A SPEC_B    (two sessions, calls interleaved; a SPEC is JSON:
                                              ["stdio", CMD, ARGS...] or ["http", URL])
+       mcp_bench.py multi N SPEC...         (any number of sessions, interleaved call by call,
+                                             the order rotated each turn; a SPEC may also be
+                                             {"spec": SPEC, "pid": PID}: that process's CPU is
+                                             measured over the timed calls)
 
-Prints {"p50_us": ..., "p99_us": ..., "n": N} (pair: one such object per session, "a" and "b"). Calls `get-sum`, which server-everything has.
+Prints {"p50_us": ..., "p99_us": ..., "n": N} (pair: one such object per session, "a" and "b";
+multi: a list "sessions", with "cpu_us_per_call" where a pid was given). Calls `get-sum`, which
+server-everything has.
 """
 
 import http.client
 import json
+import os
 import subprocess
 import sys
 import time
@@ -88,8 +95,53 @@ def p(times, q):
     return times[min(len(times) - 1, int(len(times) * q))] / 1000
 
 
+def cpu_ns(pid):
+    """CPU time (user and system, ns) of every live thread of `pid`, from the scheduler's
+    own accounting (`/proc/PID/task/*/schedstat`): `/proc/PID/stat` counts in clock ticks of
+    10 ms, coarser than a round's whole share."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
+
+
+def multi(n, specs):
+    specs = [s if isinstance(s, dict) else {"spec": s} for s in specs]
+    sessions = [session(s["spec"]) for s in specs]
+    k = len(sessions)
+    for i in range(1, WARM + 1):
+        for one, _ in sessions:
+            one(i)
+    times = [[] for _ in sessions]
+    pids = [s.get("pid") for s in specs]
+    before = [cpu_ns(p) if p else 0 for p in pids]
+    for i in range(WARM + 1, WARM + n + 1):
+        # Each session goes first as often as the others, so none is always the one that
+        # meets a cold cache or a just-woken server.
+        for j in range(k):
+            s = (i + j) % k
+            times[s].append(timed(sessions[s][0], i))
+    after = [cpu_ns(p) if p else 0 for p in pids]
+    for _, close in sessions:
+        close()
+    out = []
+    for s in range(k):
+        o = {"p50_us": p(times[s], 0.5), "p99_us": p(times[s], 0.99)}
+        if pids[s]:
+            o["cpu_us_per_call"] = (after[s] - before[s]) / 1000 / n
+        out.append(o)
+    print(json.dumps({"n": n, "sessions": out}))
+
+
 def main():
     kind, n = sys.argv[1], int(sys.argv[2])
+    if kind == "multi":
+        multi(n, [json.loads(a) for a in sys.argv[3:]])
+        return
     if kind == "pair":
         # Two sessions, their calls interleaved one by one: both see the same moments of the
         # machine, so what it does meanwhile (other VMs, the server's JIT) falls on both.

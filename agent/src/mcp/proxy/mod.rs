@@ -173,6 +173,7 @@ impl ProxyArgs {
 /// `toolwall mcp-proxy`: the command-line entry (`--deny` gate, optional event sink); runs
 /// until interrupted (exit 0) or until the upstream is lost (error, exit 1).
 pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    no_fastbins();
     // The port first, before any thread starts (taking systemd's socket unsets its variables)
     // and before the upstream is asked anything: from here on no other process can take it.
     let listener = if args.stdio {
@@ -196,6 +197,19 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     enforcement
         .run(|gate, events, asker| run_proxy(&args, listener, gate, events, asker))
         .map(|()| ExitCode::SUCCESS)
+}
+
+/// Turns off glibc's fastbins for this process. Every call frees small blocks (headers,
+/// parsed JSON) and then asks for larger ones (hyper's 8 KiB read buffers), and each larger
+/// request first consolidates the freed fastbin blocks. Without fastbins (the per-thread
+/// cache stays) a `tools/call` cost 10-14 µs less CPU (of 200-290 µs, user and system, on a
+/// busy 2-core VM), as much as mimalloc saved.
+fn no_fastbins() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a tunable of the allocator; it is thread-safe.
+    unsafe {
+        libc::mallopt(libc::M_MXFAST, 0);
+    }
 }
 
 /// The listener for `--listen`: the socket systemd holds for it (a socket unit of the user's),

@@ -153,7 +153,7 @@ pub(crate) async fn read_body(
 
 /// Headers of one hop (RFC 9110 §7.6.1, plus the unofficial `keep-alive` and
 /// `proxy-connection`), never passed on.
-pub(crate) const HOP_BY_HOP: [HeaderName; 9] = [
+pub(crate) static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -167,6 +167,11 @@ pub(crate) const HOP_BY_HOP: [HeaderName; 9] = [
 
 /// Removes [`HOP_BY_HOP`] and every header the `Connection` header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Runs twice on every proxied call: a header set with none of them (the common case) is
+    // read once, and nothing is looked up by hash or allocated.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()

@@ -43,6 +43,20 @@ pub(crate) struct FilteredSse {
     /// Wakes the proxy's watchdog when the upstream stream breaks: the upstream may be gone,
     /// or may only have dropped this one connection.
     probe: Arc<Notify>,
+    /// While [`FilteredSse::gather`] runs: the unread rest of a completed upstream body is
+    /// kept here for the caller ([`Gathered::rest`]) instead of being read by a task of its own.
+    keep_rest: bool,
+    rest: Option<Incoming>,
+}
+
+/// A response stream that completed while [`FilteredSse::gather`] waited.
+pub(crate) struct Gathered {
+    /// The whole filtered body.
+    pub body: Bytes,
+    /// What the upstream had not yet sent of its body when the last owed response passed
+    /// (normally its end chunk, on its way): the caller reads it before it reuses the
+    /// connection.
+    pub rest: Option<Incoming>,
 }
 
 impl FilteredSse {
@@ -65,6 +79,8 @@ impl FilteredSse {
             owed: None,
             drain_for: Duration::ZERO,
             probe,
+            keep_rest: false,
+            rest: None,
         }
     }
 
@@ -82,13 +98,22 @@ impl FilteredSse {
     /// with a plain body of known length), else `self` to stream on, with what was gathered
     /// so far sent first. No short timer: one earlier than the runtime's next would cost a
     /// wake-up of its driver (an eventfd write and an extra epoll_wait) on every call.
-    pub(crate) async fn gather(mut self, limit: Duration) -> Result<Bytes, Self> {
+    ///
+    /// A completed stream's unread rest is handed back ([`Gathered::rest`]) rather than read by
+    /// a task spawned for it: a task and its timer on every call cost more than the read.
+    pub(crate) async fn gather(mut self, limit: Duration) -> Result<Gathered, Self> {
+        self.keep_rest = true;
         let first = std::future::poll_fn(|cx| match self.poll_fill(cx) {
             Poll::Pending if self.ready.is_empty() => Poll::Pending,
             _ => Poll::Ready(()),
         });
-        match tokio::time::timeout(limit, first).await {
-            Ok(()) if self.upstream.is_none() => Ok(self.ready.split().freeze()),
+        let waited = tokio::time::timeout(limit, first).await;
+        self.keep_rest = false;
+        match waited {
+            Ok(()) if self.upstream.is_none() => Ok(Gathered {
+                body: self.ready.split().freeze(),
+                rest: self.rest.take(),
+            }),
             _ => Err(self),
         }
     }
@@ -160,6 +185,10 @@ impl FilteredSse {
                 Poll::Pending => break,
             }
         }
+        if self.keep_rest {
+            self.rest = Some(upstream);
+            return;
+        }
         let drain_for = self.drain_for;
         tokio::spawn(async move {
             let rest = async {
@@ -179,6 +208,8 @@ impl FilteredSse {
             if event.is_message() && !event.data.is_empty() {
                 let out = self.filter.on_server(&event.data);
                 if let Some(data) = out.record(self.filter.sink()).forward {
+                    // One allocation for the event, not one per doubling as it is written.
+                    self.ready.reserve(encoded_len(&event, &data));
                     encode_event_into(
                         &mut self.ready,
                         event.event.as_deref(),
@@ -196,6 +227,13 @@ impl FilteredSse {
             }
         }
     }
+}
+
+/// Room for `data` written as `event`'s SSE event: exact unless the data holds line breaks
+/// (then a few more `data: ` prefixes follow).
+fn encoded_len(event: &crate::sse::message::SseEvent, data: &[u8]) -> usize {
+    let field = |v: Option<&str>| v.map_or(0, |v| v.len() + 8);
+    field(event.event.as_deref()) + field(event.id.as_deref()) + data.len() + 8
 }
 
 impl Body for FilteredSse {

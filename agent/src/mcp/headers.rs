@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 
 use base64::Engine as _;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -24,6 +24,10 @@ const HANDSHAKE_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18",
 const VERSION: &str = "mcp-protocol-version";
 const METHOD: &str = "mcp-method";
 const NAME: &str = "mcp-name";
+// The same as header names: looked up on every POST without parsing the name each time.
+const VERSION_HEADER: HeaderName = HeaderName::from_static(VERSION);
+const METHOD_HEADER: HeaderName = HeaderName::from_static(METHOD);
+const NAME_HEADER: HeaderName = HeaderName::from_static(NAME);
 
 #[derive(Deserialize)]
 struct Message<'a> {
@@ -57,22 +61,26 @@ pub(crate) struct Mismatch(pub String);
 /// Checks a POST's routing headers against its body (the canonical text the filter forwards,
 /// a JSON object or a batch).
 pub(crate) fn check(headers: &HeaderMap, body: &[u8]) -> Result<(), Mismatch> {
-    for name in [VERSION, METHOD, NAME] {
-        if headers.get_all(name).iter().nth(1).is_some() {
+    for (name, header) in [
+        (VERSION, &VERSION_HEADER),
+        (METHOD, &METHOD_HEADER),
+        (NAME, &NAME_HEADER),
+    ] {
+        if headers.get_all(header).iter().nth(1).is_some() {
             return Err(Mismatch(format!(
                 "the {name} header appears more than once"
             )));
         }
     }
-    let text = |name: &'static str| {
+    let text = |name: &'static str, header: &HeaderName| {
         headers
-            .get(name)
+            .get(header)
             .map(|v| v.to_str().map_err(|_| not_text(name)))
             .transpose()
     };
-    let header_version = text(VERSION)?;
-    let header_method = text(METHOD)?;
-    let header_name = text(NAME)?;
+    let header_version = text(VERSION, &VERSION_HEADER)?;
+    let header_method = text(METHOD, &METHOD_HEADER)?;
+    let header_name = text(NAME, &NAME_HEADER)?;
     if body.first() == Some(&b'[') {
         return match header_method.or(header_name) {
             Some(_) => Err(Mismatch(

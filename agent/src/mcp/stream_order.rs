@@ -46,7 +46,11 @@ pub(crate) struct Opening {
 impl StreamOrder {
     fn state(&self, session: &str) -> watch::Sender<State> {
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        if sessions.len() >= MAX_SESSIONS && !sessions.contains_key(session) {
+        // Every forwarded request asks: a known session costs no copy of its id.
+        if let Some(state) = sessions.get(session) {
+            return state.clone();
+        }
+        if sessions.len() >= MAX_SESSIONS {
             sessions.clear();
         }
         sessions

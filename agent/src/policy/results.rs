@@ -20,6 +20,11 @@ use super::secrets::{self, Scanner, Woken};
 use crate::config::ResultInspectionConfig;
 use crate::decision::{ResultAction, ResultFinding, ResultVerdict};
 
+/// `\u`, looked for in every server message: built once (`memmem::find` builds its searcher
+/// on every call).
+static ESCAPE: std::sync::LazyLock<memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memmem::Finder::new(b"\\u"));
+
 /// The compiled `result_inspection:`.
 #[derive(Debug)]
 pub(crate) struct ResultRules {
@@ -139,7 +144,7 @@ impl ResultRules {
             }
         };
         // With no `\u` escape the message's keywords are its strings' (`Scanner::woken`).
-        let escaped = memmem::find(message, b"\\u").is_some();
+        let escaped = ESCAPE.find(message).is_some();
         let woken = scanner.map(|s| s.woken(message));
         if self.patterns.is_empty() && !escaped && woken.is_none_or(|w| w.is_empty()) {
             return None;

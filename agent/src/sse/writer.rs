@@ -39,6 +39,13 @@ pub(crate) fn encode_event_into(
 /// `data` as `data:` lines. Every line terminator a client splits on (`\n`, `\r\n`, a lone
 /// `\r`) starts a new `data:` line: nothing in the data can end the event or start a field.
 pub(crate) fn put_data_lines(out: &mut impl BufMut, data: &[u8]) {
+    // A JSON-RPC message is nearly always one line: one scan says so.
+    if memchr::memchr2(b'\n', b'\r', data).is_none() {
+        out.put_slice(b"data: ");
+        out.put_slice(data);
+        out.put_u8(b'\n');
+        return;
+    }
     for line in data.split(|b| *b == b'\n') {
         for piece in line
             .strip_suffix(b"\r")

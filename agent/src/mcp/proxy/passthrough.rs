@@ -232,11 +232,14 @@ pub(super) async fn passthrough(
         if requests > 0 {
             body = body.answering(requests, shared.timeout.min(DRAIN_AFTER_ANSWER));
             match body.gather(shared.timeout).await {
-                Ok(all) => {
+                Ok(gathered) => {
                     if let Some(ids) = claimed.as_mut() {
                         ids.answered();
                     }
-                    let mut response = Response::new(Full::new(all).boxed());
+                    if let Some(rest) = gathered.rest {
+                        upstream.hold_rest(rest);
+                    }
+                    let mut response = Response::new(Full::new(gathered.body).boxed());
                     *response.status_mut() = rparts.status;
                     *response.headers_mut() = rparts.headers;
                     return response;

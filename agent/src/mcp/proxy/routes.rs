@@ -341,17 +341,55 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// and no task per request to give it back (what the pooled client cost on every call). It
 /// closes with its client connection.
 #[derive(Default)]
-pub(super) struct UpstreamConn(Mutex<Option<SendRequest<Full<Bytes>>>>);
+pub(super) struct UpstreamConn {
+    sender: Mutex<Option<SendRequest<Full<Bytes>>>>,
+    /// The unread rest of the last answered response stream on this connection (normally
+    /// its end chunk, which the connection's task delivers right after the answer): read
+    /// before the next request is sent, so the connection is free for it.
+    rest: Mutex<Option<Incoming>>,
+}
 
 impl UpstreamConn {
     fn take(&self) -> Option<SendRequest<Full<Bytes>>> {
-        self.0.lock().ok()?.take()
+        self.sender.lock().ok()?.take()
     }
 
     fn keep(&self, sender: SendRequest<Full<Bytes>>) {
-        if let Ok(mut held) = self.0.lock() {
+        if let Ok(mut held) = self.sender.lock() {
             *held = Some(sender);
         }
+    }
+
+    /// Keeps the rest of an answered response stream until the next request.
+    pub(super) fn hold_rest(&self, rest: Incoming) {
+        if let Ok(mut held) = self.rest.lock() {
+            *held = Some(rest);
+        }
+    }
+
+    /// Reads what already arrived of the held rest, without waiting (the connection's task
+    /// delivers the end chunk as soon as it comes, whether or not anyone reads). A rest that
+    /// has not ended (a server streaming on past its answers) is dropped, and with it the
+    /// connection: the request then goes on a new one, as it did while a task still read the
+    /// rest. Until then it holds nothing the client connection does not hold already.
+    async fn finish_rest(&self) {
+        let Some(mut rest) = self.rest.lock().ok().and_then(|mut held| held.take()) else {
+            return;
+        };
+        std::future::poll_fn(|cx| {
+            // A few frames at most, as when the answer completed.
+            for _ in 0..4 {
+                if hyper::body::Body::is_end_stream(&rest) {
+                    break;
+                }
+                match hyper::body::Body::poll_frame(Pin::new(&mut rest), cx) {
+                    Poll::Ready(Some(Ok(_))) => continue,
+                    Poll::Ready(Some(Err(_)) | None) | Poll::Pending => break,
+                }
+            }
+            Poll::Ready(())
+        })
+        .await;
     }
 
     /// Sends `request` on the held connection when it is idle, else on a new one (which is
@@ -361,6 +399,7 @@ impl UpstreamConn {
         shared: &Shared,
         mut request: Request<Full<Bytes>>,
     ) -> Result<Response<Incoming>, BoxError> {
+        self.finish_rest().await;
         if let Some(mut sender) = self.take().filter(SendRequest::is_ready) {
             let response = sender.try_send_request(request);
             self.keep(sender);

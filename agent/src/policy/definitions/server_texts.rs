@@ -10,6 +10,20 @@ use crate::{
     policy::Policy,
 };
 
+/// What a message that may hold server texts shows: a `\u` escape (a key could hide behind
+/// one) or one of the keys that hold them.
+static SIGNS: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 5]> =
+    std::sync::LazyLock::new(|| {
+        [
+            b"\\u".as_slice(),
+            b"\"instructions\"",
+            b"\"prompts\"",
+            b"\"resources\"",
+            b"\"resourceTemplates\"",
+        ]
+        .map(memchr::memmem::Finder::new)
+    });
+
 impl Policy {
     /// The poisoning checks on what else a server says to the model, which reaches it as
     /// surely as a tool's description: `instructions` in its `initialize` result (Claude Code
@@ -26,19 +40,9 @@ impl Policy {
         if !self.definitions.poisoning_on() {
             return None;
         }
-        let keys: [&[u8]; 4] = [
-            b"\"instructions\"",
-            b"\"prompts\"",
-            b"\"resources\"",
-            b"\"resourceTemplates\"",
-        ];
-        // Only a message that may hold such text is parsed (a `\u`-escaped key too).
-        let escaped = memchr::memmem::find(message, b"\\u").is_some();
-        if !escaped
-            && !keys
-                .iter()
-                .any(|k| memchr::memmem::find(message, k).is_some())
-        {
+        // Only a message that may hold such text is parsed (a `\u`-escaped key too). Every
+        // server message is looked at: the searchers are built once, not per message.
+        if !SIGNS.iter().any(|sign| sign.find(message).is_some()) {
             return None;
         }
         let source = before

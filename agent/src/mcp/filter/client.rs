@@ -318,6 +318,14 @@ impl Filter {
                 }
                 Some(Cow::Borrowed(msg))
             }
+            Some("tools/list") => {
+                let cursor = probe
+                    .params
+                    .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                    .is_some_and(|p| p.get("cursor").is_some_and(|c| !c.is_null()));
+                request = Request::List { first: !cursor };
+                Some(Cow::Borrowed(msg))
+            }
             _ => Some(Cow::Borrowed(msg)),
         };
         if forward.is_some()

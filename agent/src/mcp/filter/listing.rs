@@ -147,11 +147,15 @@ impl Filter {
         }
         // The request this response answers (its id parsed only while one is outstanding);
         // a call's result is known as its tool's.
+        let mut anew = false;
         if !self.pending.is_empty()
             && let Some(key) = probe.id.and_then(|id| IdKey::of(id.get()))
-            && let Some(Request::Call(tool)) = self.pending.end(&key)
         {
-            self.answering = Some(tool);
+            match self.pending.end(&key) {
+                Some(Request::Call(tool)) => self.answering = Some(tool),
+                Some(Request::List { first }) => anew = first,
+                _ => {}
+            }
         }
         // Every result with a top-level `tools` field is treated as a tool list, tracked or
         // not: the client decides what a response means by its id, and ids can be spelled in
@@ -170,7 +174,7 @@ impl Filter {
                 return None;
             }
         };
-        self.filter_list(msg, probe.id, tools)
+        self.filter_list(msg, probe.id, tools, anew)
     }
 
     fn filter_list<'a>(
@@ -178,6 +182,7 @@ impl Filter {
         msg: &'a [u8],
         id: Option<&RawValue>,
         tools: &RawValue,
+        anew: bool,
     ) -> Option<Cow<'a, [u8]>> {
         let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(tools.get()) else {
             tracing::warn!("dropping a tools/list result whose tools are not an array");
@@ -211,10 +216,14 @@ impl Filter {
             }
             self.record_seen(&value, &decision);
         }
-        self.listing()
-            .names
-            .get_or_insert_with(HashSet::new)
-            .extend(listed);
+        // A listing's first page begins the session's list anew: a tool the server no longer
+        // lists is no longer callable (its later pages add to it).
+        let mut listing = self.listing();
+        match (anew, &mut listing.names) {
+            (false, Some(names)) => names.extend(listed),
+            _ => listing.names = Some(listed),
+        }
+        drop(listing);
         if kept.len() == items.len() {
             return Some(Cow::Borrowed(msg));
         }

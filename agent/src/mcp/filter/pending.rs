@@ -53,6 +53,8 @@ impl std::fmt::Display for IdKey {
 pub(super) enum Request {
     /// A `tools/call` of this tool.
     Call(String),
+    /// A `tools/list`; `first`: of its first page (no cursor), which begins a listing anew.
+    List { first: bool },
     /// Any other request.
     Other,
 }

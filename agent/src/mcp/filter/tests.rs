@@ -513,6 +513,28 @@ fn only_listed_tools_are_callable() {
     );
     assert!(call(&mut f, "fresh").0);
     assert!(!call(&mut f, "echo").0);
+    // A listing asked anew (no cursor) replaces the list: what the server no longer lists is
+    // no longer callable; its later pages add to it.
+    let relist = |f: &mut Filter, id: u32, cursor: &str, tools: &str, next: &str| {
+        let params = match cursor {
+            "" => String::new(),
+            c => format!(r#","params":{{"cursor":"{c}"}}"#),
+        };
+        let ask = format!(r#"{{"jsonrpc":"2.0","id":"l{id}","method":"tools/list"{params}}}"#);
+        assert!(f.on_client(ask.as_bytes()).forward.is_some());
+        let next = match next {
+            "" => String::new(),
+            n => format!(r#","nextCursor":"{n}""#),
+        };
+        let page =
+            format!(r#"{{"jsonrpc":"2.0","id":"l{id}","result":{{"tools":{tools}{next}}}}}"#);
+        assert!(f.on_server(page.as_bytes()).forward.is_some());
+    };
+    relist(&mut f, 1, "", r#"[{"name":"add"}]"#, "c2");
+    assert!(call(&mut f, "add").0);
+    assert!(!call(&mut f, "fresh").0);
+    relist(&mut f, 2, "c2", r#"[{"name":"fresh"}]"#, "");
+    assert!(call(&mut f, "add").0 && call(&mut f, "fresh").0);
 }
 
 #[test]

@@ -132,3 +132,74 @@ fn a_server_that_ignores_stdin_eof_is_terminated() {
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status}");
     assert!(start.elapsed() < std::time::Duration::from_secs(30));
 }
+
+/// A request may not borrow the id of one still waiting for its answer: the server would
+/// answer both under one id, and the second's result (here `get-env`'s environment) be taken
+/// for the first's (a slow tool a result rule may exempt). The borrower is refused and never
+/// reaches the server.
+#[test]
+fn a_request_may_not_borrow_an_outstanding_id() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("server-stdin.log");
+    let script = format!(
+        "tee -a '{}' | exec '{}' stdio",
+        log.display(),
+        toolwall_tests::server_everything().display()
+    );
+    let mut argv = shim(&[]);
+    argv.extend(["bash".to_owned(), "-c".to_owned(), script]);
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the shim");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut send = |line: &str| writeln!(stdin, "{line}").expect("write");
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    let _ = lines.next();
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    send(
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"trigger-long-running-operation","arguments":{"duration":2,"steps":1}}}"#,
+    );
+    send(
+        r#"{"jsonrpc":"2.0","id":7.0,"method":"tools/call","params":{"name":"get-env","arguments":{}}}"#,
+    );
+    // The answers to id 7, until the slow call's result.
+    let mut answers = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("a line");
+        let message: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        if message.get("method").is_none() && message["id"].as_f64() == Some(7.0) {
+            answers.push(message);
+            if answers.last().is_some_and(|m| m.get("result").is_some()) {
+                break;
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already used")),
+        "{answers:?}"
+    );
+    assert!(
+        answers[1]
+            .to_string()
+            .contains("Long running operation completed"),
+        "{answers:?}"
+    );
+    let seen = std::fs::read_to_string(&log).expect("server stdin log");
+    assert!(
+        !seen.contains("get-env"),
+        "the borrower reached the server: {seen}"
+    );
+}

@@ -15,6 +15,10 @@ const MAX_LIST_PAGES: usize = 100;
 /// Most sessions whose tool lists the passthrough keeps; past it the least recently used one
 /// is forgotten, and its next call is listed for again first.
 pub(super) const MAX_LISTINGS: usize = 4096;
+/// Most listings on sessions' behalf the passthrough makes at once: each judges up to
+/// `--max-message-bytes` of tools, and a client picks its own identity, so it may ask for one
+/// per call; past this a call waits its turn within its listing's deadline.
+pub(super) const MAX_LISTING_AT_ONCE: usize = 4;
 
 /// Why a listing on a session's behalf did not finish.
 pub(super) enum ListFailed {
@@ -198,6 +202,15 @@ pub(super) async fn list_http(
     mut lister: Filter,
 ) -> Result<(), ListFailed> {
     let mut pages = ListPages::new(first, shared);
+    let left = pages.time_left().map_err(ListFailed::Why)?;
+    let _turn = tokio::time::timeout(left, shared.listing_turns.acquire())
+        .await
+        .map_err(|_| {
+            ListFailed::Why(format!(
+                "{MAX_LISTING_AT_ONCE} other listings took the whole of --timeout"
+            ))
+        })?
+        .map_err(|_| ListFailed::Why("the proxy is stopping".into()))?;
     loop {
         let (body, id) = pages.request().map_err(ListFailed::Why)?;
         let left = pages.time_left().map_err(ListFailed::Why)?;

@@ -265,6 +265,8 @@ struct Shared {
     listings: Mutex<SessionListings>,
     /// Who a client request speaks for (`identity.rs`).
     identities: Identities,
+    /// Turns for listings on passthrough sessions' behalf ([`MAX_LISTING_AT_ONCE`]).
+    listing_turns: tokio::sync::Semaphore,
     /// The ids the passthrough's sessions' requests wait under (`outstanding.rs`).
     outstanding: Arc<Outstanding>,
     http: HttpClient,
@@ -507,6 +509,7 @@ pub(crate) async fn run_proxy(
         ctx: Arc::new(ctx),
         listings: Mutex::default(),
         identities: Identities::default(),
+        listing_turns: tokio::sync::Semaphore::new(MAX_LISTING_AT_ONCE),
         outstanding: Arc::new(Outstanding::new(Duration::from_secs(
             args.session_idle_timeout.max(1),
         ))),

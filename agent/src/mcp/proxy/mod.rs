@@ -139,7 +139,8 @@ pub struct ProxyArgs {
     pub max_held_bytes: usize,
     /// Seconds a client session bridged to a legacy SSE upstream may go without a request
     /// (and with no GET stream open) before the proxy ends it and its upstream session; its
-    /// client then gets 404 and starts a new session, as the MCP spec says.
+    /// client then gets 404 and starts a new session, as the MCP spec says. Also how long a
+    /// request id whose answer never came (its client left) stays taken in its session.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub session_idle_timeout: u64,
     /// Server id for policy and events (default: the id of the server `--config` declares

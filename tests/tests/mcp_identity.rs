@@ -330,8 +330,8 @@ fn a_request_may_not_borrow_an_id_another_post_of_its_session_waits_under() {
         std::thread::spawn(move || exchange(port, &request("POST", "/mcp", &session, slow)))
     };
     std::thread::sleep(Duration::from_millis(1000));
-    // 7, 7.0 and 7e0 are one id to the servers.
-    for id in ["7", "7.0", "7e0"] {
+    // 7, 7.0 and 7e0 are one id to the servers, and "7" to the Python SDK's.
+    for id in ["7", "7.0", "7e0", "\"7\""] {
         let echo = format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"message":"borrowed"}}}}}}"#
         );
@@ -357,6 +357,13 @@ fn a_request_may_not_borrow_an_id_another_post_of_its_session_waits_under() {
     let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, echo11));
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("already in use"), "{body}");
+    // A DELETE the upstream refuses (an unknown protocol version) ends nothing: the session
+    // goes on, and so does the request its id waits for.
+    let bogus = session.replace("2025-06-18", "1999-01-01");
+    let (status, _, _) = exchange(port, &request("DELETE", "/mcp", &bogus, ""));
+    assert!(!(200..300).contains(&status), "{status}");
+    let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, echo11));
+    assert_eq!(status, 400, "{body}");
     // Answered: the id is free again.
     let echo = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"again"}}}"#;
     let (status, _, body) = exchange(port, &request("POST", "/mcp", &session, echo));

@@ -99,7 +99,7 @@ pub(crate) struct Filter {
     answering: Option<String>,
     /// What the session may call; shared by the filters of one filter proxy.
     listing: Arc<Mutex<Listing>>,
-    /// Responses (messages with an `id` and no `method`) the server sent so far: a response
+    /// Responses the server sent so far that answered a request of this filter's: a response
     /// stream that carried one per request of its POST is complete (`mcp/filtered_sse.rs`).
     responses: usize,
     /// Requests (messages with a `method` and an `id`) [`Filter::on_client`] passed on so
@@ -245,9 +245,15 @@ impl Filter {
         self
     }
 
-    /// How many responses passed [`Filter::on_server`] (dropped ones included).
+    /// How many of this filter's requests [`Filter::on_server`] saw answered (dropped
+    /// answers included).
     pub(crate) fn responses(&self) -> usize {
         self.responses
+    }
+
+    /// Whether the server answered every request this filter passed on.
+    pub(crate) fn all_answered(&self) -> bool {
+        self.pending.is_empty()
     }
 
     /// The ids of the requests this filter passed on (or holds) that the server has not

@@ -47,6 +47,9 @@ pub(crate) struct FilteredSse {
     /// kept here for the caller ([`Gathered::rest`]) instead of being read by a task of its own.
     keep_rest: bool,
     rest: Option<Incoming>,
+    /// Told once every owed response passed (never, when the stream ends or is dropped
+    /// before that: the requests may still be running).
+    on_answered: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 /// A response stream that completed while [`FilteredSse::gather`] waited.
@@ -81,7 +84,14 @@ impl FilteredSse {
             probe,
             keep_rest: false,
             rest: None,
+            on_answered: None,
         }
+    }
+
+    /// Calls `told` once every owed response ([`FilteredSse::answering`]) has passed.
+    pub(crate) fn when_answered(mut self, told: impl FnOnce() + Send + Sync + 'static) -> Self {
+        self.on_answered = Some(Box::new(told));
+        self
     }
 
     /// The stream answers a POST of `requests` requests (the ones forwarded upstream): it is
@@ -145,6 +155,9 @@ impl FilteredSse {
                         }
                     }
                     if self.complete() {
+                        if let Some(told) = self.on_answered.take() {
+                            told();
+                        }
                         self.finish_upstream(cx);
                         return Poll::Ready(());
                     }

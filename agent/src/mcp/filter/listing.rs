@@ -142,19 +142,20 @@ impl Filter {
             }
             return Some(Cow::Borrowed(msg));
         }
-        if probe.id.is_some() {
-            self.responses += 1;
-        }
         // The request this response answers (its id parsed only while one is outstanding);
-        // a call's result is known as its tool's.
+        // a call's result is known as its tool's. Only an answer to one of this filter's own
+        // requests counts toward the responses its stream owes: one that answers another
+        // request (a server routing by an id it takes for another) completes nothing.
         let mut anew = false;
         if !self.pending.is_empty()
             && let Some(key) = probe.id.and_then(|id| IdKey::of(id.get()))
+            && let Some(request) = self.pending.end(&key)
         {
-            match self.pending.end(&key) {
-                Some(Request::Call(tool)) => self.answering = Some(tool),
-                Some(Request::List { first }) => anew = first,
-                _ => {}
+            self.responses += 1;
+            match request {
+                Request::Call(tool) => self.answering = Some(tool),
+                Request::List { first } => anew = first,
+                Request::Other => {}
             }
         }
         // Every result with a top-level `tools` field is treated as a tool list, tracked or

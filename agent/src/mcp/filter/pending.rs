@@ -16,8 +16,10 @@ pub(super) const MAX_PENDING: usize = 256;
 /// A request id as the peers compare it. JSON-RPC ids are strings or numbers, and peers read
 /// numbers by value: `8`, `8.0` and `8e0` are one id to a Python server (which answers `8.0`
 /// with `8`), and to a JavaScript one every number is a double, so `9007199254740993` is
-/// `9007199254740992`. Numbers are keyed by their double, the loosest reading: ids that any
-/// peer could take for one another share a key, and are kept apart by refusal.
+/// `9007199254740992`. The Python SDK's server also routes responses by the id's text, so `7`
+/// and `"7"` are one id to it. Numbers, and strings that read as a finite number, are keyed by
+/// their double, the loosest reading: ids that any peer could take for one another share a
+/// key, and are kept apart by refusal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum IdKey {
     Number(u64),
@@ -29,7 +31,10 @@ impl IdKey {
     /// The key of an id's JSON text; `None` for a value JSON-RPC does not allow as an id.
     pub(crate) fn of(raw: &str) -> Option<IdKey> {
         match serde_json::from_str::<Value>(raw).ok()? {
-            Value::String(s) => Some(IdKey::Text(s)),
+            Value::String(s) => Some(match s.parse::<f64>() {
+                Ok(n) if n.is_finite() => IdKey::Number((n + 0.0).to_bits()),
+                _ => IdKey::Text(s),
+            }),
             Value::Null => Some(IdKey::Null),
             // `+ 0.0` makes -0 the same key as 0.
             Value::Number(n) => Some(IdKey::Number((n.as_f64()? + 0.0).to_bits())),

@@ -66,14 +66,15 @@ fn a_call_may_not_borrow_the_id_of_an_exempt_call_still_running() {
     let mut f = filter(dir.path());
     list(&mut f);
     assert!(f.on_client(&call("7", "presign")).forward.is_some());
-    for borrowed in ["7", "7.0", "7e0", "70e-1"] {
+    // `"7"` too: the Python SDK's server routes responses by the id's text.
+    for borrowed in ["7", "7.0", "7e0", "70e-1", r#""7""#, r#""7.0""#] {
         let why = refused(&f.on_client(&call(borrowed, "get_env")));
         assert!(why.contains("already used"), "{borrowed}: {why}");
     }
     // Other ids are other requests.
-    assert!(f.on_client(&call(r#""7""#, "get_env")).forward.is_some());
-    // A server's answer to `"7"` is get_env's, inspected: the secret goes.
-    let text = answer_with_secret(&mut f, r#""7""#);
+    assert!(f.on_client(&call(r#""7a""#, "get_env")).forward.is_some());
+    // A server's answer to `"7a"` is get_env's, inspected: the secret goes.
+    let text = answer_with_secret(&mut f, r#""7a""#);
     assert!(!text.contains(AWS), "{text}");
     // The answer to 7 is presign's, exempt: left alone. Then 7 is free again.
     let text = answer_with_secret(&mut f, "7.0");
@@ -151,7 +152,11 @@ fn ids_are_keyed_as_the_peers_read_them() {
     assert_eq!(key("8"), key("8.0"));
     assert_eq!(key("8"), key("0.8e1"));
     assert_eq!(key("-0"), key("0.0"));
-    assert_ne!(key("8"), key("\"8\""));
+    // The Python SDK's server routes responses by the id's text: `7` and `"7"` are one id.
+    assert_eq!(key("8"), key("\"8\""));
+    assert_eq!(key("8"), key("\"8.0\""));
+    assert_ne!(key("\"8\""), key("\"8a\""));
+    assert_ne!(key("\"inf\""), key("\"nan\""));
     assert_ne!(key("8"), key("8.5"));
     // A JavaScript peer reads every number as a double: the same double is the same key.
     assert_eq!(key("9007199254740993"), key("9007199254740992"));

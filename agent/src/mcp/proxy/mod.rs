@@ -660,7 +660,7 @@ use bridge::*;
 use identity::Identities;
 use legacy_sse::*;
 use listing::*;
-use outstanding::{Holding, Outstanding};
+use outstanding::Outstanding;
 use passthrough::*;
 use routes::*;
 use stdio::*;

@@ -6,27 +6,26 @@
 //! held for its session from the moment its request is forwarded until its answer has passed,
 //! and a request reusing one that is held is refused.
 //!
-//! A POST whose client leaves (or whose upstream fails) before its answers passed leaves its
-//! ids *stranded*: the server may still be running the request and send its answer to whoever
-//! holds the id next. They stay held until `--session-idle-timeout` has passed or the session
-//! is deleted.
+//! A POST whose answers did not all pass (its client left, its upstream failed or ended the
+//! stream early) leaves its ids *stranded*: the server may still be running the request and
+//! send its answer to whoever holds the id next. They stay held until `--session-idle-timeout`
+//! has passed or the upstream confirmed the session's deletion. Ids are kept as keyed hashes
+//! (8 bytes each, whatever their length); when 4,096 sessions hold ids, the one whose ids
+//! were all stranded longest ago is forgotten for a new one, and only sessions with requests
+//! on their way refuse a newcomer.
 //!
 //! A server without sessions answers each POST on its own response, and the SDKs make it a
 //! transport per request ("a single instance would cause request ID collisions"): there, ids
 //! are only kept apart within a POST, and two clients may use the same ones.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::pin::Pin;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use super::ProxyBody;
 use crate::mcp::filter::IdKey;
 
 /// Most ids one session may hold at once, as a session's filter does.
@@ -55,16 +54,18 @@ enum Hold {
 }
 
 pub(super) struct Outstanding {
-    held: Mutex<HashMap<String, HashMap<IdKey, Hold>>>,
+    held: Mutex<HashMap<String, HashMap<u64, Hold>>>,
     /// How long a stranded id stays held.
     strand_for: Duration,
+    /// Keys ids by a keyed hash: a long id costs no more than a short one.
+    hasher: RandomState,
 }
 
 /// Ids held until dropped: released when [`Claimed::answered`] was said, stranded otherwise.
 pub(super) struct Claimed {
     owner: Arc<Outstanding>,
     session: String,
-    ids: Vec<IdKey>,
+    ids: Vec<u64>,
     answered: bool,
 }
 
@@ -73,6 +74,7 @@ impl Outstanding {
         Outstanding {
             held: Mutex::default(),
             strand_for,
+            hasher: RandomState::new(),
         }
     }
 
@@ -82,27 +84,48 @@ impl Outstanding {
         session: &str,
         ids: Vec<IdKey>,
     ) -> Result<Claimed, Refused> {
-        let claimed = |ids: Vec<IdKey>| Claimed {
+        let claimed = |ids: Vec<u64>| Claimed {
             owner: self.clone(),
             session: session.to_owned(),
             answered: ids.is_empty(),
             ids,
         };
         if ids.is_empty() {
-            return Ok(claimed(ids));
+            return Ok(claimed(Vec::new()));
         }
         let now = Instant::now();
+        let hashes: Vec<u64> = ids.iter().map(|id| self.hasher.hash_one(id)).collect();
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         if !held.contains_key(session) && held.len() >= MAX_SESSIONS {
-            return Err(Refused::TooManySessions);
+            // The session whose ids were all stranded longest ago makes room; sessions with
+            // requests on their way are never forgotten.
+            let stalest = held
+                .iter()
+                .filter_map(|(s, set)| {
+                    set.values()
+                        .map(|hold| match hold {
+                            Hold::Live => None,
+                            Hold::Stranded(at) => Some(*at),
+                        })
+                        .collect::<Option<Vec<Instant>>>()
+                        .and_then(|ats| ats.into_iter().max())
+                        .map(|at| (at, s.clone()))
+                })
+                .min();
+            match stalest {
+                Some((_, s)) => {
+                    held.remove(&s);
+                }
+                None => return Err(Refused::TooManySessions),
+            }
         }
         let set = held.entry(session.to_owned()).or_default();
         set.retain(|_, hold| match hold {
             Hold::Live => true,
             Hold::Stranded(at) => now.duration_since(*at) < self.strand_for,
         });
-        let refused = match ids.iter().find(|id| set.contains_key(id)) {
-            Some(id) => Some(Refused::InUse(id.clone())),
+        let refused = match hashes.iter().position(|h| set.contains_key(h)) {
+            Some(i) => Some(Refused::InUse(ids[i].clone())),
             None if set.len() + ids.len() > MAX_HELD => Some(Refused::TooMany),
             None => None,
         };
@@ -112,12 +135,12 @@ impl Outstanding {
             }
             return Err(refused);
         }
-        set.extend(ids.iter().map(|id| (id.clone(), Hold::Live)));
+        set.extend(hashes.iter().map(|h| (*h, Hold::Live)));
         drop(held);
-        Ok(claimed(ids))
+        Ok(claimed(hashes))
     }
 
-    /// The session was deleted: what it held goes with it.
+    /// The upstream confirmed the session's deletion: what it held goes with it.
     pub(super) fn ended(&self, session: &str) {
         if let Ok(mut held) = self.held.lock() {
             held.remove(session);
@@ -131,8 +154,8 @@ impl Outstanding {
 }
 
 impl Claimed {
-    /// Every request of the POST was answered (its response ended as the server ended it):
-    /// its ids are free once this is dropped.
+    /// Every request of the POST was answered (each answer passed its filter), or the
+    /// upstream refused them all: its ids are free once this is dropped.
     pub(super) fn answered(&mut self) {
         self.answered = true;
     }
@@ -163,43 +186,6 @@ impl Drop for Claimed {
         if set.is_empty() {
             held.remove(&self.session);
         }
-    }
-}
-
-/// A response stream that holds its requests' ids: answered once it ended as the upstream
-/// ended it, stranded if dropped before (its client left).
-pub(super) struct Holding {
-    body: ProxyBody,
-    ids: Claimed,
-}
-
-impl Holding {
-    pub(super) fn new(body: ProxyBody, ids: Claimed) -> Self {
-        Holding { body, ids }
-    }
-}
-
-impl Body for Holding {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None)) {
-            self.ids.answered();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 
@@ -252,6 +238,26 @@ mod tests {
         drop(out.claim("s2", ids(&["9"])).expect("free"));
         out.ended("s2");
         assert!(out.claim("s2", ids(&["9"])).is_ok());
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_stalest_stranded_session_never_a_live_one() {
+        let out = Arc::new(Outstanding::new(Duration::from_secs(600)));
+        let mut live = Vec::new();
+        for i in 0..MAX_SESSIONS - 1 {
+            live.push(out.claim(&format!("live{i}"), ids(&["1"])).expect("room"));
+        }
+        drop(out.claim("stranded", ids(&["1"])).expect("room"));
+        // Full: the stranded session makes room, and then nothing does.
+        let mut newcomer = out
+            .claim("new", ids(&["1"]))
+            .expect("the stranded one goes");
+        assert!(out.claim("stranded", ids(&["1"])).is_err());
+        for c in live.iter_mut().chain(std::iter::once(&mut newcomer)) {
+            c.answered();
+        }
+        drop((live, newcomer));
+        assert_eq!(out.sessions(), 0);
     }
 
     #[test]

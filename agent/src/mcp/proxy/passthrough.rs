@@ -24,7 +24,6 @@ pub(super) async fn passthrough(
         (&Method::GET, Some(session)) => Some(shared.streams.opening(session.clone())),
         (&Method::DELETE, Some(session)) => {
             shared.streams.ended(session);
-            shared.outstanding.ended(session);
             if let Ok(mut listings) = shared.listings.lock() {
                 listings.ended(session);
             }
@@ -124,6 +123,21 @@ pub(super) async fn passthrough(
         {
             shared.streams.before_request(session, shared.timeout).await;
         }
+        // The upstream may route on the 2026-07-28 headers: they must say what the body says.
+        if let Err(mismatch) = headers::check(&parts.headers, &text) {
+            tracing::warn!("refused a request: {mismatch}");
+            judged.settle(Some(&format!("refused before forwarding: {mismatch}")));
+            let id = request_ids(&text).into_iter().next();
+            return full(
+                StatusCode::BAD_REQUEST,
+                Some("application/json"),
+                error_response(
+                    id.as_deref().unwrap_or("null"),
+                    headers::HEADER_MISMATCH,
+                    &format!("[toolwall] {mismatch}"),
+                ),
+            );
+        }
         // A server routes a session's responses by id: no two of its requests wait under one
         // (the ids the filter passed on, read as the peers compare them).
         if let Some(session) = &session {
@@ -144,21 +158,6 @@ pub(super) async fn passthrough(
                     );
                 }
             }
-        }
-        // The upstream may route on the 2026-07-28 headers: they must say what the body says.
-        if let Err(mismatch) = headers::check(&parts.headers, &text) {
-            tracing::warn!("refused a request: {mismatch}");
-            judged.settle(Some(&format!("refused before forwarding: {mismatch}")));
-            let id = request_ids(&text).into_iter().next();
-            return full(
-                StatusCode::BAD_REQUEST,
-                Some("application/json"),
-                error_response(
-                    id.as_deref().unwrap_or("null"),
-                    headers::HEADER_MISMATCH,
-                    &format!("[toolwall] {mismatch}"),
-                ),
-            );
         }
         text
     } else {
@@ -184,18 +183,25 @@ pub(super) async fn passthrough(
             judged.settle(None);
             return r;
         }
+        // The request may have reached the upstream before its connection failed: its ids
+        // stay held (stranded), in case it runs.
         Err(r) => {
             let why = format!(
                 "not forwarded: the upstream answered nothing (HTTP {})",
                 r.status()
             );
             judged.settle(Some(&why));
-            if let Some(ids) = claimed.as_mut() {
-                ids.answered();
-            }
             return r;
         }
     };
+    // A deletion the upstream confirmed ends what the session held; one it refused (a server
+    // may answer 405 to every DELETE) ends nothing.
+    if parts.method == Method::DELETE
+        && response.status().is_success()
+        && let Some(session) = &session
+    {
+        shared.outstanding.ended(session);
+    }
     let status = response.status();
     if client::is_challenge(status, response.headers()) {
         let why = format!("the upstream refused the client's credentials (HTTP {status})");
@@ -231,11 +237,13 @@ pub(super) async fn passthrough(
         );
         if requests > 0 {
             body = body.answering(requests, shared.timeout.min(DRAIN_AFTER_ANSWER));
+            // Its ids are free once every answer passed; a stream that ends or is dropped
+            // before strands them.
+            if let Some(mut ids) = claimed.take() {
+                body = body.when_answered(move || ids.answered());
+            }
             match body.gather(shared.timeout).await {
                 Ok(gathered) => {
-                    if let Some(ids) = claimed.as_mut() {
-                        ids.answered();
-                    }
                     if let Some(rest) = gathered.rest {
                         upstream.hold_rest(rest);
                     }
@@ -247,11 +255,7 @@ pub(super) async fn passthrough(
                 Err(streaming) => body = streaming,
             }
         }
-        let body = match claimed {
-            Some(ids) => Holding::new(body.boxed(), ids).boxed(),
-            None => body.boxed(),
-        };
-        let mut response = Response::new(body);
+        let mut response = Response::new(body.boxed());
         *response.status_mut() = rparts.status;
         // The upstream's headers as they were (repeated ones included); it already says
         // `text/event-stream`.
@@ -264,12 +268,7 @@ pub(super) async fn passthrough(
         http_body_util::Limited::new(rbody, shared.max_message).collect(),
     );
     let rbody = match read.await {
-        Ok(Ok(b)) => {
-            if let Some(ids) = claimed.as_mut() {
-                ids.answered();
-            }
-            b.to_bytes()
-        }
+        Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             tracing::warn!("an upstream response is larger than the message limit; refused");
             return plain(
@@ -317,6 +316,12 @@ pub(super) async fn passthrough(
     } else {
         rbody
     };
+    // Its ids are free when the body answered every request (each answer passed the filter).
+    if filter.all_answered()
+        && let Some(ids) = claimed.as_mut()
+    {
+        ids.answered();
+    }
     let mut response = Response::new(Full::new(out_body).boxed());
     *response.status_mut() = rparts.status;
     *response.headers_mut() = rparts.headers;

@@ -6,7 +6,8 @@
 
 use serde_json::Value;
 
-use super::{Found, Site, hosted::Unjudgeable};
+use super::hosted::Unjudgeable;
+use super::pairing::{Found, Site};
 
 /// The kinds of `tools[]` entry the Gemini API has, in both spellings: function declarations
 /// (the agent runs them: judged by name here, by call in the response) and the tools Google
@@ -75,7 +76,7 @@ pub(super) fn found(request: &Value) -> Found {
                     id => id.to_owned(),
                 };
                 if answer.get(field).is_some() {
-                    super::name_call(&mut names, call_id.clone(), (name, None));
+                    super::pairing::name_call(&mut names, call_id.clone(), (name, None));
                     sites.push(Site {
                         pointer: format!("{at}/parts/{j}/{key}/{field}"),
                         call_id,

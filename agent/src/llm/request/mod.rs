@@ -6,14 +6,14 @@
 //! A tool's result reaches the model in the agent's next request: Anthropic `tool_result`
 //! blocks (and `mcp_tool_result`), Chat Completions `role: "tool"` messages, Responses
 //! `function_call_output` / `custom_tool_call_output` items, Gemini `functionResponse` parts. Each is judged as the tool's
-//! result (the call it answers is found by id in the request, its tool resolved by the
+//! result (the call it answers is found by id in the request, `pairing.rs`, its tool resolved by the
 //! policy, so per-tool exemptions hold); redacted, its content is replaced in place; withheld,
 //! it becomes a text saying why (an Anthropic block also `is_error: true`). A request with
 //! changes is forwarded as toolwall's serialisation of what it parsed; one without, as the
 //! bytes the agent sent. Every later request carries the same results again (the history):
 //! they are judged again, and recorded once per call id.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -84,14 +84,6 @@ pub(crate) struct Inspected {
     pub records: Vec<Event>,
     /// Whether anything was changed.
     changed: bool,
-}
-
-/// One tool result in a request: where its content is, which call it answers.
-struct Site {
-    /// Pointer of the content in the request.
-    pointer: String,
-    /// The id of the call it answers.
-    call_id: String,
 }
 
 /// How a request body is judged (`llm/routes.rs` names it per route).
@@ -199,9 +191,9 @@ fn judge(
     }
     out.changed |= !hosted.is_empty();
     let (names, sites) = match dialect {
-        Dialect::Anthropic => anthropic(request),
-        Dialect::OpenAiChat => chat(request),
-        Dialect::OpenAiResponses => responses(request),
+        Dialect::Anthropic => pairing::anthropic(request),
+        Dialect::OpenAiChat => pairing::chat(request),
+        Dialect::OpenAiResponses => pairing::responses(request),
         Dialect::Gemini => {
             gemini::known_shapes(request)?;
             gemini::known_tools(request)?;
@@ -434,163 +426,8 @@ fn prune(
     });
 }
 
-/// Call id → tool name (and Codex namespace), and the tool results.
-type Found = (HashMap<String, (String, Option<String>)>, Vec<Site>);
-
-/// Notes the tool a call id names. An id named for two tools (a model may write its own ids)
-/// answers to neither: its result could be either's, so it is judged as no tool's, and no
-/// tool's exemption applies to it.
-fn name_call(
-    names: &mut HashMap<String, (String, Option<String>)>,
-    id: String,
-    tool: (String, Option<String>),
-) {
-    match names.entry(id) {
-        std::collections::hash_map::Entry::Vacant(e) => {
-            e.insert(tool);
-        }
-        std::collections::hash_map::Entry::Occupied(mut e) => {
-            if *e.get() != tool {
-                *e.get_mut() = (String::new(), None);
-            }
-        }
-    }
-}
-
 fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
-/// `messages[].content[]`: `tool_use` / `mcp_tool_use` name calls, `tool_result` /
-/// `mcp_tool_result` answer them (`tool_use_id`).
-fn anthropic(request: &Value) -> Found {
-    let mut names = HashMap::new();
-    let mut sites = Vec::new();
-    for (i, message) in messages(request, "messages") {
-        let Some(blocks) = message.get("content").and_then(Value::as_array) else {
-            continue;
-        };
-        for (j, block) in blocks.iter().enumerate() {
-            match str_at(block, "type") {
-                "tool_use" | "mcp_tool_use" | "server_tool_use" => {
-                    let name = str_at(block, "name").to_owned();
-                    name_call(&mut names, str_at(block, "id").to_owned(), (name, None));
-                }
-                "tool_result" | "mcp_tool_result" if block.get("content").is_some() => {
-                    sites.push(Site {
-                        pointer: format!("/messages/{i}/content/{j}/content"),
-                        call_id: str_at(block, "tool_use_id").to_owned(),
-                    });
-                }
-                _ => {}
-            }
-        }
-    }
-    (names, sites)
-}
-
-/// `messages[]`: an assistant's `tool_calls[]` (and legacy `function_call`) name calls, a
-/// `role: "tool"` message answers one (`tool_call_id`), a `role: "function"` one by name.
-fn chat(request: &Value) -> Found {
-    let mut names = HashMap::new();
-    let mut sites = Vec::new();
-    for (i, message) in messages(request, "messages") {
-        for call in message
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let name = call
-                .get("function")
-                .or_else(|| call.get("custom"))
-                .map_or("", |f| str_at(f, "name"));
-            name_call(
-                &mut names,
-                str_at(call, "id").to_owned(),
-                (name.to_owned(), None),
-            );
-        }
-        let role = str_at(message, "role");
-        if matches!(role, "tool" | "function") && message.get("content").is_some() {
-            let call_id = match role {
-                "tool" => str_at(message, "tool_call_id").to_owned(),
-                _ => {
-                    let name = str_at(message, "name").to_owned();
-                    name_call(&mut names, format!("function:{name}"), (name.clone(), None));
-                    format!("function:{name}")
-                }
-            };
-            sites.push(Site {
-                pointer: format!("/messages/{i}/content"),
-                call_id,
-            });
-        }
-    }
-    (names, sites)
-}
-
-/// `input[]`: `function_call` / `custom_tool_call` items name calls (`call_id`), their
-/// `*_output` items answer them; an `mcp_call` item carries its own output.
-fn responses(request: &Value) -> Found {
-    let mut names = HashMap::new();
-    let mut sites = Vec::new();
-    for (i, item) in messages(request, "input") {
-        match str_at(item, "type") {
-            kind if kind.ends_with("_call")
-                && item.get("call_id").is_some()
-                && kind != "mcp_call" =>
-            {
-                let namespace = item
-                    .get("namespace")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let name = str_at(item, "name").to_owned();
-                name_call(
-                    &mut names,
-                    str_at(item, "call_id").to_owned(),
-                    (name, namespace),
-                );
-            }
-            // Every kind of call output an agent hands back (`function_call_output`,
-            // `custom_tool_call_output`, `local_shell_call_output`, `shell_call_output`,
-            // `apply_patch_call_output`, `computer_call_output`, ...).
-            kind if kind.ends_with("_output") && item.get("output").is_some() => {
-                sites.push(Site {
-                    pointer: format!("/input/{i}/output"),
-                    call_id: str_at(item, "call_id").to_owned(),
-                });
-            }
-            // Hosted tools' results handed back in the history: the model reads them too.
-            kind @ ("code_interpreter_call" | "file_search_call" | "mcp_list_tools") => {
-                let field = match kind {
-                    "code_interpreter_call" => "outputs",
-                    "file_search_call" => "results",
-                    _ => "tools",
-                };
-                if item.get(field).is_some() {
-                    sites.push(Site {
-                        pointer: format!("/input/{i}/{field}"),
-                        call_id: str_at(item, "id").to_owned(),
-                    });
-                }
-            }
-            "mcp_call" if item.get("output").is_some() => {
-                let id = str_at(item, "id").to_owned();
-                name_call(
-                    &mut names,
-                    id.clone(),
-                    (str_at(item, "name").to_owned(), None),
-                );
-                sites.push(Site {
-                    pointer: format!("/input/{i}/output"),
-                    call_id: id,
-                });
-            }
-            _ => {}
-        }
-    }
-    (names, sites)
 }
 
 /// The elements of the array under `key`, with their indexes.
@@ -606,6 +443,7 @@ fn messages<'a>(request: &'a Value, key: &str) -> impl Iterator<Item = (usize, &
 mod approvals;
 mod gemini;
 mod hosted;
+mod pairing;
 
 pub(crate) use approvals::note_request as note_approval_request;
 

@@ -12,7 +12,8 @@
 //!
 //! Rooms: `routes` (listener, routes, bounded bodies, responses), `passthrough` (Streamable
 //! HTTP on both sides), `bridge` (sessions bridged to an [`UpstreamSession`]), `stdio`
-//! (`--stdio`), `listing` (each session's tool list), `identity` (who a request speaks for), `outstanding`
+//! (`--stdio`), `listing` (each session's tool list), `identity` (who a request speaks for), `ids` (the ids it makes and reads), `verdicts`
+//! (what it records of a request's calls), `outstanding`
 //! (the ids a passthrough session's requests wait under), `auth` (authorization passed through).
 //!
 //! Client-side transports: Streamable HTTP on `/mcp`, legacy HTTP+SSE on `/sse` + `/message`,
@@ -338,78 +339,6 @@ impl Shared {
     }
 }
 
-/// What a filter judged of a passthrough request, recorded once the request's fate is known
-/// ([`Verdicts::settle`]); when the client leaves first (the request's future is dropped),
-/// as far as it went: once it was being forwarded, its calls as judged (the upstream may run
-/// them), before that refused.
-struct Verdicts {
-    sink: Option<EventSink>,
-    events: Vec<crate::events::Event>,
-    forwarded: bool,
-}
-
-impl Verdicts {
-    fn new(sink: Option<&EventSink>) -> Self {
-        Verdicts {
-            sink: sink.cloned(),
-            events: Vec::new(),
-            forwarded: false,
-        }
-    }
-
-    fn add(&mut self, events: &mut Vec<crate::events::Event>) {
-        self.events.append(events);
-    }
-
-    /// From here on the upstream may have the request.
-    fn forwarding(&mut self) {
-        self.forwarded = true;
-    }
-
-    /// Records them; with `refused`, the calls let through are recorded refused for it.
-    fn settle(mut self, refused: Option<&dyn std::fmt::Display>) {
-        record_judged(
-            self.sink.as_ref(),
-            std::mem::take(&mut self.events),
-            refused,
-        );
-    }
-}
-
-impl Drop for Verdicts {
-    fn drop(&mut self) {
-        let refused: Option<&dyn std::fmt::Display> = match self.forwarded {
-            true => None,
-            false => Some(&"the client left before the request was forwarded"),
-        };
-        record_judged(
-            self.sink.as_ref(),
-            std::mem::take(&mut self.events),
-            refused,
-        );
-    }
-}
-
-/// Records what a filter judged of a request; with `refused`, the calls it let through are
-/// recorded refused for that reason (the upstream never took them): a call is recorded
-/// `allow` only once it was forwarded.
-fn record_judged(
-    sink: Option<&EventSink>,
-    judged: Vec<crate::events::Event>,
-    refused: Option<&dyn std::fmt::Display>,
-) {
-    let Some(sink) = sink else { return };
-    for mut event in judged {
-        if let (Some(why), crate::events::Event::McpToolCalled(call)) = (refused, &mut event)
-            && call.action == crate::decision::Action::Allow
-        {
-            call.action = crate::decision::Action::Block;
-            call.reason = why.to_string();
-        }
-        sink.emit(event);
-    }
-}
-
 /// Runs the proxy with a given policy and event sink (the daemon's, or the command line's).
 /// Returns `Ok` on SIGINT/SIGTERM (or stdin EOF with `--stdio`), an error naming the upstream
 /// when it cannot be reached at start or is lost later.
@@ -646,6 +575,7 @@ async fn watchdog(
 mod auth;
 mod bridge;
 mod identity;
+mod ids;
 mod legacy_sse;
 mod listing;
 mod outstanding;
@@ -654,13 +584,16 @@ mod routes;
 mod stdio;
 #[cfg(test)]
 mod tests;
+mod verdicts;
 
 use auth::*;
 use bridge::*;
 use identity::Identities;
+use ids::*;
 use legacy_sse::*;
 use listing::*;
 use outstanding::Outstanding;
 use passthrough::*;
 use routes::*;
 use stdio::*;
+use verdicts::*;

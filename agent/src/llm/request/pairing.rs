@@ -1,0 +1,172 @@
+//! Which call each tool result in a request answers, per dialect: the history's calls name
+//! their tools by id, and each result names the id it answers. Result inspection judges a
+//! result as its tool's (so that tool's exemptions hold) only when that pairing is unambiguous.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::{messages, str_at};
+
+/// One tool result in a request: where its content is, which call it answers.
+pub(super) struct Site {
+    /// Pointer of the content in the request.
+    pub(super) pointer: String,
+    /// The id of the call it answers.
+    pub(super) call_id: String,
+}
+
+/// Call id → tool name (and Codex namespace), and the tool results.
+pub(super) type Found = (HashMap<String, (String, Option<String>)>, Vec<Site>);
+
+/// Notes the tool a call id names. An id named for two tools (a model may write its own ids)
+/// answers to neither: its result could be either's, so it is judged as no tool's, and no
+/// tool's exemption applies to it.
+pub(super) fn name_call(
+    names: &mut HashMap<String, (String, Option<String>)>,
+    id: String,
+    tool: (String, Option<String>),
+) {
+    match names.entry(id) {
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(tool);
+        }
+        std::collections::hash_map::Entry::Occupied(mut e) => {
+            if *e.get() != tool {
+                *e.get_mut() = (String::new(), None);
+            }
+        }
+    }
+}
+
+/// `messages[].content[]`: `tool_use` / `mcp_tool_use` name calls, `tool_result` /
+/// `mcp_tool_result` answer them (`tool_use_id`).
+pub(super) fn anthropic(request: &Value) -> Found {
+    let mut names = HashMap::new();
+    let mut sites = Vec::new();
+    for (i, message) in messages(request, "messages") {
+        let Some(blocks) = message.get("content").and_then(Value::as_array) else {
+            continue;
+        };
+        for (j, block) in blocks.iter().enumerate() {
+            match str_at(block, "type") {
+                "tool_use" | "mcp_tool_use" | "server_tool_use" => {
+                    let name = str_at(block, "name").to_owned();
+                    name_call(&mut names, str_at(block, "id").to_owned(), (name, None));
+                }
+                "tool_result" | "mcp_tool_result" if block.get("content").is_some() => {
+                    sites.push(Site {
+                        pointer: format!("/messages/{i}/content/{j}/content"),
+                        call_id: str_at(block, "tool_use_id").to_owned(),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    (names, sites)
+}
+
+/// `messages[]`: an assistant's `tool_calls[]` (and legacy `function_call`) name calls, a
+/// `role: "tool"` message answers one (`tool_call_id`), a `role: "function"` one by name.
+pub(super) fn chat(request: &Value) -> Found {
+    let mut names = HashMap::new();
+    let mut sites = Vec::new();
+    for (i, message) in messages(request, "messages") {
+        for call in message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = call
+                .get("function")
+                .or_else(|| call.get("custom"))
+                .map_or("", |f| str_at(f, "name"));
+            name_call(
+                &mut names,
+                str_at(call, "id").to_owned(),
+                (name.to_owned(), None),
+            );
+        }
+        let role = str_at(message, "role");
+        if matches!(role, "tool" | "function") && message.get("content").is_some() {
+            let call_id = match role {
+                "tool" => str_at(message, "tool_call_id").to_owned(),
+                _ => {
+                    let name = str_at(message, "name").to_owned();
+                    name_call(&mut names, format!("function:{name}"), (name.clone(), None));
+                    format!("function:{name}")
+                }
+            };
+            sites.push(Site {
+                pointer: format!("/messages/{i}/content"),
+                call_id,
+            });
+        }
+    }
+    (names, sites)
+}
+
+/// `input[]`: `function_call` / `custom_tool_call` items name calls (`call_id`), their
+/// `*_output` items answer them; an `mcp_call` item carries its own output.
+pub(super) fn responses(request: &Value) -> Found {
+    let mut names = HashMap::new();
+    let mut sites = Vec::new();
+    for (i, item) in messages(request, "input") {
+        match str_at(item, "type") {
+            kind if kind.ends_with("_call")
+                && item.get("call_id").is_some()
+                && kind != "mcp_call" =>
+            {
+                let namespace = item
+                    .get("namespace")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let name = str_at(item, "name").to_owned();
+                name_call(
+                    &mut names,
+                    str_at(item, "call_id").to_owned(),
+                    (name, namespace),
+                );
+            }
+            // Every kind of call output an agent hands back (`function_call_output`,
+            // `custom_tool_call_output`, `local_shell_call_output`, `shell_call_output`,
+            // `apply_patch_call_output`, `computer_call_output`, ...).
+            kind if kind.ends_with("_output") && item.get("output").is_some() => {
+                sites.push(Site {
+                    pointer: format!("/input/{i}/output"),
+                    call_id: str_at(item, "call_id").to_owned(),
+                });
+            }
+            // Hosted tools' results handed back in the history: the model reads them too.
+            kind @ ("code_interpreter_call" | "file_search_call" | "mcp_list_tools") => {
+                let field = match kind {
+                    "code_interpreter_call" => "outputs",
+                    "file_search_call" => "results",
+                    _ => "tools",
+                };
+                if item.get(field).is_some() {
+                    sites.push(Site {
+                        pointer: format!("/input/{i}/{field}"),
+                        call_id: str_at(item, "id").to_owned(),
+                    });
+                }
+            }
+            "mcp_call" if item.get("output").is_some() => {
+                let id = str_at(item, "id").to_owned();
+                name_call(
+                    &mut names,
+                    id.clone(),
+                    (str_at(item, "name").to_owned(), None),
+                );
+                sites.push(Site {
+                    pointer: format!("/input/{i}/output"),
+                    call_id: id,
+                });
+            }
+            _ => {}
+        }
+    }
+    (names, sites)
+}

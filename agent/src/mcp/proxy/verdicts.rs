@@ -1,0 +1,76 @@
+//! What the filter proxy records of a request's calls, once the request's fate is known.
+
+use crate::decision::Action;
+use crate::events::{Event, EventSink};
+
+/// What a filter judged of a passthrough request, recorded once the request's fate is known
+/// ([`Verdicts::settle`]); when the client leaves first (the request's future is dropped),
+/// as far as it went: once it was being forwarded, its calls as judged (the upstream may run
+/// them), before that refused.
+pub(super) struct Verdicts {
+    sink: Option<EventSink>,
+    events: Vec<Event>,
+    forwarded: bool,
+}
+
+impl Verdicts {
+    pub(super) fn new(sink: Option<&EventSink>) -> Self {
+        Verdicts {
+            sink: sink.cloned(),
+            events: Vec::new(),
+            forwarded: false,
+        }
+    }
+
+    pub(super) fn add(&mut self, events: &mut Vec<Event>) {
+        self.events.append(events);
+    }
+
+    /// From here on the upstream may have the request.
+    pub(super) fn forwarding(&mut self) {
+        self.forwarded = true;
+    }
+
+    /// Records them; with `refused`, the calls let through are recorded refused for it.
+    pub(super) fn settle(mut self, refused: Option<&dyn std::fmt::Display>) {
+        record_judged(
+            self.sink.as_ref(),
+            std::mem::take(&mut self.events),
+            refused,
+        );
+    }
+}
+
+impl Drop for Verdicts {
+    fn drop(&mut self) {
+        let refused: Option<&dyn std::fmt::Display> = match self.forwarded {
+            true => None,
+            false => Some(&"the client left before the request was forwarded"),
+        };
+        record_judged(
+            self.sink.as_ref(),
+            std::mem::take(&mut self.events),
+            refused,
+        );
+    }
+}
+
+/// Records what a filter judged of a request; with `refused`, the calls it let through are
+/// recorded refused for that reason (the upstream never took them): a call is recorded
+/// `allow` only once it was forwarded.
+pub(super) fn record_judged(
+    sink: Option<&EventSink>,
+    judged: Vec<Event>,
+    refused: Option<&dyn std::fmt::Display>,
+) {
+    let Some(sink) = sink else { return };
+    for mut event in judged {
+        if let (Some(why), Event::McpToolCalled(call)) = (refused, &mut event)
+            && call.action == Action::Allow
+        {
+            call.action = Action::Block;
+            call.reason = why.to_string();
+        }
+        sink.emit(event);
+    }
+}

@@ -125,38 +125,14 @@ pub(super) async fn passthrough(
         }
         // The upstream may route on the 2026-07-28 headers: they must say what the body says.
         if let Err(mismatch) = headers::check(&parts.headers, &text) {
-            tracing::warn!("refused a request: {mismatch}");
-            judged.settle(Some(&format!("refused before forwarding: {mismatch}")));
-            let id = request_ids(&text).into_iter().next();
-            return full(
-                StatusCode::BAD_REQUEST,
-                Some("application/json"),
-                error_response(
-                    id.as_deref().unwrap_or("null"),
-                    headers::HEADER_MISMATCH,
-                    &format!("[toolwall] {mismatch}"),
-                ),
-            );
+            return refused(judged, &text, headers::HEADER_MISMATCH, &mismatch);
         }
         // A server routes a session's responses by id: no two of its requests wait under one
         // (the ids the filter passed on, read as the peers compare them).
         if let Some(session) = &session {
             match shared.outstanding.claim(session, filter.outstanding_ids()) {
                 Ok(ids) => claimed = Some(ids),
-                Err(refused) => {
-                    tracing::warn!("refused a request: {refused}");
-                    judged.settle(Some(&format!("refused before forwarding: {refused}")));
-                    let id = request_ids(&text).into_iter().next();
-                    return full(
-                        StatusCode::BAD_REQUEST,
-                        Some("application/json"),
-                        error_response(
-                            id.as_deref().unwrap_or("null"),
-                            INVALID_REQUEST,
-                            &format!("[toolwall] {refused}"),
-                        ),
-                    );
-                }
+                Err(why) => return refused(judged, &text, INVALID_REQUEST, &why),
             }
         }
         text
@@ -326,4 +302,26 @@ pub(super) async fn passthrough(
     *response.status_mut() = rparts.status;
     *response.headers_mut() = rparts.headers;
     response
+}
+
+/// A request refused before it was forwarded: its calls recorded refused, and an HTTP 400
+/// with a JSON-RPC error (`code`) for its first request.
+fn refused(
+    judged: Verdicts,
+    text: &[u8],
+    code: i64,
+    why: &dyn std::fmt::Display,
+) -> Response<ProxyBody> {
+    tracing::warn!("refused a request: {why}");
+    judged.settle(Some(&format!("refused before forwarding: {why}")));
+    let id = request_ids(text).into_iter().next();
+    full(
+        StatusCode::BAD_REQUEST,
+        Some("application/json"),
+        error_response(
+            id.as_deref().unwrap_or("null"),
+            code,
+            &format!("[toolwall] {why}"),
+        ),
+    )
 }

@@ -319,10 +319,14 @@ impl Filter {
                 Some(Cow::Borrowed(msg))
             }
             Some("tools/list") => {
+                // A cursor that is absent, null or empty asks for the first page.
                 let cursor = probe
                     .params
                     .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
-                    .is_some_and(|p| p.get("cursor").is_some_and(|c| !c.is_null()));
+                    .is_some_and(|p| {
+                        p.get("cursor")
+                            .is_some_and(|c| !c.is_null() && c.as_str() != Some(""))
+                    });
                 request = Request::List { first: !cursor };
                 Some(Cow::Borrowed(msg))
             }

@@ -535,6 +535,13 @@ fn only_listed_tools_are_callable() {
     assert!(!call(&mut f, "fresh").0);
     relist(&mut f, 2, "c2", r#"[{"name":"fresh"}]"#, "");
     assert!(call(&mut f, "add").0 && call(&mut f, "fresh").0);
+    // An empty cursor asks for the first page too.
+    relist(&mut f, 3, "", r#"[{"name":"add"}]"#, "");
+    let ask = br#"{"jsonrpc":"2.0","id":"l4","method":"tools/list","params":{"cursor":""}}"#;
+    assert!(f.on_client(ask).forward.is_some());
+    let page = br#"{"jsonrpc":"2.0","id":"l4","result":{"tools":[{"name":"fresh"}]}}"#;
+    assert!(f.on_server(page).forward.is_some());
+    assert!(!call(&mut f, "add").0 && call(&mut f, "fresh").0);
 }
 
 #[test]

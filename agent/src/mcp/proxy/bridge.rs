@@ -261,7 +261,7 @@ impl BridgedSession {
     /// Lists every tool page in this session; each response is judged by the session's filter
     /// on its way in (which makes its tools callable) and taken here, not by the client.
     async fn list_for(&self, shared: &Shared, first: ListFirst) -> Result<(), String> {
-        let mut pages = ListPages::new(first, shared);
+        let mut pages = ListPages::new(first, shared.timeout, shared.max_message);
         loop {
             let (request, id) = pages.request()?;
             let left = pages.time_left()?;

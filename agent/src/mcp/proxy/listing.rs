@@ -104,14 +104,15 @@ pub(super) struct ListPages {
 }
 
 impl ListPages {
-    pub(super) fn new(first: ListFirst, shared: &Shared) -> Self {
+    /// A listing that ends within `timeout` and reads at most `max_bytes` of pages.
+    pub(super) fn new(first: ListFirst, timeout: Duration, max_bytes: usize) -> Self {
         ListPages {
             meta: first.meta,
             nonce: new_session_id(),
             page: 0,
             cursor: None,
-            deadline: tokio::time::Instant::now() + shared.timeout,
-            bytes_left: shared.max_message,
+            deadline: tokio::time::Instant::now() + timeout,
+            bytes_left: max_bytes,
         }
     }
 
@@ -167,7 +168,12 @@ impl ListPages {
                 "the server answered tools/list with an error: {error}"
             ));
         }
-        match answer.pointer("/result/nextCursor").and_then(Value::as_str) {
+        // An empty cursor ends the list, as the SDKs' clients read it (`if (nextCursor)`).
+        match answer
+            .pointer("/result/nextCursor")
+            .and_then(Value::as_str)
+            .filter(|next| !next.is_empty())
+        {
             Some(next) if self.cursor.as_deref() == Some(next) => {
                 Err(format!("the server repeats tools/list cursor {next:?}"))
             }
@@ -201,7 +207,7 @@ pub(super) async fn list_http(
     first: ListFirst,
     mut lister: Filter,
 ) -> Result<(), ListFailed> {
-    let mut pages = ListPages::new(first, shared);
+    let mut pages = ListPages::new(first, shared.timeout, shared.max_message);
     let left = pages.time_left().map_err(ListFailed::Why)?;
     let _turn = tokio::time::timeout(left, shared.listing_turns.acquire())
         .await

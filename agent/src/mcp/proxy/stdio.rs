@@ -252,7 +252,7 @@ async fn list_for(
     awaited: &Awaited,
     first: ListFirst,
 ) -> Result<(), String> {
-    let mut pages = ListPages::new(first, shared);
+    let mut pages = ListPages::new(first, shared.timeout, shared.max_message);
     loop {
         let left = pages.time_left()?;
         let (request, id) = pages.request()?;

@@ -238,3 +238,37 @@ fn verdicts_are_recorded_as_far_as_the_request_went() {
     assert_eq!(action(&mut queue), (Action::Allow, "allowed".into()));
     assert!(queue.try_recv().is_err(), "each recorded once");
 }
+
+/// A listing on a session's behalf follows `nextCursor` until there is none, an empty one
+/// included (the SDKs' clients stop there too), and stops at a repeated cursor or past its
+/// byte budget.
+#[tokio::test]
+async fn a_listing_follows_cursors_to_the_end_within_its_budget() {
+    let page = |next: &str| match next {
+        "-" => r#"{"jsonrpc":"2.0","id":"x","result":{"tools":[]}}"#.to_owned(),
+        n => format!(r#"{{"jsonrpc":"2.0","id":"x","result":{{"tools":[],"nextCursor":"{n}"}}}}"#),
+    };
+    let mut pages = ListPages::new(ListFirst { meta: None }, Duration::from_secs(5), 1 << 20);
+    assert!(pages.request().is_ok());
+    assert_eq!(pages.answered(page("c1").as_bytes()), Ok(false));
+    let (second, _) = pages.request().expect("a second page");
+    assert!(String::from_utf8_lossy(&second).contains(r#""cursor":"c1""#));
+    assert_eq!(pages.answered(page("").as_bytes()), Ok(true));
+    let mut pages = ListPages::new(ListFirst { meta: None }, Duration::from_secs(5), 1 << 20);
+    assert_eq!(pages.answered(page("c1").as_bytes()), Ok(false));
+    assert!(
+        pages.answered(page("c1").as_bytes()).is_err(),
+        "a repeated cursor"
+    );
+    let mut pages = ListPages::new(ListFirst { meta: None }, Duration::from_secs(5), 100);
+    assert!(pages.answered(page("c1").as_bytes()).is_ok());
+    assert!(
+        pages.answered(page("c2").as_bytes()).is_err(),
+        "past the budget"
+    );
+    assert_eq!(
+        ListPages::new(ListFirst { meta: None }, Duration::from_secs(5), 1 << 20)
+            .answered(page("-").as_bytes()),
+        Ok(true)
+    );
+}

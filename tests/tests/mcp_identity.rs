@@ -204,26 +204,11 @@ impl SseStream {
 }
 
 /// The `mcp_tool_called` records of a proxy's database (the proxy stopped), as (action, reason).
-fn calls_recorded(proxy: &mut Proc, db: &Path) -> Vec<(String, String)> {
-    // SAFETY: kill(2) on our own child; SIGTERM lets it store what it recorded.
-    unsafe { libc::kill(proxy.0.id() as libc::pid_t, libc::SIGTERM) };
-    let _ = proxy.0.wait();
-    let out = Command::new(toolwall_tests::toolwall_bin())
-        .args([
-            "mcp",
-            "events",
-            "--json",
-            "--type",
-            "mcp_tool_called",
-            "--db",
-        ])
-        .arg(db)
-        .output()
-        .expect("toolwall mcp events");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("a JSON line");
+fn calls_recorded_by(proxy: &mut Proc, db: &Path) -> Vec<(String, String)> {
+    stop_proxy(proxy);
+    calls_recorded(db)
+        .iter()
+        .map(|v| {
             (
                 v["action"].as_str().unwrap_or_default().to_owned(),
                 v["reason"].as_str().unwrap_or_default().to_owned(),
@@ -270,7 +255,7 @@ fn a_legacy_sse_session_takes_requests_from_its_opener_only_and_records_refusals
     let refused = stream.answer(3);
     assert!(refused.get("error").is_some(), "{refused}");
     assert_eq!(ran(&s.ran), ["admin_reset admin"]);
-    let recorded = calls_recorded(&mut proxy, &s.db);
+    let recorded = calls_recorded_by(&mut proxy, &s.db);
     assert_eq!(recorded.len(), 2, "{recorded:?}");
     assert_eq!(recorded[0].0, "allow", "{recorded:?}");
     assert_eq!(recorded[1].0, "block", "{recorded:?}");
@@ -310,20 +295,7 @@ fn a_listing_on_a_sessions_behalf_is_bounded_in_time_and_bytes() {
 fn a_request_may_not_borrow_an_id_another_post_of_its_session_waits_under() {
     let (_server, url) = server_everything_http("streamableHttp");
     let (_proxy, port) = proxy(&url, &[]);
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
-    let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
-    assert_eq!(status, 200, "{body}");
-    let session = format!("{V2025}Mcp-Session-Id: {}\r\n", session_of(&head));
-    let (status, _, _) = exchange(
-        port,
-        &request(
-            "POST",
-            "/mcp",
-            &session,
-            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        ),
-    );
-    assert!(status == 202 || status == 200, "{status}");
+    let session = open_session(port);
     let slow = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"trigger-long-running-operation","arguments":{"duration":3,"steps":1}}}"#;
     let waiting = {
         let session = session.clone();

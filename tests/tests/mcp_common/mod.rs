@@ -244,6 +244,42 @@ pub fn stop_proxy(proxy: &mut Proc) {
     proxy.0.wait().expect("the proxy stops");
 }
 
+/// The `mcp_tool_called` records in a database, oldest first (`toolwall mcp events --db`).
+pub fn calls_recorded(db: &Path) -> Vec<Value> {
+    let out = Command::new(toolwall_tests::toolwall_bin())
+        .args([
+            "mcp",
+            "events",
+            "--json",
+            "--type",
+            "mcp_tool_called",
+            "--db",
+        ])
+        .arg(db)
+        .output()
+        .expect("toolwall mcp events");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// A Streamable HTTP session opened through the proxy on `port` (initialize, initialized):
+/// the headers its later requests carry (its protocol version and session id).
+pub fn open_session(port: u16) -> String {
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, head, body) = exchange(port, &request("POST", "/mcp", "", init));
+    assert_eq!(status, 200, "{body}");
+    let session = format!(
+        "MCP-Protocol-Version: 2025-06-18\r\nMcp-Session-Id: {}\r\n",
+        session_of(&head)
+    );
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (status, _, _) = exchange(port, &request("POST", "/mcp", &session, initialized));
+    assert!(status == 202 || status == 200, "{status}");
+    session
+}
+
 /// One HTTP/1.1 exchange on a fresh connection (`Connection: close`): status, head, body.
 pub fn exchange(port: u16, request: &[u8]) -> (u16, String, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");

@@ -11,7 +11,7 @@ mod approval_common;
 mod mcp_common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -582,6 +582,56 @@ fn privileged_the_web_view_approves_and_denies_a_waiting_call() {
 }
 
 /// The Python SDK client through the stand-alone shim, killed once its call waits.
+/// At the filter proxy a client leaves by closing its POST's connection: its question goes
+/// with it, and its call is recorded refused, as a stdio client's that hangs up.
+#[test]
+fn an_http_client_that_leaves_mid_question_is_recorded_refused_at_the_filter_proxy() {
+    let daemon = Daemon::start(&config(60, ""));
+    let (_upstream, url) = server_everything_http("streamableHttp");
+    let (mut proxy, port) = proxy(
+        &url,
+        &[
+            "--config",
+            &daemon.config.display().to_string(),
+            "--server-id",
+            "everything",
+        ],
+    );
+    let session = open_session(port);
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":500,"b":1}}}"#;
+    let mut client = TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");
+    client
+        .write_all(&request("POST", "/mcp", &session, call))
+        .expect("send the call");
+    assert_eq!(next_question(&daemon)["arguments"]["a"], 500);
+    drop(client);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.json_lines(&["approvals", "--json"]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the question outlived its client"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reasons = loop {
+        let reasons = called_reasons(&daemon);
+        if !reasons.is_empty() || Instant::now() > deadline {
+            break reasons;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    stop_proxy(&mut proxy);
+    assert!(
+        reasons.len() == 1
+            && reasons[0].0 == "block"
+            && reasons[0]
+                .1
+                .starts_with("the client left before anyone answered: not run"),
+        "{reasons:?}"
+    );
+}
+
 #[test]
 fn a_client_that_hangs_up_takes_its_question_with_it_and_padded_arguments_are_not_asked() {
     let daemon = Daemon::start(&config(60, ""));

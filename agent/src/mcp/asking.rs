@@ -33,6 +33,13 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
     client: Option<&tokio::sync::Mutex<W>>,
     hangup: impl Future<Output = ()>,
 ) -> Outcome<'static> {
+    // A transport whose client leaves by dropping this future (an HTTP request) still
+    // records the call: refused, as one whose client hung up.
+    let unsettled = Unsettled {
+        filter,
+        held: Some(held),
+    };
+    let held = unsettled.held.as_ref().expect("set above");
     let (asker, layer, session) = {
         let filter = filter.lock().unwrap_or_else(|e| e.into_inner());
         let ctx = filter.context();
@@ -99,8 +106,36 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
         // The filter holds a call only when someone can be asked.
         None => (None, Answer::Unavailable("no one to ask".into())),
     };
-    let mut filter = filter.lock().unwrap_or_else(|e| e.into_inner());
-    filter.settle(held, approval, &answer)
+    unsettled.settle(approval, &answer)
+}
+
+/// A held call not settled yet: dropped so (its transport's future dropped mid-wait), it is
+/// settled as withdrawn and its record goes to the filter's sink, so a call whose client left
+/// mid-question is recorded as one whose client hung up.
+struct Unsettled<'a> {
+    filter: &'a Mutex<Filter>,
+    held: Option<Held>,
+}
+
+impl Unsettled<'_> {
+    fn settle(
+        mut self,
+        approval: Option<crate::approval::QuestionId>,
+        answer: &Answer,
+    ) -> Outcome<'static> {
+        let held = self.held.take().expect("settled once");
+        let mut filter = self.filter.lock().unwrap_or_else(|e| e.into_inner());
+        filter.settle(held, approval, answer)
+    }
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else { return };
+        let mut filter = self.filter.lock().unwrap_or_else(|e| e.into_inner());
+        let out = filter.settle(held, None, &Answer::Withdrawn);
+        out.record(filter.sink());
+    }
 }
 
 /// A stdio client's hang-up while a call of its waits: reads on (what it sends is kept in

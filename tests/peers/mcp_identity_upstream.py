@@ -8,6 +8,8 @@ RAN for each run, so a test sees what a proxy in front let through.
   token revoked mid-session).
 - `numbers` answers with numbers JSON readers write differently from how they read them
   (`987654321098765432101234`, `1.50`, `1E2`), written by hand, and an AWS key beside them.
+- `vanish` runs (is noted in RAN), then the connection is closed without an answer: a server
+  that crashed or was cut off after it took the call.
 - A request with `X-Pages: SIZE`: its `tools/list` never ends, each page SIZE bytes long with a
   `nextCursor`, one second apart; each page served appends `PAGE` to RAN.
 
@@ -73,7 +75,8 @@ class Handler(BaseHTTPRequestHandler):
                                "inputSchema": {"type": "object"}}],
                     "nextCursor": "page-%d" % time.monotonic_ns()}})
             tools = [{"name": "echo", "inputSchema": {"type": "object"}},
-                     {"name": "numbers", "inputSchema": {"type": "object"}}]
+                     {"name": "numbers", "inputSchema": {"type": "object"}},
+                     {"name": "vanish", "inputSchema": {"type": "object"}}]
             if self.headers.get("X-Api-Key") == "admin":
                 tools.append({"name": "admin_reset", "inputSchema": {"type": "object"}})
             meta = params.get("_meta") or {}
@@ -88,6 +91,9 @@ class Handler(BaseHTTPRequestHandler):
                     % self.server.server_address[1])])
             name = params.get("name")
             note("%s %s" % (name, self.headers.get("X-Api-Key")))
+            if name == "vanish":
+                self.close_connection = True
+                return
             if name == "numbers":
                 body = ('{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"n"}],'
                         '"structuredContent":{"big":987654321098765432101234,"small":1.50,'

@@ -10,6 +10,8 @@
 //!   TypeScript SDK's server routes responses by id, so the other's answer could reach it);
 //! - a listing on a session's behalf ends within `--timeout` and `--max-message-bytes` in all,
 //!   however many pages the server offers;
+//! - a call the upstream took but never answered (its connection closed) is recorded as judged,
+//!   saying it may have run; one that could not be sent is recorded refused;
 //! - numbers are read and forwarded by their text: a redacted result keeps its other numbers
 //!   byte for byte, and a pattern sees a 24-digit number's digits.
 
@@ -382,4 +384,24 @@ fn numbers_are_judged_and_forwarded_by_their_text() {
     assert_eq!(status, 200, "{body}");
     assert!(!body.contains("987654321098765432101234"), "{body}");
     assert!(body.contains("long-number"), "{body}");
+}
+
+#[test]
+fn a_call_the_upstream_took_but_never_answered_is_recorded_as_possibly_run() {
+    let s = setup();
+    let db = s.db.to_str().expect("a UTF-8 path");
+    let (mut proxy, port) = proxy(&s.url, &["--db", db]);
+    let (status, body) = post(port, V2025, &call(1, "vanish"));
+    assert_eq!(status, 502, "{body}");
+    // It ran: the record says it may have, not that it was refused.
+    assert_eq!(ran(&s.ran), ["vanish None"]);
+    let recorded = calls_recorded_by(&mut proxy, &s.db);
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].0, "allow", "{recorded:?}");
+    assert!(
+        recorded[0]
+            .1
+            .contains("forwarded, but the upstream sent no answer (HTTP 502 Bad Gateway to the client): it may have run"),
+        "{recorded:?}"
+    );
 }

@@ -232,9 +232,13 @@ impl BridgedSession {
         if let Some(message) = &forward {
             judged.forwarding();
             if let Err(e) = self.upstream.send(message.clone()).await {
-                judged.settle(Some(&format!(
-                    "the upstream MCP server refused the request: {e}"
-                )));
+                match &e {
+                    // Past --timeout the upstream had the request and may have run it.
+                    McpClientError::Timeout { .. } => judged.settle_unanswered(&e),
+                    _ => judged.settle(Some(&format!(
+                        "the upstream MCP server refused the request: {e}"
+                    ))),
+                }
                 for id in request_ids(message) {
                     replies.push(error_response(
                         &id,

@@ -273,7 +273,7 @@ async fn ask_http(
     );
     let response = forward(shared, upstream, Method::POST, headers, body)
         .await
-        .map_err(ListFailed::Answer)?;
+        .map_err(|failed| ListFailed::Answer(failed.response))?;
     let status = response.status();
     if client::is_challenge(status, response.headers()) {
         return Err(ListFailed::Answer(

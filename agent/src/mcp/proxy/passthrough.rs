@@ -154,20 +154,23 @@ pub(super) async fn passthrough(
     .await
     {
         Ok(r) => r,
-        // Past --timeout the upstream had the request and may have run it: as judged.
-        Err(r) if r.status() == StatusCode::GATEWAY_TIMEOUT => {
-            judged.settle(None);
-            return r;
+        // The upstream had the request (past --timeout, or a connection that failed once it
+        // was written) and may have run it: as judged, saying so. Its ids stay held
+        // (stranded), in case it runs.
+        Err(failed) if failed.may_have_run => {
+            judged.settle_unanswered(&format_args!(
+                "the upstream sent no answer (HTTP {} to the client)",
+                failed.response.status()
+            ));
+            return failed.response;
         }
-        // The request may have reached the upstream before its connection failed: its ids
-        // stay held (stranded), in case it runs.
-        Err(r) => {
+        Err(failed) => {
             let why = format!(
-                "not forwarded: the upstream answered nothing (HTTP {})",
-                r.status()
+                "not forwarded: the upstream could not be sent it (HTTP {})",
+                failed.response.status()
             );
             judged.settle(Some(&why));
-            return r;
+            return failed.response;
         }
     };
     // A deletion the upstream confirmed ends what the session held; one it refused (a server

@@ -398,7 +398,7 @@ impl UpstreamConn {
         &self,
         shared: &Shared,
         mut request: Request<Full<Bytes>>,
-    ) -> Result<Response<Incoming>, BoxError> {
+    ) -> Result<Response<Incoming>, SendFailed> {
         self.finish_rest().await;
         if let Some(mut sender) = self.take().filter(SendRequest::is_ready) {
             let response = sender.try_send_request(request);
@@ -409,15 +409,35 @@ impl UpstreamConn {
                 // one, as the pooled client retried it.
                 Err(mut e) => match e.take_message() {
                     Some(unsent) => request = unsent,
-                    None => return Err(e.into_error().into()),
+                    None => return Err(SendFailed::MaybeSent(e.into_error().into())),
                 },
             }
         }
-        let mut sender = connect(shared).await?;
-        let response = sender.send_request(request);
+        let mut sender = connect(shared).await.map_err(SendFailed::Unsent)?;
+        let response = sender.try_send_request(request);
         self.keep(sender);
-        Ok(response.await?)
+        response.await.map_err(|mut e| match e.take_message() {
+            Some(_) => SendFailed::Unsent(e.into_error().into()),
+            None => SendFailed::MaybeSent(e.into_error().into()),
+        })
     }
+}
+
+/// Why a request got no response from the upstream: whether it may have reached it decides
+/// how its calls are recorded (refused, or as judged: they may have run).
+#[derive(Debug)]
+enum SendFailed {
+    /// No connection, or hyper handed the request back unwritten.
+    Unsent(BoxError),
+    /// Written, in part or whole, before the connection failed.
+    MaybeSent(BoxError),
+}
+
+/// A request [`forward`] got no response to: what the client is answered, and whether the
+/// upstream may have had the request (then its calls may have run).
+pub(super) struct NotForwarded {
+    pub(super) response: Response<ProxyBody>,
+    pub(super) may_have_run: bool,
 }
 
 /// A new HTTP/1 connection to the upstream; its task ends when the connection does.
@@ -443,7 +463,7 @@ pub(super) async fn forward(
     method: Method,
     mut headers: HeaderMap,
     body: Bytes,
-) -> Result<Response<Incoming>, Response<ProxyBody>> {
+) -> Result<Response<Incoming>, NotForwarded> {
     // The upstream's host, unless an `--upstream-header` names another (as the pooled client did).
     headers
         .entry(http::header::HOST)
@@ -452,25 +472,36 @@ pub(super) async fn forward(
     *request.method_mut() = method;
     *request.uri_mut() = shared.upstream_target.clone();
     *request.headers_mut() = headers;
-    match tokio::time::timeout(shared.timeout, upstream.send(shared, request)).await {
-        Ok(Ok(response)) => Ok(response),
-        Ok(Err(e)) if out_of_descriptors(&*e) => {
-            tracing::warn!("cannot forward a request, out of file descriptors: {e}");
-            Err(plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "toolwall is out of file descriptors; try again",
-            ))
+    let failed = match tokio::time::timeout(shared.timeout, upstream.send(shared, request)).await {
+        Ok(Ok(response)) => return Ok(response),
+        Ok(Err(failed)) => failed,
+        // Past --timeout the upstream had the request and may have run it.
+        Err(_) => {
+            return Err(NotForwarded {
+                response: plain(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "upstream MCP server did not answer in time",
+                ),
+                may_have_run: true,
+            });
         }
-        Ok(Err(e)) => {
-            shared.suspect(format!("forwarding a request: {e}"));
-            Err(plain(
-                StatusCode::BAD_GATEWAY,
-                "upstream MCP server unreachable",
-            ))
-        }
-        Err(_) => Err(plain(
-            StatusCode::GATEWAY_TIMEOUT,
-            "upstream MCP server did not answer in time",
-        )),
-    }
+    };
+    let (e, may_have_run) = match failed {
+        SendFailed::Unsent(e) => (e, false),
+        SendFailed::MaybeSent(e) => (e, true),
+    };
+    let response = if out_of_descriptors(&*e) {
+        tracing::warn!("cannot forward a request, out of file descriptors: {e}");
+        plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "toolwall is out of file descriptors; try again",
+        )
+    } else {
+        shared.suspect(format!("forwarding a request: {e}"));
+        plain(StatusCode::BAD_GATEWAY, "upstream MCP server unreachable")
+    };
+    Err(NotForwarded {
+        response,
+        may_have_run,
+    })
 }

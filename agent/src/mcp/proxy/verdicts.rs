@@ -39,6 +39,24 @@ impl Verdicts {
             refused,
         );
     }
+
+    /// Records them as judged, for a request the upstream had but never answered (`why`: what
+    /// came instead): the calls let through may have run, and their records say that no
+    /// answer came.
+    pub(super) fn settle_unanswered(mut self, why: &dyn std::fmt::Display) {
+        for event in &mut self.events {
+            if let Event::McpToolCalled(call) = event
+                && call.action == Action::Allow
+            {
+                let unanswered = format!("forwarded, but {why}: it may have run");
+                call.reason = match call.reason.is_empty() {
+                    true => unanswered,
+                    false => format!("{}; {unanswered}", call.reason),
+                };
+            }
+        }
+        self.settle(None);
+    }
 }
 
 impl Drop for Verdicts {

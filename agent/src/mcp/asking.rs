@@ -94,7 +94,7 @@ pub(crate) async fn settle<W: AsyncWrite + Unpin + Send>(
                 {
                     progress += 1;
                     let id = named.borrow().clone();
-                    sending = Some(Box::pin(notify(out, &held, progress, id)));
+                    sending = Some(Box::pin(notify(out, held, progress, id)));
                 }
             };
             // A notification half written is finished first: the client's stream stays whole.

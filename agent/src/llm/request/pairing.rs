@@ -39,6 +39,16 @@ pub(super) fn name_call(
     }
 }
 
+/// A provider-hosted MCP tool as the gate knows it, `mcp__{server}__{name}` (as the response
+/// judge and the backstop name it): its result is that server's tool's, whatever other server
+/// has a tool of the same name. Without a server it is no known tool's.
+fn hosted(block: &Value, server_key: &str) -> (String, Option<String>) {
+    match block.get(server_key).and_then(Value::as_str) {
+        Some(server) => (format!("mcp__{server}__{}", str_at(block, "name")), None),
+        None => (String::new(), None),
+    }
+}
+
 /// `messages[].content[]`: `tool_use` / `mcp_tool_use` name calls, `tool_result` /
 /// `mcp_tool_result` answer them (`tool_use_id`).
 pub(super) fn anthropic(request: &Value) -> Found {
@@ -50,9 +60,13 @@ pub(super) fn anthropic(request: &Value) -> Found {
         };
         for (j, block) in blocks.iter().enumerate() {
             match str_at(block, "type") {
-                "tool_use" | "mcp_tool_use" | "server_tool_use" => {
+                "tool_use" | "server_tool_use" => {
                     let name = str_at(block, "name").to_owned();
                     name_call(&mut names, str_at(block, "id").to_owned(), (name, None));
+                }
+                "mcp_tool_use" => {
+                    let tool = hosted(block, "server_name");
+                    name_call(&mut names, str_at(block, "id").to_owned(), tool);
                 }
                 "tool_result" | "mcp_tool_result" if block.get("content").is_some() => {
                     sites.push(Site {
@@ -155,11 +169,7 @@ pub(super) fn responses(request: &Value) -> Found {
             }
             "mcp_call" if item.get("output").is_some() => {
                 let id = str_at(item, "id").to_owned();
-                name_call(
-                    &mut names,
-                    id.clone(),
-                    (str_at(item, "name").to_owned(), None),
-                );
+                name_call(&mut names, id.clone(), hosted(item, "server_label"));
                 sites.push(Site {
                     pointer: format!("/input/{i}/output"),
                     call_id: id,

@@ -197,6 +197,69 @@ fn an_exempt_tool_s_result_passes() {
     );
 }
 
+/// A provider-hosted MCP call's result is its server's tool's: the exemption of a declared
+/// server's `read` (a tool the registry knows) does not pass an undeclared hosted server's
+/// `read` (Anthropic `mcp_tool_use` with `server_name`, Responses `mcp_call` with
+/// `server_label`); the declared server's own hosted `read` is exempt.
+#[test]
+fn a_hosted_mcp_result_is_exempt_only_as_its_own_servers_tool() {
+    let config = Config::parse(
+        "sandbox:\n  mcp:\n    servers:\n      - id: files\n        type: http\n        url: http://127.0.0.1:9/mcp\n    result_inspection:\n      exempt:\n        - server: files\n          tool: read\n",
+        "test.yaml",
+    )
+    .expect("config");
+    let registry = Arc::new(Registry::in_memory().expect("registry"));
+    registry
+        .register(
+            "files",
+            "http",
+            "http://127.0.0.1:9/mcp",
+            &[json!({"name": "read", "inputSchema": {"type": "object"}})],
+        )
+        .expect("register");
+    let gate = Policy::new(&config, registry, &[]).expect("policy");
+    hosted_results_are_their_servers(&gate);
+}
+
+fn hosted_results_are_their_servers(gate: &Policy) {
+    let anthropic = |server: &str| {
+        json!({
+            "model": "claude", "max_tokens": 10,
+            "messages": [
+                {"role": "assistant", "content": [
+                    {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "read", "server_name": server, "input": {}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": [{"type": "text", "text": AWS}]}
+                ]}
+            ]
+        })
+    };
+    let responses = |server: &str| {
+        json!({
+            "model": "gpt",
+            "input": [
+                {"type": "mcp_call", "id": "mcp_1", "name": "read", "server_label": server, "arguments": "{}", "output": AWS}
+            ]
+        })
+    };
+    for (dialect, request) in [
+        (Dialect::Anthropic, &anthropic as &dyn Fn(&str) -> Value),
+        (Dialect::OpenAiResponses, &responses),
+    ] {
+        let (body, _) = run(gate, dialect, &request("elsewhere"), &Recorded::default());
+        assert!(
+            body.is_some(),
+            "{dialect:?}: another server's read passed as files' read"
+        );
+        let (body, records) = run(gate, dialect, &request("files"), &Recorded::default());
+        assert!(
+            body.is_none() && records.is_empty(),
+            "{dialect:?}: {body:?} {records:?}"
+        );
+    }
+}
+
 const DENY_SUM: &str = "sandbox:\n  mcp:\n    deny: ['^get-sum$']\n    servers:\n      - id: everything\n        type: stdio\n        command: /bin/true\n";
 
 #[test]

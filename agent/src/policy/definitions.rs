@@ -228,19 +228,38 @@ fn fold(text: &str) -> String {
 
 /// A tool name with case, separators and look-alike letters set aside (`1`, `l` and `|` as
 /// `i`; `0` as `o`; `rn` as `m`; `vv` as `w`).
+///
+/// One pass, one allocation: a listing's every name is read this way on each judging (2,000
+/// names of 7 kB took a second of the proxy's only thread when each character went through
+/// `to_lowercase` and two `replace` passes copied the rest).
 pub(crate) fn skeleton(name: &str) -> String {
-    let letters: String = name
-        .chars()
-        .flat_map(char::to_lowercase)
-        .map(latin)
-        .map(|c| match c {
+    let mut out = String::with_capacity(name.len());
+    // `rn` and `vv` are replaced as they complete: a replacement (`m`, `w`) never starts
+    // another, so this is the two left-to-right replacements in turn.
+    let mut push = |c: char| match (c, out.chars().next_back()) {
+        ('n', Some('r')) | ('v', Some('v')) => {
+            out.pop();
+            out.push(if c == 'n' { 'm' } else { 'w' });
+        }
+        _ => out.push(c),
+    };
+    let mut fold = |c: char| {
+        let c = match latin(c) {
             'l' | '1' | '|' => 'i',
             '0' => 'o',
             c => c,
-        })
-        .filter(|c| c.is_alphanumeric())
-        .collect();
-    letters.replace("rn", "m").replace("vv", "w")
+        };
+        if c.is_alphanumeric() {
+            push(c);
+        }
+    };
+    for c in name.chars() {
+        match c.is_ascii() {
+            true => fold(c.to_ascii_lowercase()),
+            false => c.to_lowercase().for_each(&mut fold),
+        }
+    }
+    out
 }
 
 impl DefinitionChecks {

@@ -251,3 +251,33 @@ fn a_name_longer_than_a_name_can_be_is_not_looked_for() {
         "{findings:?}"
     );
 }
+
+/// The one-pass skeleton is the reference reading (each character lowercased, look-alikes as
+/// Latin, then `rn` and `vv` replaced in turn) on any text, look-alikes and `r`/`n`/`v` runs
+/// most of all.
+#[test]
+fn the_skeleton_is_the_reference_reading() {
+    fn reference(name: &str) -> String {
+        let letters: String = name
+            .chars()
+            .flat_map(char::to_lowercase)
+            .map(super::latin)
+            .map(|c| match c {
+                'l' | '1' | '|' => 'i',
+                '0' => 'o',
+                c => c,
+            })
+            .filter(|c| c.is_alphanumeric())
+            .collect();
+        letters.replace("rn", "m").replace("vv", "w")
+    }
+    use proptest::prelude::*;
+    proptest!(ProptestConfig::with_cases(4000), |(name in "[rnvRNVmwlL1|0oO_ -аеорсхİẞΣ\\u{FF52}\\u{FF4E}]{0,24}|\\PC{0,24}")| {
+        prop_assert_eq!(skeleton(&name), reference(&name));
+    });
+    for name in [
+        "rnn", "rrn", "vvv", "vrnv", "RN", "ＲＮ", "İrn", "ẞvv", "ΣΣ",
+    ] {
+        assert_eq!(skeleton(name), reference(name), "{name}");
+    }
+}

@@ -76,6 +76,11 @@ pub(crate) const RANGES: &[(u32, u32)] = &[
 /// Whether `c` is in the set ([`RANGES`]).
 pub(crate) fn is_hidden(c: char) -> bool {
     let c = u32::from(c);
+    // Printable ASCII, most of any text, is in no range (`RANGES` starts with the C0 controls
+    // and goes on at DEL): every character of a 14 MB listing is asked.
+    if (0x20..0x7F).contains(&c) {
+        return false;
+    }
     RANGES
         .binary_search_by(|&(start, end)| {
             if end < c {
@@ -107,6 +112,19 @@ pub(crate) fn escaped(text: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The printable ASCII shortcut of [`is_hidden`] answers what the ranges answer.
+    #[test]
+    fn printable_ascii_is_in_no_range() {
+        for c in 0x20..0x7F_u32 {
+            assert!(
+                !RANGES
+                    .iter()
+                    .any(|&(start, end)| (start..=end).contains(&c)),
+                "U+{c:04X}"
+            );
+        }
+    }
 
     #[test]
     fn ranges_are_sorted_apart_and_cover_every_control_and_format_character() {

@@ -234,33 +234,67 @@ fn fold(text: &str) -> String {
 /// `to_lowercase` and two `replace` passes copied the rest).
 pub(crate) fn skeleton(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
-    // `rn` and `vv` are replaced as they complete: a replacement (`m`, `w`) never starts
-    // another, so this is the two left-to-right replacements in turn.
-    let mut push = |c: char| match (c, out.chars().next_back()) {
+    // The last character kept: `rn` and `vv` are replaced as they complete, and a
+    // replacement (`m`, `w`) never starts another, so this is the two left-to-right
+    // replacements in turn.
+    let mut last = None;
+    let mut join = |c: char| match (c, last) {
         ('n', Some('r')) | ('v', Some('v')) => {
             out.pop();
-            out.push(if c == 'n' { 'm' } else { 'w' });
+            let joined = if c == 'n' { 'm' } else { 'w' };
+            out.push(joined);
+            last = Some(joined);
         }
-        _ => out.push(c),
-    };
-    let mut fold = |c: char| {
-        let c = match latin(c) {
-            'l' | '1' | '|' => 'i',
-            '0' => 'o',
-            c => c,
-        };
-        if c.is_alphanumeric() {
-            push(c);
+        _ => {
+            out.push(c);
+            last = Some(c);
         }
     };
-    for c in name.chars() {
-        match c.is_ascii() {
-            true => fold(c.to_ascii_lowercase()),
-            false => c.to_lowercase().for_each(&mut fold),
+    let mut rest = name;
+    while !rest.is_empty() {
+        // A run of ASCII by table, then one other character the long way.
+        let ascii = rest.bytes().take_while(u8::is_ascii).count();
+        for &b in &rest.as_bytes()[..ascii] {
+            let kept = ASCII_SKELETON[usize::from(b)];
+            if kept != 0 {
+                join(char::from(kept));
+            }
+        }
+        rest = &rest[ascii..];
+        if let Some(c) = rest.chars().next() {
+            for c in c.to_lowercase() {
+                let c = match latin(c) {
+                    'l' | '1' | '|' => 'i',
+                    '0' => 'o',
+                    c => c,
+                };
+                if c.is_alphanumeric() {
+                    join(c);
+                }
+            }
+            rest = &rest[c.len_utf8()..];
         }
     }
     out
 }
+
+/// Each ASCII byte as [`skeleton`] keeps it (lowercased, `l`, `1` and `|` as `i`, `0` as
+/// `o`), or 0 when it is set aside (no letter or digit).
+const ASCII_SKELETON: [u8; 128] = {
+    let mut table = [0u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        let c = (b as u8).to_ascii_lowercase();
+        table[b] = match c {
+            b'l' | b'1' | b'|' => b'i',
+            b'0' => b'o',
+            c if c.is_ascii_alphanumeric() => c,
+            _ => 0,
+        };
+        b += 1;
+    }
+    table
+};
 
 impl DefinitionChecks {
     /// Compiles the config (the built-in patterns are fixed and tested).

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use super::hosted::Unjudgeable;
-use super::pairing::{Found, Site};
+use super::pairing::{Call, Found, Site};
 
 /// The kinds of `tools[]` entry the Gemini API has, in both spellings: function declarations
 /// (the agent runs them: judged by name here, by call in the response) and the tools Google
@@ -63,6 +63,16 @@ pub(super) fn found(request: &Value) -> Found {
             let Some(part) = part.as_object() else {
                 continue;
             };
+            // A call with an id names its tool too: a response claiming another tool's name
+            // under that id answers to neither.
+            for key in ["functionCall", "function_call"] {
+                if let Some(call) = part.get(key)
+                    && let Some(id) = call.get("id").and_then(Value::as_str)
+                {
+                    let name = super::str_at(call, "name").to_owned();
+                    super::pairing::name_call(&mut names, id.to_owned(), Call::named(name, None));
+                }
+            }
             for (key, field) in [
                 ("functionResponse", "response"),
                 ("function_response", "response"),
@@ -76,10 +86,11 @@ pub(super) fn found(request: &Value) -> Found {
                     id => id.to_owned(),
                 };
                 if answer.get(field).is_some() {
-                    super::pairing::name_call(&mut names, call_id.clone(), (name, None));
+                    super::pairing::name_call(&mut names, call_id.clone(), Call::named(name, None));
                     sites.push(Site {
                         pointer: format!("{at}/parts/{j}/{key}/{field}"),
                         call_id,
+                        hosted: false,
                     });
                 }
             }

@@ -226,10 +226,15 @@ fn judge(
         let Some(content) = request.pointer_mut(&site.pointer) else {
             continue;
         };
-        let (name, namespace) = names
+        // A hosted MCP result answers only a hosted call, any other result only the agent's.
+        let call = names
             .get(&site.call_id)
-            .map_or(("", None), |(n, ns)| (n.as_str(), ns.as_deref()));
-        // The tool as the policy knows it (server and own name), for exemptions and the record.
+            .filter(|call| call.hosted.is_some() == site.hosted);
+        let (name, namespace) =
+            call.map_or(("", None), |c| (c.name.as_str(), c.namespace.as_deref()));
+        // The tool as the policy knows it (server and own name), for exemptions and the record;
+        // a hosted call's only when the policy's server is its label (ids compare as the
+        // policy's globs do, without case), not another server a label holding `__` reads as.
         let identity = (!name.is_empty())
             .then(|| {
                 gate.check_call(&CallQuery {
@@ -241,7 +246,11 @@ fn judge(
                 })
                 .tool
             })
-            .flatten();
+            .flatten()
+            .filter(|t| {
+                call.and_then(|c| c.hosted.as_deref())
+                    .is_none_or(|label| t.server_id.eq_ignore_ascii_case(label))
+            });
         let (server, tool) = match &identity {
             Some(t) => (t.server_id.as_str(), t.tool.as_str()),
             None => ("", name),

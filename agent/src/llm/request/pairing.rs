@@ -14,38 +14,63 @@ pub(super) struct Site {
     pub(super) pointer: String,
     /// The id of the call it answers.
     pub(super) call_id: String,
+    /// Whether it is a provider-hosted MCP tool's result (`mcp_tool_result`, an `mcp_call`'s
+    /// output): it answers only a hosted call, and any other result only a call of the agent's.
+    pub(super) hosted: bool,
 }
 
-/// Call id → tool name (and Codex namespace), and the tool results.
-pub(super) type Found = (HashMap<String, (String, Option<String>)>, Vec<Site>);
+/// The tool a call in the history names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Call {
+    /// Its name as the gate is asked about it.
+    pub(super) name: String,
+    /// Codex's namespace.
+    pub(super) namespace: Option<String>,
+    /// A provider-hosted MCP call's server (`server_name`, `server_label`): its result is a
+    /// declared server's tool's only when that server's id is this label (not a label holding
+    /// `__` that reads as another server's tool).
+    pub(super) hosted: Option<String>,
+}
+
+impl Call {
+    pub(super) fn named(name: String, namespace: Option<String>) -> Self {
+        Call {
+            name,
+            namespace,
+            hosted: None,
+        }
+    }
+}
+
+/// Call id → the tool it names, and the tool results.
+pub(super) type Found = (HashMap<String, Call>, Vec<Site>);
 
 /// Notes the tool a call id names. An id named for two tools (a model may write its own ids)
 /// answers to neither: its result could be either's, so it is judged as no tool's, and no
 /// tool's exemption applies to it.
-pub(super) fn name_call(
-    names: &mut HashMap<String, (String, Option<String>)>,
-    id: String,
-    tool: (String, Option<String>),
-) {
+pub(super) fn name_call(names: &mut HashMap<String, Call>, id: String, tool: Call) {
     match names.entry(id) {
         std::collections::hash_map::Entry::Vacant(e) => {
             e.insert(tool);
         }
         std::collections::hash_map::Entry::Occupied(mut e) => {
             if *e.get() != tool {
-                *e.get_mut() = (String::new(), None);
+                *e.get_mut() = Call::default();
             }
         }
     }
 }
 
-/// A provider-hosted MCP tool as the gate knows it, `mcp__{server}__{name}` (as the response
-/// judge and the backstop name it): its result is that server's tool's, whatever other server
-/// has a tool of the same name. Without a server it is no known tool's.
-fn hosted(block: &Value, server_key: &str) -> (String, Option<String>) {
+/// A provider-hosted MCP call, named `mcp__{server}__{name}` as the response judge names it.
+/// Without a server it is no known tool's.
+fn hosted(block: &Value, server_key: &str) -> Call {
     match block.get(server_key).and_then(Value::as_str) {
-        Some(server) => (format!("mcp__{server}__{}", str_at(block, "name")), None),
-        None => (String::new(), None),
+        Some(server) if !server.is_empty() => Call {
+            name: format!("mcp__{server}__{}", str_at(block, "name")),
+            namespace: None,
+            hosted: Some(server.to_owned()),
+        },
+        _ => Call::default(),
     }
 }
 
@@ -62,16 +87,21 @@ pub(super) fn anthropic(request: &Value) -> Found {
             match str_at(block, "type") {
                 "tool_use" | "server_tool_use" => {
                     let name = str_at(block, "name").to_owned();
-                    name_call(&mut names, str_at(block, "id").to_owned(), (name, None));
+                    name_call(
+                        &mut names,
+                        str_at(block, "id").to_owned(),
+                        Call::named(name, None),
+                    );
                 }
                 "mcp_tool_use" => {
                     let tool = hosted(block, "server_name");
                     name_call(&mut names, str_at(block, "id").to_owned(), tool);
                 }
-                "tool_result" | "mcp_tool_result" if block.get("content").is_some() => {
+                kind @ ("tool_result" | "mcp_tool_result") if block.get("content").is_some() => {
                     sites.push(Site {
                         pointer: format!("/messages/{i}/content/{j}/content"),
                         call_id: str_at(block, "tool_use_id").to_owned(),
+                        hosted: kind == "mcp_tool_result",
                     });
                 }
                 _ => {}
@@ -100,7 +130,7 @@ pub(super) fn chat(request: &Value) -> Found {
             name_call(
                 &mut names,
                 str_at(call, "id").to_owned(),
-                (name.to_owned(), None),
+                Call::named(name.to_owned(), None),
             );
         }
         let role = str_at(message, "role");
@@ -109,13 +139,18 @@ pub(super) fn chat(request: &Value) -> Found {
                 "tool" => str_at(message, "tool_call_id").to_owned(),
                 _ => {
                     let name = str_at(message, "name").to_owned();
-                    name_call(&mut names, format!("function:{name}"), (name.clone(), None));
+                    name_call(
+                        &mut names,
+                        format!("function:{name}"),
+                        Call::named(name.clone(), None),
+                    );
                     format!("function:{name}")
                 }
             };
             sites.push(Site {
                 pointer: format!("/messages/{i}/content"),
                 call_id,
+                hosted: false,
             });
         }
     }
@@ -141,7 +176,7 @@ pub(super) fn responses(request: &Value) -> Found {
                 name_call(
                     &mut names,
                     str_at(item, "call_id").to_owned(),
-                    (name, namespace),
+                    Call::named(name, namespace),
                 );
             }
             // Every kind of call output an agent hands back (`function_call_output`,
@@ -151,6 +186,7 @@ pub(super) fn responses(request: &Value) -> Found {
                 sites.push(Site {
                     pointer: format!("/input/{i}/output"),
                     call_id: str_at(item, "call_id").to_owned(),
+                    hosted: false,
                 });
             }
             // Hosted tools' results handed back in the history: the model reads them too.
@@ -164,6 +200,7 @@ pub(super) fn responses(request: &Value) -> Found {
                     sites.push(Site {
                         pointer: format!("/input/{i}/{field}"),
                         call_id: str_at(item, "id").to_owned(),
+                        hosted: false,
                     });
                 }
             }
@@ -173,6 +210,7 @@ pub(super) fn responses(request: &Value) -> Found {
                 sites.push(Site {
                     pointer: format!("/input/{i}/output"),
                     call_id: id,
+                    hosted: true,
                 });
             }
             _ => {}

@@ -204,7 +204,7 @@ fn an_exempt_tool_s_result_passes() {
 #[test]
 fn a_hosted_mcp_result_is_exempt_only_as_its_own_servers_tool() {
     let config = Config::parse(
-        "sandbox:\n  mcp:\n    servers:\n      - id: files\n        type: http\n        url: http://127.0.0.1:9/mcp\n    result_inspection:\n      exempt:\n        - server: files\n          tool: read\n",
+        "sandbox:\n  mcp:\n    servers:\n      - id: files\n        type: http\n        url: http://127.0.0.1:9/mcp\n    result_inspection:\n      exempt:\n        - server: files\n          tool: 'read*'\n",
         "test.yaml",
     )
     .expect("config");
@@ -222,12 +222,12 @@ fn a_hosted_mcp_result_is_exempt_only_as_its_own_servers_tool() {
 }
 
 fn hosted_results_are_their_servers(gate: &Policy) {
-    let anthropic = |server: &str| {
+    let anthropic = |server: &str, name: &str| {
         json!({
             "model": "claude", "max_tokens": 10,
             "messages": [
                 {"role": "assistant", "content": [
-                    {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "read", "server_name": server, "input": {}}
+                    {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": name, "server_name": server, "input": {}}
                 ]},
                 {"role": "user", "content": [
                     {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": [{"type": "text", "text": AWS}]}
@@ -235,29 +235,69 @@ fn hosted_results_are_their_servers(gate: &Policy) {
             ]
         })
     };
-    let responses = |server: &str| {
+    let responses = |server: &str, name: &str| {
         json!({
             "model": "gpt",
             "input": [
-                {"type": "mcp_call", "id": "mcp_1", "name": "read", "server_label": server, "arguments": "{}", "output": AWS}
+                {"type": "mcp_call", "id": "mcp_1", "name": name, "server_label": server, "arguments": "{}", "output": AWS}
             ]
         })
     };
     for (dialect, request) in [
-        (Dialect::Anthropic, &anthropic as &dyn Fn(&str) -> Value),
+        (
+            Dialect::Anthropic,
+            &anthropic as &dyn Fn(&str, &str) -> Value,
+        ),
         (Dialect::OpenAiResponses, &responses),
     ] {
-        let (body, _) = run(gate, dialect, &request("elsewhere"), &Recorded::default());
-        assert!(
-            body.is_some(),
-            "{dialect:?}: another server's read passed as files' read"
+        // Another server; a label holding `__` that reads as files' `read_x__y`.
+        for (server, name) in [("elsewhere", "read"), ("files__read_x", "y")] {
+            let (body, _) = run(gate, dialect, &request(server, name), &Recorded::default());
+            assert!(
+                body.is_some(),
+                "{dialect:?}: {server}'s {name} passed as files' read"
+            );
+        }
+        let (body, records) = run(
+            gate,
+            dialect,
+            &request("files", "read"),
+            &Recorded::default(),
         );
-        let (body, records) = run(gate, dialect, &request("files"), &Recorded::default());
         assert!(
             body.is_none() && records.is_empty(),
             "{dialect:?}: {body:?} {records:?}"
         );
     }
+    // A hosted result answering the agent's own call, and a Gemini response naming another
+    // tool than its call's id did: no exemption.
+    let crossed = json!({
+        "model": "claude", "max_tokens": 10,
+        "messages": [
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "mcp__files__read", "input": {}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "mcp_tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": AWS}]}
+            ]}
+        ]
+    });
+    let (body, _) = run(gate, Dialect::Anthropic, &crossed, &Recorded::default());
+    assert!(
+        body.is_some(),
+        "a hosted result took a local call's exemption"
+    );
+    let gemini = json!({
+        "contents": [
+            {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "other", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "mcp__files__read", "response": {"text": AWS}}}]}
+        ]
+    });
+    let (body, _) = run(gate, Dialect::Gemini, &gemini, &Recorded::default());
+    assert!(
+        body.is_some(),
+        "a Gemini response took another tool's exemption"
+    );
 }
 
 const DENY_SUM: &str = "sandbox:\n  mcp:\n    deny: ['^get-sum$']\n    servers:\n      - id: everything\n        type: stdio\n        command: /bin/true\n";

@@ -10,6 +10,7 @@ RAN for each run, so a test sees what a proxy in front let through.
   (`987654321098765432101234`, `1.50`, `1E2`), written by hand, and an AWS key beside them.
 - `vanish` runs (is noted in RAN), then the connection is closed without an answer: a server
   that crashed or was cut off after it took the call.
+- `gateway` runs, then is answered 504 (a gateway in front that gave up waiting).
 - A request with `X-Pages: SIZE`: its `tools/list` never ends, each page SIZE bytes long with a
   `nextCursor`, one second apart; each page served appends `PAGE` to RAN.
 
@@ -76,7 +77,8 @@ class Handler(BaseHTTPRequestHandler):
                     "nextCursor": "page-%d" % time.monotonic_ns()}})
             tools = [{"name": "echo", "inputSchema": {"type": "object"}},
                      {"name": "numbers", "inputSchema": {"type": "object"}},
-                     {"name": "vanish", "inputSchema": {"type": "object"}}]
+                     {"name": "vanish", "inputSchema": {"type": "object"}},
+                     {"name": "gateway", "inputSchema": {"type": "object"}}]
             if self.headers.get("X-Api-Key") == "admin":
                 tools.append({"name": "admin_reset", "inputSchema": {"type": "object"}})
             meta = params.get("_meta") or {}
@@ -93,6 +95,14 @@ class Handler(BaseHTTPRequestHandler):
             note("%s %s" % (name, self.headers.get("X-Api-Key")))
             if name == "vanish":
                 self.close_connection = True
+                return
+            if name == "gateway":
+                body = b"gateway timed out"
+                self.send_response(504)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
                 return
             if name == "numbers":
                 body = ('{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"n"}],'

@@ -10,8 +10,8 @@
 //!   TypeScript SDK's server routes responses by id, so the other's answer could reach it);
 //! - a listing on a session's behalf ends within `--timeout` and `--max-message-bytes` in all,
 //!   however many pages the server offers;
-//! - a call the upstream took but never answered (its connection closed) is recorded as judged,
-//!   saying it may have run; one that could not be sent is recorded refused;
+//! - a call the upstream took but never answered (its connection closed, or a 5xx) is recorded
+//!   as judged, saying it may have run, in front of Streamable HTTP and with `--stdio`;
 //! - numbers are read and forwarded by their text: a redacted result keeps its other numbers
 //!   byte for byte, and a pattern sees a 24-digit number's digits.
 
@@ -393,15 +393,77 @@ fn a_call_the_upstream_took_but_never_answered_is_recorded_as_possibly_run() {
     let (mut proxy, port) = proxy(&s.url, &["--db", db]);
     let (status, body) = post(port, V2025, &call(1, "vanish"));
     assert_eq!(status, 502, "{body}");
-    // It ran: the record says it may have, not that it was refused.
-    assert_eq!(ran(&s.ran), ["vanish None"]);
+    let (status, body) = post(port, V2025, &call(2, "gateway"));
+    assert_eq!(status, 504, "{body}");
+    // They ran: the records say they may have, not that they were refused.
+    assert_eq!(ran(&s.ran), ["vanish None", "gateway None"]);
     let recorded = calls_recorded_by(&mut proxy, &s.db);
-    assert_eq!(recorded.len(), 1, "{recorded:?}");
-    assert_eq!(recorded[0].0, "allow", "{recorded:?}");
-    assert!(
-        recorded[0]
-            .1
-            .contains("forwarded, but the upstream sent no answer (HTTP 502 Bad Gateway to the client): it may have run"),
-        "{recorded:?}"
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    for ((action, reason), why) in recorded.iter().zip([
+        "the upstream sent no answer (HTTP 502 Bad Gateway to the client)",
+        "the upstream answered HTTP 504 Gateway Timeout",
+    ]) {
+        assert_eq!(action, "allow", "{recorded:?}");
+        assert!(
+            reason.contains(&format!("forwarded, but {why}: it may have run")),
+            "{recorded:?}"
+        );
+    }
+
+    // The same with `--stdio`, where the proxy is the client of the upstream.
+    std::fs::remove_file(&s.ran).expect("clear the log");
+    let stdio_db = s.db.with_file_name("stdio.db");
+    let mut stdio = Command::new(toolwall_tests::toolwall_bin())
+        .args(["mcp-proxy", "--stdio", "--upstream", &s.url, "--db"])
+        .arg(&stdio_db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start mcp-proxy --stdio");
+    let mut input = stdio.stdin.take().expect("stdin");
+    let mut output = BufReader::new(stdio.stdout.take().expect("stdout"));
+    let mut answer = |line: &str, id: u32| -> Value {
+        writeln!(input, "{line}").expect("write");
+        input.flush().expect("flush");
+        loop {
+            let mut got = String::new();
+            assert!(
+                output.read_line(&mut got).expect("read") > 0,
+                "stdout ended"
+            );
+            let v: Value = serde_json::from_str(&got).expect("a JSON line");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    answer(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        1,
     );
+    answer(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#, 2);
+    // A connection closed mid-call ends a `--stdio` session (its only upstream session is
+    // lost), so it goes last.
+    for (id, name) in [(3, "gateway"), (4, "vanish")] {
+        let refused = answer(&call(id, name), id);
+        assert!(refused.get("error").is_some(), "{refused}");
+    }
+    drop(input);
+    let _ = stdio.wait();
+    assert_eq!(ran(&s.ran), ["gateway None", "vanish None"]);
+    let recorded: Vec<(String, String)> = calls_recorded(&stdio_db)
+        .iter()
+        .map(|v| {
+            (
+                v["action"].as_str().unwrap_or_default().to_owned(),
+                v["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    for (action, reason) in &recorded {
+        assert_eq!(action, "allow", "{recorded:?}");
+        assert!(reason.contains("it may have run"), "{recorded:?}");
+    }
 }

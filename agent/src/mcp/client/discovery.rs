@@ -105,6 +105,7 @@ impl Modern<'_> {
                         url: self.url(),
                         step: step.clone(),
                         reason: e.to_string(),
+                        sent: !e.is_connect(),
                     })?;
             let status = response.status();
             // A protected server: its challenge is the answer, whatever its body says.

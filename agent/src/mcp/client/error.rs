@@ -16,7 +16,7 @@ pub(crate) enum McpClientError {
         reason: String,
     },
     /// No connection, or it broke.
-    #[error("MCP server {url}: {step}: cannot connect: {reason}")]
+    #[error("MCP server {url}: {step}: {}: {reason}", if *sent { "the connection failed once the request was sent" } else { "cannot connect" })]
     Connect {
         /// The server.
         url: String,
@@ -24,6 +24,9 @@ pub(crate) enum McpClientError {
         step: String,
         /// The transport's error chain.
         reason: String,
+        /// Whether the request may have reached the server (the connection failed after it
+        /// was written), so what it asked may have run.
+        sent: bool,
     },
     /// An HTTP status that is not what the transport allows.
     #[error("MCP server {url}: {step}: HTTP {status}{}", if body.is_empty() { String::new() } else { format!(": {body}") })]
@@ -110,6 +113,19 @@ impl McpClientError {
             step,
             status,
             body: super::transport::error_body(response).await,
+        }
+    }
+
+    /// Whether a request that failed so may still have run on the server: it was sent and no
+    /// answer came (the connection failed after it was written, the time ran out), or the
+    /// answer was a server error (5xx: a gateway in front may have passed it on, a handler
+    /// may have failed after its work). A refusal (4xx) or no connection ran nothing.
+    pub(crate) fn may_have_run(&self) -> bool {
+        match self {
+            McpClientError::Connect { sent, .. } => *sent,
+            McpClientError::Timeout { .. } => true,
+            McpClientError::Status { status, .. } => status.is_server_error(),
+            _ => false,
         }
     }
 

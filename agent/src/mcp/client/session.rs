@@ -117,11 +117,13 @@ impl UpstreamSession {
         self.url.to_string()
     }
 
-    fn err_connect(&self, step: &str, e: impl std::fmt::Display) -> McpClientError {
+    /// `sent`: the request may have reached the server before the connection failed.
+    fn err_connect(&self, step: &str, sent: bool, e: impl std::fmt::Display) -> McpClientError {
         McpClientError::Connect {
             url: self.url(),
             step: step.to_owned(),
             reason: e.to_string(),
+            sent,
         }
     }
 
@@ -151,7 +153,9 @@ impl UpstreamSession {
     ) -> Result<Response<Incoming>, McpClientError> {
         match tokio::time::timeout(self.timeout, self.http.request(request)).await {
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) => Err(self.err_connect(step, error_chain(&e))),
+            // The pooled client sends a request again on a new connection when it was not
+            // written; an error that is not the connection's is one after it was.
+            Ok(Err(e)) => Err(self.err_connect(step, !e.is_connect(), error_chain(&e))),
             Err(_) => Err(McpClientError::Timeout {
                 url: self.url(),
                 step: step.to_owned(),
@@ -207,7 +211,7 @@ impl UpstreamSession {
         let body = http_body_util::Limited::new(response.into_body(), DEFAULT_MAX_MESSAGE_BYTES)
             .collect()
             .await
-            .map_err(|e| self.err_connect("reading a response", e))?
+            .map_err(|e| self.err_connect("reading a response", true, e))?
             .to_bytes();
         note_protocol_version(&self.protocol_version, &body);
         match self.outlet.put(body).await {
@@ -304,7 +308,7 @@ impl UpstreamSession {
                             decoder.feed(data);
                         }
                     }
-                    Some(Err(e)) => return Err(self.err_connect(step, e)),
+                    Some(Err(e)) => return Err(self.err_connect(step, false, e)),
                     None => {
                         return Err(McpClientError::Protocol {
                             url: self.url(),

@@ -232,18 +232,24 @@ impl BridgedSession {
         if let Some(message) = &forward {
             judged.forwarding();
             if let Err(e) = self.upstream.send(message.clone()).await {
-                match &e {
-                    // Past --timeout the upstream had the request and may have run it.
-                    McpClientError::Timeout { .. } => judged.settle_unanswered(&e),
-                    _ => judged.settle(Some(&format!(
-                        "the upstream MCP server refused the request: {e}"
-                    ))),
-                }
+                // Sent and unanswered (or a server error): the upstream may have run it.
+                let what = match e.may_have_run() {
+                    true => {
+                        judged.settle_unanswered(&e);
+                        "did not answer the request (it may have run)"
+                    }
+                    false => {
+                        judged.settle(Some(&format!(
+                            "the upstream MCP server refused the request: {e}"
+                        )));
+                        "refused the request"
+                    }
+                };
                 for id in request_ids(message) {
                     replies.push(error_response(
                         &id,
                         INTERNAL_ERROR,
-                        &format!("[toolwall] the upstream MCP server refused the request: {e}"),
+                        &format!("[toolwall] the upstream MCP server {what}: {e}"),
                     ));
                 }
                 report_send_error(shared, e, false);

@@ -190,10 +190,15 @@ pub(super) async fn passthrough(
         }
         return refused_credentials(&shared, &parts.headers, "/mcp", response).await;
     }
-    // Refused whole (an unknown session, an error): the upstream took none of its calls.
-    let refused =
-        (!status.is_success()).then(|| format!("the upstream refused the request (HTTP {status})"));
-    judged.settle(refused.as_ref().map(|r| r as &dyn std::fmt::Display));
+    // A server error (5xx: a gateway in front timing out, a handler failing after its work):
+    // its calls may have run, and their ids stay held (stranded), in case an answer comes.
+    // Refused whole otherwise (an unknown session, a 4xx): the upstream took none of them.
+    let refused = (!status.is_success() && !status.is_server_error())
+        .then(|| format!("the upstream refused the request (HTTP {status})"));
+    match status.is_server_error() {
+        true => judged.settle_unanswered(&format_args!("the upstream answered HTTP {status}")),
+        false => judged.settle(refused.as_ref().map(|r| r as &dyn std::fmt::Display)),
+    }
     // Refused whole: nothing of it runs, no answer will come.
     if refused.is_some()
         && let Some(ids) = claimed.as_mut()

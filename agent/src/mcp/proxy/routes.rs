@@ -2,6 +2,7 @@
 //! and the methods they serve, request bodies (bounded), and what every response is built from.
 
 use super::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(super) type ProxyBody = BoxBody<Bytes, Infallible>;
 
@@ -394,13 +395,17 @@ impl UpstreamConn {
 
     /// Sends `request` on the held connection when it is idle, else on a new one (which is
     /// then held); a busy one (the rest of an answered stream still being read) is let go.
+    /// `handed` is set once hyper has the request to write: before that (a connect still
+    /// under way) nothing can have reached the upstream.
     async fn send(
         &self,
         shared: &Shared,
         mut request: Request<Full<Bytes>>,
+        handed: &AtomicBool,
     ) -> Result<Response<Incoming>, SendFailed> {
         self.finish_rest().await;
         if let Some(mut sender) = self.take().filter(SendRequest::is_ready) {
+            handed.store(true, Ordering::Relaxed);
             let response = sender.try_send_request(request);
             self.keep(sender);
             match response.await {
@@ -414,6 +419,7 @@ impl UpstreamConn {
             }
         }
         let mut sender = connect(shared).await.map_err(SendFailed::Unsent)?;
+        handed.store(true, Ordering::Relaxed);
         let response = sender.try_send_request(request);
         self.keep(sender);
         response.await.map_err(|mut e| match e.take_message() {
@@ -472,17 +478,20 @@ pub(super) async fn forward(
     *request.method_mut() = method;
     *request.uri_mut() = shared.upstream_target.clone();
     *request.headers_mut() = headers;
-    let failed = match tokio::time::timeout(shared.timeout, upstream.send(shared, request)).await {
+    let handed = AtomicBool::new(false);
+    let sending = upstream.send(shared, request, &handed);
+    let failed = match tokio::time::timeout(shared.timeout, sending).await {
         Ok(Ok(response)) => return Ok(response),
         Ok(Err(failed)) => failed,
-        // Past --timeout the upstream had the request and may have run it.
+        // Past --timeout: once hyper had the request, the upstream may have it and may have
+        // run it; a connect still under way sent nothing.
         Err(_) => {
             return Err(NotForwarded {
                 response: plain(
                     StatusCode::GATEWAY_TIMEOUT,
                     "upstream MCP server did not answer in time",
                 ),
-                may_have_run: true,
+                may_have_run: handed.load(Ordering::Relaxed),
             });
         }
     };

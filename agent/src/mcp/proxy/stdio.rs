@@ -181,20 +181,31 @@ pub(super) async fn serve_stdio(shared: Arc<Shared>, max_message: usize) -> anyh
                 }
                 if let Some(message) = forward {
                     if let Err(e) = session.send(message.clone()).await {
-                        record_judged(
-                            sink.as_ref(),
-                            std::mem::take(&mut judged),
-                            Some(&format!("the upstream MCP server refused the request: {e}")),
-                        );
+                        let judged = std::mem::take(&mut judged);
+                        // Sent and unanswered (or a server error): the upstream may have run it.
+                        let what = match e.may_have_run() {
+                            true => {
+                                record_unanswered(sink.as_ref(), judged, &e);
+                                "did not answer the request (it may have run)"
+                            }
+                            false => {
+                                record_judged(
+                                    sink.as_ref(),
+                                    judged,
+                                    Some(&format!(
+                                        "the upstream MCP server refused the request: {e}"
+                                    )),
+                                );
+                                "refused the request"
+                            }
+                        };
                         // A refused request is answered, so the client does not wait for ever.
                         let mut w = stdout.lock().await;
                         for id in request_ids(&message) {
                             let reply = error_response(
                                 &id,
                                 INTERNAL_ERROR,
-                                &format!(
-                                    "[toolwall] the upstream MCP server refused the request: {e}"
-                                ),
+                                &format!("[toolwall] the upstream MCP server {what}: {e}"),
                             );
                             w.write_all(&reply).await?;
                             w.write_all(b"\n").await?;

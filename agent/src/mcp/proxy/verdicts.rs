@@ -44,18 +44,7 @@ impl Verdicts {
     /// came instead): the calls let through may have run, and their records say that no
     /// answer came.
     pub(super) fn settle_unanswered(mut self, why: &dyn std::fmt::Display) {
-        for event in &mut self.events {
-            if let Event::McpToolCalled(call) = event
-                && call.action == Action::Allow
-            {
-                let unanswered = format!("forwarded, but {why}: it may have run");
-                call.reason = match call.reason.is_empty() {
-                    true => unanswered,
-                    false => format!("{}; {unanswered}", call.reason),
-                };
-            }
-        }
-        self.settle(None);
+        record_unanswered(self.sink.as_ref(), std::mem::take(&mut self.events), why);
     }
 }
 
@@ -91,4 +80,26 @@ pub(super) fn record_judged(
         }
         sink.emit(event);
     }
+}
+
+/// Records what a filter judged of a request the upstream had but never answered (`why`: what
+/// came instead): as judged, for the calls it let through may have run, and their records say
+/// that no answer came.
+pub(super) fn record_unanswered(
+    sink: Option<&EventSink>,
+    mut judged: Vec<Event>,
+    why: &dyn std::fmt::Display,
+) {
+    for event in &mut judged {
+        if let Event::McpToolCalled(call) = event
+            && call.action == Action::Allow
+        {
+            let unanswered = format!("forwarded, but {why}: it may have run");
+            call.reason = match call.reason.is_empty() {
+                true => unanswered,
+                false => format!("{}; {unanswered}", call.reason),
+            };
+        }
+    }
+    record_judged(sink, judged, None);
 }

@@ -582,6 +582,27 @@ fn privileged_the_web_view_approves_and_denies_a_waiting_call() {
 }
 
 /// The Python SDK client through the stand-alone shim, killed once its call waits.
+/// Waits (at most 10 s each) until the question of a client that left is gone and a call is
+/// recorded; the recorded calls' (action, reason).
+fn withdrawn(daemon: &Daemon) -> Vec<(String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.json_lines(&["approvals", "--json"]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the question outlived its client"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reasons = called_reasons(daemon);
+        if !reasons.is_empty() || Instant::now() > deadline {
+            return reasons;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// At the filter proxy a client leaves by closing its POST's connection: its question goes
 /// with it, and its call is recorded refused, as a stdio client's that hangs up.
 #[test]
@@ -605,22 +626,7 @@ fn an_http_client_that_leaves_mid_question_is_recorded_refused_at_the_filter_pro
         .expect("send the call");
     assert_eq!(next_question(&daemon)["arguments"]["a"], 500);
     drop(client);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !daemon.json_lines(&["approvals", "--json"]).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the question outlived its client"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let reasons = loop {
-        let reasons = called_reasons(&daemon);
-        if !reasons.is_empty() || Instant::now() > deadline {
-            break reasons;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let reasons = withdrawn(&daemon);
     stop_proxy(&mut proxy);
     assert!(
         reasons.len() == 1
@@ -639,22 +645,7 @@ fn a_client_that_hangs_up_takes_its_question_with_it_and_padded_arguments_are_no
     next_question(&daemon);
     client.kill().expect("kill the client");
     let _ = client.wait();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !daemon.json_lines(&["approvals", "--json"]).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the question outlived its client"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let reasons = loop {
-        let reasons = called_reasons(&daemon);
-        if !reasons.is_empty() || Instant::now() > deadline {
-            break reasons;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let reasons = withdrawn(&daemon);
     assert!(
         reasons.len() == 1
             && reasons[0].0 == "block"

@@ -208,6 +208,11 @@ impl SseStream {
 /// The `mcp_tool_called` records of a proxy's database (the proxy stopped), as (action, reason).
 fn calls_recorded_by(proxy: &mut Proc, db: &Path) -> Vec<(String, String)> {
     stop_proxy(proxy);
+    reasons_in(db)
+}
+
+/// The `mcp_tool_called` records of a database, as (action, reason).
+fn reasons_in(db: &Path) -> Vec<(String, String)> {
     calls_recorded(db)
         .iter()
         .map(|v| {
@@ -452,15 +457,7 @@ fn a_call_the_upstream_took_but_never_answered_is_recorded_as_possibly_run() {
     drop(input);
     let _ = stdio.wait();
     assert_eq!(ran(&s.ran), ["gateway None", "vanish None"]);
-    let recorded: Vec<(String, String)> = calls_recorded(&stdio_db)
-        .iter()
-        .map(|v| {
-            (
-                v["action"].as_str().unwrap_or_default().to_owned(),
-                v["reason"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
+    let recorded = reasons_in(&stdio_db);
     assert_eq!(recorded.len(), 2, "{recorded:?}");
     for (action, reason) in &recorded {
         assert_eq!(action, "allow", "{recorded:?}");

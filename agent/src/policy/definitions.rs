@@ -99,12 +99,28 @@ pub(crate) struct Others {
 }
 
 impl Others {
-    /// From `(server, tool)` pairs of the registry.
+    /// From `(server, tool)` pairs of the registry, with no set before it (the checks' tests).
+    #[cfg(test)]
     pub(crate) fn new(tools: Vec<(String, String)>) -> Self {
+        Self::reusing(tools, None)
+    }
+
+    /// From `(server, tool)` pairs of the registry, taking the skeletons of the tools
+    /// `previous` already has from it: the set is rebuilt while a listing is judged, and a
+    /// skeleton of a long look-alike name costs far more than a lookup.
+    pub(crate) fn reusing(tools: Vec<(String, String)>, previous: Option<&Others>) -> Self {
+        let known: HashMap<(&str, &str), &str> = previous
+            .into_iter()
+            .flat_map(|p| &p.tools)
+            .map(|(server, tool, key)| ((server.as_str(), tool.as_str()), key.as_str()))
+            .collect();
         let tools: Vec<(String, String, String)> = tools
             .into_iter()
             .map(|(server, tool)| {
-                let key = skeleton(&tool);
+                let key = match known.get(&(server.as_str(), tool.as_str())) {
+                    Some(key) => (*key).to_owned(),
+                    None => skeleton(&tool),
+                };
                 (server, tool, key)
             })
             .collect();

@@ -36,28 +36,33 @@ impl Policy {
     /// are skipped anyway (rebuilding it per tool of a listing registered tool by tool made
     /// 2,000 tools of 512-byte names run for minutes).
     pub(super) fn others(&self, judging: Option<&str>) -> Arc<Others> {
-        if let Some(cache) = &*self
+        let previous = match &*self
             .definition_state
             .others
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            && cache.at.elapsed() < OTHERS_FRESH
-            && cache
-                .lacks
-                .iter()
-                .all(|server| Some(server.as_str()) == judging)
         {
-            return cache.set.clone();
-        }
+            Some(cache)
+                if cache.at.elapsed() < OTHERS_FRESH
+                    && cache
+                        .lacks
+                        .iter()
+                        .all(|server| Some(server.as_str()) == judging) =>
+            {
+                return cache.set.clone();
+            }
+            cache => cache.as_ref().map(|c| c.set.clone()),
+        };
         if let Err(error) = self.registry.reload() {
             tracing::warn!(%error, "cannot re-read the registry before the definition checks");
         }
-        let others = Arc::new(Others::new(
+        let others = Arc::new(Others::reusing(
             self.registry
                 .tools()
                 .iter()
                 .map(|e| (e.server_id.clone(), e.tool.clone()))
                 .collect(),
+            previous.as_deref(),
         ));
         *self
             .definition_state

@@ -281,3 +281,22 @@ fn the_skeleton_is_the_reference_reading() {
         assert_eq!(skeleton(name), reference(name), "{name}");
     }
 }
+
+/// A set rebuilt from the one before it (its skeletons taken, not made again) is the set made
+/// afresh, for the tools both have and the ones only the new one has.
+#[test]
+fn a_set_rebuilt_from_the_last_is_the_set_made_afresh() {
+    let pairs = |names: &[(&str, &str)]| -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|(s, t)| ((*s).to_owned(), (*t).to_owned()))
+            .collect()
+    };
+    let before = Others::new(pairs(&[("a", "read_file"), ("b", "Rеаd_Fіle")]));
+    let now = pairs(&[("a", "read_file"), ("b", "Rеаd_Fіle"), ("c", "rn_vv-0")]);
+    let rebuilt = Others::reusing(now.clone(), Some(&before));
+    let fresh = Others::new(now);
+    assert_eq!(rebuilt.tools, fresh.tools);
+    assert_eq!(rebuilt.by_skeleton, fresh.by_skeleton);
+    assert_eq!(rebuilt.named, fresh.named);
+}

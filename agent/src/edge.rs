@@ -172,14 +172,24 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
         return;
     }
-    let named: Vec<HeaderName> = headers
+    // The names present that go (a header map's names are lower case, as are the tokens
+    // once compared without case), each removed once: no lookup of names that are absent.
+    let listed: Vec<&str> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .map(str::trim)
         .collect();
-    for name in named.iter().chain(&HOP_BY_HOP) {
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| {
+            HOP_BY_HOP.contains(name)
+                || listed.iter().any(|t| t.eq_ignore_ascii_case(name.as_str()))
+        })
+        .cloned()
+        .collect();
+    for name in &doomed {
         headers.remove(name);
     }
 }

@@ -9,6 +9,7 @@
 //! arguments, which toolwall does not judge by value, and go through as they are.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use base64::Engine as _;
 use http::{HeaderMap, HeaderName};
@@ -47,6 +48,12 @@ struct Params<'a> {
     meta: Option<Meta<'a>>,
 }
 
+/// The `_meta` key of a request's protocol version, and its searcher (made once: making one
+/// costs more than searching a call's text with it).
+const BODY_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+static BODY_VERSION_FINDER: LazyLock<memchr::memmem::Finder<'static>> =
+    LazyLock::new(|| memchr::memmem::Finder::new(BODY_VERSION));
+
 #[derive(Deserialize)]
 struct Meta<'a> {
     #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
@@ -58,8 +65,8 @@ struct Meta<'a> {
 #[error("{0}")]
 pub(crate) struct Mismatch(pub String);
 
-/// Checks a POST's routing headers against its body (the canonical text the filter forwards,
-/// a JSON object or a batch).
+/// Checks a POST's routing headers against its body: the canonical text the filter forwards
+/// (`mcp/canonical.rs`), a JSON object or a batch, in which no key is written with escapes.
 pub(crate) fn check(headers: &HeaderMap, body: &[u8]) -> Result<(), Mismatch> {
     for (name, header) in [
         (VERSION, &VERSION_HEADER),
@@ -81,6 +88,16 @@ pub(crate) fn check(headers: &HeaderMap, body: &[u8]) -> Result<(), Mismatch> {
     let header_version = text(VERSION, &VERSION_HEADER)?;
     let header_method = text(METHOD, &METHOD_HEADER)?;
     let header_name = text(NAME, &NAME_HEADER)?;
+    // No routing header to compare, and no version header that makes the request modern:
+    // only a protocol version in the body's `_meta` could require the headers. The canonical
+    // text writes that key as its plain characters, so a body without them needs no parse.
+    if header_method.is_none()
+        && header_name.is_none()
+        && header_version.is_none_or(|v| HANDSHAKE_VERSIONS.contains(&v))
+        && BODY_VERSION_FINDER.find(body).is_none()
+    {
+        return Ok(());
+    }
     if body.first() == Some(&b'[') {
         return match header_method.or(header_name) {
             Some(_) => Err(Mismatch(
@@ -246,5 +263,24 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    #[test]
+    fn a_version_in_the_body_is_found_however_the_client_spelled_its_key() {
+        // The check reads the canonical text: a key the client escaped is written plainly
+        // there, and a modern request without its headers is refused all the same.
+        let escaped = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol\/protocol\u0056ersion":"2026-07-28"}}}"#;
+        let text = crate::mcp::canonical::canonical(escaped)
+            .expect("well-formed")
+            .expect("rewritten");
+        for pairs in [&[][..], &[(VERSION, "2025-06-18")][..]] {
+            assert!(
+                check(&headers(pairs), &text).is_err(),
+                "passed without its headers: {pairs:?}"
+            );
+        }
+        // Without one, a request with no routing headers passes unparsed, as before.
+        let plain = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}"#;
+        assert_eq!(check(&headers(&[(VERSION, "2025-06-18")]), plain), Ok(()));
     }
 }

@@ -228,6 +228,11 @@ pub trait Gate: Send + Sync {
         arguments: &serde_json::Value,
     ) -> Option<(String, serde_json::Value)>;
 
+    /// The URL of the network server the configuration declares as `server_id`, if any: a
+    /// provider-hosted MCP server is taken for that server only when it is at this URL. No
+    /// default, as above.
+    fn declared_url(&self, server_id: &str) -> Option<String>;
+
     /// A message `server_id` sends toward the client (a tool's result, a resource, a
     /// notification; whole JSON-RPC text): what the result rules find in it, or `None` when
     /// nothing (it passes as it is). `tool` is the tool whose `tools/call` it answers, when

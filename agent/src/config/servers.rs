@@ -237,6 +237,35 @@ fn parse_egress(entry: &str) -> Option<EgressRule> {
     (prefix <= most).then_some(EgressRule { addr, prefix, port })
 }
 
+/// What makes two URLs one server's: scheme and host in lower case, user, port (the default
+/// written out), path without a trailing `/`, and query. `None`: not a URL with a scheme
+/// and a host.
+pub(crate) fn url_key(url: &str) -> Option<(String, String, String, u16, String, String)> {
+    let uri = url.parse::<http::Uri>().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let authority = uri.authority()?.as_str();
+    let user = authority
+        .rsplit_once('@')
+        .map(|(user, _)| user.to_owned())
+        .unwrap_or_default();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    Some((
+        scheme,
+        user,
+        uri.host()?.to_ascii_lowercase(),
+        port,
+        uri.path().trim_end_matches('/').to_owned(),
+        uri.query().unwrap_or("").to_owned(),
+    ))
+}
+
+/// Whether two URLs are one server's ([`url_key`]); never when either is no URL.
+pub(crate) fn same_server_url(a: &str, b: &str) -> bool {
+    url_key(a).is_some_and(|a| url_key(b).as_ref() == Some(&a))
+}
+
 /// `host:port` of an `http(s)://` URL, for matching connections to servers.
 pub(crate) fn url_host_port(url: &str) -> String {
     let (default_port, rest) = if let Some(rest) = url.strip_prefix("https://") {

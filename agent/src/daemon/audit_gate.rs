@@ -44,6 +44,10 @@ impl Gate for AuditGate {
         self.policy.dispatched(name, arguments)
     }
 
+    fn declared_url(&self, server_id: &str) -> Option<String> {
+        self.policy.declared_url(server_id)
+    }
+
     fn inspect_result(
         &self,
         server_id: &str,

@@ -74,6 +74,10 @@ impl Gate for AskingGate {
         self.inner.dispatched(name, arguments)
     }
 
+    fn declared_url(&self, server_id: &str) -> Option<String> {
+        self.inner.declared_url(server_id)
+    }
+
     fn inspect_result(
         &self,
         server_id: &str,

@@ -63,6 +63,10 @@ impl Gate for FuzzGate {
         None
     }
 
+    fn declared_url(&self, _: &str) -> Option<String> {
+        None
+    }
+
     fn inspect_result(
         &self,
         _: &str,

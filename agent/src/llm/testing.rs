@@ -24,6 +24,10 @@ impl Gate for TestGate {
         None
     }
 
+    fn declared_url(&self, _: &str) -> Option<String> {
+        None
+    }
+
     /// The default result rules (gitleaks' set, redact), as a daemon without config has.
     fn inspect_result(
         &self,

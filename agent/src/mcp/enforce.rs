@@ -112,29 +112,6 @@ pub(crate) struct Enforcement {
     writer: Option<(JoinHandle<u64>, PathBuf)>,
 }
 
-/// What makes two URLs one server's: scheme and host in lower case, user, port (the default
-/// written out), path without a trailing `/`, and query.
-fn url_key(url: &str) -> Option<(String, String, String, u16, String, String)> {
-    let uri = url.parse::<http::Uri>().ok()?;
-    let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    let authority = uri.authority()?.as_str();
-    let user = authority
-        .rsplit_once('@')
-        .map(|(user, _)| user.to_owned())
-        .unwrap_or_default();
-    let port = uri
-        .port_u16()
-        .unwrap_or(if scheme == "https" { 443 } else { 80 });
-    Some((
-        scheme,
-        user,
-        uri.host()?.to_ascii_lowercase(),
-        port,
-        uri.path().trim_end_matches('/').to_owned(),
-        uri.query().unwrap_or("").to_owned(),
-    ))
-}
-
 /// The daemon of the session this process runs in, if it runs in one: the one `toolwall exec`
 /// named (`TOOLWALL_API_SOCKET`), or — for agents that start their MCP servers with a
 /// scrubbed environment (Codex CLI) — the configured one, when this process is in a session
@@ -243,13 +220,13 @@ impl Enforcement {
     /// are. An error when two declared servers are at that URL: which one's rules hold is not
     /// guessed.
     pub(crate) fn declared_server(&self, url: &str) -> anyhow::Result<Option<String>> {
-        let Some(wanted) = url_key(url) else {
+        let Some(wanted) = crate::config::url_key(url) else {
             return Ok(None);
         };
         let found: Vec<&str> = self
             .declared
             .iter()
-            .filter(|(_, declared)| url_key(declared).as_ref() == Some(&wanted))
+            .filter(|(_, declared)| crate::config::url_key(declared).as_ref() == Some(&wanted))
             .map(|(id, _)| id.as_str())
             .collect();
         match found.as_slice() {

@@ -74,6 +74,10 @@ impl Gate for LivePolicy {
         self.now().policy.dispatched(name, arguments)
     }
 
+    fn declared_url(&self, server_id: &str) -> Option<String> {
+        self.now().policy.declared_url(server_id)
+    }
+
     fn inspect_result(
         &self,
         server_id: &str,

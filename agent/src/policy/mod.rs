@@ -74,6 +74,8 @@ pub(crate) struct Policy {
     fail_closed: bool,
     /// Declared server id → (type, `host:port`).
     declared: HashMap<String, (&'static str, String)>,
+    /// Declared network server id → its URL.
+    declared_urls: HashMap<String, String>,
     /// Every way agents write a declared server's id (itself, and as Claude Code and Codex
     /// sanitise it: `my.bank` → `my_bank`) → the id.
     declared_names: HashMap<String, String>,
@@ -197,6 +199,11 @@ impl Policy {
                 .servers
                 .iter()
                 .map(|s| (s.id.clone(), (s.server_type.as_str(), s.addr())))
+                .collect(),
+            declared_urls: mcp
+                .servers
+                .iter()
+                .filter_map(|s| Some((s.id.clone(), s.url.clone()?)))
                 .collect(),
             declared_names: unknown::declared_names(mcp.servers.iter().map(|s| s.id.as_str())),
             servers: ServerRules::new(mcp.server_policy, &mcp.allowed_servers, &mcp.denied_servers),
@@ -337,6 +344,10 @@ impl Gate for Policy {
 
     fn dispatched(&self, name: &str, arguments: &Value) -> Option<(String, Value)> {
         self.dispatched_call(name, arguments)
+    }
+
+    fn declared_url(&self, server_id: &str) -> Option<String> {
+        self.declared_urls.get(server_id).cloned()
     }
 
     fn check_listed(&self, server_id: &str, server_type: &str, tool: &Value) -> Decision {

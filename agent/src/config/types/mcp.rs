@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::defaults::{star, yes};
 use super::{ApprovalConfig, ArgumentRule, DefinitionChecksConfig, ResultInspectionConfig};
-use crate::config::servers::ServerDecl;
+use crate::config::ServerDecl;
 
 /// `sandbox:`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

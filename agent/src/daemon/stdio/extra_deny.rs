@@ -53,6 +53,10 @@ impl Gate for ExtraDeny {
         self.inner.dispatched(name, arguments)
     }
 
+    fn declared_url(&self, server_id: &str) -> Option<String> {
+        self.inner.declared_url(server_id)
+    }
+
     fn inspect_result(
         &self,
         server_id: &str,

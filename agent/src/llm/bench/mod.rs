@@ -47,6 +47,10 @@ impl Gate for BenchGate {
         None
     }
 
+    fn declared_url(&self, _: &str) -> Option<String> {
+        None
+    }
+
     fn inspect_result(
         &self,
         _: &str,

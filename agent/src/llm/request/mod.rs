@@ -182,6 +182,8 @@ fn judge(
     // Hosted definitions of any provider's shape, whatever the route: each shape is distinct,
     // and a provider reading one on a route toolwall took for another's must not run it.
     approvals::judge_approvals(gate, request, session)?;
+    // Where the agent put its hosted servers, before denied ones are taken out.
+    let hosted_urls = hosted_servers::hosted_urls(request);
     let hosted = hosted::judge_definitions(&hosted::Judge { gate }, request)?;
     if !hosted.is_empty() {
         tracing::info!(
@@ -233,8 +235,9 @@ fn judge(
         let (name, namespace) =
             call.map_or(("", None), |c| (c.name.as_str(), c.namespace.as_deref()));
         // The tool as the policy knows it (server and own name), for exemptions and the record;
-        // a hosted call's only when the policy's server is its label (ids compare as the
-        // policy's globs do, without case), not another server a label holding `__` reads as.
+        // a hosted call's only when its label is the policy's server's id, exactly, and the
+        // request defines that label at the server's declared URL (`hosted_servers.rs`): not
+        // another server a label holding `__` reads as, nor one of that name elsewhere.
         let identity = (!name.is_empty())
             .then(|| {
                 gate.check_call(&CallQuery {
@@ -247,9 +250,18 @@ fn judge(
                 .tool
             })
             .flatten()
-            .filter(|t| {
-                call.and_then(|c| c.hosted.as_deref())
-                    .is_none_or(|label| t.server_id.eq_ignore_ascii_case(label))
+            .filter(|t| match call.and_then(|c| c.hosted.as_deref()) {
+                None => true,
+                Some(label) => {
+                    t.server_id == label
+                        && hosted_urls
+                            .get(label)
+                            .and_then(Option::as_deref)
+                            .zip(gate.declared_url(&t.server_id))
+                            .is_some_and(|(defined, declared)| {
+                                crate::config::same_server_url(defined, &declared)
+                            })
+                }
             });
         let (server, tool) = match &identity {
             Some(t) => (t.server_id.as_str(), t.tool.as_str()),
@@ -452,6 +464,7 @@ fn messages<'a>(request: &'a Value, key: &str) -> impl Iterator<Item = (usize, &
 mod approvals;
 mod gemini;
 mod hosted;
+mod hosted_servers;
 mod pairing;
 
 pub(crate) use approvals::note_request as note_approval_request;

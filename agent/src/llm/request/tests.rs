@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::policy::Policy;
 use crate::registry::Registry;
 
-const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
+pub(super) const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
 
 fn policy(yaml: &str) -> Policy {
     let config = Config::parse(yaml, "test.yaml").expect("config");
@@ -19,7 +19,7 @@ fn policy(yaml: &str) -> Policy {
     .expect("policy")
 }
 
-fn run(
+pub(super) fn run(
     gate: &Policy,
     dialect: Dialect,
     request: &Value,
@@ -194,109 +194,6 @@ fn an_exempt_tool_s_result_passes() {
     assert!(
         body.is_some(),
         "chat: the secret passed as the exempt tool's"
-    );
-}
-
-/// A provider-hosted MCP call's result is its server's tool's: the exemption of a declared
-/// server's `read` (a tool the registry knows) does not pass an undeclared hosted server's
-/// `read` (Anthropic `mcp_tool_use` with `server_name`, Responses `mcp_call` with
-/// `server_label`); the declared server's own hosted `read` is exempt.
-#[test]
-fn a_hosted_mcp_result_is_exempt_only_as_its_own_servers_tool() {
-    let config = Config::parse(
-        "sandbox:\n  mcp:\n    servers:\n      - id: files\n        type: http\n        url: http://127.0.0.1:9/mcp\n    result_inspection:\n      exempt:\n        - server: files\n          tool: 'read*'\n",
-        "test.yaml",
-    )
-    .expect("config");
-    let registry = Arc::new(Registry::in_memory().expect("registry"));
-    registry
-        .register(
-            "files",
-            "http",
-            "http://127.0.0.1:9/mcp",
-            &[json!({"name": "read", "inputSchema": {"type": "object"}})],
-        )
-        .expect("register");
-    let gate = Policy::new(&config, registry, &[]).expect("policy");
-    hosted_results_are_their_servers(&gate);
-}
-
-fn hosted_results_are_their_servers(gate: &Policy) {
-    let anthropic = |server: &str, name: &str| {
-        json!({
-            "model": "claude", "max_tokens": 10,
-            "messages": [
-                {"role": "assistant", "content": [
-                    {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": name, "server_name": server, "input": {}}
-                ]},
-                {"role": "user", "content": [
-                    {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": [{"type": "text", "text": AWS}]}
-                ]}
-            ]
-        })
-    };
-    let responses = |server: &str, name: &str| {
-        json!({
-            "model": "gpt",
-            "input": [
-                {"type": "mcp_call", "id": "mcp_1", "name": name, "server_label": server, "arguments": "{}", "output": AWS}
-            ]
-        })
-    };
-    for (dialect, request) in [
-        (
-            Dialect::Anthropic,
-            &anthropic as &dyn Fn(&str, &str) -> Value,
-        ),
-        (Dialect::OpenAiResponses, &responses),
-    ] {
-        // Another server; a label holding `__` that reads as files' `read_x__y`.
-        for (server, name) in [("elsewhere", "read"), ("files__read_x", "y")] {
-            let (body, _) = run(gate, dialect, &request(server, name), &Recorded::default());
-            assert!(
-                body.is_some(),
-                "{dialect:?}: {server}'s {name} passed as files' read"
-            );
-        }
-        let (body, records) = run(
-            gate,
-            dialect,
-            &request("files", "read"),
-            &Recorded::default(),
-        );
-        assert!(
-            body.is_none() && records.is_empty(),
-            "{dialect:?}: {body:?} {records:?}"
-        );
-    }
-    // A hosted result answering the agent's own call, and a Gemini response naming another
-    // tool than its call's id did: no exemption.
-    let crossed = json!({
-        "model": "claude", "max_tokens": 10,
-        "messages": [
-            {"role": "assistant", "content": [
-                {"type": "tool_use", "id": "toolu_1", "name": "mcp__files__read", "input": {}}
-            ]},
-            {"role": "user", "content": [
-                {"type": "mcp_tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": AWS}]}
-            ]}
-        ]
-    });
-    let (body, _) = run(gate, Dialect::Anthropic, &crossed, &Recorded::default());
-    assert!(
-        body.is_some(),
-        "a hosted result took a local call's exemption"
-    );
-    let gemini = json!({
-        "contents": [
-            {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "other", "args": {}}}]},
-            {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "mcp__files__read", "response": {"text": AWS}}}]}
-        ]
-    });
-    let (body, _) = run(gate, Dialect::Gemini, &gemini, &Recorded::default());
-    assert!(
-        body.is_some(),
-        "a Gemini response took another tool's exemption"
     );
 }
 

@@ -279,11 +279,11 @@ fn a_call_the_rules_ask_about_waits_for_a_person_at_the_shim_and_only_the_owner_
     );
 }
 
-#[test]
-fn a_call_no_one_answers_is_denied_at_the_filter_proxy_when_its_time_is_up() {
-    let daemon = Daemon::start(&config(2, ""));
-    let (_upstream, url) = server_everything_http("streamableHttp");
-    let (mut proxy, port) = proxy(
+/// A filter proxy in front of server-everything (`streamableHttp`) whose calls ask `daemon`:
+/// the upstream (kept while the test runs), the proxy and its port.
+fn proxy_asking(daemon: &Daemon) -> (Proc, Proc, u16) {
+    let (upstream, url) = server_everything_http("streamableHttp");
+    let (proxy, port) = proxy(
         &url,
         &[
             "--config",
@@ -292,6 +292,13 @@ fn a_call_no_one_answers_is_denied_at_the_filter_proxy_when_its_time_is_up() {
             "everything",
         ],
     );
+    (upstream, proxy, port)
+}
+
+#[test]
+fn a_call_no_one_answers_is_denied_at_the_filter_proxy_when_its_time_is_up() {
+    let daemon = Daemon::start(&config(2, ""));
+    let (_upstream, mut proxy, port) = proxy_asking(&daemon);
     let started = Instant::now();
     let report = python_client(
         "http",
@@ -608,16 +615,7 @@ fn withdrawn(daemon: &Daemon) -> Vec<(String, String)> {
 #[test]
 fn an_http_client_that_leaves_mid_question_is_recorded_refused_at_the_filter_proxy() {
     let daemon = Daemon::start(&config(60, ""));
-    let (_upstream, url) = server_everything_http("streamableHttp");
-    let (mut proxy, port) = proxy(
-        &url,
-        &[
-            "--config",
-            &daemon.config.display().to_string(),
-            "--server-id",
-            "everything",
-        ],
-    );
+    let (_upstream, mut proxy, port) = proxy_asking(&daemon);
     let session = open_session(port);
     let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":500,"b":1}}}"#;
     let mut client = TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");

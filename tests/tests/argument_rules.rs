@@ -60,22 +60,7 @@ fn check(report: &Value, db: &Path) {
         names(report).contains(&"get-sum".to_owned()),
         "argument rules never hide a tool"
     );
-    let out = Command::new(toolwall_tests::toolwall_bin())
-        .args([
-            "mcp",
-            "events",
-            "--json",
-            "--type",
-            "mcp_tool_called",
-            "--db",
-        ])
-        .arg(db)
-        .output()
-        .expect("toolwall mcp events");
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect();
+    let events = calls_recorded(db);
     assert_eq!(events.len(), 3, "{events:?}");
     assert_eq!(events[0]["action"], "allow");
     assert_eq!(events[1]["action"], "block");

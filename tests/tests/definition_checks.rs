@@ -6,7 +6,6 @@
 mod mcp_common;
 
 use std::path::Path;
-use std::process::Command;
 
 use mcp_common::*;
 use serde_json::{Value, json};
@@ -41,24 +40,7 @@ fn run(dir: &Path, config: &str) -> (Value, Vec<Value>) {
     argv.push(script.display().to_string());
     let target = serde_json::to_string(&argv).expect("argv");
     let report = python_client("stdio", &target, &json!([["add", {"a": 1, "b": 2}]]));
-    let out = Command::new(toolwall_tests::toolwall_bin())
-        .args([
-            "mcp",
-            "events",
-            "--json",
-            "--type",
-            "mcp_tool_seen",
-            "--limit",
-            "1000000",
-            "--db",
-        ])
-        .arg(&db)
-        .output()
-        .expect("toolwall mcp events");
-    let seen = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect();
+    let seen = recorded(&db, "mcp_tool_seen");
     (report, seen)
 }
 
@@ -143,22 +125,7 @@ fn talk(dir: &Path, config: &str) -> (Value, Vec<Value>) {
     argv.push(script.display().to_string());
     let target = serde_json::to_string(&argv).expect("argv");
     let report = python_client("stdio", &target, &json!([]));
-    let out = Command::new(toolwall_tests::toolwall_bin())
-        .args([
-            "mcp",
-            "events",
-            "--json",
-            "--type",
-            "mcp_result_inspected",
-            "--db",
-        ])
-        .arg(&db)
-        .output()
-        .expect("toolwall mcp events");
-    let found = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect();
+    let found = recorded(&db, "mcp_result_inspected");
     (report, found)
 }
 

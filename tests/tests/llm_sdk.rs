@@ -65,6 +65,10 @@ impl Gate for DenyGetSum {
         None
     }
 
+    fn declared_url(&self, _: &str) -> Option<String> {
+        None
+    }
+
     fn inspect_result(&self, _: &str, _: Option<&str>, _: &[u8]) -> Option<ResultVerdict> {
         None
     }
@@ -302,6 +306,10 @@ impl Gate for GetSumArguments {
     }
 
     fn dispatched(&self, _: &str, _: &serde_json::Value) -> Option<(String, serde_json::Value)> {
+        None
+    }
+
+    fn declared_url(&self, _: &str) -> Option<String> {
         None
     }
 

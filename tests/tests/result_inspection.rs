@@ -52,23 +52,8 @@ fn check(report: &Value, db: &Path) {
         calls[2]["result"]["content"][0]["text"], "Echo: nothing to see",
         "{report}"
     );
-    let out = Command::new(toolwall_tests::toolwall_bin())
-        .args([
-            "mcp",
-            "events",
-            "--json",
-            "--type",
-            "mcp_result_inspected",
-            "--db",
-        ])
-        .arg(db)
-        .output()
-        .expect("toolwall mcp events");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let events: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect();
+    let events = recorded(db, "mcp_result_inspected");
+    let text = serde_json::to_string(&events).expect("json");
     assert_eq!(events.len(), 2, "{text}");
     assert!(!text.contains(AWS) && !text.contains("db7"), "{text}");
     assert_eq!(events[0]["tool_name"], "echo");

@@ -246,15 +246,16 @@ pub fn stop_proxy(proxy: &mut Proc) {
 
 /// The `mcp_tool_called` records in a database, oldest first (`toolwall mcp events --db`).
 pub fn calls_recorded(db: &Path) -> Vec<Value> {
+    recorded(db, "mcp_tool_called")
+}
+
+/// The records of one event type in a database, oldest first, all of them
+/// (`toolwall mcp events --type TYPE --db`).
+pub fn recorded(db: &Path, event_type: &str) -> Vec<Value> {
     let out = Command::new(toolwall_tests::toolwall_bin())
-        .args([
-            "mcp",
-            "events",
-            "--json",
-            "--type",
-            "mcp_tool_called",
-            "--db",
-        ])
+        .args(["mcp", "events", "--json", "--limit", "1000000", "--type"])
+        .arg(event_type)
+        .arg("--db")
         .arg(db)
         .output()
         .expect("toolwall mcp events");

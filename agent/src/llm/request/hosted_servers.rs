@@ -16,22 +16,23 @@ use serde_json::Value;
 /// are not one server's maps to `None`.
 pub(super) fn hosted_urls(request: &Value) -> HashMap<String, Option<String>> {
     let mut found = HashMap::new();
-    let array = |v: &Value, key: &str| -> Vec<Value> {
-        v.get(key)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
-    in_tools(&mut found, &array(request, "tools"));
+    in_tools(&mut found, array(request, "tools"));
     for item in array(request, "input") {
         if item.get("type").and_then(Value::as_str) == Some("tool_search_output") {
-            in_tools(&mut found, &array(&item, "tools"));
+            in_tools(&mut found, array(item, "tools"));
         }
     }
     for server in array(request, "mcp_servers") {
-        add(&mut found, text(&server, "name"), server.get("url"));
+        add(&mut found, text(server, "name"), server.get("url"));
     }
     found
+}
+
+/// The array at `key`, empty when there is none.
+fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 fn in_tools(found: &mut HashMap<String, Option<String>>, tools: &[Value]) {

@@ -302,14 +302,14 @@ pub(super) fn one_line(message: &[u8]) -> Cow<'_, [u8]> {
     }
 }
 
-/// A failed upstream send: a connection-level failure ends the proxy when the session was
-/// its only one (`--stdio`), else makes the watchdog probe; an HTTP refusal of one message is
-/// logged (the client's request is answered with an error).
+/// A failed upstream send. A connection that failed or broke makes the watchdog probe: the
+/// upstream's loss ends the proxy, while one broken connection (a tool may break its own, a
+/// balancer may drop one) ends nothing, not even `--stdio`'s only session. A session whose
+/// stream closed ends the proxy when it was its only one (`--stdio`). An HTTP refusal of one
+/// message is logged (the client's request is answered with an error).
 pub(super) fn report_send_error(shared: &Shared, e: McpClientError, only_session: bool) {
     match e {
-        McpClientError::Connect { .. } | McpClientError::Closed { .. } if only_session => {
-            shared.lost(e)
-        }
+        McpClientError::Closed { .. } if only_session => shared.lost(e),
         McpClientError::Connect { .. } | McpClientError::Closed { .. } => shared.suspect(e),
         other => tracing::warn!("upstream refused a message: {other}"),
     }

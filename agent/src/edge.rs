@@ -174,18 +174,27 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     // The names present that go (a header map's names are lower case, as are the tokens
     // once compared without case), each removed once: no lookup of names that are absent.
-    let listed: Vec<&str> = headers
+    // Tokens are read as bytes, each trimmed of spaces, tabs and bytes beyond ASCII (a UTF-8
+    // no-break space) at its ends: a value holding such a byte still names the headers its
+    // tokens name.
+    let listed: Vec<&[u8]> = headers
         .get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(|t| {
+            let blank = |b: &u8| b.is_ascii_whitespace() || !b.is_ascii();
+            let start = t.iter().position(|b| !blank(b)).unwrap_or(t.len());
+            let end = t.iter().rposition(|b| !blank(b)).map_or(start, |i| i + 1);
+            &t[start..end]
+        })
         .collect();
     let doomed: Vec<HeaderName> = headers
         .keys()
         .filter(|name| {
             HOP_BY_HOP.contains(name)
-                || listed.iter().any(|t| t.eq_ignore_ascii_case(name.as_str()))
+                || listed
+                    .iter()
+                    .any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes()))
         })
         .cloned()
         .collect();
@@ -294,6 +303,27 @@ mod tests {
         let mut left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["authorization", "content-type"]);
+
+        // A value with bytes beyond ASCII: its other tokens still count, and a token with such
+        // bytes around it (a no-break space) still names its header.
+        for connection in [
+            &b"X-Foo, caf\xe9"[..],
+            b"x-foo\xc2\xa0, close",
+            b"\xc2\xa0X-FOO",
+            b"\tX-FOO\t,,",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.append(
+                header::CONNECTION,
+                http::HeaderValue::from_bytes(connection).expect("a header value"),
+            );
+            headers.append(
+                HeaderName::from_static("x-foo"),
+                http::HeaderValue::from_static("1"),
+            );
+            strip_hop_by_hop(&mut headers);
+            assert!(headers.is_empty(), "{connection:?}: {headers:?}");
+        }
     }
 
     #[test]

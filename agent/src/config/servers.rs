@@ -248,9 +248,21 @@ pub(crate) fn url_key(url: &str) -> Option<(String, String, String, u16, String,
         .rsplit_once('@')
         .map(|(user, _)| user.to_owned())
         .unwrap_or_default();
-    let port = uri
-        .port_u16()
-        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    // A port is digits that fit 16 bits (`+443`, `66979` are no port: no URL; `http` reads
+    // them as none); none written, or an empty one, is the scheme's.
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let after_host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or("", |(_, rest)| rest),
+        None => host_port.find(':').map_or("", |i| &host_port[i..]),
+    };
+    let port = match after_host.strip_prefix(':').filter(|p| !p.is_empty()) {
+        Some(port) if port.bytes().all(|b| b.is_ascii_digit()) => port.parse::<u16>().ok()?,
+        Some(_) => return None,
+        None => match scheme.as_str() {
+            "https" => 443,
+            _ => 80,
+        },
+    };
     Some((
         scheme,
         user,

@@ -406,6 +406,10 @@ mod tests {
             "http://tickets.local/mcp?tenant=admin",
             "http://admin@tickets.local/mcp?tenant=public",
             "not a url",
+            // A port that is no 16-bit number is no URL, not the default port.
+            "http://tickets.local:65616/mcp",
+            "http://tickets.local:+80/mcp",
+            "http://tickets.local:x/mcp",
         ] {
             assert_eq!(id(other), None, "{other}");
         }

@@ -9,6 +9,7 @@
 //! arguments, which toolwall does not judge by value, and go through as they are.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use base64::Engine as _;
@@ -38,27 +39,15 @@ struct Message<'a> {
     params: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-struct Params<'a> {
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    uri: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "_meta")]
-    meta: Option<Meta<'a>>,
-}
+/// An object's members by key (keys unescaped; the canonical text has no duplicate keys), each
+/// value as written: a member of an unexpected type still counts as present.
+type Members<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
 
 /// The `_meta` key of a request's protocol version, and its searcher (made once: making one
 /// costs more than searching a call's text with it).
 const BODY_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 static BODY_VERSION_FINDER: LazyLock<memchr::memmem::Finder<'static>> =
     LazyLock::new(|| memchr::memmem::Finder::new(BODY_VERSION));
-
-#[derive(Deserialize)]
-struct Meta<'a> {
-    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
-    version: Option<Cow<'a, str>>,
-}
 
 /// Why the headers of a request do not match its body.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,6 +57,13 @@ pub(crate) struct Mismatch(pub String);
 /// Checks a POST's routing headers against its body: the canonical text the filter forwards
 /// (`mcp/canonical.rs`), a JSON object or a batch, in which no key is written with escapes.
 pub(crate) fn check(headers: &HeaderMap, body: &[u8]) -> Result<(), Mismatch> {
+    // A routing header spelled with `_` for `-` (`Mcp_Name`): a CGI-style gateway reads it as
+    // that header (`HTTP_MCP_NAME`) and would route on a name no one checked.
+    if let Some(name) = headers.keys().find(|n| spelled_like_routing(n.as_str())) {
+        return Err(Mismatch(format!(
+            "the {name} header is spelled like a routing header (a gateway may read it as one)"
+        )));
+    }
     for (name, header) in [
         (VERSION, &VERSION_HEADER),
         (METHOD, &METHOD_HEADER),
@@ -99,9 +95,14 @@ pub(crate) fn check(headers: &HeaderMap, body: &[u8]) -> Result<(), Mismatch> {
         return Ok(());
     }
     if body.first() == Some(&b'[') {
+        // No routing header can say what a batch's requests are, nor can a 2026-07-28
+        // request (which needs them) be one of them.
         return match header_method.or(header_name) {
             Some(_) => Err(Mismatch(
                 "routing headers (mcp-method, mcp-name) on a batch".to_owned(),
+            )),
+            None if BODY_VERSION_FINDER.find(body).is_some() => Err(Mismatch(
+                "a batch that names a protocol version in a _meta: a 2026-07-28 request is sent alone, with its routing headers".to_owned(),
             )),
             None => Ok(()),
         };
@@ -112,20 +113,21 @@ pub(crate) fn check(headers: &HeaderMap, body: &[u8]) -> Result<(), Mismatch> {
         // A response: no routing headers are defined for it.
         return Ok(());
     };
-    let params = match message.params {
-        Some(p) => serde_json::from_str::<Params<'_>>(p.get()).ok(),
-        None => None,
-    };
-    let body_version = params
-        .as_ref()
-        .and_then(|p| p.meta.as_ref())
-        .and_then(|m| m.version.as_deref());
-    if let (Some(header), Some(body)) = (header_version, body_version)
-        && header != body
+    // `params` and its `_meta` as objects (anything else has neither a name nor a version).
+    let params = members(message.params);
+    let meta = members(params.get("_meta").copied());
+    let body_version = meta.get(BODY_VERSION).map(|v| string(v));
+    if let (Some(header), Some(body)) = (header_version, &body_version)
+        && body.as_deref() != Some(header)
     {
-        return Err(Mismatch(format!(
-            "the mcp-protocol-version header ({header}) does not match the request's protocol version ({body})"
-        )));
+        return Err(Mismatch(match body {
+            Some(body) => format!(
+                "the mcp-protocol-version header ({header}) does not match the request's protocol version ({body})"
+            ),
+            None => format!(
+                "the mcp-protocol-version header ({header}) does not match the request's protocol version, which is no string"
+            ),
+        }));
     }
     // Modern: the request says so in its body, or its version header names no handshake
     // revision. Then the headers are required, as the spec and the servers require them.
@@ -144,13 +146,14 @@ pub(crate) fn check(headers: &HeaderMap, body: &[u8]) -> Result<(), Mismatch> {
         }
         _ => {}
     }
-    let (field, value) = match method {
-        "tools/call" | "prompts/get" => ("name", params.as_ref().and_then(|p| p.name.as_deref())),
-        "resources/read" => ("uri", params.as_ref().and_then(|p| p.uri.as_deref())),
+    let field = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
         _ => return Ok(()),
     };
+    let value = params.get(field).and_then(|v| string(v));
     match header_name.map(decode) {
-        Some(Some(h)) if Some(h.as_str()) == value => Ok(()),
+        Some(Some(h)) if Some(h.as_str()) == value.as_deref() => Ok(()),
         Some(_) => Err(Mismatch(format!(
             "the mcp-name header does not match the request's {field:?} parameter"
         ))),
@@ -159,6 +162,30 @@ pub(crate) fn check(headers: &HeaderMap, body: &[u8]) -> Result<(), Mismatch> {
         ))),
         None => Ok(()),
     }
+}
+
+/// `raw` read as an object's members; none when it is absent or no object.
+fn members(raw: Option<&RawValue>) -> Members<'_> {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or_default()
+}
+
+/// A member's text when it is a string; `None` for any other value (a number, `null`), which
+/// no header can match.
+fn string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    serde_json::from_str(raw.get()).ok()
+}
+
+/// Whether a header name is a routing header's with `_` in place of one or more `-`.
+fn spelled_like_routing(name: &str) -> bool {
+    name.contains('_')
+        && [VERSION, METHOD, NAME].iter().any(|routing| {
+            routing.len() == name.len()
+                && routing
+                    .bytes()
+                    .zip(name.bytes())
+                    .all(|(r, n)| r == n || (r == b'-' && n == b'_'))
+        })
 }
 
 fn not_text(name: &str) -> Mismatch {
@@ -251,6 +278,42 @@ mod tests {
                 &[(METHOD, "tools/call")],
                 br#"[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}]"#,
             ),
+            // A member of another type beside the version: the request is modern all the same.
+            (
+                &[(VERSION, "2025-06-18")][..],
+                br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","uri":7,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+            ),
+            (
+                &[],
+                br#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"name":1,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+            ),
+            (
+                &[(METHOD, "tools/call")],
+                br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","uri":true,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+            ),
+            // A version that is no string still makes the request modern.
+            (
+                &[],
+                br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":null}}}"#,
+            ),
+            (
+                &[(VERSION, "2026-07-28"), (METHOD, "tools/call"), (NAME, "echo")],
+                br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":20260728}}}"#,
+            ),
+            // A name that is no string matches no header.
+            (
+                &[(VERSION, "2026-07-28"), (METHOD, "tools/call"), (NAME, "1")],
+                br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":1,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+            ),
+            // A modern request in a batch.
+            (
+                &[],
+                br#"[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}]"#,
+            ),
+            // A routing header spelled with `_`.
+            (&[("mcp_name", "echo")], br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add"}}"#),
+            (&[("mcp_method", "ping")], br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#),
+            (&[("mcp-protocol_version", "2025-06-18")], br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#),
             (
                 &[(VERSION, "2026-07-28"), (METHOD, "resources/read"), (NAME, "file:///b")],
                 br#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,

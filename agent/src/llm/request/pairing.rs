@@ -189,14 +189,15 @@ pub(super) fn responses(request: &Value) -> Found {
                     hosted: false,
                 });
             }
-            // Hosted tools' results handed back in the history: the model reads them too.
+            // Hosted tools' results handed back in the history, and the errors a server's
+            // hosted tool or listing failed with: the model reads them too.
             kind @ ("code_interpreter_call" | "file_search_call" | "mcp_list_tools") => {
-                let field = match kind {
-                    "code_interpreter_call" => "outputs",
-                    "file_search_call" => "results",
-                    _ => "tools",
+                let fields: &[&str] = match kind {
+                    "code_interpreter_call" => &["outputs"],
+                    "file_search_call" => &["results"],
+                    _ => &["tools", "error"],
                 };
-                if item.get(field).is_some() {
+                for field in fields.iter().filter(|f| item.get(**f).is_some()) {
                     sites.push(Site {
                         pointer: format!("/input/{i}/{field}"),
                         call_id: str_at(item, "id").to_owned(),
@@ -204,14 +205,19 @@ pub(super) fn responses(request: &Value) -> Found {
                     });
                 }
             }
-            "mcp_call" if item.get("output").is_some() => {
+            "mcp_call" => {
                 let id = str_at(item, "id").to_owned();
-                name_call(&mut names, id.clone(), hosted(item, "server_label"));
-                sites.push(Site {
-                    pointer: format!("/input/{i}/output"),
-                    call_id: id,
-                    hosted: true,
-                });
+                let fields = ["output", "error"]
+                    .into_iter()
+                    .filter(|f| item.get(*f).is_some());
+                for field in fields {
+                    sites.push(Site {
+                        pointer: format!("/input/{i}/{field}"),
+                        call_id: id.clone(),
+                        hosted: true,
+                    });
+                }
+                name_call(&mut names, id, hosted(item, "server_label"));
             }
             _ => {}
         }

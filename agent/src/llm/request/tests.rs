@@ -330,6 +330,31 @@ fn conversation_items_and_every_kind_of_call_output_are_judged() {
     );
 }
 
+/// A hosted MCP call's or listing's `error` is a server's text the model reads, as its output.
+#[test]
+fn a_hosted_servers_errors_are_judged_as_its_results() {
+    let gate = policy("{}");
+    let request = json!({"model": "gpt", "input": [
+        {"type": "mcp_call", "id": "mcp_1", "name": "write", "server_label": "other", "arguments": "{}", "error": format!("failed: {AWS}")},
+        {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "other", "tools": [], "error": format!("listing failed: {AWS}")}
+    ]});
+    let (body, records) = run(
+        &gate,
+        Dialect::OpenAiResponses,
+        &request,
+        &Recorded::default(),
+    );
+    let body = body.expect("rewritten");
+    for (i, field) in [(0, "error"), (1, "error")] {
+        let text = body["input"][i][field].as_str().unwrap_or_default();
+        assert!(
+            !text.contains(AWS) && text.contains("[toolwall:redacted:aws-access-token]"),
+            "{body}"
+        );
+    }
+    assert_eq!(records.len(), 2, "{records:?}");
+}
+
 #[test]
 fn paths_a_provider_could_route_otherwise_are_refused() {
     for path in [

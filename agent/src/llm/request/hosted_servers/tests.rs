@@ -111,6 +111,12 @@ fn hosted_results_are_their_servers(gate: &Policy) {
             (
                 "files",
                 "read",
+                &[("files", Some("http://127.0.0.1:65545/mcp"))][..],
+                "a port past 16 bits",
+            ),
+            (
+                "files",
+                "read",
                 &[
                     ("files", Some(AT)),
                     ("files", Some("http://evil.example/mcp")),

@@ -73,10 +73,8 @@ pub(super) fn found(request: &Value) -> Found {
                     super::pairing::name_call(&mut names, id.to_owned(), Call::named(name, None));
                 }
             }
-            for (key, field) in [
-                ("functionResponse", "response"),
-                ("function_response", "response"),
-            ] {
+            // A function's answer: its `response`, and the `parts` (media, text) it may carry.
+            for key in ["functionResponse", "function_response"] {
                 let Some(answer) = part.get(key) else {
                     continue;
                 };
@@ -85,13 +83,19 @@ pub(super) fn found(request: &Value) -> Found {
                     "" => format!("{}/parts/{j}", &at[1..]),
                     id => id.to_owned(),
                 };
-                if answer.get(field).is_some() {
-                    super::pairing::name_call(&mut names, call_id.clone(), Call::named(name, None));
-                    sites.push(Site {
-                        pointer: format!("{at}/parts/{j}/{key}/{field}"),
-                        call_id,
-                        hosted: false,
-                    });
+                for field in ["response", "parts"] {
+                    if answer.get(field).is_some() {
+                        super::pairing::name_call(
+                            &mut names,
+                            call_id.clone(),
+                            Call::named(name.clone(), None),
+                        );
+                        sites.push(Site {
+                            pointer: format!("{at}/parts/{j}/{key}/{field}"),
+                            call_id: call_id.clone(),
+                            hosted: false,
+                        });
+                    }
                 }
             }
         }

@@ -104,6 +104,14 @@ pub(super) fn anthropic(request: &Value) -> Found {
                         hosted: kind == "mcp_tool_result",
                     });
                 }
+                // A hosted server's listing handed back: its tools' texts are the server's.
+                "mcp_tool_listing" if block.get("tools").is_some() => {
+                    sites.push(Site {
+                        pointer: format!("/messages/{i}/content/{j}/tools"),
+                        call_id: String::new(),
+                        hosted: false,
+                    });
+                }
                 _ => {}
             }
         }
@@ -182,19 +190,27 @@ pub(super) fn responses(request: &Value) -> Found {
             // Every kind of call output an agent hands back (`function_call_output`,
             // `custom_tool_call_output`, `local_shell_call_output`, `shell_call_output`,
             // `apply_patch_call_output`, `computer_call_output`, ...).
-            kind if kind.ends_with("_output") && item.get("output").is_some() => {
+            kind if kind.ends_with("_output")
+                && kind != "tool_search_output"
+                && item.get("output").is_some() =>
+            {
                 sites.push(Site {
                     pointer: format!("/input/{i}/output"),
                     call_id: str_at(item, "call_id").to_owned(),
                     hosted: false,
                 });
             }
-            // Hosted tools' results handed back in the history, and the errors a server's
-            // hosted tool or listing failed with: the model reads them too.
-            kind @ ("code_interpreter_call" | "file_search_call" | "mcp_list_tools") => {
+            // Hosted tools' results handed back in the history, the errors a server's hosted
+            // tool or listing failed with, and the tools a search found (the definitions of
+            // servers and the client's tools): the model reads them too.
+            kind @ ("code_interpreter_call"
+            | "file_search_call"
+            | "mcp_list_tools"
+            | "tool_search_output") => {
                 let fields: &[&str] = match kind {
                     "code_interpreter_call" => &["outputs"],
                     "file_search_call" => &["results"],
+                    "tool_search_output" => &["tools", "output"],
                     _ => &["tools", "error"],
                 };
                 for field in fields.iter().filter(|f| item.get(**f).is_some()) {

@@ -355,6 +355,40 @@ fn a_hosted_servers_errors_are_judged_as_its_results() {
     assert_eq!(records.len(), 2, "{records:?}");
 }
 
+/// Tool definitions a server or a search handed back, and a Gemini function's answer parts:
+/// texts the model reads that no model wrote.
+#[test]
+fn listings_search_results_and_answer_parts_are_judged_as_results() {
+    let gate = policy("{}");
+    let tool = json!({"name": "t", "description": format!("key {AWS}"), "input_schema": {"type": "object"}});
+    let redacted = |body: &Value| !body.to_string().contains(AWS);
+    let anthropic = json!({"model": "claude", "max_tokens": 10, "messages": [
+        {"role": "assistant", "content": [
+            {"type": "mcp_tool_listing", "mcp_server_name": "other", "tools": [tool.clone()]}
+        ]},
+        {"role": "user", "content": "go on"}
+    ]});
+    let responses = json!({"model": "gpt", "input": [
+        {"type": "tool_search_output", "call_id": "ts_1", "tools": [
+            {"type": "function", "name": "t", "description": format!("key {AWS}"), "parameters": {"type": "object"}}
+        ]}
+    ]});
+    let gemini = json!({"contents": [
+        {"role": "model", "parts": [{"functionCall": {"name": "t", "args": {}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "t", "parts": [{"text": format!("key {AWS}")}]}}]}
+    ]});
+    for (dialect, request) in [
+        (Dialect::Anthropic, &anthropic),
+        (Dialect::OpenAiResponses, &responses),
+        (Dialect::Gemini, &gemini),
+    ] {
+        let (body, records) = run(&gate, dialect, request, &Recorded::default());
+        let body = body.unwrap_or_else(|| panic!("{dialect:?}: passed as it came"));
+        assert!(redacted(&body), "{dialect:?}: {body}");
+        assert_eq!(records.len(), 1, "{dialect:?}: {records:?}");
+    }
+}
+
 #[test]
 fn paths_a_provider_could_route_otherwise_are_refused() {
     for path in [

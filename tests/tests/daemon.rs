@@ -418,7 +418,7 @@ fn privileged_exec_runs_the_agent_in_a_watched_session_and_the_views_show_it() {
 /// A process inside a session, even one running as the daemon's user, reads nothing through
 /// the socket (other sessions' events are not its to read) and reports nothing (what it
 /// reported, it could forge; its stdio servers are the daemon's to run and record:
-/// tests/tests/daemon_stdio.rs).
+/// tests/tests/daemon_stdio/).
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_a_session_reads_nothing_and_reports_nothing() {

@@ -39,7 +39,7 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use mcp_common::{Proc, free_port, start_listening, wait_port};
+use mcp_common::{Proc, start_listening};
 use serde_json::{Value, json};
 use toolwall_tests::{peers_dir, python, toolwall_bin, workspace_root};
 
@@ -770,15 +770,16 @@ fn http_case(
 }
 
 fn start_http(stream: &Stream) -> Result<(Proc, Option<Proc>, u16), String> {
-    let port = free_port();
-    let mut server = Proc(
-        stream
-            .command(&stream.sdk.argv(&["http".to_owned(), port.to_string()]))
-            .stderr(stream.stderr_file("server"))
-            .spawn()
-            .map_err(|e| format!("cannot start the server: {e}"))?,
-    );
-    wait_port(&mut server, port, &stream.server());
+    // The server's port may be taken between choosing and binding it: tried on another.
+    let (server, port) = start_listening(&stream.server(), |port| {
+        Proc(
+            stream
+                .command(&stream.sdk.argv(&["http".to_owned(), port.to_string()]))
+                .stderr(stream.stderr_file("server"))
+                .spawn()
+                .expect("start the server"),
+        )
+    });
     if !stream.toolwall {
         return Ok((server, None, port));
     }

@@ -35,10 +35,14 @@ pub fn wait_port(proc: &mut Proc, port: u16, what: &str) {
 pub fn try_wait_port(proc: &mut Proc, port: u16, what: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        // Something listens; it is ours only while ours still runs (a process of another
+        // test may hold the port that ours then failed to bind).
+        let listening = TcpStream::connect(("127.0.0.1", port)).is_ok();
+        let exited = proc.0.try_wait().ok().flatten();
+        if listening && exited.is_none() {
             return Ok(());
         }
-        if let Ok(Some(status)) = proc.0.try_wait() {
+        if let Some(status) = exited {
             return Err(format!(
                 "{what} exited with {status} before listening on {port}"
             ));

@@ -2,7 +2,7 @@
 //! the session's proxy URL reaches it), whether that endpoint is one the proxy reads, and where
 //! each keeps its MCP servers (so the ones not run through `toolwall shim` are named).
 //!
-//! Verified against the pinned agents (`xtask/peers/package.json`) by `tests/tests/real_agents.rs`:
+//! Verified against the pinned agents (`xtask/peers/package.json`) by `tests/tests/real_agents/`:
 //! - Claude Code reads `ANTHROPIC_BASE_URL` (and appends `/v1/messages`); MCP servers in
 //!   `.mcp.json`, `~/.claude.json` (`mcpServers`, and per project).
 //! - Codex CLI ignores `OPENAI_BASE_URL`: it gets `-c openai_base_url=…`; MCP servers in

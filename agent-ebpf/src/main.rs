@@ -28,6 +28,7 @@
 #![no_std]
 #![no_main]
 
+mod egress;
 mod unix;
 
 use agent_common::{
@@ -37,9 +38,8 @@ use agent_common::{
     },
     counters,
     rule::{
-        is_boundary, session_tag, CidrKey, EgressKey, EndpointKey, EndpointRule, ReservedPort,
-        ACTION_DENY, ACTION_PASS, CIDR_PORT_BITS, EGRESS_FIXED_BITS, EGRESS_INDEX,
-        HOST_LOCAL_INDEX, MAX_EGRESS_LEVEL, MAX_EGRESS_SCOPES, MAX_RESERVED_PORTS, MAX_RULES,
+        is_boundary, session_tag, CidrKey, EndpointKey, EndpointRule, ReservedPort, ACTION_DENY,
+        ACTION_PASS, CIDR_PORT_BITS, EGRESS_INDEX, HOST_LOCAL_INDEX, MAX_RESERVED_PORTS, MAX_RULES,
     },
     summary::{SummaryKey, SummaryValue, BURST, MAX_SUMMARIES, WINDOW_NS},
 };
@@ -48,13 +48,14 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_get_socket_cookie, bpf_ktime_get_ns,
-        bpf_sk_lookup_tcp, bpf_sk_release, bpf_skb_ancestor_cgroup_id,
+        bpf_sk_lookup_tcp, bpf_sk_release,
     },
-    macros::{cgroup_skb, cgroup_sock, cgroup_sock_addr, map},
+    macros::{cgroup_sock, cgroup_sock_addr, map},
     maps::{lpm_trie::Key, HashMap, LpmTrie, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{SkBuffContext, SockAddrContext, SockContext},
+    programs::{SockAddrContext, SockContext},
 };
 use aya_log_ebpf::debug;
+use egress::{egress_allowed, limited_scope};
 
 /// `connect()` proceeds.
 const ALLOW: i32 = 1;
@@ -67,13 +68,6 @@ static ENDPOINTS: HashMap<EndpointKey, EndpointRule> = HashMap::pinned(MAX_RULES
 // BPF_F_NO_PREALLOC (1) is mandatory for LPM tries.
 #[map(name = "CIDR_RULES")]
 static CIDR_RULES: LpmTrie<CidrKey, EndpointRule> = LpmTrie::pinned(MAX_RULES, 1);
-
-/// Cgroups of daemon-run stdio servers whose egress is limited to their declaration's.
-#[map(name = "EGRESS_SCOPE")]
-static EGRESS_SCOPE: HashMap<u64, u32> = HashMap::pinned(MAX_EGRESS_SCOPES, 0);
-
-#[map(name = "EGRESS_ALLOW")]
-static EGRESS_ALLOW: LpmTrie<EgressKey, u8> = LpmTrie::pinned(MAX_RULES, 1);
 
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(counters::COUNT, 0);
@@ -344,128 +338,6 @@ fn sock_addr(ctx: &SockAddrContext) -> *mut core::ffi::c_void {
 fn protocol(ctx: &SockAddrContext) -> u8 {
     // SAFETY: protocol is a 4-byte field of the bpf_sock_addr.
     unsafe { core::ptr::read_volatile(&(*ctx.sock_addr).protocol) as u8 }
-}
-
-/// The egress-limited cgroup among the caller's ancestors (`ancestor(level)` of levels 1 and
-/// deeper: the root never is), or 0.
-#[inline(always)]
-fn limited_scope(ancestor: impl Fn(i32) -> u64) -> u64 {
-    let mut level = 1;
-    while level <= MAX_EGRESS_LEVEL {
-        let id = ancestor(level);
-        if id == 0 {
-            return 0;
-        }
-        // SAFETY: map values are plain Copy data; only presence is read.
-        if unsafe { EGRESS_SCOPE.get(&id) }.is_some() {
-            return id;
-        }
-        level += 1;
-    }
-    0
-}
-
-/// `cgroup_skb/egress` on a limited cgroup: every IP packet its sockets send — ICMP and raw
-/// ones included, which no connect program sees — goes only where its declaration allows.
-#[cgroup_skb(egress)]
-pub fn egress_guard(ctx: SkBuffContext) -> i32 {
-    guard(&ctx, true)
-}
-
-/// `cgroup_skb/ingress` on a limited cgroup: only packets from where it may connect reach its
-/// sockets (a listening socket is no way around the limit).
-#[cgroup_skb(ingress)]
-pub fn ingress_guard(ctx: SkBuffContext) -> i32 {
-    guard(&ctx, false)
-}
-
-#[inline(always)]
-fn guard(ctx: &SkBuffContext, outgoing: bool) -> i32 {
-    let skb = ctx.skb.skb;
-    let scope = limited_scope(|level| {
-        // SAFETY: valid in cgroup_skb programs; `skb` is the program's context.
-        unsafe { bpf_skb_ancestor_cgroup_id(skb, level) }
-    });
-    if scope == 0 {
-        return ALLOW;
-    }
-    let allowed = match peer_of(ctx, outgoing) {
-        Some((addr, port)) => egress_allowed(scope, addr, port),
-        None => false,
-    };
-    if allowed {
-        ALLOW
-    } else {
-        bump(counters::EGRESS_DROPS);
-        REFUSE
-    }
-}
-
-/// The far end of a packet (destination when `outgoing`, else source) and its TCP/UDP port
-/// (0 when the packet has none: ICMP, a later fragment, an IPv6 extension header — then only
-/// an any-port rule matches). `None`: not an IP packet this program can read.
-#[inline(always)]
-fn peer_of(ctx: &SkBuffContext, outgoing: bool) -> Option<([u8; 16], u16)> {
-    let first: u8 = ctx.load(0).ok()?;
-    let mut addr = [0u8; 16];
-    let (l4, proto, fragment) = match first >> 4 {
-        4 => {
-            let at = if outgoing { 16 } else { 12 };
-            let ip4: [u8; 4] = ctx.load(at).ok()?;
-            addr[10] = 0xff;
-            addr[11] = 0xff;
-            addr[12..16].copy_from_slice(&ip4);
-            let proto: u8 = ctx.load(9).ok()?;
-            let frag: [u8; 2] = ctx.load(6).ok()?;
-            let offset = u16::from_be_bytes(frag) & 0x1fff;
-            (usize::from(first & 0x0f) * 4, proto, offset != 0)
-        }
-        6 => {
-            addr = ctx.load(if outgoing { 24 } else { 8 }).ok()?;
-            let next: u8 = ctx.load(6).ok()?;
-            (40, next, false)
-        }
-        _ => return None,
-    };
-    let port = if !fragment && (proto == 6 || proto == 17) {
-        let ports: [u8; 4] = ctx.load(l4).ok()?;
-        if outgoing {
-            u16::from_be_bytes([ports[2], ports[3]])
-        } else {
-            u16::from_be_bytes([ports[0], ports[1]])
-        }
-    } else {
-        0
-    };
-    Some((addr, port))
-}
-
-/// Whether a limited cgroup's declaration lets it reach the destination: (port, then any
-/// port) under the longest matching prefix.
-#[inline(always)]
-fn egress_allowed(cgroup_id: u64, addr: [u8; 16], port: u16) -> bool {
-    let full = EGRESS_FIXED_BITS + 128;
-    let cgroup = cgroup_id.to_be_bytes();
-    EGRESS_ALLOW
-        .get(&Key::new(
-            full,
-            EgressKey {
-                cgroup,
-                port: port.to_be_bytes(),
-                addr,
-            },
-        ))
-        .is_some()
-        || EGRESS_ALLOW
-            .get(&Key::new(
-                full,
-                EgressKey {
-                    cgroup,
-                    port: [0; 2],
-                    addr,
-                },
-            ))
-            .is_some()
 }
 
 /// Exact (address, port), then (address, any port), then the longest CIDR prefix.

@@ -3,7 +3,6 @@
 
 use super::*;
 
-/// Starts `cmd` and waits until it accepts on `port`; why not, if it does not.
 /// nginx (one process) in front of `127.0.0.1:port` with upstream keep-alive and no
 /// buffering; its port.
 fn start_nginx_keepalive(dir: &Path, port: u16) -> Result<(Proc, u16), String> {

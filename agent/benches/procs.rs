@@ -1,5 +1,5 @@
-//! The processes the benchmarks run: the release binary, nginx and the peers, each killed when
-//! its handle is dropped, on ports free a moment before.
+//! Starting the processes the benchmarks drive (the release binary, its daemon, the peers), each
+//! killed when its handle is dropped, on ports free a moment before.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -61,6 +61,7 @@ pub(super) fn start_daemon(bin: &Path, config: &Path, socket: &Path) -> Result<P
     ))
 }
 
+/// Starts `cmd` and waits until it accepts on `port`; why not, if it does not.
 pub(super) fn start_listening(cmd: &mut Command, port: u16, what: &str) -> Result<Proc, String> {
     let mut proc = Proc(
         cmd.stdin(Stdio::null())

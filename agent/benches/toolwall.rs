@@ -2,10 +2,10 @@
 //! as a ratio, because absolute times on a shared 2-core machine say little.
 //!
 //! Run one group with `cargo bench -p agent --bench toolwall -- GROUP` (connect, store,
-//! correlate, policy, interceptor, llm-throughput, llm-latency, mcp-latency, views). The groups
-//! that run processes have modules of their own: `connect.rs` (the kernel layer), `llm.rs` (the
-//! LLM proxy, also as a relay next to nginx, `relay.rs`), `mcp.rs` and `views.rs`; `procs.rs`
-//! starts the processes. `mcp-latency` drives the release binary (`TOOLWALL_BIN`, default
+//! correlate, export, policy, policy-results, interceptor, llm-throughput, llm-latency,
+//! mcp-latency, views). The larger groups have modules of their own: `connect.rs` (the kernel
+//! layer's programs, attached in this process), `llm.rs` (the LLM proxy, also as a relay next
+//! to nginx: `relay.rs`), `mcp.rs` and `views.rs`; `procs.rs` starts the processes they drive. `mcp-latency` drives the release binary (`TOOLWALL_BIN`, default
 //! `target/release/toolwall`) and the peers `cargo xtask peers` installs (`TOOLWALL_PEERS_DIR`,
 //! default `target/peers`); `cargo xtask bench` sets both up.
 

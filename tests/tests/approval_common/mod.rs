@@ -1,4 +1,4 @@
-//! Helpers for the approval end-to-end tests (`approval.rs`, `approval_answers.rs`): a config
+//! Helpers for the approval end-to-end tests (`approval/`, `approval_answers.rs`): a config
 //! whose rule asks about big sums, the Python SDK client through the stand-alone shim, the
 //! waiting questions as `toolwall approvals --json` lists them, and raw answers on the loopback
 //! API as the web view sends them.

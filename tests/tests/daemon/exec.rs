@@ -1,7 +1,30 @@
-//! `toolwall exec`: the agent runs in a watched session the views show, a session reads and
-//! reports nothing, and a directory the agent's user cannot enter is named.
+//! `toolwall exec`: without a daemon it says what is missing; with one, the agent runs in a
+//! watched session the views show, a session reads and reports nothing, and a directory the
+//! agent's user cannot enter is named.
 
 use super::*;
+#[test]
+fn exec_without_a_daemon_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        format!("api:\n  socket: {}/none.sock\n", dir.path().display()),
+    )
+    .unwrap();
+    let out = Command::new(toolwall_bin())
+        .args(["exec", "--as-root", "--config"])
+        .arg(&config)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no toolwall daemon is listening") && err.contains("toolwall run"),
+        "{err}"
+    );
+}
 
 /// An agent the `--user` cannot reach (a build directory under root's home, say) fails with
 /// the directory it cannot enter, its owner and mode and what to do, not a bare "Permission

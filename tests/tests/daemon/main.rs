@@ -124,29 +124,6 @@ fn a_second_daemon_on_the_same_store_is_refused_naming_the_first() {
 }
 
 #[test]
-fn exec_without_a_daemon_says_what_is_missing() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("c.yaml");
-    std::fs::write(
-        &config,
-        format!("api:\n  socket: {}/none.sock\n", dir.path().display()),
-    )
-    .unwrap();
-    let out = Command::new(toolwall_bin())
-        .args(["exec", "--as-root", "--config"])
-        .arg(&config)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("no toolwall daemon is listening") && err.contains("toolwall run"),
-        "{err}"
-    );
-}
-
-#[test]
 fn the_loopback_api_is_read_only_and_answers_only_its_own_name() {
     let daemon = Daemon::start("");
     // Only the holder of the token, which the daemon's user alone can read, reads events here

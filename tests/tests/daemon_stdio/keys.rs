@@ -2,6 +2,7 @@
 
 use super::*;
 
+/// The session's agent: its base URL for the others, then a request to the LLM proxy without
 /// the `/s/<key>` prefix (which must not be recorded as the host's), then it waits to be ended.
 const KEYLESS_AGENT: &str = r#"
 import json, os, sys, time, urllib.request, urllib.error

@@ -1,5 +1,6 @@
-//! Leaving the session or detaching its programs: as `nobody` and as root, by the cgroup
-//! files, by signals, and through a `kill -9` of the daemon.
+//! Leaving the session or detaching its programs, as `nobody` and as root, by the cgroup files
+//! and through a `kill -9` of the daemon; and a signal to `toolwall exec` reaches the agent in its
+//! PID namespace.
 
 use super::*;
 

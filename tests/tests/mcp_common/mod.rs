@@ -24,25 +24,23 @@ impl Drop for Proc {
 
 pub use toolwall_tests::free_port;
 
-/// Waits until something accepts on the port (or the process died).
+/// Waits until the process listens on the port (or died).
 pub fn wait_port(proc: &mut Proc, port: u16, what: &str) {
     if let Err(why) = try_wait_port(proc, port, what) {
         panic!("{why}");
     }
 }
 
-/// [`wait_port`], saying why it gave up instead of panicking.
+/// [`wait_port`], saying why it gave up instead of panicking. A listener on the port counts
+/// only when it is the process's own (or a child's): another test's process may have bound the
+/// port between its choosing and ours starting, and then ours fails to bind and exits.
 pub fn try_wait_port(proc: &mut Proc, port: u16, what: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        // Something listens; it is ours only while ours still runs (a process of another
-        // test may hold the port that ours then failed to bind).
-        let listening = TcpStream::connect(("127.0.0.1", port)).is_ok();
-        let exited = proc.0.try_wait().ok().flatten();
-        if listening && exited.is_none() {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() && listens(proc.0.id(), port) {
             return Ok(());
         }
-        if let Some(status) = exited {
+        if let Ok(Some(status)) = proc.0.try_wait() {
             return Err(format!(
                 "{what} exited with {status} before listening on {port}"
             ));
@@ -52,20 +50,75 @@ pub fn try_wait_port(proc: &mut Proc, port: u16, what: &str) -> Result<(), Strin
     Err(format!("{what} did not listen on {port} within 60 s"))
 }
 
+/// Whether process `pid` or one of its descendants holds a socket listening on TCP `port`
+/// (`/proc/net/tcp{,6}`: state `0A`, its inode among the process's descriptors).
+fn listens(pid: u32, port: u16) -> bool {
+    let wanted = format!(":{port:04X}");
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    (fields.len() > 9 && fields[1].ends_with(&wanted) && fields[3] == "0A")
+                        .then(|| format!("socket:[{}]", fields[9]))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut pids = vec![pid];
+    while let Some(pid) = pids.pop() {
+        let owns = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()));
+        if owns {
+            return true;
+        }
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+                pids.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    false
+}
+
 /// Starts `spawn(port)` on a port free a moment ago and waits until it listens; the port can
 /// be taken in between by another test's process (tests run in parallel), so a start that
 /// exits before listening is tried again on another port, three times in all.
 pub fn start_listening(what: &str, mut spawn: impl FnMut(u16) -> Proc) -> (Proc, u16) {
+    try_start_listening(what, |port| Ok(spawn(port))).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// [`start_listening`], saying why it gave up (the process could not be started, or never
+/// listened) instead of panicking.
+pub fn try_start_listening(
+    what: &str,
+    mut spawn: impl FnMut(u16) -> Result<Proc, String>,
+) -> Result<(Proc, u16), String> {
     let mut failures = Vec::new();
     for _ in 0..3 {
         let port = free_port();
-        let mut proc = spawn(port);
+        let mut proc = spawn(port)?;
         match try_wait_port(&mut proc, port, what) {
-            Ok(()) => return (proc, port),
+            Ok(()) => return Ok((proc, port)),
             Err(why) => failures.push(why),
         }
     }
-    panic!("{what} never listened: {failures:?}");
+    Err(format!("{what} never listened: {failures:?}"))
 }
 
 /// `server-everything` speaking `transport` (`sse` or `streamableHttp`); its URL.

@@ -276,34 +276,32 @@ fn http_case(
 
 fn start_http(stream: &Stream) -> Result<(Proc, Option<Proc>, u16), String> {
     // The server's port may be taken between choosing and binding it: tried on another.
-    let (server, port) = start_listening(&stream.server(), |port| {
-        Proc(
-            stream
-                .command(&stream.sdk.argv(&["http".to_owned(), port.to_string()]))
-                .stderr(stream.stderr_file("server"))
-                .spawn()
-                .expect("start the server"),
-        )
-    });
+    let (server, port) = try_start_listening(&stream.server(), |port| {
+        stream
+            .command(&stream.sdk.argv(&["http".to_owned(), port.to_string()]))
+            .stderr(stream.stderr_file("server"))
+            .spawn()
+            .map(Proc)
+            .map_err(|e| format!("cannot start the server: {e}"))
+    })?;
     if !stream.toolwall {
         return Ok((server, None, port));
     }
     // The proxy's port may be taken between choosing and binding it: tried on another.
-    let (proxy, listen) = start_listening("toolwall mcp-proxy", |listen| {
-        Proc(
-            Command::new(toolwall_bin())
-                .args(["mcp-proxy", "--upstream"])
-                .arg(format!("http://127.0.0.1:{port}/mcp"))
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{listen}"))
-                .args(["--deny", DENY])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(stream.stderr_file("proxy"))
-                .spawn()
-                .expect("start toolwall mcp-proxy"),
-        )
-    });
+    let (proxy, listen) = try_start_listening("toolwall mcp-proxy", |listen| {
+        Command::new(toolwall_bin())
+            .args(["mcp-proxy", "--upstream"])
+            .arg(format!("http://127.0.0.1:{port}/mcp"))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{listen}"))
+            .args(["--deny", DENY])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stream.stderr_file("proxy"))
+            .spawn()
+            .map(Proc)
+            .map_err(|e| format!("cannot start toolwall mcp-proxy: {e}"))
+    })?;
     Ok((server, Some(proxy), listen))
 }
 

@@ -42,7 +42,7 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use mcp_common::{Proc, start_listening};
+use mcp_common::{Proc, try_start_listening};
 use serde_json::{Value, json};
 use toolwall_tests::{peers_dir, python, toolwall_bin, workspace_root};
 

@@ -4,7 +4,7 @@
 //! to one would be taken for the other's, and a secret returned by one tool judged as the
 //! result of a tool exempt from inspection. So a request whose id equals an outstanding one
 //! is refused, and when the bound is reached new requests are refused rather than the oldest
-//! forgotten (`filter/tests.rs`).
+//! forgotten (`filter/pending_tests.rs`).
 
 use std::collections::HashMap;
 

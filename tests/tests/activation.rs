@@ -73,21 +73,8 @@ fn get(port: u16, path: &str) -> String {
 /// connecting (a connection would start the program it holds the port for).
 fn wait_listening(port: u16, child: &mut std::process::Child) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let port = format!("{port:04X}");
     loop {
-        // Each line: `sl local_address:port rem_address:port st ...`; 0A is LISTEN.
-        let listening = ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
-            std::fs::read_to_string(table)
-                .unwrap_or_default()
-                .lines()
-                .any(|l| {
-                    let fields: Vec<&str> = l.split_whitespace().collect();
-                    fields.len() > 3
-                        && fields[1].rsplit(':').next() == Some(port.as_str())
-                        && fields[3] == "0A"
-                })
-        });
-        if listening {
+        if !mcp_common::listening_sockets(port).is_empty() {
             return;
         }
         assert!(

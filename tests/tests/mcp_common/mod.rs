@@ -50,24 +50,33 @@ pub fn try_wait_port(proc: &mut Proc, port: u16, what: &str) -> Result<(), Strin
     Err(format!("{what} did not listen on {port} within 60 s"))
 }
 
-/// Whether process `pid` or one of its descendants holds a socket listening on TCP `port`
-/// (`/proc/net/tcp{,6}`: state `0A`, its inode among the process's descriptors).
-fn listens(pid: u32, port: u16) -> bool {
-    let wanted = format!(":{port:04X}");
-    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+/// The sockets listening on TCP `port` at any address, as a process's descriptor links name
+/// them (`socket:[INODE]`), read from `/proc/net/tcp{,6}` without connecting (a connection
+/// could start what holds the port).
+pub fn listening_sockets(port: u16) -> Vec<String> {
+    let port = format!("{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|table| std::fs::read_to_string(table).ok())
         .flat_map(|text| {
+            // Each line: `sl local_address:port rem_address:port st ... inode`; 0A is LISTEN.
             text.lines()
                 .skip(1)
                 .filter_map(|line| {
                     let fields: Vec<&str> = line.split_whitespace().collect();
-                    (fields.len() > 9 && fields[1].ends_with(&wanted) && fields[3] == "0A")
+                    (fields.len() > 9
+                        && fields[1].rsplit(':').next() == Some(port.as_str())
+                        && fields[3] == "0A")
                         .then(|| format!("socket:[{}]", fields[9]))
                 })
                 .collect::<Vec<_>>()
         })
-        .collect();
+        .collect()
+}
+
+/// Whether process `pid` or one of its descendants holds a socket listening on TCP `port`.
+fn listens(pid: u32, port: u16) -> bool {
+    let inodes = listening_sockets(port);
     let mut pids = vec![pid];
     while let Some(pid) = pids.pop() {
         let owns = std::fs::read_dir(format!("/proc/{pid}/fd"))

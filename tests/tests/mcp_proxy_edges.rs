@@ -519,3 +519,58 @@ fn a_response_whose_id_the_server_rewrote_reaches_its_post() {
         "waited out the timeout: {body}"
     );
 }
+
+/// An upstream whose call stream breaks: the client's stream breaks too, after what passed
+/// (no end chunk, so no client takes the stream as ended by the server and waits for an
+/// answer that cannot come); one that breaks before any event is answered 502. Both were a
+/// cleanly ended response.
+#[test]
+fn a_call_stream_the_upstream_breaks_reaches_the_client_broken() {
+    let port = free_port();
+    let mut upstream = Proc(
+        Command::new(toolwall_tests::python())
+            .arg(toolwall_tests::workspace_root().join("tests/peers/mcp_breaking_upstream.py"))
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the breaking upstream"),
+    );
+    wait_port(&mut upstream, port, "the breaking upstream");
+    let (mut proxy, proxy_port) = proxy(&format!("http://127.0.0.1:{port}/mcp"), &[]);
+    let call = |id: u32, name: &str| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{{}},"_meta":{{"progressToken":"p"}}}}}}"#
+        );
+        let mut stream = TcpStream::connect(("127.0.0.1", proxy_port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
+        let headers = "Mcp-Session-Id: s1\r\nMCP-Protocol-Version: 2025-06-18\r\n";
+        stream
+            .write_all(&request("POST", "/mcp", headers, &body))
+            .expect("send");
+        let mut seen = Vec::new();
+        let _ = stream.read_to_end(&mut seen);
+        String::from_utf8_lossy(&seen).into_owned()
+    };
+    let late = call(7, "breaks-late");
+    assert!(late.starts_with("HTTP/1.1 200 "), "{late}");
+    assert!(
+        late.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{late}"
+    );
+    assert!(late.contains("notifications/progress"), "{late}");
+    assert!(
+        !late.ends_with("0\r\n\r\n"),
+        "the broken stream reached the client as ended: {late}"
+    );
+    let early = call(8, "breaks-early");
+    assert!(early.starts_with("HTTP/1.1 502 "), "{early}");
+    assert!(
+        proxy.0.try_wait().expect("try_wait").is_none(),
+        "the proxy exited"
+    );
+}

@@ -50,6 +50,10 @@ pub(crate) struct FilteredSse {
     /// Told once every owed response passed (never, when the stream ends or is dropped
     /// before that: the requests may still be running).
     on_answered: Option<Box<dyn FnOnce() + Send + Sync>>,
+    /// The upstream's stream broke (or carried an event past the message limit) before it
+    /// ended: the client's stream is broken too once what passed is handed on, never ended as
+    /// if the server had ended it (a client would wait for an answer that cannot come).
+    broke: bool,
 }
 
 /// A response stream that completed while [`FilteredSse::gather`] waited.
@@ -85,6 +89,7 @@ impl FilteredSse {
             keep_rest: false,
             rest: None,
             on_answered: None,
+            broke: false,
         }
     }
 
@@ -120,12 +125,18 @@ impl FilteredSse {
         let waited = tokio::time::timeout(limit, first).await;
         self.keep_rest = false;
         match waited {
-            Ok(()) if self.upstream.is_none() => Ok(Gathered {
+            Ok(()) if self.upstream.is_none() && !self.broke => Ok(Gathered {
                 body: self.ready.split().freeze(),
                 rest: self.rest.take(),
             }),
             _ => Err(self),
         }
+    }
+
+    /// The upstream's stream broke before anything was ready for the client: the request can
+    /// still be answered with an error status instead of a stream.
+    pub(crate) fn broke_before_anything(&self) -> bool {
+        self.broke && self.ready.is_empty()
     }
 
     fn complete(&self) -> bool {
@@ -151,6 +162,7 @@ impl FilteredSse {
                                 "an upstream SSE event is larger than the message limit; ending its stream"
                             );
                             self.upstream = None;
+                            self.broke = true;
                             continue;
                         }
                     }
@@ -172,6 +184,7 @@ impl FilteredSse {
                     tracing::warn!("an upstream SSE stream broke: {e}; probing the upstream");
                     self.probe.notify_one();
                     self.upstream = None;
+                    self.broke = true;
                 }
                 Poll::Ready(None) => self.upstream = None,
                 Poll::Pending => return Poll::Pending,
@@ -249,9 +262,14 @@ fn encoded_len(event: &crate::sse::message::SseEvent, data: &[u8]) -> usize {
     field(event.event.as_deref()) + field(event.id.as_deref()) + data.len() + 8
 }
 
+/// What a client's stream ends with when the upstream's broke.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream MCP server's response stream broke before it ended")]
+pub(crate) struct UpstreamStreamBroke;
+
 impl Body for FilteredSse {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = UpstreamStreamBroke;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -263,19 +281,21 @@ impl Body for FilteredSse {
             return Poll::Ready(Some(Ok(Frame::data(this.ready.split().freeze()))));
         }
         match over {
+            // Once: the connection that carries it is ended by it.
+            true if std::mem::take(&mut this.broke) => Poll::Ready(Some(Err(UpstreamStreamBroke))),
             true => Poll::Ready(None),
             false => Poll::Pending,
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.upstream.is_none() && self.ready.is_empty()
+        self.upstream.is_none() && self.ready.is_empty() && !self.broke
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.upstream {
-            None => SizeHint::with_exact(self.ready.len() as u64),
-            Some(_) => SizeHint::default(),
+        match self.upstream.is_none() && !self.broke {
+            true => SizeHint::with_exact(self.ready.len() as u64),
+            false => SizeHint::default(),
         }
     }
 }

@@ -149,7 +149,7 @@ pub(super) async fn refused_credentials(
     let ours = own_origin(shared, client)
         .or_else(|| shared.listen.map(|l| format!("http://{l}")))
         .map(|origin| own_metadata_url(&origin, path));
-    let mut answer = Response::new(Full::new(Bytes::new()).boxed());
+    let mut answer = Response::new(whole(Bytes::new()));
     *answer.status_mut() = parts.status;
     for value in parts.headers.get_all(http::header::WWW_AUTHENTICATE) {
         let Ok(challenge) = value.to_str() else {
@@ -173,7 +173,7 @@ pub(super) async fn refused_credentials(
     if let Ok(Ok(bytes)) = read.await {
         let bytes = bytes.to_bytes();
         if serde_json::from_slice::<serde_json::Map<String, Value>>(&bytes).is_ok() {
-            *answer.body_mut() = Full::new(bytes).boxed();
+            *answer.body_mut() = whole(bytes);
             answer
                 .headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

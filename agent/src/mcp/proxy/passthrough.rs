@@ -231,15 +231,22 @@ pub(super) async fn passthrough(
                     if let Some(rest) = gathered.rest {
                         upstream.hold_rest(rest);
                     }
-                    let mut response = Response::new(Full::new(gathered.body).boxed());
+                    let mut response = Response::new(whole(gathered.body));
                     *response.status_mut() = rparts.status;
                     *response.headers_mut() = rparts.headers;
                     return response;
                 }
+                // Nothing can have reached the client yet: an error status says it.
+                Err(streaming) if streaming.broke_before_anything() => {
+                    return plain(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream MCP server broke its response stream before any event",
+                    );
+                }
                 Err(streaming) => body = streaming,
             }
         }
-        let mut response = Response::new(body.boxed());
+        let mut response = Response::new(body.map_err(BoxError::from).boxed());
         *response.status_mut() = rparts.status;
         // The upstream's headers as they were (repeated ones included); it already says
         // `text/event-stream`.
@@ -306,7 +313,7 @@ pub(super) async fn passthrough(
     {
         ids.answered();
     }
-    let mut response = Response::new(Full::new(out_body).boxed());
+    let mut response = Response::new(whole(out_body));
     *response.status_mut() = rparts.status;
     *response.headers_mut() = rparts.headers;
     response

@@ -4,7 +4,10 @@
 use super::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub(super) type ProxyBody = BoxBody<Bytes, Infallible>;
+/// A response body: ours, or the upstream's filtered; its error (an upstream stream that
+/// broke) ends the client's connection without the end of its body, so the client sees the
+/// break.
+pub(super) type ProxyBody = BoxBody<Bytes, BoxError>;
 
 /// What a client stream's channel carries: bytes to write, and the charge of the message they
 /// hold (released once they are handed to the connection).
@@ -15,12 +18,12 @@ pub(super) struct ChannelBody(mpsc::Receiver<Outbound>);
 
 impl hyper::body::Body for ChannelBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.0
             .poll_recv(cx)
             .map(|item| item.map(|(b, _charge)| Ok(Frame::data(b))))
@@ -32,7 +35,7 @@ pub(super) fn full(
     content_type: Option<&'static str>,
     body: impl Into<Bytes>,
 ) -> Response<ProxyBody> {
-    let mut response = Response::new(Full::new(body.into()).boxed());
+    let mut response = Response::new(whole(body.into()));
     *response.status_mut() = status;
     if let Some(ct) = content_type {
         response
@@ -40,6 +43,11 @@ pub(super) fn full(
             .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
     }
     response
+}
+
+/// A body of known bytes.
+pub(super) fn whole(body: Bytes) -> ProxyBody {
+    Full::new(body).map_err(|never| match never {}).boxed()
 }
 
 pub(super) fn plain(status: StatusCode, text: &str) -> Response<ProxyBody> {
@@ -335,7 +343,7 @@ pub(super) fn join_array(first: Option<&[u8]>, replies: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The upstream connection of one client connection. A client connection's requests come one
 /// at a time (HTTP/1), so one upstream connection serves them in turn: no pool to find it in

@@ -438,18 +438,7 @@ fn a_charset_in_content_type_cannot_change_the_call_upstream() {
 /// SDK's own parser: no message the client reads through the proxy names the denied tool.
 #[test]
 fn a_message_hidden_behind_lone_crs_is_filtered_as_the_client_reads_it() {
-    let port = free_port();
-    let mut upstream = Proc(
-        Command::new(toolwall_tests::python())
-            .arg(toolwall_tests::workspace_root().join("tests/peers/mcp_cr_upstream.py"))
-            .env("PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the hostile upstream"),
-    );
-    wait_port(&mut upstream, port, "the hostile upstream");
+    let (_upstream, port) = edges_upstream();
     let (_proxy, proxy_port) = proxy(
         &format!("http://127.0.0.1:{port}/mcp"),
         &["--deny", "^echo$"],
@@ -526,18 +515,7 @@ fn a_response_whose_id_the_server_rewrote_reaches_its_post() {
 /// cleanly ended response.
 #[test]
 fn a_call_stream_the_upstream_breaks_reaches_the_client_broken() {
-    let port = free_port();
-    let mut upstream = Proc(
-        Command::new(toolwall_tests::python())
-            .arg(toolwall_tests::workspace_root().join("tests/peers/mcp_breaking_upstream.py"))
-            .env("PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the breaking upstream"),
-    );
-    wait_port(&mut upstream, port, "the breaking upstream");
+    let (_upstream, port) = edges_upstream();
     let (mut proxy, proxy_port) = proxy(&format!("http://127.0.0.1:{port}/mcp"), &[]);
     let call = |id: u32, name: &str| {
         let body = format!(
@@ -573,4 +551,21 @@ fn a_call_stream_the_upstream_breaks_reaches_the_client_broken() {
         proxy.0.try_wait().expect("try_wait").is_none(),
         "the proxy exited"
     );
+}
+
+/// The edge tests' hostile upstream (`tests/peers/mcp_edges_upstream.py`), started, and its port.
+fn edges_upstream() -> (Proc, u16) {
+    let port = free_port();
+    let mut upstream = Proc(
+        Command::new(toolwall_tests::python())
+            .arg(toolwall_tests::workspace_root().join("tests/peers/mcp_edges_upstream.py"))
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the hostile upstream"),
+    );
+    wait_port(&mut upstream, port, "the hostile upstream");
+    (upstream, port)
 }

@@ -512,11 +512,15 @@ fn a_response_whose_id_the_server_rewrote_reaches_its_post() {
 /// An upstream whose call stream breaks: the client's stream breaks too, after what passed
 /// (no end chunk, so no client takes the stream as ended by the server and waits for an
 /// answer that cannot come); one that breaks before any event is answered 502. Both were a
-/// cleanly ended response.
+/// cleanly ended response. An event past the message limit counts as a break unless the
+/// answers were all in.
 #[test]
 fn a_call_stream_the_upstream_breaks_reaches_the_client_broken() {
     let (_upstream, port) = edges_upstream();
-    let (mut proxy, proxy_port) = proxy(&format!("http://127.0.0.1:{port}/mcp"), &[]);
+    let (mut proxy, proxy_port) = proxy(
+        &format!("http://127.0.0.1:{port}/mcp"),
+        &["--max-message-bytes", "4096"],
+    );
     let call = |id: u32, name: &str| {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{{}},"_meta":{{"progressToken":"p"}}}}}}"#
@@ -547,6 +551,20 @@ fn a_call_stream_the_upstream_breaks_reaches_the_client_broken() {
     );
     let early = call(8, "breaks-early");
     assert!(early.starts_with("HTTP/1.1 502 "), "{early}");
+    // An event past the message limit ends a stream as a break does, what passed first
+    // delivered (in the same read as the event)...
+    let big = call(9, "big-after-progress");
+    assert!(big.starts_with("HTTP/1.1 200 "), "{big}");
+    assert!(big.contains("notifications/progress"), "{big}");
+    assert!(
+        !big.ends_with("0\r\n\r\n") && !big.contains("xxxx"),
+        "{big}"
+    );
+    // ...but once the answer passed, what follows it is not the client's: answered whole.
+    let answered = call(10, "big-after-answer");
+    assert!(answered.starts_with("HTTP/1.1 200 "), "{answered}");
+    assert!(answered.contains(r#""text": "done""#), "{answered}");
+    assert!(!answered.contains("xxxx"), "{answered}");
     assert!(
         proxy.0.try_wait().expect("try_wait").is_none(),
         "the proxy exited"

@@ -54,6 +54,9 @@ pub(crate) struct FilteredSse {
     /// ended: the client's stream is broken too once what passed is handed on, never ended as
     /// if the server had ended it (a client would wait for an answer that cannot come).
     broke: bool,
+    /// Data was handed on since the body last waited: hyper writes it out only once the body
+    /// waits, and drops what it has not written when the body fails.
+    handed: bool,
 }
 
 /// A response stream that completed while [`FilteredSse::gather`] waited.
@@ -90,6 +93,7 @@ impl FilteredSse {
             rest: None,
             on_answered: None,
             broke: false,
+            handed: false,
         }
     }
 
@@ -157,21 +161,23 @@ impl FilteredSse {
                     if let Some(data) = frame.data_ref() {
                         self.decoder.feed(data);
                         self.drain();
-                        if self.decoder.overflowed() {
-                            tracing::warn!(
-                                "an upstream SSE event is larger than the message limit; ending its stream"
-                            );
-                            self.upstream = None;
-                            self.broke = true;
-                            continue;
-                        }
                     }
+                    // Complete first: what follows the last owed response (even an event
+                    // past the limit, in the same read) is not the client's to wait for.
                     if self.complete() {
                         if let Some(told) = self.on_answered.take() {
                             told();
                         }
                         self.finish_upstream(cx);
                         return Poll::Ready(());
+                    }
+                    if self.decoder.overflowed() {
+                        tracing::warn!(
+                            "an upstream SSE event is larger than the message limit; ending its stream"
+                        );
+                        self.upstream = None;
+                        self.broke = true;
+                        continue;
                     }
                     // Enough for one write: the client takes it before more is read, so an
                     // upstream that writes faster than its client reads is held back by TCP,
@@ -278,13 +284,24 @@ impl Body for FilteredSse {
         let this = self.get_mut();
         let over = this.poll_fill(cx).is_ready();
         if !this.ready.is_empty() {
+            this.handed = true;
             return Poll::Ready(Some(Ok(Frame::data(this.ready.split().freeze()))));
         }
         match over {
+            // What passed goes out before the break: the body waits once (woken at once), so
+            // hyper writes the data handed on, then learns of the break (which ends the
+            // connection, and would drop data not yet written).
+            true if this.broke && std::mem::take(&mut this.handed) => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
             // Once: the connection that carries it is ended by it.
             true if std::mem::take(&mut this.broke) => Poll::Ready(Some(Err(UpstreamStreamBroke))),
             true => Poll::Ready(None),
-            false => Poll::Pending,
+            false => {
+                this.handed = false;
+                Poll::Pending
+            }
         }
     }
 

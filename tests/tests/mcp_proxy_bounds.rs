@@ -2,13 +2,15 @@
 //! session's server messages are charged to its byte budget (`--max-session-bytes`) and to the
 //! total (`--max-held-bytes`); past them the upstream is read no further, so the proxy's memory
 //! stays within the bounds however much the upstream sends and however many clients stall.
+//! And one client's large message, judged off the proxy's thread, holds up no other client.
 
 mod mcp_common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mcp_common::*;
 
@@ -140,4 +142,168 @@ fn clients_that_do_not_read_hold_no_more_than_the_byte_budgets() {
     };
     let _ = stream.flush();
     assert!(answered, "a new session after the stalled ones is answered");
+}
+
+/// The large upstream (`tests/peers/mcp_large_upstream.py`), logging what it did to `log`;
+/// its Streamable HTTP URL.
+fn large_upstream(log: &Path) -> (Proc, String) {
+    let script = toolwall_tests::workspace_root().join("tests/peers/mcp_large_upstream.py");
+    let (proc, port) = start_listening("the large upstream", |port| {
+        Proc(
+            Command::new(toolwall_tests::python())
+                .arg(&script)
+                .env("PORT", port.to_string())
+                .env("LOG", log)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start the large upstream"),
+        )
+    });
+    (proc, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// The lines of the large upstream's log, once it holds `count` lines equal to `line`.
+fn logged_once(log: &Path, line: &str, count: usize) -> Vec<String> {
+    for _ in 0..6000 {
+        let lines: Vec<String> = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        if lines.iter().filter(|l| *l == line).count() >= count {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the upstream never logged {line:?} {count} times");
+}
+
+/// Sends `body` in `session` on a fresh connection in a thread of its own; the thread keeps
+/// when `marker` first came in the answer, and returns it with the whole answer.
+fn in_thread(
+    port: u16,
+    session: &str,
+    body: String,
+    marker: &'static str,
+) -> std::thread::JoinHandle<(Option<Instant>, u16, String)> {
+    let request = request("POST", "/mcp", session, &body);
+    std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        stream.write_all(&request).expect("send");
+        let (mut answer, mut came) = (Vec::new(), None);
+        let mut chunk = vec![0u8; 64 << 10];
+        while let Ok(n @ 1..) = stream.read(&mut chunk) {
+            answer.extend_from_slice(&chunk[..n]);
+            // The marker may straddle two reads: look back by its length.
+            let from = answer.len().saturating_sub(n + marker.len());
+            if came.is_none()
+                && answer[from..]
+                    .windows(marker.len())
+                    .any(|w| w == marker.as_bytes())
+            {
+                came = Some(Instant::now());
+            }
+        }
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (came, status, text)
+    })
+}
+
+#[test]
+fn a_large_message_being_judged_does_not_hold_up_other_clients() {
+    // A listing of about 4 MB takes the proxy a while to judge (seconds in a debug build).
+    // Another client's call made meanwhile is answered before the listing, in both of the
+    // forms a listing comes in (an SSE stream, after an event that passes before it; a JSON
+    // body), the listing judged all the same; and while a client's own large call is judged
+    // the upstream gets the other client's call first.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("upstream.log");
+    let (_upstream, url) = large_upstream(&log);
+    let (_proxy, port) = proxy(&url, &["--deny", "^tool-0007$"]);
+    let lister = open_session(port);
+    let caller = open_session(port);
+    let call = |id: u32, name: &str, arguments: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{arguments}}}}}"#
+        )
+    };
+    // The caller's session lists first, so its calls are judged against a list it was given.
+    let (_, status, _) = in_thread(
+        port,
+        &caller,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.into(),
+        "tool-0000",
+    )
+    .join()
+    .expect("list");
+    assert_eq!(status, 200);
+    for (round, id) in [(1, r#""sse""#), (2, "7")] {
+        let list = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#);
+        let listing = in_thread(port, &lister, list, "tool-0000");
+        // The whole listing is with the proxy (or on its way in): it is judged now. (The
+        // proxy's own listing at start and the caller's came before.)
+        logged_once(&log, "listing sent", round + 2);
+        let (answered, status, text) = in_thread(
+            port,
+            &caller,
+            call(10 + round as u32, "get-sum", "{}"),
+            "sum=3",
+        )
+        .join()
+        .expect("call");
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains("sum=3"), "{text}");
+        let (listed, status, text) = listing.join().expect("listing");
+        assert_eq!(status, 200, "{}", &text[..text.len().min(300)]);
+        assert!(text.contains("tool-0499"), "the whole listing passed");
+        assert!(!text.contains("tool-0007"), "the listing was judged");
+        if round == 1 {
+            let note = text
+                .find("before the listing")
+                .expect("the event before the listing");
+            assert!(
+                note < text.find("tool-0000").expect("the listing"),
+                "in order"
+            );
+        }
+        assert!(
+            answered.expect("answered") < listed.expect("listed"),
+            "the call (listing id {id}) waited for another client's listing to be judged"
+        );
+    }
+    // A call of 4 MB: the other client's small call made meanwhile reaches the upstream first.
+    let big = call(
+        20,
+        "take-big",
+        &format!(r#"{{"data":"{}"}}"#, "b".repeat(4 << 20)),
+    );
+    let taking = in_thread(port, &caller, big, "taken");
+    // Time for the 4 MB to reach the proxy (a few milliseconds), so that the small call comes
+    // while the large one is judged: what is asserted is the order the upstream saw.
+    std::thread::sleep(Duration::from_millis(50));
+    let (_, status, text) = in_thread(port, &lister, call(21, "get-sum", "{}"), "sum=3")
+        .join()
+        .expect("call");
+    assert_eq!(status, 200, "{text}");
+    let (_, status, text) = taking.join().expect("the large call");
+    assert_eq!(status, 200, "{}", &text[..text.len().min(300)]);
+    let calls: Vec<String> = logged_once(&log, "call take-big", 1)
+        .into_iter()
+        .filter(|l| l.starts_with("call "))
+        .collect();
+    assert_eq!(
+        calls.last().map(String::as_str),
+        Some("call take-big"),
+        "the small call waited for another client's large call to be judged: {calls:?}"
+    );
 }

@@ -20,6 +20,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 
 use super::filter::Filter;
+use super::offload::{INLINE_BYTES, Judging};
 use crate::sse::message::SseDecoder;
 use crate::sse::writer::encode_event_into;
 
@@ -30,7 +31,11 @@ const FILL_LIMIT: usize = 256 << 10;
 /// An upstream SSE body, filtered.
 pub(crate) struct FilteredSse {
     upstream: Option<Incoming>,
-    filter: Filter,
+    /// `None` while a large message is judged off the runtime's thread ([`Judging`]).
+    filter: Option<Filter>,
+    /// That judgement, with the event's type and id: nothing more is read or passed on
+    /// until it is done, so the events keep their order.
+    judging: Option<EventJudging>,
     decoder: SseDecoder,
     /// Filtered bytes not yet handed to the client (our replies first).
     ready: BytesMut,
@@ -59,6 +64,14 @@ pub(crate) struct FilteredSse {
     handed: bool,
 }
 
+/// A large event judged off the runtime's thread, with what it is written out with once it
+/// passed: its type and id.
+struct EventJudging {
+    judging: Judging<Option<Vec<u8>>>,
+    event: Option<String>,
+    id: Option<String>,
+}
+
 /// A response stream that completed while [`FilteredSse::gather`] waited.
 pub(crate) struct Gathered {
     /// The whole filtered body.
@@ -83,7 +96,8 @@ impl FilteredSse {
         }
         FilteredSse {
             upstream: Some(upstream),
-            filter,
+            filter: Some(filter),
+            judging: None,
             decoder: SseDecoder::with_limit(max_message),
             ready,
             owed: None,
@@ -107,7 +121,7 @@ impl FilteredSse {
     /// complete once that many responses passed. The upstream's remaining bytes (its end
     /// chunk) are then read in the background for up to `drain_for`.
     pub(crate) fn answering(mut self, requests: usize, drain_for: Duration) -> Self {
-        self.owed = Some(self.filter.responses() + requests);
+        self.owed = Some(self.filter.as_ref().map_or(0, Filter::responses) + requests);
         self.drain_for = drain_for;
         self
     }
@@ -144,8 +158,39 @@ impl FilteredSse {
     }
 
     fn complete(&self) -> bool {
-        self.owed
-            .is_some_and(|owed| self.filter.responses() >= owed)
+        match (&self.filter, self.owed) {
+            (Some(filter), Some(owed)) => filter.responses() >= owed,
+            _ => false,
+        }
+    }
+
+    /// Polls the judgement under way, if any: pending until it is done; then what it let
+    /// through is handed on and the events decoded after it are judged. A lost judgement
+    /// breaks the stream.
+    fn poll_judging(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(under_way) = self.judging.as_mut() else {
+            return Poll::Ready(());
+        };
+        let judged = std::task::ready!(Pin::new(&mut under_way.judging).poll(cx));
+        let Some(EventJudging { event, id, .. }) = self.judging.take() else {
+            return Poll::Ready(());
+        };
+        match judged {
+            Some((filter, forward)) => {
+                self.filter = Some(filter);
+                if let Some(data) = forward {
+                    self.ready.reserve(data.len() + 64);
+                    encode_event_into(&mut self.ready, event.as_deref(), id.as_deref(), &data);
+                }
+                self.drain();
+            }
+            None => {
+                tracing::error!("judging an upstream event failed; ending its stream");
+                self.upstream = None;
+                self.broke = true;
+            }
+        }
+        Poll::Ready(())
     }
 
     /// Reads what the upstream has ready into `ready`, up to [`FILL_LIMIT`]. Ready when the
@@ -153,6 +198,33 @@ impl FilteredSse {
     /// otherwise (with `ready` full, without waiting to be woken: it is handed on first).
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
+            // A judgement under way holds everything after it back; one that ended may have
+            // begun the next (the events decoded after it are judged as it ends).
+            std::task::ready!(self.poll_judging(cx));
+            if self.judging.is_some() {
+                continue;
+            }
+            // Complete first: what follows the last owed response (even an event past the
+            // limit, in the same read) is not the client's to wait for.
+            if self.complete() {
+                if let Some(told) = self.on_answered.take() {
+                    told();
+                }
+                self.finish_upstream(cx);
+                return Poll::Ready(());
+            }
+            if self.upstream.is_some() && self.decoder.overflowed() {
+                tracing::warn!(
+                    "an upstream SSE event is larger than the message limit; ending its stream"
+                );
+                self.upstream = None;
+                self.broke = true;
+            }
+            // Enough for one write: the client takes it before more is read, so an upstream
+            // that writes faster than its client reads is held back by TCP, not buffered here.
+            if self.ready.len() >= FILL_LIMIT && self.upstream.is_some() {
+                return Poll::Pending;
+            }
             let Some(upstream) = self.upstream.as_mut() else {
                 return Poll::Ready(());
             };
@@ -161,29 +233,6 @@ impl FilteredSse {
                     if let Some(data) = frame.data_ref() {
                         self.decoder.feed(data);
                         self.drain();
-                    }
-                    // Complete first: what follows the last owed response (even an event
-                    // past the limit, in the same read) is not the client's to wait for.
-                    if self.complete() {
-                        if let Some(told) = self.on_answered.take() {
-                            told();
-                        }
-                        self.finish_upstream(cx);
-                        return Poll::Ready(());
-                    }
-                    if self.decoder.overflowed() {
-                        tracing::warn!(
-                            "an upstream SSE event is larger than the message limit; ending its stream"
-                        );
-                        self.upstream = None;
-                        self.broke = true;
-                        continue;
-                    }
-                    // Enough for one write: the client takes it before more is read, so an
-                    // upstream that writes faster than its client reads is held back by TCP,
-                    // not buffered here.
-                    if self.ready.len() >= FILL_LIMIT {
-                        return Poll::Pending;
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {
@@ -236,10 +285,33 @@ impl FilteredSse {
 
     /// Every complete event decoded so far, filtered and encoded into `ready`.
     fn drain(&mut self) {
-        while let Some(event) = self.decoder.next_event() {
+        while self.judging.is_none()
+            && let Some(filter) = self.filter.as_mut()
+            && let Some(event) = self.decoder.next_event()
+        {
+            if event.is_message() && event.data.len() >= INLINE_BYTES {
+                let Some(filter) = self.filter.take() else {
+                    return;
+                };
+                // Recorded there: what was judged is recorded even if the client left.
+                let judging = Judging::start(
+                    filter,
+                    move |filter| {
+                        let out = filter.on_server(&event.data);
+                        out.record(filter.sink()).forward.map(|f| f.into_owned())
+                    },
+                    drop,
+                );
+                self.judging = Some(EventJudging {
+                    judging,
+                    event: event.event,
+                    id: event.id,
+                });
+                return;
+            }
             if event.is_message() && !event.data.is_empty() {
-                let out = self.filter.on_server(&event.data);
-                if let Some(data) = out.record(self.filter.sink()).forward {
+                let out = filter.on_server(&event.data);
+                if let Some(data) = out.record(filter.sink()).forward {
                     // One allocation for the event, not one per doubling as it is written.
                     self.ready.reserve(encoded_len(&event, &data));
                     encode_event_into(
@@ -306,11 +378,11 @@ impl Body for FilteredSse {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.upstream.is_none() && self.ready.is_empty() && !self.broke
+        self.upstream.is_none() && self.judging.is_none() && self.ready.is_empty() && !self.broke
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.upstream.is_none() && !self.broke {
+        match self.upstream.is_none() && self.judging.is_none() && !self.broke {
             true => SizeHint::with_exact(self.ready.len() as u64),
             false => SizeHint::default(),
         }

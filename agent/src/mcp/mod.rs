@@ -47,6 +47,7 @@ pub(crate) mod filtered_sse;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzzing;
 pub(crate) mod headers;
+pub(crate) mod offload;
 pub(crate) mod proxy;
 pub(crate) mod relay;
 pub(crate) mod shim;

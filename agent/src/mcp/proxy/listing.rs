@@ -220,18 +220,11 @@ pub(super) async fn list_http(
     loop {
         let (body, id) = pages.request().map_err(ListFailed::Why)?;
         let left = pages.time_left().map_err(ListFailed::Why)?;
-        let asked = ask_http(
-            shared,
-            upstream,
-            client,
-            pages.modern(),
-            &mut lister,
-            body,
-            &id,
-        );
-        let answer = tokio::time::timeout(left, asked)
+        let asked = ask_http(shared, upstream, client, pages.modern(), lister, body, &id);
+        let (judged_by, answer) = tokio::time::timeout(left, asked)
             .await
             .map_err(|_| ListFailed::Why(too_slow()))??;
+        lister = judged_by;
         if pages.answered(&answer).map_err(ListFailed::Why)? {
             return Ok(());
         }
@@ -243,10 +236,10 @@ async fn ask_http(
     upstream: &UpstreamConn,
     client: &HeaderMap,
     modern: bool,
-    lister: &mut Filter,
+    lister: Filter,
     body: Bytes,
     id: &str,
-) -> Result<Bytes, ListFailed> {
+) -> Result<(Filter, Bytes), ListFailed> {
     let mut headers = upstream_headers(shared, client);
     // The routing headers say what this request is, not what the client's was.
     let routing: Vec<HeaderName> = headers
@@ -310,9 +303,11 @@ async fn ask_http(
             "no answer to tools/list in the response".into(),
         ));
     };
-    let judged = lister.on_server(&message).record(lister.sink());
-    match judged.forward {
-        Some(m) => Ok(Bytes::from(m.into_owned())),
-        None => Err(ListFailed::Why("its tools/list answer was dropped".into())),
+    match super::passthrough::judge_server(lister, message).await {
+        Some((lister, Some(m))) => Ok((lister, m)),
+        Some((_, None)) => Err(ListFailed::Why("its tools/list answer was dropped".into())),
+        None => Err(ListFailed::Why(
+            "judging its tools/list answer failed".into(),
+        )),
     }
 }

@@ -90,7 +90,22 @@ pub(super) async fn passthrough(
                 }
             }
         }
-        let mut out = filter.on_client(&body);
+        // A large body is judged off the runtime's thread (`mcp/offload.rs`); should the
+        // client leave meanwhile, what was judged is recorded refused, as it would be here.
+        let sink = filter.sink().cloned();
+        let judging = crate::mcp::offload::judge(
+            filter,
+            body.len(),
+            move |filter| filter.on_client(&body),
+            move |out| {
+                let left = "the client left before the request was forwarded";
+                super::verdicts::record_judged(sink.as_ref(), out.records, Some(&left));
+            },
+        );
+        let Some((judged_by, mut out)) = judging.await else {
+            return lost_judgement();
+        };
+        filter = judged_by;
         // What was judged is recorded once the request's fate is known: a call the header
         // check below refuses is recorded refused, never `allow`.
         judged.add(&mut out.records);
@@ -284,10 +299,12 @@ pub(super) async fn passthrough(
     // Any successful non-stream body is a JSON-RPC message whatever its content type says:
     // a client may parse it regardless, so it is filtered (and dropped if it is not JSON).
     let out_body: Bytes = if rparts.status.is_success() && !rbody.is_empty() {
-        let out = filter.on_server(&rbody).record(filter.sink());
-        match (out.forward, replies.is_empty()) {
-            (Some(Cow::Borrowed(b)), true) if b.len() == rbody.len() => rbody.clone(),
-            (Some(f), true) => Bytes::from(f.into_owned()),
+        let Some((judged_by, forward)) = judge_server(filter, rbody).await else {
+            return lost_judgement();
+        };
+        filter = judged_by;
+        match (forward, replies.is_empty()) {
+            (Some(f), true) => f,
             (Some(f), false) => Bytes::from(join_array(Some(&f), &replies)),
             (None, _) => Bytes::from(join_array(None, &replies)),
         }
@@ -297,13 +314,13 @@ pub(super) async fn passthrough(
     } else if !rbody.is_empty() {
         // An error status's body: the SDKs read a JSON-RPC error from it, so it is judged like
         // any message; one that is no JSON-RPC (an error page) is not passed on.
-        match filter.on_server(&rbody).record(filter.sink()).forward {
-            Some(Cow::Borrowed(b)) if b.len() == rbody.len() => rbody,
-            Some(f) => Bytes::from(f.into_owned()),
-            None => Bytes::from_static(
-                b"toolwall: the upstream MCP server's error body is not a JSON-RPC message; not passed on",
-            ),
-        }
+        let Some((judged_by, forward)) = judge_server(filter, rbody).await else {
+            return lost_judgement();
+        };
+        filter = judged_by;
+        forward.unwrap_or(Bytes::from_static(
+            b"toolwall: the upstream MCP server's error body is not a JSON-RPC message; not passed on",
+        ))
     } else {
         rbody
     };
@@ -317,6 +334,31 @@ pub(super) async fn passthrough(
     *response.status_mut() = rparts.status;
     *response.headers_mut() = rparts.headers;
     response
+}
+
+/// Judges a message of the upstream's (off the runtime's thread when it is large: see
+/// `mcp/offload.rs`) and records what was judged: what passes on, the same bytes when it was
+/// untouched.
+pub(super) async fn judge_server(filter: Filter, msg: Bytes) -> Option<(Filter, Option<Bytes>)> {
+    let len = msg.len();
+    let work = move |filter: &mut Filter| {
+        let out = filter.on_server(&msg).record(filter.sink());
+        match out.forward {
+            Some(Cow::Borrowed(b)) if b.len() == msg.len() => Some(msg.clone()),
+            Some(f) => Some(Bytes::from(f.into_owned())),
+            None => None,
+        }
+    };
+    // Recorded where it was judged: nothing is left to do for a client that left.
+    crate::mcp::offload::judge(filter, len, work, drop).await
+}
+
+/// A judgement that was lost (it panicked, or the proxy is ending): nothing was passed on.
+fn lost_judgement() -> Response<ProxyBody> {
+    plain(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "toolwall could not judge the message; nothing of it was passed on",
+    )
 }
 
 /// A request refused before it was forwarded: its calls recorded refused, and an HTTP 400

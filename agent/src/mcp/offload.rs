@@ -1,0 +1,95 @@
+//! Judging a large message off the runtime's thread.
+//!
+//! The filter proxy serves every client on one thread. Judging a message of megabytes (a
+//! listing of thousands of tools, a call with a large argument) holds that thread for hundreds
+//! of milliseconds, and every other client's calls wait that long. A message of
+//! [`INLINE_BYTES`] or more is judged on a blocking thread instead: its filter is moved there
+//! and back, and the runtime serves the other clients meanwhile. At most one fewer such
+//! judgements than the machine has cores run at once; the rest wait their turn, in order.
+//! `mcp_proxy_edges.rs`, `a_large_message_being_judged_does_not_hold_up_other_clients`, shows
+//! it through the real binary.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
+
+use tokio::sync::{Semaphore, oneshot};
+
+use super::filter::Filter;
+
+/// Messages from this size on are judged off the runtime's thread; smaller ones take less
+/// time than the move there and back.
+pub(crate) const INLINE_BYTES: usize = 256 << 10;
+
+/// The judgements that may run off the runtime's thread at once: the cores but the runtime's.
+fn permits() -> &'static Semaphore {
+    static PERMITS: OnceLock<Semaphore> = OnceLock::new();
+    PERMITS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Semaphore::new(cores.saturating_sub(1).max(1))
+    })
+}
+
+/// A judgement under way on a blocking thread: resolves to the filter and what `work` made
+/// of the message, or to `None` when the judgement was lost (it panicked, or the runtime is
+/// ending); the filter is then lost with it.
+pub(crate) struct Judging<T> {
+    done: oneshot::Receiver<(Filter, T)>,
+}
+
+impl<T: Send + 'static> Judging<T> {
+    /// Runs `work` on `filter` on a blocking thread once a permit is free. When the one who
+    /// waits for the result is gone before it comes (the client left), `abandoned` gets it,
+    /// so that what was judged is still recorded.
+    pub(crate) fn start(
+        filter: Filter,
+        work: impl FnOnce(&mut Filter) -> T + Send + 'static,
+        abandoned: impl FnOnce(T) + Send + 'static,
+    ) -> Self {
+        let (tx, done) = oneshot::channel();
+        tokio::spawn(async move {
+            // The semaphore is never closed.
+            let Ok(_permit) = permits().acquire().await else {
+                return;
+            };
+            let judged = tokio::task::spawn_blocking(move || {
+                let mut filter = filter;
+                let out = work(&mut filter);
+                (filter, out)
+            })
+            .await;
+            // A judgement that panicked (the panic is reported where it happened) is lost:
+            // the waiting side sees `None`.
+            if let Ok(judged) = judged
+                && let Err((_, out)) = tx.send(judged)
+            {
+                abandoned(out);
+            }
+        });
+        Judging { done }
+    }
+}
+
+impl<T> Future for Judging<T> {
+    type Output = Option<(Filter, T)>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.done).poll(cx).map(Result::ok)
+    }
+}
+
+/// Runs `work` on `filter` here when `len` is below [`INLINE_BYTES`], else on a blocking
+/// thread ([`Judging`]); `None` when the judgement was lost.
+pub(crate) async fn judge<T: Send + 'static>(
+    mut filter: Filter,
+    len: usize,
+    work: impl FnOnce(&mut Filter) -> T + Send + 'static,
+    abandoned: impl FnOnce(T) + Send + 'static,
+) -> Option<(Filter, T)> {
+    if len < INLINE_BYTES {
+        let out = work(&mut filter);
+        return Some((filter, out));
+    }
+    Judging::start(filter, work, abandoned).await
+}

@@ -180,6 +180,30 @@ fn logged_once(log: &Path, line: &str, count: usize) -> Vec<String> {
     panic!("the upstream never logged {line:?} {count} times");
 }
 
+/// Reads `stream` until it ends, or until `end` came (empty: until it ends); returns when
+/// `marker` first came, and what was read.
+fn read_until(mut stream: TcpStream, marker: &str, end: &str) -> (Option<Instant>, String) {
+    let (mut answer, mut came) = (Vec::new(), None);
+    let mut chunk = vec![0u8; 64 << 10];
+    // What is looked for may straddle two reads: look back by its length.
+    let seen = |text: &[u8], what: &str, n: usize| {
+        let from = text.len().saturating_sub(n + what.len());
+        text[from..]
+            .windows(what.len())
+            .any(|w| w == what.as_bytes())
+    };
+    while let Ok(n @ 1..) = stream.read(&mut chunk) {
+        answer.extend_from_slice(&chunk[..n]);
+        if came.is_none() && seen(&answer, marker, n) {
+            came = Some(Instant::now());
+        }
+        if !end.is_empty() && seen(&answer, end, n) {
+            break;
+        }
+    }
+    (came, String::from_utf8_lossy(&answer).into_owned())
+}
+
 /// Sends `body` in `session` on a fresh connection in a thread of its own; the thread keeps
 /// when `marker` first came in the answer, and returns it with the whole answer.
 fn in_thread(
@@ -195,21 +219,7 @@ fn in_thread(
             .set_read_timeout(Some(Duration::from_secs(60)))
             .expect("timeout");
         stream.write_all(&request).expect("send");
-        let (mut answer, mut came) = (Vec::new(), None);
-        let mut chunk = vec![0u8; 64 << 10];
-        while let Ok(n @ 1..) = stream.read(&mut chunk) {
-            answer.extend_from_slice(&chunk[..n]);
-            // The marker may straddle two reads: look back by its length.
-            let from = answer.len().saturating_sub(n + marker.len());
-            if came.is_none()
-                && answer[from..]
-                    .windows(marker.len())
-                    .any(|w| w == marker.as_bytes())
-            {
-                came = Some(Instant::now());
-            }
-        }
-        let text = String::from_utf8_lossy(&answer).into_owned();
+        let (came, text) = read_until(stream, marker, "");
         let status = text
             .split(' ')
             .nth(1)
@@ -224,8 +234,8 @@ fn a_large_message_being_judged_does_not_hold_up_other_clients() {
     // A listing of about 4 MB takes the proxy a while to judge (seconds in a debug build).
     // Another client's call made meanwhile is answered before the listing, in both of the
     // forms a listing comes in (an SSE stream, after an event that passes before it; a JSON
-    // body), the listing judged all the same; and while a client's own large call is judged
-    // the upstream gets the other client's call first.
+    // body) and in a bridged session, the listing judged all the same; and while a client's
+    // own large call is judged the upstream gets the other client's call first.
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("upstream.log");
     let (_upstream, url) = large_upstream(&log);
@@ -281,6 +291,38 @@ fn a_large_message_being_judged_does_not_hold_up_other_clients() {
             "the call (listing id {id}) waited for another client's listing to be judged"
         );
     }
+    // A legacy SSE client's session is bridged (not passed through): the same there.
+    let (stream, path) = open_sse(port);
+    post(
+        port,
+        &path,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    post(
+        port,
+        &path,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    post(
+        port,
+        &path,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    let reading = std::thread::spawn(move || read_until(stream, "tool-0000", "tool-0499"));
+    logged_once(&log, "listing sent", 5);
+    let (answered, status, text) = in_thread(port, &caller, call(13, "get-sum", "{}"), "sum=3")
+        .join()
+        .expect("call");
+    assert_eq!(status, 200, "{text}");
+    let (listed, text) = reading.join().expect("read");
+    assert!(
+        text.contains("tool-0499") && !text.contains("tool-0007"),
+        "judged whole"
+    );
+    assert!(
+        answered.expect("answered") < listed.expect("listed"),
+        "the call waited for a bridged session's listing to be judged"
+    );
     // A call of 4 MB: the other client's small call made meanwhile reaches the upstream first.
     let big = call(
         20,

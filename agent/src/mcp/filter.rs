@@ -111,6 +111,8 @@ pub(crate) struct Filter {
     held: Vec<Held>,
     /// Judging the items of a batch: a call there cannot wait alone, so it is not held.
     in_batch: bool,
+    /// The turn the server message about to be judged took as it arrived ([`Filter::arrive`]).
+    turn: Option<u64>,
 }
 
 /// The tools a session may call.
@@ -127,6 +129,12 @@ pub(crate) struct Listing {
     /// before its first call ([`Filter::list_first`]), because what a server lists depends on
     /// who asks (the session's capabilities, its credentials).
     required: bool,
+    /// The last turn given to a server message of this session (taken as it arrives,
+    /// [`Filter::arrive`], or as its list is applied), and the turn of the last list applied:
+    /// a list judged off the proxy's thread (`mcp/offload.rs`) may be done after one that came
+    /// later, and must not replace it. A list older than the one applied is not applied.
+    turns: u64,
+    applied: u64,
 }
 
 impl Listing {
@@ -134,9 +142,15 @@ impl Listing {
     /// one was judged.
     pub(crate) fn required() -> Self {
         Listing {
-            names: None,
             required: true,
+            ..Listing::default()
         }
+    }
+
+    /// The next turn.
+    fn turn(&mut self) -> u64 {
+        self.turns += 1;
+        self.turns
     }
 }
 
@@ -231,6 +245,7 @@ impl Filter {
             records: Vec::new(),
             held: Vec::new(),
             in_batch: false,
+            turn: None,
         }
     }
 
@@ -304,7 +319,10 @@ impl Filter {
     /// forgotten, so the call that waited for it is refused as unlisted (and the next one
     /// listed for again), never judged against part of a list.
     pub(crate) fn listing_failed(&self) {
-        self.listing().names = None;
+        let mut listing = self.listing();
+        listing.names = None;
+        // A list still being judged is older than this failure.
+        listing.applied = listing.turn();
     }
 
     fn listing(&self) -> MutexGuard<'_, Listing> {
@@ -314,6 +332,14 @@ impl Filter {
 
     /// A message from the server: `tools/list` results lose their denied tools, everything
     /// else (responses, server-to-client requests, notifications) passes as is.
+    /// The server message to be judged next arrived now: it takes its turn, so that a list
+    /// it carries is applied after the lists that came before it and before those after it,
+    /// wherever and whenever it is judged.
+    pub(crate) fn arrive(&mut self) {
+        let turn = self.listing().turn();
+        self.turn = Some(turn);
+    }
+
     pub(crate) fn on_server<'a>(&mut self, msg: &'a [u8]) -> Outcome<'a> {
         let forward = match first_token(msg) {
             None => Some(Cow::Borrowed(msg)),
@@ -330,6 +356,7 @@ impl Filter {
                 None
             }
         };
+        self.turn = None;
         Outcome {
             forward,
             replies: Vec::new(),

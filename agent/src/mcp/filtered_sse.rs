@@ -290,9 +290,10 @@ impl FilteredSse {
             && let Some(event) = self.decoder.next_event()
         {
             if event.is_message() && event.data.len() >= INLINE_BYTES {
-                let Some(filter) = self.filter.take() else {
+                let Some(mut filter) = self.filter.take() else {
                     return;
                 };
+                filter.arrive();
                 // Recorded there: what was judged is recorded even if the client left.
                 let judging = Judging::start(
                     filter,

@@ -31,6 +31,49 @@ fn permits() -> &'static Semaphore {
     })
 }
 
+/// Runs `work` on a blocking thread once a permit is free; the receiver gets what it made.
+/// When the receiver is gone before it comes (the client left) but after `work` began,
+/// `abandoned` gets it, so that what was judged is still recorded; gone before, `work` is
+/// dropped without running (and logged). A `work` that panicked (the panic is reported where
+/// it happened) sends nothing.
+fn spawn<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+    abandoned: impl FnOnce(T) + Send + 'static,
+) -> oneshot::Receiver<T> {
+    let (mut tx, done) = oneshot::channel();
+    tokio::spawn(async move {
+        // A message whose client left while it waited its turn is not judged: nothing of it
+        // was passed on, and it is let go at once rather than held until its turn.
+        let permit = tokio::select! {
+            permit = permits().acquire() => permit,
+            () = tx.closed() => {
+                tracing::warn!("a large message's client left before it was judged; it was dropped, unjudged and not passed on");
+                return;
+            }
+        };
+        // The semaphore is never closed.
+        let Ok(_permit) = permit else {
+            return;
+        };
+        if let Ok(out) = tokio::task::spawn_blocking(work).await
+            && let Err(out) = tx.send(out)
+        {
+            abandoned(out);
+        }
+    });
+    done
+}
+
+/// Runs `work` (judging a large message under a lock of its own: a bridged session's filter)
+/// on a blocking thread ([`spawn`]); `None` when it was lost (it panicked, or the runtime is
+/// ending).
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+    abandoned: impl FnOnce(T) + Send + 'static,
+) -> Option<T> {
+    spawn(work, abandoned).await.ok()
+}
+
 /// A judgement under way on a blocking thread: resolves to the filter and what `work` made
 /// of the message, or to `None` when the judgement was lost (it panicked, or the runtime is
 /// ending); the filter is then lost with it.
@@ -39,35 +82,21 @@ pub(crate) struct Judging<T> {
 }
 
 impl<T: Send + 'static> Judging<T> {
-    /// Runs `work` on `filter` on a blocking thread once a permit is free. When the one who
-    /// waits for the result is gone before it comes (the client left), `abandoned` gets it,
-    /// so that what was judged is still recorded.
+    /// Runs `work` on `filter` on a blocking thread ([`spawn`]); `abandoned` gets what it made
+    /// when no one waits for it any more.
     pub(crate) fn start(
         filter: Filter,
         work: impl FnOnce(&mut Filter) -> T + Send + 'static,
         abandoned: impl FnOnce(T) + Send + 'static,
     ) -> Self {
-        let (tx, done) = oneshot::channel();
-        tokio::spawn(async move {
-            // The semaphore is never closed.
-            let Ok(_permit) = permits().acquire().await else {
-                return;
-            };
-            let judged = tokio::task::spawn_blocking(move || {
-                let mut filter = filter;
-                let out = work(&mut filter);
-                (filter, out)
-            })
-            .await;
-            // A judgement that panicked (the panic is reported where it happened) is lost:
-            // the waiting side sees `None`.
-            if let Ok(judged) = judged
-                && let Err((_, out)) = tx.send(judged)
-            {
-                abandoned(out);
-            }
-        });
-        Judging { done }
+        let work = move || {
+            let mut filter = filter;
+            let out = work(&mut filter);
+            (filter, out)
+        };
+        Judging {
+            done: spawn(work, move |(_, out)| abandoned(out)),
+        }
     }
 }
 

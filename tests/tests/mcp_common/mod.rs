@@ -164,10 +164,9 @@ fn proxy_listening(upstream: &str, args: &[&str]) -> (Proc, u16) {
                 .args(["mcp-proxy", "--upstream", upstream, "--listen"])
                 .arg(format!("127.0.0.1:{port}"))
                 .args(args)
-                // Its stderr is read once it exited: warnings and errors only, so that an
-                // upstream of hundreds of tools (a line each when registered) cannot fill the
-                // pipe and stop the proxy mid-test.
-                .env("TOOLWALL_LOG", "warn")
+                // Its stderr is read once it exited: no line per tool registered, so that an
+                // upstream of hundreds of tools cannot fill the pipe and stop the proxy.
+                .env("TOOLWALL_LOG", "info,toolwall::registry=warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())

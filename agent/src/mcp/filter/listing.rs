@@ -219,10 +219,17 @@ impl Filter {
         }
         // A listing's first page begins the session's list anew: a tool the server no longer
         // lists is no longer callable (its later pages add to it).
+        let turn = self.turn.take();
         let mut listing = self.listing();
-        match (anew, &mut listing.names) {
-            (false, Some(names)) => names.extend(listed),
-            _ => listing.names = Some(listed),
+        let turn = turn.unwrap_or_else(|| listing.turn());
+        // A list that came before the one applied (judged off the proxy's thread, done later)
+        // does not replace it: the session keeps the newer one.
+        if turn > listing.applied {
+            listing.applied = turn;
+            match (anew, &mut listing.names) {
+                (false, Some(names)) => names.extend(listed),
+                _ => listing.names = Some(listed),
+            }
         }
         drop(listing);
         if kept.len() == items.len() {

@@ -173,9 +173,9 @@ impl BridgedSession {
     /// when nothing was, or the upstream refused it) and the replies the client gets from
     /// toolwall: refused calls, and an error for each request the upstream refused to take.
     pub(super) async fn client_message(
-        &self,
+        self: &Arc<Self>,
         shared: &Shared,
-        body: &[u8],
+        body: &Bytes,
     ) -> (Option<Bytes>, Vec<Vec<u8>>) {
         // A call before the session listed: its list first, in its own upstream session.
         let first = self
@@ -196,9 +196,12 @@ impl BridgedSession {
         }
         // What was judged is recorded once the request's fate is known: a call the upstream
         // refused (a revoked token's 401, a lost session) is recorded refused, never `allow`.
-        let (forward, replies, held, mut judged) = {
-            let mut f = self.filter.lock().unwrap_or_else(|e| e.into_inner());
-            let mut out = f.on_client(body);
+        // A large one off the proxy's thread (`mcp/offload.rs`), the session's filter locked
+        // there meanwhile; should the client leave, its calls are recorded refused.
+        let (judging, message) = (self.clone(), body.clone());
+        let judge = move || {
+            let mut f = judging.filter.lock().unwrap_or_else(|e| e.into_inner());
+            let mut out = f.on_client(&message);
             let mut judged = Verdicts::new(f.sink());
             judged.add(&mut out.records);
             (
@@ -207,6 +210,18 @@ impl BridgedSession {
                 out.held,
                 judged,
             )
+        };
+        let (forward, replies, held, mut judged) = match body.len()
+            < crate::mcp::offload::INLINE_BYTES
+        {
+            true => judge(),
+            false => match crate::mcp::offload::blocking(judge, drop).await {
+                Some(judged) => judged,
+                None => {
+                    let why = "[toolwall] the message could not be judged; it was not forwarded";
+                    return (None, vec![error_response("null", INTERNAL_ERROR, why)]);
+                }
+            },
         };
         // A call that waits for a person (`approval.rs`): this POST waits with it.
         let (forward, replies) = match held.into_iter().next() {
@@ -371,12 +386,28 @@ pub(super) async fn bridge(
                     return;
                 }
             };
-            let filtered = {
-                let mut f = session.filter.lock().unwrap_or_else(|e| e.into_inner());
+            // A large one off the proxy's thread (`mcp/offload.rs`), the session's filter
+            // locked there meanwhile.
+            let len = message.len();
+            let judging = session.clone();
+            let judge = move || {
+                let mut f = judging.filter.lock().unwrap_or_else(|e| e.into_inner());
                 f.on_server(&message)
                     .record(f.sink())
                     .forward
                     .map(|c| Bytes::from(one_line(&c).into_owned()))
+            };
+            let filtered = match len < crate::mcp::offload::INLINE_BYTES {
+                true => judge(),
+                // Recorded where it was judged: nothing is left to do once no one waits.
+                false => match crate::mcp::offload::blocking(judge, drop).await {
+                    Some(filtered) => filtered,
+                    None => {
+                        tracing::error!("judging a server message failed; its session ends");
+                        session.end(&shared2);
+                        return;
+                    }
+                },
             };
             if let Some(m) = filtered
                 && !session.deliver(&shared2, m, charge).await

@@ -339,8 +339,15 @@ pub(super) async fn passthrough(
 /// Judges a message of the upstream's (off the runtime's thread when it is large: see
 /// `mcp/offload.rs`) and records what was judged: what passes on, the same bytes when it was
 /// untouched.
-pub(super) async fn judge_server(filter: Filter, msg: Bytes) -> Option<(Filter, Option<Bytes>)> {
+pub(super) async fn judge_server(
+    mut filter: Filter,
+    msg: Bytes,
+) -> Option<(Filter, Option<Bytes>)> {
     let len = msg.len();
+    if len >= crate::mcp::offload::INLINE_BYTES {
+        // A list it carries is applied in the order it came, however long it takes.
+        filter.arrive();
+    }
     let work = move |filter: &mut Filter| {
         let out = filter.on_server(&msg).record(filter.sink());
         match out.forward {

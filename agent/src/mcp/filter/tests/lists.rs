@@ -112,6 +112,57 @@ fn each_session_is_judged_by_its_own_list() {
     assert!(b.on_client(call).forward.is_some());
 }
 
+/// Two lists of one session judged out of the order they came (the first, large, judged off
+/// the proxy's thread and done last): the session keeps the one that came last, and a list
+/// still being judged when a listing failed does not set the list after it.
+#[test]
+fn a_list_done_after_a_newer_one_does_not_replace_it() {
+    let listing = Arc::new(Mutex::new(Listing::required()));
+    let session = || filter(&[]).with_listing(listing.clone());
+    let (mut older, mut newer) = (session(), session());
+    let call = |name: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"{name}"}}}}"#)
+    };
+    older.arrive();
+    newer.on_server(br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"kept"}]}}"#);
+    let out = older.on_server(
+        br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"kept"},{"name":"dropped"}]}}"#,
+    );
+    // Its client still gets the list it asked for, judged.
+    assert!(out.forward.is_some());
+    assert!(
+        session()
+            .on_client(call("dropped").as_bytes())
+            .forward
+            .is_none()
+    );
+    assert!(
+        session()
+            .on_client(call("kept").as_bytes())
+            .forward
+            .is_some()
+    );
+    // A later list (in its turn) applies as ever.
+    session().on_server(br#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"dropped"}]}}"#);
+    assert!(
+        session()
+            .on_client(call("dropped").as_bytes())
+            .forward
+            .is_some()
+    );
+    // A listing that failed while a list was judged: that list does not set the session's.
+    let mut late = session();
+    late.arrive();
+    session().listing_failed();
+    late.on_server(br#"{"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"kept"}]}}"#);
+    assert!(
+        session()
+            .on_client(call("kept").as_bytes())
+            .forward
+            .is_none()
+    );
+}
+
 #[test]
 fn pagination_across_pages() {
     let mut f = filter(&["^b"]);

@@ -1,7 +1,9 @@
 """A Streamable HTTP MCP upstream with large messages, for the filter proxy's fairness test.
 
-It lists 500 tools of 8 KB each (about 4 MB); a `tools/list` with a string id is answered as
-an SSE stream (a log notification, then the listing), one with a number id as a JSON body. `get-sum` and `take-big` answer at once.
+It lists 500 tools of 8 KB each (about 4 MB). A `tools/list` with a number id is answered as a
+JSON body; one with the id `"sse"` as an SSE stream (a log notification, then the listing). Two
+ids list small: `"late"` as an SSE stream of a 4 MB log notification and then a list that also
+has `victim`, `"small"` as a JSON body without it. `get-sum` and `take-big` answer at once.
 Each session gets its own `Mcp-Session-Id`. What it did is appended to the file `LOG` names,
 a line each, as it happens: `listing sent` once a listing's last byte is written, `call NAME`
 when a call comes in.
@@ -18,6 +20,9 @@ TOOLS = [{"name": "get-sum", "description": "adds", "inputSchema": {"type": "obj
          {"name": "take-big", "description": "takes a large argument", "inputSchema": {"type": "object"}}]
 TOOLS += [{"name": f"tool-{i:04}", "description": "d" * 8000, "inputSchema": {"type": "object"}}
           for i in range(500)]
+SMALL = TOOLS[:2]
+NOTE = {"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "n" * (4 << 20)}}
 SESSIONS = itertools.count(1)
 
 
@@ -58,8 +63,13 @@ class Handler(BaseHTTPRequestHandler):
                       "capabilities": {"tools": {}}, "serverInfo": {"name": "large", "version": "1"}}
             return self.reply(json.dumps({"jsonrpc": "2.0", "id": i, "result": result}).encode())
         if method == "tools/list":
-            answer = json.dumps({"jsonrpc": "2.0", "id": i, "result": {"tools": TOOLS}})
-            if isinstance(i, str):
+            tools = SMALL + [{"name": "victim", "inputSchema": {"type": "object"}}] if i == "late" \
+                else SMALL if i == "small" else TOOLS
+            answer = json.dumps({"jsonrpc": "2.0", "id": i, "result": {"tools": tools}})
+            if i == "late":
+                stream = f"event: message\ndata: {json.dumps(NOTE)}\n\nevent: message\ndata: {answer}\n\n"
+                self.reply(stream.encode(), "text/event-stream")
+            elif i == "sse":
                 note = json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
                                    "params": {"level": "info", "data": "before the listing"}})
                 stream = f"event: message\ndata: {note}\n\nevent: message\ndata: {answer}\n\n"

@@ -349,3 +349,37 @@ fn a_large_message_being_judged_does_not_hold_up_other_clients() {
         "the small call waited for another client's large call to be judged: {calls:?}"
     );
 }
+
+#[test]
+fn a_list_behind_a_large_message_is_applied_in_the_order_it_came() {
+    // A session's first listing is a stream of a 4 MB notification and then a list with
+    // `victim`; its second, asked while that notification is judged (off the proxy's thread), a
+    // small list without it. The first list is judged last, yet the session keeps the second:
+    // `victim` is refused, as when every message was judged where it came in.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("upstream.log");
+    let (_upstream, url) = large_upstream(&log);
+    let (_proxy, port) = proxy(&url, &[]);
+    let session = open_session(port);
+    let list = |id: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#);
+    let late = in_thread(port, &session, list(r#""late""#), "victim");
+    // Its stream is with the proxy (after the proxy's own listing at start).
+    logged_once(&log, "listing sent", 2);
+    let (_, status, text) = in_thread(port, &session, list(r#""small""#), "get-sum")
+        .join()
+        .expect("the small list");
+    assert_eq!(status, 200, "{text}");
+    assert!(!text.contains("victim"), "{text}");
+    let (_, status, text) = late.join().expect("the late list");
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("victim"),
+        "its client gets the list it asked for"
+    );
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"victim","arguments":{}}}"#;
+    let (_, status, text) = in_thread(port, &session, call.into(), "victim")
+        .join()
+        .expect("the call");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("Unknown tool: victim"), "{text}");
+}

@@ -130,9 +130,10 @@ pub(crate) struct Listing {
     /// who asks (the session's capabilities, its credentials).
     required: bool,
     /// The last turn given to a server message of this session (taken as it arrives,
-    /// [`Filter::arrive`], or as its list is applied), and the turn of the last list applied:
-    /// a list judged off the proxy's thread (`mcp/offload.rs`) may be done after one that came
-    /// later, and must not replace it. A list older than the one applied is not applied.
+    /// [`Filter::arrive`], or as its first list is applied), and the turn of the last list
+    /// applied: a list judged off the proxy's thread (`mcp/offload.rs`) may be done after one
+    /// that came later, and must not replace it. A list older than the one applied is not
+    /// applied; the lists of one message (a batch) share its turn and apply in order.
     turns: u64,
     applied: u64,
 }
@@ -151,6 +152,15 @@ impl Listing {
     fn turn(&mut self) -> u64 {
         self.turns += 1;
         self.turns
+    }
+}
+
+/// A session's turns, taken by its server messages as they arrive ([`Filter::arrive`]).
+pub(crate) struct Turns(Arc<Mutex<Listing>>);
+
+impl Turns {
+    pub(crate) fn take(&self) -> u64 {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).turn()
     }
 }
 
@@ -336,8 +346,18 @@ impl Filter {
     /// it carries is applied after the lists that came before it and before those after it,
     /// wherever and whenever it is judged.
     pub(crate) fn arrive(&mut self) {
-        let turn = self.listing().turn();
+        let turn = self.turns().take();
+        self.arrived(turn);
+    }
+
+    /// The server message to be judged next took `turn` as it arrived ([`Turns::take`]).
+    pub(crate) fn arrived(&mut self, turn: u64) {
         self.turn = Some(turn);
+    }
+
+    /// Where this session's server messages take their turns while its filter is away.
+    pub(crate) fn turns(&self) -> Turns {
+        Turns(self.listing.clone())
     }
 
     pub(crate) fn on_server<'a>(&mut self, msg: &'a [u8]) -> Outcome<'a> {

@@ -9,6 +9,7 @@
 //! instead of mirroring the upstream's head, event and end chunk as three (a slow call's head
 //! waits for its first event).
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,9 +20,9 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 
-use super::filter::Filter;
+use super::filter::{Filter, Turns};
 use super::offload::{INLINE_BYTES, Judging};
-use crate::sse::message::SseDecoder;
+use crate::sse::message::{SseDecoder, SseEvent};
 use crate::sse::writer::encode_event_into;
 
 /// Most filtered bytes gathered before they are handed on (besides one message larger than
@@ -36,6 +37,12 @@ pub(crate) struct FilteredSse {
     /// That judgement, with the event's type and id: nothing more is read or passed on
     /// until it is done, so the events keep their order.
     judging: Option<EventJudging>,
+    /// Events decoded while one before them is judged, each message with the turn it took
+    /// as it was decoded (`Filter::arrive`), so that a list among them is applied in the
+    /// order it came, not when it is judged.
+    waiting: VecDeque<(SseEvent, Option<u64>)>,
+    /// Where they take their turns while the filter is away.
+    turns: Turns,
     decoder: SseDecoder,
     /// Filtered bytes not yet handed to the client (our replies first).
     ready: BytesMut,
@@ -96,8 +103,10 @@ impl FilteredSse {
         }
         FilteredSse {
             upstream: Some(upstream),
+            turns: filter.turns(),
             filter: Some(filter),
             judging: None,
+            waiting: VecDeque::new(),
             decoder: SseDecoder::with_limit(max_message),
             ready,
             owed: None,
@@ -285,15 +294,37 @@ impl FilteredSse {
 
     /// Every complete event decoded so far, filtered and encoded into `ready`.
     fn drain(&mut self) {
-        while self.judging.is_none()
-            && let Some(filter) = self.filter.as_mut()
-            && let Some(event) = self.decoder.next_event()
-        {
+        loop {
+            if self.judging.is_some() {
+                // What was read already came before anything read later, on any stream of
+                // the session: its messages take their turns now, and wait.
+                while let Some(event) = self.decoder.next_event() {
+                    let turn =
+                        (event.is_message() && !event.data.is_empty()).then(|| self.turns.take());
+                    self.waiting.push_back((event, turn));
+                }
+                return;
+            }
+            let Some(filter) = self.filter.as_mut() else {
+                return;
+            };
+            let (event, turn) = match self.waiting.pop_front() {
+                Some(waited) => waited,
+                None => match self.decoder.next_event() {
+                    Some(event) => (event, None),
+                    None => return,
+                },
+            };
+            if let Some(turn) = turn {
+                filter.arrived(turn);
+            }
             if event.is_message() && event.data.len() >= INLINE_BYTES {
                 let Some(mut filter) = self.filter.take() else {
                     return;
                 };
-                filter.arrive();
+                if turn.is_none() {
+                    filter.arrive();
+                }
                 // Recorded there: what was judged is recorded even if the client left.
                 let judging = Judging::start(
                     filter,
@@ -308,7 +339,7 @@ impl FilteredSse {
                     event: event.event,
                     id: event.id,
                 });
-                return;
+                continue;
             }
             if event.is_message() && !event.data.is_empty() {
                 let out = filter.on_server(&event.data);

@@ -219,12 +219,20 @@ impl Filter {
         }
         // A listing's first page begins the session's list anew: a tool the server no longer
         // lists is no longer callable (its later pages add to it).
-        let turn = self.turn.take();
+        // The message's turn: taken as it arrived, else now (by its first list; the others of
+        // a batch share it).
+        let turn = match self.turn {
+            Some(turn) => turn,
+            None => {
+                let turn = self.listing().turn();
+                self.turn = Some(turn);
+                turn
+            }
+        };
         let mut listing = self.listing();
-        let turn = turn.unwrap_or_else(|| listing.turn());
         // A list that came before the one applied (judged off the proxy's thread, done later)
         // does not replace it: the session keeps the newer one.
-        if turn > listing.applied {
+        if turn >= listing.applied {
             listing.applied = turn;
             match (anew, &mut listing.names) {
                 (false, Some(names)) => names.extend(listed),

@@ -441,6 +441,7 @@ pub(super) async fn bridge_streamable(
     match (req.method().clone(), existing, session_id) {
         (Method::POST, existing, sid) => {
             let (parts, body) = req.into_parts();
+            let admitted = crate::mcp::offload::admit(&body).await;
             let body =
                 match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
                     Ok(b) => b,
@@ -502,6 +503,7 @@ pub(super) async fn bridge_streamable(
                 ids: keys,
             };
             let (forward, mut replies) = session.client_message(&shared, &body).await;
+            drop(admitted);
             // Ids answered locally (refused calls) or not sent do not wait.
             let sent_ids = forward.as_deref().map(request_ids).unwrap_or_default();
             if let Ok(mut w) = session.waiting.lock() {

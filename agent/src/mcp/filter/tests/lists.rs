@@ -142,6 +142,19 @@ fn a_list_done_after_a_newer_one_does_not_replace_it() {
             .forward
             .is_some()
     );
+    // Every list of an older message (a batch) is as old as it.
+    let mut batch = session();
+    batch.arrive();
+    session().on_server(br#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"kept"}]}}"#);
+    batch.on_server(
+        br#"[{"jsonrpc":"2.0","id":6,"result":{"tools":[{"name":"dropped"}]}},{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"dropped"}]}}]"#,
+    );
+    assert!(
+        session()
+            .on_client(call("dropped").as_bytes())
+            .forward
+            .is_none()
+    );
     // A later list (in its turn) applies as ever.
     session().on_server(br#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"dropped"}]}}"#);
     assert!(

@@ -8,6 +8,10 @@ use crate::mcp::filter::IdKey;
 pub(super) struct BridgedSession {
     upstream: UpstreamSession,
     filter: Mutex<Filter>,
+    /// Held while `filter` is locked for a judgement, the whole time one runs off the proxy's
+    /// thread (`mcp/offload.rs`): the proxy's thread waits here for its turn (asynchronously,
+    /// serving other clients) rather than blocking on `filter`.
+    judging: tokio::sync::Mutex<()>,
     /// The client's stream (legacy SSE stream, or the Streamable HTTP GET stream).
     stream: Mutex<Option<mpsc::Sender<Outbound>>>,
     /// Server messages waiting for a GET stream (Streamable HTTP client, bounded), each with
@@ -178,14 +182,17 @@ impl BridgedSession {
         body: &Bytes,
     ) -> (Option<Bytes>, Vec<Vec<u8>>) {
         // A call before the session listed: its list first, in its own upstream session.
-        let first = self
-            .filter
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .list_first(body);
+        let first = {
+            let _turn = self.judging.lock().await;
+            self.filter
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .list_first(body)
+        };
         if let Some(first) = first
             && let Err(why) = self.list_for(shared, first).await
         {
+            let _turn = self.judging.lock().await;
             self.filter
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -211,6 +218,7 @@ impl BridgedSession {
                 judged,
             )
         };
+        let turn = self.judging.lock().await;
         let (forward, replies, held, mut judged) = match body.len()
             < crate::mcp::offload::INLINE_BYTES
         {
@@ -223,6 +231,7 @@ impl BridgedSession {
                 }
             },
         };
+        drop(turn);
         // A call that waits for a person (`approval.rs`): this POST waits with it.
         let (forward, replies) = match held.into_iter().next() {
             Some(held) => {
@@ -363,6 +372,7 @@ pub(super) async fn bridge(
     let session = Arc::new(BridgedSession {
         upstream,
         filter: Mutex::new(shared.filter()),
+        judging: tokio::sync::Mutex::new(()),
         stream: Mutex::new(stream),
         queued: Mutex::default(),
         waiting: Mutex::default(),
@@ -397,6 +407,7 @@ pub(super) async fn bridge(
                     .forward
                     .map(|c| Bytes::from(one_line(&c).into_owned()))
             };
+            let turn = session.judging.lock().await;
             let filtered = match len < crate::mcp::offload::INLINE_BYTES {
                 true => judge(),
                 // Recorded where it was judged: nothing is left to do once no one waits.
@@ -409,6 +420,7 @@ pub(super) async fn bridge(
                     }
                 },
             };
+            drop(turn);
             if let Some(m) = filtered
                 && !session.deliver(&shared2, m, charge).await
             {

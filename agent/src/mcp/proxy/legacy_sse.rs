@@ -1,5 +1,5 @@
 //! Legacy HTTP+SSE clients (`GET /sse`, `POST /message`), each served from a bridged session
-//! of its own (`bridge.rs`).
+//! of its own (`bridge/`).
 
 use super::*;
 

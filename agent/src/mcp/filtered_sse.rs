@@ -21,7 +21,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 
 use super::filter::{Filter, Turns};
-use super::offload::{INLINE_BYTES, Judging};
+use super::offload::{Away, Judging};
 use crate::sse::message::{SseDecoder, SseEvent};
 use crate::sse::writer::encode_event_into;
 
@@ -318,7 +318,9 @@ impl FilteredSse {
             if let Some(turn) = turn {
                 filter.arrived(turn);
             }
-            if event.is_message() && event.data.len() >= INLINE_BYTES {
+            if event.is_message()
+                && let Some(away) = Away::take(event.data.len())
+            {
                 let Some(mut filter) = self.filter.take() else {
                     return;
                 };
@@ -327,6 +329,7 @@ impl FilteredSse {
                 }
                 // Recorded there: what was judged is recorded even if the client left.
                 let judging = Judging::start(
+                    away,
                     filter,
                     move |filter| {
                         let out = filter.on_server(&event.data);

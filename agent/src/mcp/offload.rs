@@ -5,13 +5,15 @@
 //! of milliseconds, and every other client's calls wait that long. A message of
 //! [`INLINE_BYTES`] or more is judged on a blocking thread instead: its filter is moved there
 //! and back, and the runtime serves the other clients meanwhile. At most one fewer such
-//! judgements than the machine has cores run at once; the rest wait their turn, in order.
-//! `mcp_proxy_edges.rs`, `a_large_message_being_judged_does_not_hold_up_other_clients`, shows
-//! it through the real binary.
+//! judgements than the machine has cores run at once; the rest wait their turn, in order, and
+//! the messages sent away hold at most [`MAX_AWAY_BYTES`] ([`Away`]). `mcp_proxy_bounds.rs`,
+//! `a_large_message_being_judged_does_not_hold_up_other_clients`, shows it through the real
+//! binary.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use tokio::sync::{Semaphore, oneshot};
@@ -22,25 +24,39 @@ use super::filter::Filter;
 /// time than the move there and back.
 pub(crate) const INLINE_BYTES: usize = 256 << 10;
 
-/// Large request bodies read and not yet judged, at most: a client's body waits in its
-/// socket (the kernel's buffers, not ours) until one of these is free. Without it the runtime
-/// reads every large body at once while they wait their turn to be judged: 40 clients sending
-/// 15 MB each held 865 MB.
-const BODIES_AT_ONCE: usize = 8;
+/// Most bytes of messages sent away to be judged and not judged yet. Past it a large message
+/// is judged where it came in, as every message once was: that holds the proxy's thread, so
+/// nothing more is read meanwhile. Without it the runtime went on reading every large body
+/// while they waited their turn (40 connected clients sending 15 MB each held 865 MB); a bound
+/// taken before a body is read instead let eight clients that stall mid-body hold up every
+/// large request.
+const MAX_AWAY_BYTES: usize = 64 << 20;
 
-/// A large request body's place among those read and not yet judged ([`admit`]).
-pub(crate) type Admitted = tokio::sync::SemaphorePermit<'static>;
+/// Bytes of messages sent away, and not judged yet.
+static AWAY: AtomicUsize = AtomicUsize::new(0);
 
-/// Waits, before a request body is read, until it may be: at once for a body known to be
-/// small, else for a place among [`BODIES_AT_ONCE`] (held until it was judged).
-pub(crate) async fn admit(body: &impl hyper::body::Body) -> Option<Admitted> {
-    static BODIES: Semaphore = Semaphore::const_new(BODIES_AT_ONCE);
-    let hint = body.size_hint();
-    if hint.upper().is_some_and(|n| n < INLINE_BYTES as u64) {
-        return None;
+/// A message's share of [`MAX_AWAY_BYTES`], given back when it was judged (or dropped).
+pub(crate) struct Away(usize);
+
+impl Away {
+    /// The share of a message of `len` bytes, if it is large and fits: `None` means judge it
+    /// here.
+    pub(crate) fn take(len: usize) -> Option<Away> {
+        if len < INLINE_BYTES {
+            return None;
+        }
+        AWAY.fetch_update(Ordering::AcqRel, Ordering::Acquire, |away| {
+            (away + len <= MAX_AWAY_BYTES).then_some(away + len)
+        })
+        .ok()
+        .map(|_| Away(len))
     }
-    // Never closed.
-    BODIES.acquire().await.ok()
+}
+
+impl Drop for Away {
+    fn drop(&mut self) {
+        AWAY.fetch_sub(self.0, Ordering::AcqRel);
+    }
 }
 
 /// The judgements that may run off the runtime's thread at once: the cores but the runtime's.
@@ -56,13 +72,15 @@ fn permits() -> &'static Semaphore {
 /// When the receiver is gone before it comes (the client left) but after `work` began,
 /// `abandoned` gets it, so that what was judged is still recorded; gone before, `work` is
 /// dropped without running (and logged). A `work` that panicked (the panic is reported where
-/// it happened) sends nothing.
+/// it happened) sends nothing. `away` is given back when it is over, however it ends.
 fn spawn<T: Send + 'static>(
+    away: Away,
     work: impl FnOnce() -> T + Send + 'static,
     abandoned: impl FnOnce(T) + Send + 'static,
 ) -> oneshot::Receiver<T> {
     let (mut tx, done) = oneshot::channel();
     tokio::spawn(async move {
+        let _away = away;
         // A message whose client left while it waited its turn is not judged: nothing of it
         // was passed on, and it is let go at once rather than held until its turn.
         let permit = tokio::select! {
@@ -89,10 +107,11 @@ fn spawn<T: Send + 'static>(
 /// on a blocking thread ([`spawn`]); `None` when it was lost (it panicked, or the runtime is
 /// ending).
 pub(crate) async fn blocking<T: Send + 'static>(
+    away: Away,
     work: impl FnOnce() -> T + Send + 'static,
     abandoned: impl FnOnce(T) + Send + 'static,
 ) -> Option<T> {
-    spawn(work, abandoned).await.ok()
+    spawn(away, work, abandoned).await.ok()
 }
 
 /// A judgement under way on a blocking thread: resolves to the filter and what `work` made
@@ -106,6 +125,7 @@ impl<T: Send + 'static> Judging<T> {
     /// Runs `work` on `filter` on a blocking thread ([`spawn`]); `abandoned` gets what it made
     /// when no one waits for it any more.
     pub(crate) fn start(
+        away: Away,
         filter: Filter,
         work: impl FnOnce(&mut Filter) -> T + Send + 'static,
         abandoned: impl FnOnce(T) + Send + 'static,
@@ -116,7 +136,7 @@ impl<T: Send + 'static> Judging<T> {
             (filter, out)
         };
         Judging {
-            done: spawn(work, move |(_, out)| abandoned(out)),
+            done: spawn(away, work, move |(_, out)| abandoned(out)),
         }
     }
 }
@@ -129,17 +149,20 @@ impl<T> Future for Judging<T> {
     }
 }
 
-/// Runs `work` on `filter` here when `len` is below [`INLINE_BYTES`], else on a blocking
-/// thread ([`Judging`]); `None` when the judgement was lost.
+/// Runs `work` on `filter` on a blocking thread ([`Judging`]) when the message of `len` bytes
+/// is large and fits among those away ([`Away::take`]), else here; `None` when the judgement
+/// was lost.
 pub(crate) async fn judge<T: Send + 'static>(
     mut filter: Filter,
     len: usize,
     work: impl FnOnce(&mut Filter) -> T + Send + 'static,
     abandoned: impl FnOnce(T) + Send + 'static,
 ) -> Option<(Filter, T)> {
-    if len < INLINE_BYTES {
-        let out = work(&mut filter);
-        return Some((filter, out));
+    match Away::take(len) {
+        Some(away) => Judging::start(away, filter, work, abandoned).await,
+        None => {
+            let out = work(&mut filter);
+            Some((filter, out))
+        }
     }
-    Judging::start(filter, work, abandoned).await
 }

@@ -83,13 +83,11 @@ pub(super) async fn sse_message(
         return *refused;
     }
     let (parts, body) = req.into_parts();
-    let admitted = crate::mcp::offload::admit(&body).await;
     let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
         Ok(b) => b,
         Err(r) => return r,
     };
     let (_, replies) = session.client_message(&shared, &body).await;
-    drop(admitted);
     for r in replies {
         session.deliver(&shared, Bytes::from(r), None).await;
     }

@@ -49,7 +49,6 @@ pub(super) async fn passthrough(
     // GET and DELETE carry no body (checked in `handle`); a POST's is judged and what goes
     // upstream is the filter's canonical text.
     let forward_body = if parts.method == Method::POST {
-        let admitted = crate::mcp::offload::admit(&body).await;
         let body = match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
             Ok(b) => b,
             Err(r) => return r,
@@ -107,7 +106,6 @@ pub(super) async fn passthrough(
             return lost_judgement();
         };
         filter = judged_by;
-        drop(admitted);
         // What was judged is recorded once the request's fate is known: a call the header
         // check below refuses is recorded refused, never `allow`.
         judged.add(&mut out.records);

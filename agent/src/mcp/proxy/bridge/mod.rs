@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::mcp::filter::IdKey;
+use crate::mcp::offload::Away;
 
 mod streamable;
 pub(super) use streamable::{bridge_streamable, reap_idle_sessions};
@@ -222,11 +223,9 @@ impl BridgedSession {
             )
         };
         let turn = self.judging.lock().await;
-        let (forward, replies, held, mut judged) = match body.len()
-            < crate::mcp::offload::INLINE_BYTES
-        {
-            true => judge(),
-            false => match crate::mcp::offload::blocking(judge, drop).await {
+        let (forward, replies, held, mut judged) = match Away::take(body.len()) {
+            None => judge(),
+            Some(away) => match crate::mcp::offload::blocking(away, judge, drop).await {
                 Some(judged) => judged,
                 None => {
                     let why = "[toolwall] the message could not be judged; it was not forwarded";
@@ -411,10 +410,10 @@ pub(super) async fn bridge(
                     .map(|c| Bytes::from(one_line(&c).into_owned()))
             };
             let turn = session.judging.lock().await;
-            let filtered = match len < crate::mcp::offload::INLINE_BYTES {
-                true => judge(),
+            let filtered = match Away::take(len) {
+                None => judge(),
                 // Recorded where it was judged: nothing is left to do once no one waits.
-                false => match crate::mcp::offload::blocking(judge, drop).await {
+                Some(away) => match crate::mcp::offload::blocking(away, judge, drop).await {
                     Some(filtered) => filtered,
                     None => {
                         tracing::error!("judging a server message failed; its session ends");

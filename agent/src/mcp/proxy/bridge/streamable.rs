@@ -25,7 +25,6 @@ pub(in crate::mcp::proxy) async fn bridge_streamable(
     match (req.method().clone(), existing, session_id) {
         (Method::POST, existing, sid) => {
             let (parts, body) = req.into_parts();
-            let admitted = crate::mcp::offload::admit(&body).await;
             let body =
                 match read_body(body, &parts.headers, shared.max_message, shared.timeout).await {
                     Ok(b) => b,
@@ -87,7 +86,6 @@ pub(in crate::mcp::proxy) async fn bridge_streamable(
                 ids: keys,
             };
             let (forward, mut replies) = session.client_message(&shared, &body).await;
-            drop(admitted);
             // Ids answered locally (refused calls) or not sent do not wait.
             let sent_ids = forward.as_deref().map(request_ids).unwrap_or_default();
             if let Ok(mut w) = session.waiting.lock() {

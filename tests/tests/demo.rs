@@ -40,33 +40,19 @@ fn privileged_the_demo_blocks_a_denied_tool_at_every_layer_and_cleans_up() {
     assert!(stdout.contains("blocked (kernel)"));
     assert!(stdout.contains("/#token="));
 
-    // Nothing left behind.
-    let dir = field(&stdout, "directory");
-    assert!(!std::path::Path::new(dir).exists(), "{dir} left behind");
-    let pid = field(&stdout, "daemon")
-        .strip_prefix("pid ")
-        .and_then(|rest| rest.split(',').next())
-        .expect("the daemon's pid");
-    assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "the demo's daemon (pid {pid}) is still running"
-    );
-    let pins: Vec<_> = std::fs::read_dir("/sys/fs/bpf")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("toolwall-demo-")
-        })
-        .map(|e| e.path())
-        .collect();
-    assert!(pins.is_empty(), "pins left behind: {pins:?}");
+    // Nothing left behind: no directory, no daemon, no pins, no cgroup. Only this demo's own:
+    // a demo killed earlier on this machine is not this one's to clean.
+    assert_eq!(leftovers(&stdout), Vec::<String>::new());
 }
 
 /// Runs `toolwall demo --no-wait` until it prints a line starting with `until`, then sends it
-/// `signal`; what it printed, and how it ended.
-fn demo_stopped_at(until: &str, signal: libc::c_int) -> (String, std::process::ExitStatus) {
+/// `signal` (after SIGKILL to its daemon, when `daemon_too`: then nothing of the demo runs to
+/// clean up); what it printed, and how it ended.
+fn demo_stopped_at(
+    until: &str,
+    signal: libc::c_int,
+    daemon_too: bool,
+) -> (String, std::process::ExitStatus) {
     use std::io::{BufRead as _, Read as _};
     let mut child = Command::new(toolwall_bin())
         .args(["demo", "--no-wait"])
@@ -86,6 +72,15 @@ fn demo_stopped_at(until: &str, signal: libc::c_int) -> (String, std::process::E
         if line.trim_start().starts_with(until) {
             break;
         }
+    }
+    if daemon_too {
+        let pid: libc::pid_t = field(&out, "daemon")
+            .strip_prefix("pid ")
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|pid| pid.parse().ok())
+            .expect("the daemon's pid");
+        // SAFETY: kill(2) on the demo's daemon, which cannot be reaped before its parent is.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, signal) };
@@ -138,20 +133,33 @@ fn leftovers(out: &str) -> Vec<String> {
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_an_interrupted_demo_leaves_nothing_behind() {
     assert!(is_root());
-    let (out, status) = demo_stopped_at("The agent runs under", libc::SIGTERM);
+    let (out, status) = demo_stopped_at("The agent runs under", libc::SIGTERM, false);
     assert_eq!(status.code(), Some(130), "{out}");
     assert!(out.contains("demo: interrupted"), "{out}");
     assert_eq!(leftovers(&out), Vec::<String>::new());
 }
 
-/// A demo killed outright (SIGKILL: nothing of it runs) leaves its directory; the next demo
-/// removes it, and what the killed one pinned, before it starts.
+/// Demos killed outright (SIGKILL: nothing of them runs) leave their directories (and, when their
+/// daemons are killed too, their pins); the next demo removes them before it starts, the pins
+/// also when their directory is gone (removed by hand, or made under another `TMPDIR`).
 #[test]
 #[ignore = "privileged: needs root and BPF; `cargo xtask test` runs it as root"]
 fn privileged_what_a_killed_demo_left_is_removed_by_the_next() {
     assert!(is_root());
-    let (killed, _) = demo_stopped_at("daemon", libc::SIGKILL);
+    let (killed, _) = demo_stopped_at("daemon", libc::SIGKILL, false);
     let dir = field(&killed, "directory").to_owned();
+    let (orphaned, _) = demo_stopped_at("daemon", libc::SIGKILL, true);
+    let orphan_dir = field(&orphaned, "directory").to_owned();
+    std::fs::remove_dir_all(&orphan_dir).unwrap();
+    let orphan_pins: Vec<String> = leftovers(&orphaned)
+        .into_iter()
+        .filter(|p| p.starts_with("/sys/fs/bpf/"))
+        .collect();
+    assert_eq!(
+        orphan_pins.len(),
+        1,
+        "the killed demo's pins: {orphan_pins:?}"
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
     let next = Command::new(toolwall_bin())
         .args(["demo", "--no-wait"])
@@ -160,10 +168,16 @@ fn privileged_what_a_killed_demo_left_is_removed_by_the_next() {
     let said = String::from_utf8_lossy(&next.stdout);
     println!("{said}");
     assert!(next.status.success(), "{said}");
+    // Each demo removes what the ones killed before it left, and says so.
     assert!(
-        said.contains(&format!("left: {dir}")),
-        "the next demo says what it removed:\n{said}"
+        orphaned.contains(&format!("left: {dir}")),
+        "the next demo says what it removed:\n{orphaned}"
+    );
+    assert!(
+        said.contains(&format!("left: {}", orphan_pins[0])),
+        "the next demo says it removed the pins without their directory:\n{said}"
     );
     assert_eq!(leftovers(&killed), Vec::<String>::new());
+    assert_eq!(leftovers(&orphaned), Vec::<String>::new());
     assert_eq!(leftovers(&said), Vec::<String>::new());
 }

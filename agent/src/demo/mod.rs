@@ -14,6 +14,7 @@
 
 mod agent;
 mod daemon;
+mod leftovers;
 mod model;
 mod server;
 mod stage;

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead as _, IsTerminal as _};
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
@@ -14,7 +14,8 @@ use anyhow::{Context as _, bail};
 use serde_json::Value;
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::daemon::{Daemon, PinDir, end_session, remove_pins};
+use super::daemon::{Daemon, PinDir};
+use super::leftovers::{self, PREFIX, pin_dir, session_cgroup, suffix_of};
 use super::verdicts::{Checks, Kernel, check_records, show_kernel, show_llm, show_mcp};
 use super::{ALLOWED_TOOL, DENIED_TOOL, NET_SERVER_ID, SERVER_ID};
 
@@ -24,10 +25,6 @@ const AGENT_RUN: Duration = Duration::from_secs(90);
 const WINDOW_MS: u64 = 500;
 /// The user the agent runs as when the demo is started by root.
 const AGENT_USER: &str = "nobody";
-/// Where the daemons of demos pin their programs: `<PIN_ROOT>/toolwall-demo-<pid>-<suffix>`.
-const PIN_ROOT: &str = "/sys/fs/bpf";
-/// How a demo's directories begin: `toolwall-demo-<pid>-<suffix>` (and session `demo-<suffix>`).
-const PREFIX: &str = "toolwall-demo-";
 
 /// Runs the demo; exit 1 when a layer did not do what the policy asks, 130 when interrupted.
 pub(super) fn run(no_wait: bool) -> anyhow::Result<ExitCode> {
@@ -71,7 +68,7 @@ pub(super) fn run(no_wait: bool) -> anyhow::Result<ExitCode> {
 
 /// Sets the stage, plays it, takes it down; whether every layer did what the policy asks.
 async fn play(interactive: bool) -> anyhow::Result<bool> {
-    sweep_leftovers();
+    leftovers::sweep();
     let stage = Stage::new().await?;
     stage.play(interactive).await
 }
@@ -363,70 +360,4 @@ fn kernel_layer(said: &str) -> Kernel {
         })
         .unwrap_or_else(|| "toolwall exec did not say".to_owned());
     Kernel::Off(why)
-}
-
-/// The random part of a demo directory's name.
-fn suffix_of(dir: &Path) -> Option<String> {
-    let name = dir.file_name()?.to_str()?;
-    let (_, suffix) = name.strip_prefix(PREFIX)?.split_once('-')?;
-    Some(suffix.to_owned())
-}
-
-fn pin_dir(pid: u32, suffix: &str) -> PathBuf {
-    Path::new(PIN_ROOT).join(format!("{PREFIX}{pid}-{suffix}"))
-}
-
-/// `<cgroup2>/toolwall/<session>`, where the daemon makes the session's cgroup (root only).
-fn session_cgroup(session: &str) -> Option<PathBuf> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    crate::cgroup::cgroup2_mount()
-        .ok()
-        .map(|mount| mount.join("toolwall").join(session))
-}
-
-/// Removes what a demo that was killed (SIGKILL: no guard ran) left: its directory, its pins
-/// and its session's cgroup. Only a demo's whose process is gone, and only what this user owns.
-fn sweep_leftovers() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    for entry in entries.filter_map(Result::ok) {
-        let path = entry.path();
-        let Some(suffix) = suffix_of(&path) else {
-            continue;
-        };
-        let Some(pid) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix(PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
-        if !ours || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        if let Some(cgroup) = session_cgroup(&format!("demo-{suffix}")) {
-            end_session(&cgroup);
-            let _ = std::fs::remove_dir(&cgroup);
-        }
-        let pins = pin_dir(pid, &suffix);
-        if std::fs::symlink_metadata(&pins).is_ok_and(|m| m.is_dir() && m.uid() == me) {
-            remove_pins(&pins);
-        }
-        match std::fs::remove_dir_all(&path) {
-            Ok(()) => println!(
-                "demo: removed what an earlier demo (pid {pid}, killed) left: {}",
-                path.display()
-            ),
-            Err(error) => eprintln!("demo: could not remove {}: {error}", path.display()),
-        }
-    }
 }

@@ -217,8 +217,6 @@ impl Filter {
             }
             self.record_seen(&value, &decision);
         }
-        // A listing's first page begins the session's list anew: a tool the server no longer
-        // lists is no longer callable (its later pages add to it).
         // The message's turn: taken as it arrived, else now (by its first list; the others of
         // a batch share it).
         let turn = match self.turn {
@@ -231,7 +229,9 @@ impl Filter {
         };
         let mut listing = self.listing();
         // A list that came before the one applied (judged off the proxy's thread, done later)
-        // does not replace it: the session keeps the newer one.
+        // does not replace it: the session keeps the newer one. A listing's first page begins
+        // the session's list anew (a tool the server no longer lists is no longer callable);
+        // its later pages add to it.
         if turn >= listing.applied {
             listing.applied = turn;
             match (anew, &mut listing.names) {

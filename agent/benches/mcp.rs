@@ -1,5 +1,6 @@
 //! `mcp-latency`: what the shim, the daemon's relay and the filter proxy add to one
-//! `tools/call` round trip, next to a plain nginx hop and a bare TCP copy in the same rounds.
+//! `tools/call` round trip, next to a plain nginx hop, a bare hyper relay that judges nothing
+//! (`hyper_relay.rs`) and a bare TCP copy in the same rounds.
 
 use super::*;
 
@@ -271,6 +272,9 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     // And the hop itself: bytes copied between two sockets by two threads, no HTTP at all.
     let copy_port = tcp_copy_relay(port).map_err(|e| format!("the TCP copy relay: {e}"))?;
     let copy_url = format!("http://127.0.0.1:{copy_port}/mcp");
+    // And the floor under the proxy: HTTP both ways as the proxy does it (hyper), nothing judged.
+    let bare = super::hyper_relay::start(port);
+    let bare_pid = bare.as_ref().ok().map(|(proc, _)| proc.0.id());
     // One client, every path interleaved call by call in each round (`mcp_bench.py multi`):
     // the proxy and nginx are compared on the same moments of the machine, latency and CPU.
     let nginx_pid = nginx.as_ref().ok().map(|(proc, _)| proc.0.id());
@@ -286,12 +290,17 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     if let Some(url) = &nginx_url {
         paths.push((http(url), nginx_pid));
     }
+    let bare_at = paths.len();
+    if let Ok((_, p)) = &bare {
+        paths.push((http(&format!("http://127.0.0.1:{p}/mcp")), bare_pid));
+    }
     let mut nginx_rounds = Vec::new();
     let mut copy_rounds = Vec::new();
     let mut http_rounds = Vec::new();
     // CPU per call (µs, user and system) of the proxy and of nginx, per round.
     let mut proxy_cpu = Vec::new();
     let mut nginx_cpu = Vec::new();
+    let (mut bare_rounds, mut bare_cpu) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let sessions = mcp_multi(python, script, PER, &paths)?;
         let side = |i: usize| (sessions[i].0, sessions[i].1);
@@ -301,6 +310,10 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
         if nginx_url.is_some() {
             nginx_rounds.push((side(0), side(3)));
             nginx_cpu.push(sessions[3].2);
+        }
+        if bare.is_ok() {
+            bare_rounds.push((side(0), side(bare_at)));
+            bare_cpu.push(sessions[bare_at].2);
         }
     }
     std::thread::sleep(Duration::from_millis(300));
@@ -336,6 +349,10 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
     match &nginx {
         Ok(_) => report("HTTP", "nginx", &nginx_rounds),
         Err(why) => println!("   HTTP nginx reference SKIPPED: {why}"),
+    }
+    match &bare {
+        Ok(_) => report("HTTP", "hyper", &bare_rounds),
+        Err(why) => println!("   HTTP bare hyper relay SKIPPED: {why}"),
     }
     report("TCP", "copy", &copy_rounds);
     let added = |rounds: &[Round]| {
@@ -376,9 +393,18 @@ fn mcp_latency(bin: &Path, python: &Path, server: &Path, script: &Path) -> Resul
             "   filter proxy / nginx, same rounds: added p50 {latency:.2}x (goal <= 1.2: {}); CPU per call {:.0} / {:.0} µs = {cpu:.2}x (goal <= 1.0: {})",
             met(latency <= 1.2),
             mid(proxy_cpu),
-            mid(nginx_cpu),
+            mid(nginx_cpu.clone()),
             met(cpu <= 1.0)
         );
+        if bare.is_ok() {
+            println!(
+                "   bare hyper relay (nothing judged) / nginx, same rounds: added p50 {:.2}x; CPU per call {:.0} / {:.0} µs = {:.2}x",
+                ratios(added_each(&bare_rounds), added_each(&nginx_rounds)),
+                mid(bare_cpu.clone()),
+                mid(nginx_cpu.clone()),
+                ratios(bare_cpu, nginx_cpu)
+            );
+        }
     }
     let mb = |kb: u64| kb as f64 / 1024.0;
     let shown = |m: Option<(u64, u64)>| match m {

@@ -20,6 +20,7 @@ use std::{
 use bytes::BytesMut;
 
 mod connect;
+mod hyper_relay;
 mod llm;
 mod mcp;
 mod procs;
@@ -38,6 +39,7 @@ use toolwall::{
 };
 
 fn main() {
+    hyper_relay::serve_if_asked();
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))

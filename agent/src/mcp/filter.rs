@@ -340,8 +340,6 @@ impl Filter {
         self.listing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A message from the server: `tools/list` results lose their denied tools, everything
-    /// else (responses, server-to-client requests, notifications) passes as is.
     /// The server message to be judged next arrived now: it takes its turn, so that a list
     /// it carries is applied after the lists that came before it and before those after it,
     /// wherever and whenever it is judged.
@@ -360,6 +358,8 @@ impl Filter {
         Turns(self.listing.clone())
     }
 
+    /// A message from the server: `tools/list` results lose their denied tools, everything
+    /// else (responses, server-to-client requests, notifications) passes as is.
     pub(crate) fn on_server<'a>(&mut self, msg: &'a [u8]) -> Outcome<'a> {
         let forward = match first_token(msg) {
             None => Some(Cow::Borrowed(msg)),

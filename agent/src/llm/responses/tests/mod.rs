@@ -140,7 +140,8 @@ pub(crate) fn custom_stream(code_json: &str) -> Vec<u8> {
     sse(&refs)
 }
 
-fn output_types(values: &[Value]) -> Vec<String> {
+/// The items of the `response.completed` events' output.
+fn completed_output(values: &[Value]) -> impl Iterator<Item = Value> + '_ {
     values
         .iter()
         .filter(|v| v["type"] == "response.completed")
@@ -150,6 +151,10 @@ fn output_types(values: &[Value]) -> Vec<String> {
                 .cloned()
                 .unwrap_or_default()
         })
+}
+
+fn output_types(values: &[Value]) -> Vec<String> {
+    completed_output(values)
         .filter_map(|i| i["type"].as_str().map(str::to_owned))
         .collect()
 }

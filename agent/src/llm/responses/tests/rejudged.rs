@@ -6,7 +6,8 @@
 use serde_json::Value;
 
 use super::{
-    check_consistent, custom_stream, function_stream, function_stream_changing, output_types,
+    check_consistent, completed_output, custom_stream, function_stream, function_stream_changing,
+    output_types,
 };
 use crate::decision::Action;
 use crate::llm::Dialect;
@@ -20,16 +21,7 @@ fn kept_calls(values: &[Value]) -> Vec<String> {
         .iter()
         .filter(|v| v["type"] == "response.output_item.done")
         .map(|v| v["item"].clone());
-    let completed = values
-        .iter()
-        .filter(|v| v["type"] == "response.completed")
-        .flat_map(|v| {
-            v["response"]["output"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        });
-    done.chain(completed)
+    done.chain(completed_output(values))
         .filter(|i| i["type"] == "function_call")
         .map(|i| {
             let name = i["name"].as_str().unwrap_or_default();
